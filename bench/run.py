@@ -1,0 +1,848 @@
+#!/usr/bin/env python3
+"""sluice vs HAProxy vs nginx, side by side, loopback only.
+
+    bench/run.sh [options]            # setup + release build + this script
+    python3 bench/run.py [options]    # this script alone (tools installed, sluice built)
+
+All proxies sit in front of the same nginx origin (bench/backend.sh). For each
+repetition, for each scenario, each proxy in turn (A, B, C, A, B, C ...) is
+started fresh, checked to return the origin's exact bytes, warmed up, measured
+and stopped, so that machine noise lands on all of them alike.
+
+Proxies (--proxies, default haproxy,sluice,nginx; ratios are against --base,
+default haproxy), each one thread and pinned to one core:
+  haproxy  haproxy -db -f bench/proxies/haproxy.cfg            (nbthread 1)
+  sluice   target/release/sluice -db -f bench/proxies/sluice.cfg (nbthread 1)
+  nginx    bash bench/proxies/nginx-proxy.sh                   (worker_processes 1)
+--proxy NAME=CMD adds (or replaces) one: a foreground shell command with the
+placeholders {http_port} {tcp_port} {backend_port} {threads} {workdir} {bench}
+{root}, also exported as BENCH_HTTP_PORT ... BENCH_WORKDIR.
+
+Scenarios (--scenarios, default ka,close,64k,tcp,idle; 'direct' on request):
+  ka     wrk keep-alive, 100 B responses
+  close  wrk with 'Connection: close' (a new client connection per request)
+  64k    wrk keep-alive, 64 KiB responses
+  tcp    wrk keep-alive through the proxy's mode tcp (L4) listener
+  idle   --idle-conns (8000) keep-alive connections, one request each, then
+         held idle: proxy RSS held vs RSS idle before
+  direct wrk straight to the origin (what the load side does alone)
+
+Default placement (--pin): the proxy on CPU 1 (taskset), origin, wrk, the idle
+client and this script on CPU 0. See bench/README.md for the columns and how
+to read the ratios.
+
+Results: one line per run as it happens, then a summary (medians, min..max,
+paired ratios vs the base), saved as bench/results/<stamp>-<label>.txt + .json;
+--report FILE.json re-prints the summary of a saved run.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import resource
+import select
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+CLK = os.sysconf('SC_CLK_TCK')
+
+# name: (listener, path, client sends Connection: close, description)
+SCENARIOS = {
+    'direct': ('backend', '/', False, 'wrk -> origin directly, keep-alive (load side alone)'),
+    'ka':     ('http', '/', False, 'HTTP keep-alive via proxy, 100 B body'),
+    'close':  ('http', '/', True, "HTTP via proxy, client sends 'Connection: close'"),
+    '64k':    ('http', '/64k', False, '64 KiB body via proxy, keep-alive'),
+    'tcp':    ('tcp', '/', False, 'L4 (mode tcp) via proxy, keep-alive'),
+    'idle':   ('http', '/', False, 'N idle keep-alive client connections, one request each, held'),
+}
+DEFAULT_SCENARIOS = 'ka,close,64k,tcp,idle'
+BUILTIN_PROXIES = {
+    'haproxy': 'haproxy -db -f {bench}/proxies/haproxy.cfg',
+    'sluice': '{root}/target/release/sluice -db -f {bench}/proxies/sluice.cfg',
+    'nginx': 'bash {bench}/proxies/nginx-proxy.sh',
+}
+BODY_SIZES = {'/': 100, '/1k': 1024, '/64k': 65536}
+
+STARTED = []  # every Popen we started and must stop
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+class RunFailed(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- processes
+def start(argv, out, cpus=None, env=None, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT):
+    if cpus is not None:
+        argv = ['taskset', '-c', cpus] + argv
+    p = subprocess.Popen(argv, stdout=out, stderr=stderr, stdin=stdin, env=env,
+                         start_new_session=True)
+    STARTED.append(p)
+    return p
+
+
+def stop(p):
+    """SIGTERM the PID we started, then SIGKILL its own process group (which
+    only holds processes it forked, e.g. nginx workers)."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)   # leftovers of our own group, if any
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        p.wait(5)
+    except subprocess.TimeoutExpired:
+        log(f'warning: pid {p.pid} did not exit')
+    if p in STARTED:
+        STARTED.remove(p)
+
+
+def stop_all():
+    for p in list(STARTED):
+        stop(p)
+
+
+def wait_port(port, proc, timeout=10.0):
+    t_end = time.time() + timeout
+    while time.time() < t_end:
+        if proc.poll() is not None:
+            return False
+        try:
+            socket.create_connection(('127.0.0.1', port), 0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def port_free(port):
+    s = socket.socket()
+    try:
+        s.bind(('127.0.0.1', port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def pick_ports(base, n):
+    out, p = [], base
+    while len(out) < n:
+        if port_free(p):
+            out.append(p)
+        p += 1
+    return out
+
+
+# ---------------------------------------------------------------- measuring
+def proc_table():
+    """{pid: (ppid, utime+stime+cutime+cstime jiffies)} of every live process."""
+    procs = {}
+    for d in os.listdir('/proc'):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f'/proc/{d}/stat') as f:
+                st = f.read()
+        except OSError:
+            continue
+        rest = st[st.rindex(')') + 2:].split()
+        procs[int(d)] = (int(rest[1]), sum(int(x) for x in rest[11:15]))
+    return procs
+
+
+def tree_pids(root, procs=None):
+    procs = procs or proc_table()
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs:
+            out.append(pid)
+            todo += [c for c, (pp, _) in procs.items() if pp == pid]
+    return out
+
+
+def tree_cpu(root):
+    """utime+stime (+ reaped children) in seconds, summed over root and all
+    its live descendants (a process's stat includes all its threads)."""
+    procs = proc_table()
+    return sum(procs[p][1] for p in tree_pids(root, procs)) / CLK
+
+
+def status_kb(pid, field):
+    try:
+        with open(f'/proc/{pid}/status') as f:
+            for line in f:
+                if line.startswith(field + ':'):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def pss_kb(pid):
+    try:
+        with open(f'/proc/{pid}/smaps_rollup') as f:
+            for line in f:
+                if line.startswith('Pss:'):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def tree_mem(root):
+    """(VmRSS, VmHWM, Pss) in KiB summed over the proxy's process tree."""
+    pids = tree_pids(root)
+    return (sum(status_kb(p, 'VmRSS') for p in pids), sum(status_kb(p, 'VmHWM') for p in pids),
+            sum(pss_kb(p) for p in pids))
+
+
+class RssSampler:
+    """Samples VmRSS summed over a fixed set of PIDs (the proxy's tree when
+    started) every `interval` s in a thread; .stop() returns the maximum."""
+
+    def __init__(self, root, interval=0.2):
+        self.pids = tree_pids(root)
+        self.max = self.sample()
+        self.interval = interval
+        self.ev = threading.Event()
+        self.th = threading.Thread(target=self.loop, daemon=True)
+        self.th.start()
+
+    def sample(self):
+        return sum(status_kb(p, 'VmRSS') for p in self.pids)
+
+    def loop(self):
+        while not self.ev.wait(self.interval):
+            self.max = max(self.max, self.sample())
+
+    def stop(self):
+        self.ev.set()
+        self.th.join()
+        self.max = max(self.max, self.sample())
+        return self.max
+
+
+def cpu_stat():
+    """{cpu: (busy, steal)} jiffies from /proc/stat; 'cpu' is the sum."""
+    out = {}
+    with open('/proc/stat') as f:
+        for line in f:
+            if not line.startswith('cpu'):
+                break
+            k, *v = line.split()
+            v = [int(x) for x in v]
+            # user nice system idle iowait irq softirq steal (guest is in user)
+            out[k] = (v[0] + v[1] + v[2] + v[5] + v[6], v[7])
+    return out
+
+
+def ss_count(state, port):
+    r = subprocess.run(['ss', '-Htn', 'state', state, f'( dport = :{port} )'],
+                       capture_output=True, text=True, timeout=30)
+    return sum(1 for line in r.stdout.splitlines() if line.strip())
+
+
+def origin_counters(port):
+    """(accepts, requests) counters from the origin's stub_status; both
+    already include this query's own connection and request."""
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=5)
+    c.request('GET', '/status')
+    body = c.getresponse().read().decode()
+    c.close()
+    m = re.search(r'\n\s*(\d+)\s+(\d+)\s+(\d+)', body)
+    return int(m.group(1)), int(m.group(3))
+
+
+def http_get(port, path):
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=5)
+    c.request('GET', path)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, body
+
+
+def wait_quiet(limit_pct, max_wait):
+    """Wait (bounded) until the whole machine's busy CPU over 1 s is below
+    limit_pct (% of one core). Our own processes are idle at this point."""
+    if max_wait <= 0:
+        return None, 0.0
+    t0 = time.time()
+    while True:
+        a = cpu_stat()['cpu'][0]
+        time.sleep(1)
+        busy = (cpu_stat()['cpu'][0] - a) / CLK * 100
+        if busy <= limit_pct or time.time() - t0 >= max_wait:
+            return round(busy, 1), round(time.time() - t0, 1)
+
+
+UNITS = {'us': 1e-3, 'ms': 1.0, 's': 1e3, 'm': 60e3}
+BYTES = {'B': 1, 'KB': 2**10, 'MB': 2**20, 'GB': 2**30, 'TB': 2**40}
+
+
+def parse_wrk(out):
+    def lat(pct):
+        m = re.search(rf'^\s*{pct}%\s+([\d.]+)(us|ms|s|m)\s*$', out, re.M)
+        return float(m.group(1)) * UNITS[m.group(2)] if m else None
+    m = re.search(r'(\d+) requests in ([\d.]+)(\w+), ([\d.]+)(\w+) read', out)
+    if not m:
+        raise RunFailed('cannot parse wrk output:\n' + out)
+    errors = 0
+    m2 = re.search(r'Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)', out)
+    if m2:
+        errors += sum(int(x) for x in m2.groups())
+    m3 = re.search(r'Non-2xx or 3xx responses: (\d+)', out)
+    if m3:
+        errors += int(m3.group(1))
+    return {
+        'requests': int(m.group(1)),
+        'wrk_seconds': float(m.group(2)) * UNITS[m.group(3)] / 1e3,
+        'bytes': float(m.group(4)) * BYTES[m.group(5)],
+        'rps': float(re.search(r'Requests/sec:\s+([\d.]+)', out).group(1)),
+        'p50_ms': lat(50), 'p99_ms': lat(99), 'errors': errors,
+    }
+
+
+def run_wrk(url, a, close, cpus, on_tick=None, duration=None):
+    """wrk, bounded (killed after duration+30 s). on_tick() is called once,
+    1 s before the end, while the load is still on. Returns (parsed output,
+    wrk's own CPU seconds, on_tick's result)."""
+    duration = duration or a.duration
+    argv = ['wrk', f'-t{a.wrk_threads}', f'-c{a.conns}', f'-d{duration}s', '--latency', '--timeout', '5s']
+    if close:
+        argv += ['-H', 'Connection: close']
+    argv.append(url)
+    if cpus is not None:
+        argv = ['taskset', '-c', cpus] + argv
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, text=True)
+    STARTED.append(p)
+    killer = threading.Timer(duration + 30, p.kill)
+    killer.start()
+    tick = None
+    if on_tick:
+        time.sleep(max(0.0, duration - 1.0))
+        tick = on_tick()
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    killer.cancel()
+    STARTED.remove(p)
+    if p.returncode != 0:
+        raise RunFailed(f'wrk exited {p.returncode}: {out.strip()[-500:]}')
+    return parse_wrk(out), ru.ru_utime + ru.ru_stime, tick
+
+
+# ---------------------------------------------------------------- one run
+class Proxy:
+    def __init__(self, name, cmd):
+        self.name, self.cmd = name, cmd
+
+
+def start_proxy(px, ports, a, scratch):
+    """Starts the proxy pinned; returns (Popen, logfile, workdir). Raises
+    RunFailed when it does not listen on the HTTP port within 10 s."""
+    wd = tempfile.mkdtemp(prefix=f'{px.name}.', dir=scratch)
+    os.chmod(wd, 0o755)
+    vals = dict(http_port=ports['http'], tcp_port=ports['tcp'], backend_port=ports['backend'],
+                threads=a.threads, workdir=wd, bench=BENCH, root=ROOT)
+    env = dict(os.environ, **{f'BENCH_{k.upper()}': str(v) for k, v in vals.items()})
+    cmd = px.cmd.format(**vals)
+    lf = open(os.path.join(wd, 'proxy.log'), 'w')
+    p = start(['bash', '-c', 'exec ' + cmd], lf, cpus=a.proxy_cpus, env=env)
+    if not wait_port(ports['http'], p):
+        stop(p)
+        lf.close()
+        raise RunFailed(f'{px.name} did not listen on {ports["http"]} ({cmd}); log:\n'
+                        + open(os.path.join(wd, 'proxy.log')).read()[-3000:])
+    wait_port(ports['tcp'], p, timeout=1.0)
+    return p, lf, wd
+
+
+def proxy_log(wd):
+    try:
+        return open(os.path.join(wd, 'proxy.log')).read()[-2000:]
+    except OSError:
+        return ''
+
+
+def check_bodies(port, want):
+    """The proxy must return exactly the origin's bytes."""
+    for path, body in want.items():
+        try:
+            st, got = http_get(port, path)
+        except OSError as e:
+            return f'{path}: {type(e).__name__}: {e}'
+        if st != 200 or got != body:
+            return f'{path}: status {st}, {len(got)} bytes (want 200, {len(body)})'
+    return None
+
+
+def measure(sc, px, a, ports, scratch, origin, want):
+    rec = {'scenario': sc, 'proxy': px.name if px else 'origin'}
+    proc = lf = wd = None
+    listener = SCENARIOS[sc][0]
+    try:
+        if px:
+            proc, lf, wd = start_proxy(px, ports, a, scratch)
+            if listener == 'tcp' and port_free(ports['tcp']):
+                rec['skipped'] = 'no tcp listener'
+                return rec
+            bad = check_bodies(ports[listener], want)
+            if bad:
+                raise RunFailed(f'wrong content on the {listener} port: {bad}')
+        if sc == 'idle':
+            measure_idle(rec, proc, a, ports)
+        else:
+            measure_load(rec, sc, proc, a, ports, origin)
+        if proc and proc.poll() is not None:
+            raise RunFailed(f'proxy exited (status {proc.returncode}) during the run')
+    except RunFailed as e:
+        rec['failed'] = str(e).strip()
+        if wd:
+            rec['proxy_log'] = proxy_log(wd)
+    finally:
+        if proc:
+            stop(proc)
+            lf.close()
+    return rec
+
+
+def measure_load(rec, sc, proc, a, ports, origin):
+    listener, path, close, _ = SCENARIOS[sc]
+    port = ports[listener]
+    url = f'http://127.0.0.1:{port}{path}'
+    rec['quiet_pct'], rec['quiet_wait_s'] = wait_quiet(a.quiet_pct, a.quiet_wait)
+    if a.warmup > 0:
+        run_wrk(url, a, close, a.load_cpus, duration=a.warmup)
+    bp = ports['backend']
+    acc0, _ = origin_counters(bp)
+    sampler = RssSampler(proc.pid) if proc else None
+    s0, t0 = cpu_stat(), time.time()
+    pc0, oc0 = (tree_cpu(proc.pid) if proc else 0.0), tree_cpu(origin.pid)
+
+    def at_load():
+        return {'srv_est': ss_count('established', bp), 'cli_est': ss_count('established', port)}
+    w, wrk_cpu, load = run_wrk(url, a, close, a.load_cpus, on_tick=at_load)
+    pc1, oc1 = (tree_cpu(proc.pid) if proc else 0.0), tree_cpu(origin.pid)
+    s1, t1 = cpu_stat(), time.time()
+    acc1, _ = origin_counters(bp)
+    if sampler:
+        rec['rss_kb'] = sampler.stop()
+        rec['rss_end_kb'], rec['hwm_kb'], rec['pss_end_kb'] = tree_mem(proc.pid)
+    wall = t1 - t0
+    rec.update(w)
+    rec['mbps'] = w['bytes'] / w['wrk_seconds'] / 2**20
+    rec['proxy_cpu_s'] = pc1 - pc0
+    rec['cpu_us_per_req'] = rec['proxy_cpu_s'] * 1e6 / w['requests'] if w['requests'] else None
+    rec['origin_cpu_s'] = oc1 - oc0
+    rec['wrk_cpu_s'] = wrk_cpu
+    busy = {k: (s1[k][0] - s0[k][0]) / CLK for k in s0}
+    steal = {k: (s1[k][1] - s0[k][1]) / CLK for k in s0}
+    rec['wall_s'] = wall
+    rec['cpu_busy_pct'] = {k: round(v / wall * 100, 1) for k, v in busy.items()}
+    rec['steal_pct'] = round(steal['cpu'] / wall * 100, 1)
+    # machine CPU not used by proxy+origin+wrk (other tenants, this script,
+    # kernel work not charged to a task), in % of one core
+    ours = rec['proxy_cpu_s'] + rec['origin_cpu_s'] + wrk_cpu
+    rec['other_pct'] = round((busy['cpu'] - ours) / wall * 100, 1)
+    rec['origin_new_conns'] = acc1 - acc0 - 1   # -1: the second counters query
+    rec['srv_est_load'] = load['srv_est']
+    rec['cli_est_load'] = load['cli_est']
+    rec['srv_est_end'] = ss_count('established', bp)
+
+
+def measure_idle(rec, proc, a, ports):
+    """RSS of the proxy idle, then with a.idle_conns held keep-alive client
+    connections that have each completed one request."""
+    port, bp, n = ports['http'], ports['backend'], a.idle_conns
+    rec['quiet_pct'], rec['quiet_wait_s'] = wait_quiet(a.quiet_pct, a.quiet_wait)
+    time.sleep(a.idle_settle)        # let the body check's connections go away
+    rec['rss_idle_kb'], _, rec['pss_idle_kb'] = tree_mem(proc.pid)
+    sampler = RssSampler(proc.pid)
+    pc0, t0 = tree_cpu(proc.pid), time.time()
+    argv = [sys.executable, os.path.join(BENCH, 'idle_client.py'), str(port), str(n),
+            '--timeout', str(a.idle_timeout), '--hold', str(a.idle_timeout + 120)]
+    cl = start(argv, subprocess.PIPE, cpus=a.load_cpus, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        r, _, _ = select.select([cl.stdout], [], [], a.idle_timeout + 15)
+        line = cl.stdout.readline() if r else b''
+        if not line:
+            err = cl.stderr.read().decode(errors='replace') if cl.poll() is not None else 'no answer'
+            raise RunFailed(f'idle client failed: {err.strip()[-1000:]}')
+        res = json.loads(line)
+        pc1 = tree_cpu(proc.pid)
+        time.sleep(a.idle_settle)
+        rec['rss_held_kb'], rec['hwm_kb'], rec['pss_held_kb'] = tree_mem(proc.pid)
+        rec['rss_kb'] = rec['rss_held_kb']
+        rec['rss_peak_kb'] = sampler.stop()
+        rec['cli_est'] = ss_count('established', port)
+        rec['srv_est'] = ss_count('established', bp)
+    finally:
+        if sampler.th.is_alive():
+            sampler.stop()
+        try:
+            cl.stdin.close()          # tells the client to let go
+            cl.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        stop(cl)
+    rec.update(conns=n, ok=res['ok'], errors=res['errors'], setup_s=res['seconds'],
+               first_error=res['first_error'])
+    rec['proxy_cpu_s'] = pc1 - pc0
+    rec['cpu_us_per_conn'] = rec['proxy_cpu_s'] * 1e6 / res['ok'] if res['ok'] else None
+    rec['rss_delta_kb'] = rec['rss_held_kb'] - rec['rss_idle_kb']
+    rec['bytes_per_conn'] = rec['rss_delta_kb'] * 1024 / res['ok'] if res['ok'] else None
+    rec['wall_s'] = time.time() - t0
+
+
+# ---------------------------------------------------------------- reporting
+def mib(kb):
+    return kb / 1024 if kb is not None else float('nan')
+
+
+def fmt_row(r):
+    head = f"{r['scenario']:<6} {r['proxy']:<8}"
+    if 'skipped' in r:
+        return f"{head} skipped: {r['skipped']}"
+    if 'failed' in r:
+        return f"{head} FAILED: {r['failed'].splitlines()[0][:200]}"
+    if r['scenario'] == 'idle':
+        return (f"{head} {r['ok']}/{r['conns']} conns ok, {r['errors']} errors, setup {r['setup_s']:.2f} s; "
+                f"RSS {mib(r['rss_idle_kb']):.1f} -> {mib(r['rss_held_kb']):.1f} MiB "
+                f"(+{mib(r['rss_delta_kb']):.1f} MiB, {nz(r['bytes_per_conn']) / 1024:.1f} KiB/conn, "
+                f"peak {mib(r['rss_peak_kb']):.1f}); CPU {nz(r['cpu_us_per_conn']):.1f} us/conn; "
+                f"established: client {r['cli_est']}, origin {r['srv_est']}")
+    return (f"{head} {r['rps']:>9.0f} {r['mbps']:>8.1f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} "
+            f"{r['errors']:>6} {nz(r.get('cpu_us_per_req')):>7.2f} {mib(r.get('rss_kb')):>7.1f} "
+            f"{r['origin_new_conns']:>8} {r['other_pct']:>6.1f} {r['steal_pct']:>5.1f} "
+            f"{r['cpu_busy_pct'].get('cpu0', 0):>3.0f}/{r['cpu_busy_pct'].get('cpu1', 0):<3.0f}")
+
+
+def nz(x):
+    return float('nan') if x is None else x
+
+
+HDR = (f"{'scen':<6} {'proxy':<8} {'req/s':>9} {'MB/s':>8} {'p50ms':>7} {'p99ms':>7} "
+       f"{'errors':>6} {'us/req':>7} {'RSS_MiB':>7} {'orig_new':>8} {'other%':>6} {'stl%':>5} {'c0/c1%':>7}")
+
+LEGEND = """\
+req/s, MB/s, p50ms, p99ms, errors: from wrk (errors = socket errors + non-2xx/3xx).
+us/req: proxy CPU microseconds per request = proxy utime+stime (summed over its
+process tree, from /proc) during the measured run / requests completed.
+RSS_MiB: max over the run of VmRSS summed over the proxy's process tree
+(sampled every 0.2 s and at the end; nginx = master + worker).
+orig_new: new TCP connections the origin accepted during the run (stub_status).
+other%: machine CPU not used by proxy+origin+wrk, in % of one core (other
+tenants, kernel work). stl%: hypervisor steal. c0/c1%: busy % of CPU 0
+(origin+wrk when pinned) and CPU 1 (the proxy): the one near 100 is the bottleneck.
+idle: N keep-alive connections, one request each, then held; RSS idle -> held
+(after --idle-settle s), growth per connection, proxy CPU per connection set up,
+and the connections still established client->proxy and proxy->origin."""
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else float('nan')
+
+
+def spread(xs, fmt='.2f'):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return '-'
+    if max(xs) >= 100:
+        fmt = '.0f'
+    return f'{min(xs):{fmt}}..{max(xs):{fmt}}'
+
+
+def ratio_str(rs):
+    rs = [x for x in rs if x is not None]
+    if not rs:
+        return '-'
+    return f'{med(rs):.3f} ({min(rs):.2f}..{max(rs):.2f})'
+
+
+def summarize(recs, names, base, scen_order=None):
+    lines = []
+    ok = [r for r in recs if 'skipped' not in r and 'failed' not in r]
+    scen_order = scen_order or list(SCENARIOS)
+    load_sc = [s for s in scen_order if s != 'idle']
+    if any(r['scenario'] in load_sc for r in ok):
+        lines.append('Load scenarios: median over repetitions (min..max)')
+        lines.append(f"{'scen':<6} {'proxy':<8} {'n':>2} {'req/s':>8} {'(min..max)':>13} {'MB/s':>7} "
+                     f"{'p50ms':>6} {'p99ms':>6} {'errs':>5} {'us/req':>6} {'(min..max)':>12} "
+                     f"{'RSS_MiB':>7} {'orig_new':>8} {'other%':>6}")
+        for sc in load_sc:
+            for nm in (['origin'] if sc == 'direct' else names):
+                rs = [r for r in ok if r['scenario'] == sc and r['proxy'] == nm]
+                if not rs:
+                    continue
+                rps = [r['rps'] for r in rs]
+                cpu = [r.get('cpu_us_per_req') for r in rs]
+                rss = [mib(r['rss_kb']) for r in rs if 'rss_kb' in r]
+                lines.append(
+                    f"{sc:<6} {nm:<8} {len(rs):>2} {med(rps):>8.0f} {spread(rps):>13} "
+                    f"{med([r['mbps'] for r in rs]):>7.1f} {med([r['p50_ms'] for r in rs]):>6.3f} "
+                    f"{med([r['p99_ms'] for r in rs]):>6.3f} {sum(r['errors'] for r in rs):>5} "
+                    f"{med(cpu):>6.2f} {spread(cpu):>12} {med(rss):>7.1f} "
+                    f"{med([r['origin_new_conns'] for r in rs]):>8.0f} {med([r['other_pct'] for r in rs]):>6.1f}"
+                    + (f"  ({sum(1 for r in rs if r.get('noisy'))} noisy kept)" if any(r.get('noisy') for r in rs) else ''))
+    idle = [r for r in ok if r['scenario'] == 'idle']
+    if idle:
+        lines.append('')
+        lines.append(f"Idle: {idle[0]['conns']} keep-alive connections held, one request each: median over repetitions")
+        lines.append(f"{'proxy':<8} {'n':>2} {'ok':>6} {'errs':>5} {'setup_s':>7} {'RSS_idle':>8} {'RSS_held':>8} "
+                     f"{'growth':>7} {'KiB/conn':>8} {'us/conn':>7} {'cli_est':>7} {'srv_est':>7}   (RSS in MiB)")
+        for nm in names:
+            rs = [r for r in idle if r['proxy'] == nm]
+            if not rs:
+                continue
+            lines.append(
+                f"{nm:<8} {len(rs):>2} {med([r['ok'] for r in rs]):>6.0f} {sum(r['errors'] for r in rs):>5} "
+                f"{med([r['setup_s'] for r in rs]):>7.2f} {med([mib(r['rss_idle_kb']) for r in rs]):>8.1f} "
+                f"{med([mib(r['rss_held_kb']) for r in rs]):>8.1f} {med([mib(r['rss_delta_kb']) for r in rs]):>7.1f} "
+                f"{med([nz(r['bytes_per_conn']) / 1024 for r in rs]):>8.2f} "
+                f"{med([r['cpu_us_per_conn'] for r in rs]):>7.1f} {med([r['cli_est'] for r in rs]):>7.0f} "
+                f"{med([r['srv_est'] for r in rs]):>7.0f}")
+    others = [n for n in names if n != base]
+    if base in names and others:
+        lines.append('')
+        lines.append(f'Ratios X/{base}, paired by repetition (X run vs the {base} run of the same repetition '
+                     f'and scenario): median (min..max).')
+        lines.append(f'CPU us/req, p99, RSS: below 1 = X better. req/s: above 1 = X better. '
+                     f'idle: CPU = us per connection, RSS = RSS held, growth = RSS held - RSS idle.')
+        lines.append(f"{'scen':<6} {'proxy':<8} {'CPU us/req':>21} {'req/s':>21} {'p99':>21} {'RSS':>21} {'growth (idle)':>21}")
+        for nm in others:
+            for sc in scen_order:
+                if sc == 'direct':
+                    continue
+                A = {r['rep']: r for r in ok if r['scenario'] == sc and r['proxy'] == base}
+                B = {r['rep']: r for r in ok if r['scenario'] == sc and r['proxy'] == nm}
+                reps = sorted(set(A) & set(B))
+                if not reps:
+                    continue
+
+                def rat(key, reps=reps, A=A, B=B):
+                    out = []
+                    for i in reps:
+                        x, y = B[i].get(key), A[i].get(key)
+                        out.append(x / y if x is not None and y else None)
+                    return ratio_str(out)
+                if sc == 'idle':
+                    cols = [rat('cpu_us_per_conn'), '-', '-', rat('rss_held_kb'), rat('rss_delta_kb')]
+                else:
+                    cols = [rat('cpu_us_per_req'), rat('rps'), rat('p99_ms'), rat('rss_kb'), '-']
+                lines.append(f"{sc:<6} {nm:<8} " + ' '.join(f'{c:>21}' for c in cols))
+    failed = [r for r in recs if 'failed' in r]
+    if failed:
+        lines.append('')
+        lines.append(f'{len(failed)} run(s) FAILED (not in the medians):')
+        for r in failed:
+            lines.append(f"  rep {r.get('rep')} {r['scenario']} {r['proxy']}: {r['failed'].splitlines()[0][:300]}")
+    return '\n'.join(lines)
+
+
+# ---------------------------------------------------------------- main
+def versions(proxies):
+    def first(argv, stream='stdout'):
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+            return (getattr(r, stream).strip().split('\n') or [''])[0]
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    v = {'haproxy': first(['haproxy', '-v']), 'nginx': first(['nginx', '-v'], 'stderr'),
+         'wrk': first(['wrk', '-v']), 'kernel': os.uname().release,
+         'git': first(['git', '-C', ROOT, 'describe', '--always', '--dirty']),
+         'cpu': next((ln.split(':', 1)[1].strip() for ln in open('/proc/cpuinfo') if ln.startswith('model name')), None)}
+    if any(p.name == 'sluice' for p in proxies):
+        v['sluice'] = first([os.path.join(ROOT, 'target/release/sluice'), '-v'])
+    return v
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--proxies', default='haproxy,sluice,nginx',
+                    help='comma list, run in this order (built in: ' + ', '.join(BUILTIN_PROXIES) + ')')
+    ap.add_argument('--proxy', action='append', default=[], metavar='NAME=CMD',
+                    help='add or replace a proxy command (repeatable); it is run if NAME is in --proxies '
+                         'or was not a built-in name')
+    ap.add_argument('--base', default='haproxy', help='the proxy the ratios are relative to')
+    ap.add_argument('--scenarios', default=DEFAULT_SCENARIOS,
+                    help='comma list of: ' + ', '.join(SCENARIOS) + f' (default {DEFAULT_SCENARIOS})')
+    ap.add_argument('--repeat', type=int, default=5, help='repetitions (interleaved)')
+    ap.add_argument('--duration', type=int, default=10, help='seconds per measured run')
+    ap.add_argument('--warmup', type=int, default=2, help='unrecorded seconds of the same load before each run')
+    ap.add_argument('--conns', type=int, default=50, help='wrk connections')
+    ap.add_argument('--wrk-threads', type=int, default=1)
+    ap.add_argument('--threads', type=int, default=1, help='proxy threads/workers ({threads}, BENCH_THREADS)')
+    ap.add_argument('--idle-conns', type=int, default=8000, help='connections held in the idle scenario')
+    ap.add_argument('--idle-settle', type=float, default=1.0,
+                    help='idle: seconds to wait before each RSS reading (idle, then held)')
+    ap.add_argument('--idle-timeout', type=float, default=120.0, help='idle: max seconds to set up all connections')
+    ap.add_argument('--no-pin', action='store_true', help='no taskset at all')
+    ap.add_argument('--proxy-cpus', default='1', help='taskset list for the proxy (pinned mode)')
+    ap.add_argument('--load-cpus', default='0', help='taskset list for origin, wrk, idle client, harness')
+    ap.add_argument('--quiet-pct', type=float, default=15.0,
+                    help='before each run wait until machine busy CPU < this (%% of a core)')
+    ap.add_argument('--quiet-wait', type=float, default=20.0, help='max seconds to wait for quiet (0: no wait)')
+    ap.add_argument('--max-other', type=float, default=20.0,
+                    help='a load run during which other load used more than this (%% of a core) is redone')
+    ap.add_argument('--retries', type=int, default=2, help='max redos of a noisy run (then kept, flagged)')
+    ap.add_argument('--base-port', type=int, default=18400)
+    ap.add_argument('--label', default='', help='name for the results files')
+    ap.add_argument('--report', metavar='JSON', help='only re-print the summary of a saved results/*.json')
+    a = ap.parse_args()
+    if a.report:
+        d = json.load(open(a.report))
+        m = d['meta']
+        print(summarize(d['runs'], list(m['proxies']), m['args']['base'], m['args']['scenarios'].split(',')))
+        return
+
+    cmds = dict(BUILTIN_PROXIES)
+    order = [n for n in a.proxies.split(',') if n]
+    for spec in a.proxy:
+        name, _, cmd = spec.partition('=')
+        if not name or not cmd:
+            sys.exit(f'--proxy wants NAME=COMMAND, got {spec!r}')
+        if name not in cmds and name not in order:
+            order.append(name)
+        cmds[name] = cmd
+    for n in order:
+        if n not in cmds:
+            sys.exit(f'unknown proxy {n!r}: give its command with --proxy {n}=CMD')
+        if n == 'origin' or order.count(n) > 1:
+            sys.exit(f'duplicate/reserved proxy name {n}')
+    proxies = [Proxy(n, cmds[n]) for n in order]
+    scen = [s for s in a.scenarios.split(',') if s]
+    for s in scen:
+        if s not in SCENARIOS:
+            sys.exit(f'unknown scenario {s}')
+    if 'sluice' in order and not os.access(os.path.join(ROOT, 'target/release/sluice'), os.X_OK) \
+            and cmds['sluice'] == BUILTIN_PROXIES['sluice']:
+        sys.exit(f'{ROOT}/target/release/sluice is missing: run bench/run.sh (it builds it), '
+                 'or leave sluice out with --proxies haproxy,nginx')
+    if 'idle' in scen:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if a.idle_conns + 64 > hard:
+            sys.exit(f'--idle-conns {a.idle_conns} does not fit the hard open-file limit {hard}')
+        if a.idle_conns > 9000 - 16:
+            log(f'warning: --idle-conns {a.idle_conns} is above what proxies/*.cfg maxconn 9000 allows')
+    if a.no_pin:
+        a.proxy_cpus = a.load_cpus = None
+    else:
+        os.sched_setaffinity(0, {int(c) for c in a.load_cpus.split(',')})
+
+    scratch = tempfile.mkdtemp(prefix='sluice-bench.')
+    os.chmod(scratch, 0o755)
+    bp, hp, tp = pick_ports(a.base_port, 3)
+    ports = {'backend': bp, 'http': hp, 'tcp': tp}
+    origin_dir = os.path.join(scratch, 'origin')
+    olog = open(os.path.join(scratch, 'origin.log'), 'w')
+
+    def on_signal(sig, frm):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_signal)
+
+    recs, discarded = [], []
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    tag = f"{stamp}-{a.label or '-'.join(p.name for p in proxies)}-{'nopin' if a.no_pin else 'pin'}"
+    os.makedirs(os.path.join(BENCH, 'results'), exist_ok=True)
+    out_base = os.path.join(BENCH, 'results', tag)
+    meta = {'argv': sys.argv, 'args': vars(a), 'ports': ports, 'started': stamp,
+            'proxies': {p.name: p.cmd for p in proxies}, 'versions': versions(proxies),
+            'nofile_limit': resource.getrlimit(resource.RLIMIT_NOFILE),
+            'loadavg_start': open('/proc/loadavg').read().strip()}
+    try:
+        origin = start(['bash', os.path.join(BENCH, 'backend.sh'), origin_dir, str(bp)], olog, cpus=a.load_cpus)
+        if not wait_port(bp, origin):
+            sys.exit('origin did not start:\n' + open(os.path.join(scratch, 'origin.log')).read())
+        want = {}
+        for path, size in BODY_SIZES.items():
+            st, body = http_get(bp, path)
+            assert st == 200 and len(body) == size, (path, st, len(body))
+            want[path] = body
+        # preflight: every proxy must start and return the origin's bytes
+        for px in proxies:
+            try:
+                p, lf, wd = start_proxy(px, ports, a, scratch)
+            except RunFailed as e:
+                sys.exit(f'preflight: {e}\n(leave it out with --proxies ...)')
+            try:
+                bad = check_bodies(ports['http'], want)
+                tcp = not port_free(ports['tcp'])
+                if not bad and tcp:
+                    bad = check_bodies(ports['tcp'], want)
+            finally:
+                stop(p)
+                lf.close()
+            if bad:
+                sys.exit(f'preflight: {px.name} returned wrong content: {bad}\nlog:\n{proxy_log(wd)}')
+            log(f'# preflight {px.name}: ok (http{", tcp" if tcp else ", no tcp listener"})')
+        log(f'# ports {ports}, pin={"no" if a.no_pin else f"proxy@{a.proxy_cpus} load@{a.load_cpus}"}, '
+            f'{a.repeat}x{a.duration}s (+{a.warmup}s warm-up), {a.conns} conns, idle {a.idle_conns}, '
+            f'proxies: {[p.name for p in proxies]}, scenarios: {scen}')
+        print(HDR, flush=True)
+        for rep in range(a.repeat):
+            for sc in scen:
+                for px in ([None] if sc == 'direct' else proxies):
+                    for attempt in range(a.retries + 1):
+                        r = measure(sc, px, a, ports, scratch, origin, want)
+                        r['rep'], r['attempt'] = rep, attempt
+                        noisy = r.get('other_pct', 0) > a.max_other
+                        if noisy and attempt < a.retries:
+                            r['discarded'] = f"other load {r['other_pct']}% > {a.max_other}%"
+                            discarded.append(r)
+                            print(fmt_row(r) + '  (discarded, redo)', flush=True)
+                            continue
+                        r['noisy'] = noisy
+                        recs.append(r)
+                        print(fmt_row(r) + ('  (noisy, kept)' if noisy else ''), flush=True)
+                        break
+                    with open(out_base + '.json', 'w') as f:
+                        json.dump({'meta': meta, 'runs': recs, 'discarded': discarded}, f, indent=1)
+    except KeyboardInterrupt:
+        log('interrupted')
+    finally:
+        stop_all()
+        olog.close()
+        subprocess.run(['rm', '-rf', scratch])
+    meta['loadavg_end'] = open('/proc/loadavg').read().strip()
+    summary = summarize(recs, [p.name for p in proxies], a.base, scen)
+    summary += (f'\n\n{len(discarded)} run(s) discarded and redone for other load > {a.max_other}% of a core; '
+                f'max other% kept: {max([r.get("other_pct", 0) for r in recs] or [0]):.1f}.')
+    text = '\n'.join([f'# {tag}', f'# {" ".join(shlex.quote(x) for x in sys.argv)}',
+                      f"# {meta['versions']}", '', HDR] + [fmt_row(r) for r in recs] +
+                     ['', LEGEND, '', summary])
+    with open(out_base + '.txt', 'w') as f:
+        f.write(text + '\n')
+    with open(out_base + '.json', 'w') as f:
+        json.dump({'meta': meta, 'runs': recs, 'discarded': discarded, 'summary': summary}, f, indent=1)
+    print('\n' + LEGEND + '\n\n' + summary)
+    log(f'# saved {out_base}.txt and .json')
+    if any('failed' in r for r in recs):
+        sys.exit(1)
+
+
+if __name__ == '__main__':
+    main()

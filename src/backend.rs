@@ -1,0 +1,573 @@
+//! `backend`: the run-time state shared by all threads for proxies and servers — connection
+//! counts, server weights and states, the pending-request queues, and server selection with
+//! `maxconn`/`maxqueue`/`timeout queue`.
+//!
+//! Everything here is atomics plus one mutex per backend that is taken only when a server is
+//! full (queueing) or when a queued request is handed a slot; the common path (a free server)
+//! is lock-free. It must not do I/O: connecting is `stream`'s job.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::oneshot;
+
+use crate::config::{Balance, Config, HashMethod, Proxy, Server};
+use crate::lb::{self, Candidate, Tables};
+
+/// Per-server run-time state.
+#[derive(Debug)]
+pub struct ServerState {
+    pub name: String,
+    /// Current address (`set server addr` may change it later).
+    pub addr: ArcSwap<SocketAddr>,
+    pub puid: u32,
+    pub backup: bool,
+    /// Current user weight.
+    pub weight: AtomicU32,
+    pub maxconn: AtomicU32,
+    pub maxqueue: u32,
+    /// Administrative maintenance (`disabled`, `set server ... state maint`).
+    pub maint: AtomicBool,
+    /// Operational state (health checks); true until checks say otherwise.
+    pub up: AtomicBool,
+    /// Requests currently being served (HAProxy's `served`, stats `scur`).
+    pub served: AtomicU32,
+    pub max_served: AtomicU32,
+    /// Requests waiting in this server's own queue.
+    pub queued: AtomicU32,
+    pub counters: Counters,
+}
+
+/// Cumulative counters (stats plane reads them).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub sessions_total: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub conn_errors: AtomicU64,
+    pub resp_errors: AtomicU64,
+    pub retries: AtomicU64,
+    pub redispatches: AtomicU64,
+    pub queue_timeouts: AtomicU64,
+}
+
+/// A request waiting for a server slot.
+struct Waiter {
+    seq: u64,
+    /// The server it must go to (hash algorithms), or any server.
+    server: Option<usize>,
+    tx: oneshot::Sender<usize>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiters: VecDeque<Waiter>,
+    next_seq: u64,
+}
+
+/// Per-backend run-time state.
+pub struct BackendState {
+    pub proxy_idx: usize,
+    pub servers: Vec<ServerState>,
+    pub balance: Balance,
+    pub hash_method: HashMethod,
+    pub active: ArcSwap<Tables>,
+    pub backup: ArcSwap<Tables>,
+    /// Walks the weighted map for roundrobin / static-rr.
+    rr_cursor: AtomicU64,
+    /// Requests queued at backend or server level (fast check before taking the lock).
+    pub queued: AtomicU32,
+    queue: Mutex<Queue>,
+    pub queue_timeout: Option<Duration>,
+    pub counters: Counters,
+}
+
+/// Per-frontend run-time state.
+#[derive(Debug, Default)]
+pub struct FrontendState {
+    pub cur_conns: AtomicU32,
+    pub maxconn: AtomicU32,
+    pub counters: Counters,
+}
+
+/// Run-time state of every proxy, indexed like `Config::proxies`.
+pub struct ProxyState {
+    pub fe: FrontendState,
+    pub be: Option<BackendState>,
+}
+
+/// Why no server could be picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PickError {
+    /// No usable server at all (503).
+    NoServer,
+    /// Waited `timeout queue` (503, termination state `sQ`).
+    QueueTimeout,
+    /// Every queue is full.
+    QueueFull,
+}
+
+/// What a request offers to hash-based algorithms.
+pub struct PickInput<'a> {
+    pub src: Option<IpAddr>,
+    pub uri: &'a [u8],
+    /// Value of the header named by `balance hdr(NAME)`, if present.
+    pub hdr: Option<&'a [u8]>,
+}
+
+/// A held server slot; released (and possibly handed to a queued request) on drop.
+pub struct Slot {
+    be: Arc<Shared>,
+    proxy: usize,
+    pub server: usize,
+    /// Milliseconds spent queued (`%Tw`).
+    pub queued_ms: u64,
+    released: bool,
+}
+
+/// Everything threads share: the config snapshot and the run-time state built from it.
+pub struct Shared {
+    pub cfg: Arc<Config>,
+    pub proxies: Vec<ProxyState>,
+    /// Global `maxconn` actually in force (after the fd limit).
+    pub global_maxconn: u32,
+    pub global_conns: AtomicU32,
+    /// Signalled whenever a client connection closes (listeners paused on maxconn wait on it).
+    pub conn_freed: tokio::sync::Notify,
+}
+
+impl ServerState {
+    fn from_config(s: &Server, puid: u32) -> ServerState {
+        ServerState {
+            name: s.name.clone(),
+            addr: ArcSwap::from_pointee(s.addr),
+            puid,
+            backup: s.backup,
+            weight: AtomicU32::new(s.weight),
+            maxconn: AtomicU32::new(s.maxconn),
+            maxqueue: s.maxqueue,
+            maint: AtomicBool::new(s.disabled),
+            up: AtomicBool::new(true),
+            served: AtomicU32::new(0),
+            max_served: AtomicU32::new(0),
+            queued: AtomicU32::new(0),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn usable(&self) -> bool {
+        !self.maint.load(Relaxed) && self.up.load(Relaxed)
+    }
+
+    fn has_room(&self) -> bool {
+        let m = self.maxconn.load(Relaxed);
+        m == 0 || self.served.load(SeqCst) < m
+    }
+
+    /// Takes a slot if the server is below its maxconn.
+    fn try_take(&self) -> bool {
+        let m = self.maxconn.load(Relaxed);
+        let mut cur = self.served.load(SeqCst);
+        loop {
+            if m != 0 && cur >= m {
+                return false;
+            }
+            match self.served.compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst) {
+                Ok(_) => {
+                    self.max_served.fetch_max(cur + 1, Relaxed);
+                    return true;
+                }
+                Err(c) => cur = c,
+            }
+        }
+    }
+}
+
+/// HAProxy's automatic ids: explicit `id`s are kept, the others get the lowest free number in
+/// declaration order, starting at 1.
+pub fn assign_ids(explicit: &[Option<u32>]) -> Vec<u32> {
+    let taken: std::collections::HashSet<u32> = explicit.iter().flatten().copied().collect();
+    let mut next = 1;
+    explicit
+        .iter()
+        .map(|e| match e {
+            Some(id) => *id,
+            None => {
+                while taken.contains(&next) {
+                    next += 1;
+                }
+                next += 1;
+                next - 1
+            }
+        })
+        .collect()
+}
+
+impl BackendState {
+    fn from_config(idx: usize, p: &Proxy) -> BackendState {
+        let ids = assign_ids(&p.servers.iter().map(|s| s.id).collect::<Vec<_>>());
+        let servers = p
+            .servers
+            .iter()
+            .zip(ids)
+            .map(|(s, id)| ServerState::from_config(s, id))
+            .collect();
+        let be = BackendState {
+            proxy_idx: idx,
+            servers,
+            balance: p.balance.clone(),
+            hash_method: p.hash_type.method,
+            active: ArcSwap::from_pointee(Tables::default()),
+            backup: ArcSwap::from_pointee(Tables::default()),
+            rr_cursor: AtomicU64::new(0),
+            queued: AtomicU32::new(0),
+            queue: Mutex::new(Queue::default()),
+            queue_timeout: p.timeouts.queue.or(p.timeouts.connect),
+            counters: Counters::default(),
+        };
+        be.rebuild_tables();
+        be
+    }
+
+    /// Recomputes the LB tables from current weights and states. Call after any change.
+    pub fn rebuild_tables(&self) {
+        let consistent = self.hash_method == HashMethod::Consistent;
+        let cand = |backup: bool| -> Vec<Candidate> {
+            self.servers
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.backup == backup && s.usable())
+                .map(|(i, s)| Candidate { idx: i, weight: s.weight.load(Relaxed), puid: s.puid })
+                .collect()
+        };
+        self.active.store(Arc::new(Tables::build(&cand(false), consistent)));
+        // Without `option allbackups`, HAProxy uses only the first usable backup.
+        let mut b = cand(true);
+        b.truncate(1);
+        self.backup.store(Arc::new(Tables::build(&b, consistent)));
+    }
+
+    /// The tables in force: active servers, or backups when no active server is usable.
+    fn tables(&self) -> Arc<Tables> {
+        let a = self.active.load_full();
+        if !a.is_empty() {
+            return a;
+        }
+        self.backup.load_full()
+    }
+
+    fn hash_for(&self, input: &PickInput, ht: &crate::config::HashType) -> Option<u32> {
+        Some(match &self.balance {
+            Balance::Source => lb::hash_source(ht, input.src?),
+            Balance::Uri { whole, len, depth, path_only } => {
+                lb::hash_key(ht, lb::uri_hash_input(input.uri, *whole, *len, *depth, *path_only))
+            }
+            Balance::UrlParam { name } => lb::hash_key(ht, lb::url_param(input.uri, name.as_bytes())?),
+            Balance::Hdr { name: _, use_domain_only } => {
+                let v = input.hdr?;
+                if *use_domain_only {
+                    lb::hash_key(ht, domain_only(v))
+                } else {
+                    lb::hash_key(ht, v)
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    /// Chooses a server without taking a slot: `Ok(Some(i))` a deterministic choice (hash),
+    /// `Ok(None)` any server with room will do.
+    fn preferred(&self, t: &Tables, input: &PickInput, ht: &crate::config::HashType) -> Option<usize> {
+        let h = self.hash_for(input, ht)?;
+        t.by_hash(h, self.hash_method).map(|s| s as usize)
+    }
+
+    /// Picks a server with room and takes its slot, without waiting.
+    fn pick_free(&self, t: &Tables, avoid: Option<usize>) -> Option<usize> {
+        let ok = |i: usize| Some(i) != avoid || t.servers.len() == 1;
+        match &self.balance {
+            Balance::First => t
+                .servers
+                .iter()
+                .map(|&i| i as usize)
+                .filter(|&i| ok(i))
+                .min_by_key(|&i| self.servers[i].puid)
+                .filter(|&i| self.servers[i].try_take())
+                .or_else(|| {
+                    let mut by_id: Vec<usize> = t.servers.iter().map(|&i| i as usize).collect();
+                    by_id.sort_by_key(|&i| self.servers[i].puid);
+                    by_id.into_iter().find(|&i| ok(i) && self.servers[i].try_take())
+                }),
+            Balance::LeastConn => {
+                // Lowest served/weight; the cursor rotates the start so ties spread.
+                let n = t.servers.len();
+                if n == 0 {
+                    return None;
+                }
+                let start = self.rr_cursor.fetch_add(1, Relaxed) as usize;
+                let mut best: Option<(u64, usize)> = None;
+                for k in 0..n {
+                    let i = t.servers[(start + k) % n] as usize;
+                    let s = &self.servers[i];
+                    let w = s.weight.load(Relaxed) as u64;
+                    if w == 0 || !ok(i) || !s.has_room() {
+                        continue;
+                    }
+                    let load = (s.served.load(Relaxed) as u64 + 1) * 256 / w;
+                    if best.is_none_or(|(b, _)| load < b) {
+                        best = Some((load, i));
+                    }
+                }
+                let (_, i) = best?;
+                if self.servers[i].try_take() { Some(i) } else { self.pick_any(t, ok) }
+            }
+            Balance::Random { draws } => {
+                if t.map.is_empty() {
+                    return None;
+                }
+                let mut best: Option<(u64, usize)> = None;
+                for _ in 0..(*draws).max(1) {
+                    let i = t.map[(crate::util::rand_u32() as usize) % t.map.len()] as usize;
+                    let s = &self.servers[i];
+                    if !ok(i) || !s.has_room() {
+                        continue;
+                    }
+                    let load = (s.served.load(Relaxed) as u64 + 1) * 256 / s.weight.load(Relaxed).max(1) as u64;
+                    if best.is_none_or(|(b, _)| load < b) {
+                        best = Some((load, i));
+                    }
+                }
+                match best {
+                    Some((_, i)) if self.servers[i].try_take() => Some(i),
+                    _ => self.pick_any(t, ok),
+                }
+            }
+            // roundrobin, static-rr, and hash algorithms whose preferred server is full.
+            _ => self.pick_any(t, ok),
+        }
+    }
+
+    /// Walks the weighted map from the round-robin cursor and takes the first server with room.
+    fn pick_any(&self, t: &Tables, ok: impl Fn(usize) -> bool) -> Option<usize> {
+        let n = t.map.len();
+        if n == 0 {
+            return None;
+        }
+        let start = self.rr_cursor.fetch_add(1, Relaxed) as usize;
+        for k in 0..n {
+            let i = t.map[(start + k) % n] as usize;
+            if ok(i) && self.servers[i].try_take() {
+                return Some(i);
+            }
+        }
+        None
+    }
+}
+
+fn domain_only(v: &[u8]) -> &[u8] {
+    // HAProxy hashes only the part between the first and last dots' words ("www.example.com"
+    // -> "example"); we keep the same idea: the second-level label when there are dots.
+    let host = match v.iter().position(|&c| c == b':') {
+        Some(p) => &v[..p],
+        None => v,
+    };
+    let labels: Vec<&[u8]> = host.split(|&c| c == b'.').collect();
+    if labels.len() >= 2 { labels[labels.len() - 2] } else { host }
+}
+
+impl Shared {
+    pub fn new(cfg: Arc<Config>, global_maxconn: u32) -> Shared {
+        let proxies = cfg
+            .proxies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ProxyState {
+                fe: FrontendState {
+                    maxconn: AtomicU32::new(p.maxconn.unwrap_or(global_maxconn)),
+                    ..Default::default()
+                },
+                be: p.kind.has_backend().then(|| BackendState::from_config(i, p)),
+            })
+            .collect();
+        Shared {
+            cfg,
+            proxies,
+            global_maxconn,
+            global_conns: AtomicU32::new(0),
+            conn_freed: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub fn backend(&self, idx: usize) -> &BackendState {
+        self.proxies[idx].be.as_ref().expect("config guarantees a backend")
+    }
+
+    pub fn server(&self, be: usize, srv: usize) -> &ServerState {
+        &self.backend(be).servers[srv]
+    }
+}
+
+/// Takes a server slot in backend `be_idx`, queueing (up to `timeout queue`) when all eligible
+/// servers are full. `avoid` is a server to skip (redispatch after a failed connect).
+pub async fn acquire(shared: &Arc<Shared>, be_idx: usize, input: &PickInput<'_>, avoid: Option<usize>) -> Result<Slot, PickError> {
+    let be = shared.backend(be_idx);
+    let ht = &shared.cfg.proxies[be_idx].hash_type;
+    let t = be.tables();
+    if t.is_empty() {
+        return Err(PickError::NoServer);
+    }
+    let preferred = if avoid.is_none() { be.preferred(&t, input, ht) } else { None };
+    let slot_q = |server, queued_ms| Slot { be: shared.clone(), proxy: be_idx, server, queued_ms, released: false };
+    let slot = |server| slot_q(server, 0);
+    // Fast path: nobody queued ahead of us and a server has room.
+    if be.queued.load(SeqCst) == 0 {
+        if let Some(p) = preferred {
+            if be.servers[p].try_take() {
+                return Ok(slot(p));
+            }
+        } else if let Some(i) = be.pick_free(&t, avoid) {
+            return Ok(slot(i));
+        }
+    }
+    // Slow path: queue in arrival order.
+    let (tx, rx) = oneshot::channel();
+    let seq;
+    {
+        let mut q = be.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = preferred {
+            let s = &be.servers[p];
+            if s.maxqueue != 0 && s.queued.load(SeqCst) >= s.maxqueue {
+                drop(q);
+                // Server queue full: HAProxy redispatches to another server.
+                return match be.pick_free(&t, Some(p)) {
+                    Some(i) => Ok(slot(i)),
+                    None => Err(PickError::QueueFull),
+                };
+            }
+            s.queued.fetch_add(1, SeqCst);
+        }
+        be.queued.fetch_add(1, SeqCst);
+        // Re-check under the lock: a slot released before we became visible must not be lost.
+        let got = if q.waiters.is_empty() {
+            match preferred {
+                Some(p) => be.servers[p].try_take().then_some(p),
+                None => be.pick_free(&t, avoid),
+            }
+        } else {
+            None
+        };
+        if let Some(i) = got {
+            be.queued.fetch_sub(1, SeqCst);
+            if let Some(p) = preferred {
+                be.servers[p].queued.fetch_sub(1, SeqCst);
+            }
+            return Ok(slot(i));
+        }
+        seq = q.next_seq;
+        q.next_seq += 1;
+        q.waiters.push_back(Waiter { seq, server: preferred, tx });
+    }
+    let started = std::time::Instant::now();
+    let mut rx = rx;
+    let res = match be.queue_timeout {
+        Some(d) => tokio::time::timeout(d, &mut rx).await.ok(),
+        None => Some((&mut rx).await),
+    };
+    let ms = |started: std::time::Instant| started.elapsed().as_millis() as u64;
+    if let Some(Ok(i)) = res {
+        return Ok(slot_q(i, ms(started)));
+    }
+    // Timed out: leave the queue, unless a slot was handed to us in the meantime.
+    let mut q = be.queue.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(pos) = q.waiters.iter().position(|w| w.seq == seq) {
+        let w = q.waiters.remove(pos).expect("position is valid");
+        be.queued.fetch_sub(1, SeqCst);
+        if let Some(p) = w.server {
+            be.servers[p].queued.fetch_sub(1, SeqCst);
+        }
+        be.counters.queue_timeouts.fetch_add(1, Relaxed);
+        return Err(PickError::QueueTimeout);
+    }
+    drop(q);
+    // Dequeued just as we gave up: the slot is in the channel and is ours.
+    match rx.try_recv() {
+        Ok(i) => Ok(slot_q(i, ms(started))),
+        Err(_) => Err(PickError::QueueTimeout),
+    }
+}
+
+impl Slot {
+    pub fn server_state(&self) -> &ServerState {
+        &self.be.backend(self.proxy).servers[self.server]
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        release(&self.be, self.proxy, self.server);
+    }
+}
+
+/// Frees a slot of `server`, handing it to the oldest queued request that can use it.
+fn release(shared: &Arc<Shared>, be_idx: usize, server: usize) {
+    let be = shared.backend(be_idx);
+    be.servers[server].served.fetch_sub(1, SeqCst);
+    if be.queued.load(SeqCst) == 0 {
+        return;
+    }
+    let mut q = be.queue.lock().unwrap_or_else(|e| e.into_inner());
+    let t = be.tables();
+    let mut i = 0;
+    while i < q.waiters.len() {
+        let target = q.waiters[i].server;
+        let got = match target {
+            Some(p) => be.servers[p].try_take().then_some(p),
+            None => {
+                if be.servers[server].usable() && be.servers[server].try_take() {
+                    Some(server)
+                } else {
+                    be.pick_free(&t, None)
+                }
+            }
+        };
+        match got {
+            Some(s) => {
+                let w = q.waiters.remove(i).expect("index in range");
+                be.queued.fetch_sub(1, SeqCst);
+                if let Some(p) = w.server {
+                    be.servers[p].queued.fetch_sub(1, SeqCst);
+                }
+                if let Err(s) = w.tx.send(s) {
+                    // The waiter gave up at the same moment: give the slot back and go on.
+                    be.servers[s].served.fetch_sub(1, SeqCst);
+                    continue;
+                }
+                // One slot was freed: at most one hand-off is needed, unless the waiter was
+                // bound to a different server that happened to have room.
+                if target.is_none() || target == Some(server) {
+                    return;
+                }
+            }
+            None => i += 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::assign_ids;
+
+    #[test]
+    fn ids_fill_gaps_like_haproxy() {
+        assert_eq!(assign_ids(&[None, Some(1), None, None]), vec![2, 1, 3, 4]);
+        assert_eq!(assign_ids(&[Some(3), None, None, None]), vec![3, 1, 2, 4]);
+    }
+}

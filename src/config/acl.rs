@@ -1,0 +1,1399 @@
+//! `acl`: conditions — named `acl NAME CRITERION [FLAGS] VALUES...` lines and the
+//! `if|unless COND` expressions that use them (with anonymous `{ ... }` ACLs, `!`, `||`,
+//! implicit AND). Owns parsing and evaluation; it must not know how a request is stored
+//! (it sees one only through [`HttpView`]).
+//!
+//! Supported criteria: `path`, `url` (with the `_beg`, `_end`, `_sub`, `_reg`, `_dir`, `_dom`
+//! and `_len` suffixes), `hdr(NAME)` / `req.hdr(NAME)` (same suffixes; comma-separated values
+//! are matched one by one), `fhdr(NAME)` (whole lines), `hdr_cnt(NAME)`, `hdr_val(NAME)`,
+//! `hdr_ip(NAME)`, `method`, `src`, `req.proto_http`, `always_true`, `always_false`, and the
+//! predefined ACLs HAProxy defines that can be evaluated from an [`HttpView`].
+//! Flags: `-i`, `-n`, `-m str|beg|end|sub|reg|dir|dom|len|found|ip|int|bool`, `--`.
+//!
+//! Evaluation never allocates: samples are borrowed from the view and compared in place.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use regex::bytes::{Regex, RegexBuilder};
+
+use super::IpNet;
+use super::did_you_mean;
+
+/// What a condition can look at. Implemented by the HTTP stream over its parsed head (and by a
+/// plain source-address view in `mode tcp`).
+pub trait HttpView {
+    /// Request method bytes (`GET`); empty in `mode tcp`.
+    fn method(&self) -> &[u8];
+    /// Request target exactly as received (origin form `/a?b` or absolute form).
+    fn uri(&self) -> &[u8];
+    /// Calls `f` with the whole value of each header field named `name` (ASCII case-insensitive),
+    /// in order; stops early and returns true as soon as `f` returns true.
+    fn for_each_header(&self, name: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> bool;
+    /// Client source address.
+    fn src(&self) -> Option<IpAddr>;
+}
+
+/// A parsed `if`/`unless` condition, ready to evaluate.
+#[derive(Debug, Clone)]
+pub struct Cond {
+    /// `unless`: the result is inverted.
+    unless: bool,
+    /// OR of AND-groups of terms.
+    groups: Vec<Vec<Term>>,
+}
+
+impl Cond {
+    pub fn eval(&self, view: &dyn HttpView) -> bool {
+        let r = self
+            .groups
+            .iter()
+            .any(|g| g.iter().all(|t| t.acl.matches(view) != t.neg));
+        r != self.unless
+    }
+
+    /// Whether the condition looks at the HTTP request (anything but `src` and constants), so
+    /// it can only be evaluated in `mode http`.
+    pub fn uses_http(&self) -> bool {
+        self.groups
+            .iter()
+            .flatten()
+            .any(|t| t.acl.exprs.iter().any(|e| e.fetch.is_http()))
+    }
+
+    /// `true` for `unless` conditions.
+    pub fn is_unless(&self) -> bool {
+        self.unless
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Term {
+    neg: bool,
+    acl: Arc<Acl>,
+}
+
+/// A named (or anonymous) ACL: the OR of its expressions.
+#[derive(Debug, Clone)]
+pub(crate) struct Acl {
+    name: String,
+    exprs: Vec<Expr>,
+}
+
+impl Acl {
+    fn matches(&self, view: &dyn HttpView) -> bool {
+        self.exprs.iter().any(|e| e.matches(view))
+    }
+}
+
+/// One `CRITERION [FLAGS] VALUES...` expression.
+#[derive(Debug, Clone)]
+pub(crate) struct Expr {
+    fetch: Fetch,
+    matcher: Matcher,
+}
+
+impl Expr {
+    fn matches(&self, view: &dyn HttpView) -> bool {
+        self.fetch.for_each(view, &mut |s| self.matcher.test(s))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Samples and fetches.
+
+#[derive(Clone, Copy)]
+enum Sample<'a> {
+    Str(&'a [u8]),
+    Int(i64),
+    Ip(IpAddr),
+    Bool(bool),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SmpType {
+    Str,
+    Int,
+    Ip,
+    Bool,
+}
+
+#[derive(Debug, Clone)]
+enum Fetch {
+    AlwaysTrue,
+    AlwaysFalse,
+    ProtoHttp,
+    Path,
+    Url,
+    Method,
+    Src,
+    /// Header values; `split`: comma-separated values are separate samples (`hdr`), else
+    /// each field line is one sample (`fhdr`).
+    Hdr {
+        name: Box<[u8]>,
+        split: bool,
+    },
+    HdrCnt {
+        name: Box<[u8]>,
+        split: bool,
+    },
+    HdrVal {
+        name: Box<[u8]>,
+    },
+    HdrIp {
+        name: Box<[u8]>,
+    },
+}
+
+fn trim_ows(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+/// The path of a request target: origin form up to `?`; absolute form with the scheme and
+/// authority removed; `None` for `*` and authority form.
+fn uri_path(uri: &[u8]) -> Option<&[u8]> {
+    let rest = if uri.first() == Some(&b'/') {
+        uri
+    } else {
+        let pos = uri.windows(3).position(|w| w == b"://")?;
+        // The scheme must not contain '/'.
+        if uri[..pos].contains(&b'/') {
+            return None;
+        }
+        let after = &uri[pos + 3..];
+        match after.iter().position(|&c| c == b'/' || c == b'?') {
+            Some(p) if after[p] == b'/' => &after[p..],
+            _ => return Some(&[]),
+        }
+    };
+    let end = rest.iter().position(|&c| c == b'?').unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// Integer value of a header, as HAProxy's `hdr_val` (leading sign and digits).
+fn parse_int(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, s),
+    };
+    let end = digits
+        .iter()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    if end == 0 {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &d in &digits[..end] {
+        v = v.saturating_mul(10).saturating_add((d - b'0') as i64);
+    }
+    Some(if neg { -v } else { v })
+}
+
+fn parse_ip(s: &[u8]) -> Option<IpAddr> {
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+impl Fetch {
+    fn is_http(&self) -> bool {
+        !matches!(self, Fetch::AlwaysTrue | Fetch::AlwaysFalse | Fetch::Src)
+    }
+
+    fn out_type(&self) -> SmpType {
+        match self {
+            Fetch::AlwaysTrue | Fetch::AlwaysFalse | Fetch::ProtoHttp => SmpType::Bool,
+            Fetch::Path | Fetch::Url | Fetch::Method | Fetch::Hdr { .. } => SmpType::Str,
+            Fetch::Src | Fetch::HdrIp { .. } => SmpType::Ip,
+            Fetch::HdrCnt { .. } | Fetch::HdrVal { .. } => SmpType::Int,
+        }
+    }
+
+    /// Calls `f` on each sample; true as soon as `f` returns true.
+    fn for_each(&self, view: &dyn HttpView, f: &mut dyn FnMut(Sample<'_>) -> bool) -> bool {
+        match self {
+            Fetch::AlwaysTrue => f(Sample::Bool(true)),
+            Fetch::AlwaysFalse => f(Sample::Bool(false)),
+            Fetch::ProtoHttp => f(Sample::Bool(!view.method().is_empty())),
+            Fetch::Method => {
+                let m = view.method();
+                !m.is_empty() && f(Sample::Str(m))
+            }
+            Fetch::Url => {
+                let u = view.uri();
+                !u.is_empty() && f(Sample::Str(u))
+            }
+            Fetch::Path => match uri_path(view.uri()) {
+                Some(p) => f(Sample::Str(p)),
+                None => false,
+            },
+            Fetch::Src => match view.src() {
+                Some(ip) => f(Sample::Ip(ip)),
+                None => false,
+            },
+            Fetch::Hdr { name, split } => view.for_each_header(name, &mut |v| {
+                if *split {
+                    v.split(|&c| c == b',').any(|p| f(Sample::Str(trim_ows(p))))
+                } else {
+                    f(Sample::Str(trim_ows(v)))
+                }
+            }),
+            Fetch::HdrCnt { name, split } => {
+                let mut n: i64 = 0;
+                view.for_each_header(name, &mut |v| {
+                    n += if *split {
+                        v.split(|&c| c == b',').count() as i64
+                    } else {
+                        1
+                    };
+                    false
+                });
+                f(Sample::Int(n))
+            }
+            Fetch::HdrVal { name } => view.for_each_header(name, &mut |v| {
+                v.split(|&c| c == b',')
+                    .filter_map(|p| parse_int(trim_ows(p)))
+                    .any(|n| f(Sample::Int(n)))
+            }),
+            Fetch::HdrIp { name } => view.for_each_header(name, &mut |v| {
+                v.split(|&c| c == b',')
+                    .filter_map(|p| parse_ip(trim_ows(p)))
+                    .any(|ip| f(Sample::Ip(ip)))
+            }),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matchers.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StrKind {
+    Exact,
+    Beg,
+    End,
+    Sub,
+    Dir,
+    Dom,
+}
+
+/// Inclusive integer range (`N`, `N:M`, `:M`, `N:`, `gt N`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IntRange {
+    min: Option<i64>,
+    max: Option<i64>,
+}
+
+impl IntRange {
+    fn contains(&self, v: i64) -> bool {
+        self.min.is_none_or(|m| v >= m) && self.max.is_none_or(|m| v <= m)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Matcher {
+    Found,
+    Bool,
+    Str {
+        kind: StrKind,
+        icase: bool,
+        pats: Vec<Box<[u8]>>,
+    },
+    Reg(Vec<Regex>),
+    Len(Vec<IntRange>),
+    Int(Vec<IntRange>),
+    Ip(Vec<IpNet>),
+}
+
+fn eq_bytes(a: &[u8], b: &[u8], icase: bool) -> bool {
+    if icase {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a == b
+    }
+}
+
+fn find_from(hay: &[u8], pat: &[u8], from: usize, icase: bool) -> Option<usize> {
+    if pat.len() > hay.len() {
+        return None;
+    }
+    (from..=hay.len() - pat.len()).find(|&i| eq_bytes(&hay[i..i + pat.len()], pat, icase))
+}
+
+/// HAProxy's word match: `pat` (stripped of delimiters) must appear in `s` bounded by
+/// delimiters or the ends of the string.
+fn match_word(s: &[u8], pat: &[u8], icase: bool, delims: &[u8]) -> bool {
+    let is_delim = |c: &u8| delims.contains(c);
+    let start = pat.iter().position(|c| !is_delim(c)).unwrap_or(pat.len());
+    let end = pat.iter().rposition(|c| !is_delim(c)).map_or(start, |p| p + 1);
+    let pat = &pat[start..end];
+    if pat.is_empty() {
+        return false;
+    }
+    let mut from = 0;
+    while let Some(i) = find_from(s, pat, from, icase) {
+        let before_ok = i == 0 || is_delim(&s[i - 1]);
+        let after = i + pat.len();
+        let after_ok = after == s.len() || is_delim(&s[after]);
+        if before_ok && after_ok {
+            return true;
+        }
+        from = i + 1;
+    }
+    false
+}
+
+fn str_match(kind: StrKind, s: &[u8], p: &[u8], icase: bool) -> bool {
+    match kind {
+        StrKind::Exact => eq_bytes(s, p, icase),
+        StrKind::Beg => s.len() >= p.len() && eq_bytes(&s[..p.len()], p, icase),
+        StrKind::End => s.len() >= p.len() && eq_bytes(&s[s.len() - p.len()..], p, icase),
+        StrKind::Sub => p.is_empty() || find_from(s, p, 0, icase).is_some(),
+        StrKind::Dir => match_word(s, p, icase, b"/?"),
+        StrKind::Dom => match_word(s, p, icase, b"/?.:"),
+    }
+}
+
+/// Whether `ip` is in `net`, comparing IPv4 samples with IPv6 networks through their
+/// v4-mapped form (and v4-mapped samples with IPv4 networks), as HAProxy does.
+fn ip_in(net: &IpNet, ip: IpAddr) -> bool {
+    match (net.addr, ip) {
+        (IpAddr::V6(_), IpAddr::V4(v4)) => net.contains(IpAddr::V6(v4.to_ipv6_mapped())),
+        _ => net.contains(ip),
+    }
+}
+
+impl Matcher {
+    fn test(&self, s: Sample<'_>) -> bool {
+        match self {
+            Matcher::Found => true,
+            Matcher::Bool => match s {
+                Sample::Bool(b) => b,
+                Sample::Int(n) => n != 0,
+                _ => false,
+            },
+            Matcher::Str { kind, icase, pats } => match s {
+                Sample::Str(v) => pats.iter().any(|p| str_match(*kind, v, p, *icase)),
+                _ => false,
+            },
+            Matcher::Reg(res) => match s {
+                Sample::Str(v) => res.iter().any(|r| r.is_match(v)),
+                _ => false,
+            },
+            Matcher::Len(ranges) => match s {
+                Sample::Str(v) => ranges.iter().any(|r| r.contains(v.len() as i64)),
+                _ => false,
+            },
+            Matcher::Int(ranges) => {
+                let v = match s {
+                    Sample::Int(n) => n,
+                    Sample::Bool(b) => b as i64,
+                    Sample::Str(v) => match std::str::from_utf8(v).ok().and_then(|t| t.parse().ok()) {
+                        Some(n) => n,
+                        None => return false,
+                    },
+                    Sample::Ip(_) => return false,
+                };
+                ranges.iter().any(|r| r.contains(v))
+            }
+            Matcher::Ip(nets) => {
+                let ip = match s {
+                    Sample::Ip(ip) => ip,
+                    Sample::Str(v) => match parse_ip(v) {
+                        Some(ip) => ip,
+                        None => return false,
+                    },
+                    _ => return false,
+                };
+                nets.iter().any(|n| ip_in(n, ip))
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing.
+
+/// Criteria sluice understands (for suggestions).
+const CRITERIA: &[&str] = &[
+    "always_true",
+    "always_false",
+    "req.proto_http",
+    "path",
+    "path_beg",
+    "path_end",
+    "path_sub",
+    "path_reg",
+    "path_dir",
+    "path_dom",
+    "path_len",
+    "url",
+    "url_beg",
+    "url_end",
+    "url_sub",
+    "url_reg",
+    "url_dir",
+    "url_dom",
+    "url_len",
+    "method",
+    "src",
+    "hdr",
+    "hdr_beg",
+    "hdr_end",
+    "hdr_sub",
+    "hdr_reg",
+    "hdr_dir",
+    "hdr_dom",
+    "hdr_len",
+    "hdr_cnt",
+    "hdr_val",
+    "hdr_ip",
+    "req.hdr",
+    "req.hdr_cnt",
+    "req.hdr_val",
+    "req.hdr_ip",
+    "fhdr",
+    "fhdr_cnt",
+    "req.fhdr",
+    "req.fhdr_cnt",
+];
+
+/// Sample fetches HAProxy has that sluice does not evaluate (yet).
+const UNSUPPORTED_FETCHES: &[&str] = &[
+    "base",
+    "base32",
+    "base_beg",
+    "base_dir",
+    "base_dom",
+    "base_end",
+    "base_len",
+    "base_reg",
+    "base_sub",
+    "be_id",
+    "be_name",
+    "capture.req.hdr",
+    "capture.req.method",
+    "capture.req.uri",
+    "cook",
+    "cook_beg",
+    "cook_cnt",
+    "cook_end",
+    "cook_len",
+    "cook_reg",
+    "cook_sub",
+    "cook_val",
+    "dst",
+    "dst_conn",
+    "dst_port",
+    "fe_id",
+    "fe_name",
+    "http_auth",
+    "http_auth_group",
+    "http_first_req",
+    "nbsrv",
+    "query",
+    "rand",
+    "req.body",
+    "req.cook",
+    "req.cook_cnt",
+    "req.len",
+    "req.payload",
+    "req.rdp_cookie",
+    "req.ssl_hello_type",
+    "req.ssl_sni",
+    "req.ssl_ver",
+    "req.ver",
+    "req_ssl_sni",
+    "req_ver",
+    "res.hdr",
+    "sc0_conn_rate",
+    "sc0_http_req_rate",
+    "src_conn_rate",
+    "src_http_req_rate",
+    "src_port",
+    "srv_id",
+    "ssl_c_used",
+    "ssl_fc",
+    "ssl_fc_sni",
+    "status",
+    "url_ip",
+    "url_param",
+    "url_port",
+    "urlp",
+    "urlp_val",
+    "var",
+];
+
+fn fetch_name_ok(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.')
+}
+
+/// Splits `name(args)` → (name, Some(args)), rejecting converters (`,lower`).
+fn split_criterion(word: &str) -> Result<(&str, Option<&str>), String> {
+    let name_end = word
+        .bytes()
+        .position(|c| !fetch_name_ok(c))
+        .unwrap_or(word.len());
+    let name = &word[..name_end];
+    let rest = &word[name_end..];
+    let (args, after) = if let Some(r) = rest.strip_prefix('(') {
+        let Some(close) = r.find(')') else {
+            return Err(format!("missing closing ')' in ACL criterion '{word}'"));
+        };
+        (Some(&r[..close]), &r[close + 1..])
+    } else {
+        (None, rest)
+    };
+    if let Some(conv) = after.strip_prefix(',') {
+        return Err(format!(
+            "converters are not supported by sluice in ACL criteria ('{word}' uses ',{conv}')"
+        ));
+    }
+    if !after.is_empty() || name.is_empty() {
+        return Err(format!("invalid ACL criterion '{word}'"));
+    }
+    Ok((name, args))
+}
+
+/// Resolves a criterion word into a fetch and its default matching method.
+/// Returns the fetch and the name of its default matching method.
+fn parse_fetch(word: &str) -> Result<(Fetch, &'static str), String> {
+    let (name, args) = split_criterion(word)?;
+    let no_args = |f: Fetch| -> Result<Fetch, String> {
+        if args.is_some_and(|a| !a.is_empty()) {
+            Err(format!("ACL criterion '{name}' takes no argument"))
+        } else {
+            Ok(f)
+        }
+    };
+    let hdr_name = || -> Result<Box<[u8]>, String> {
+        let a = args.unwrap_or("").trim();
+        if a.is_empty() {
+            return Err(format!(
+                "ACL criterion '{name}' requires a header name, as in '{name}(host)'"
+            ));
+        }
+        if a.contains(',') {
+            return Err(format!(
+                "the occurrence argument of '{name}' is not supported by sluice (in '{word}')"
+            ));
+        }
+        Ok(a.to_ascii_lowercase().into_bytes().into_boxed_slice())
+    };
+    // Suffixes on path/url/hdr.
+    let (base, suffix) = match name.rsplit_once('_') {
+        Some((b, s))
+            if matches!(b, "path" | "url" | "hdr" | "req.hdr" | "fhdr" | "req.fhdr")
+                && matches!(s, "beg" | "end" | "sub" | "reg" | "dir" | "dom" | "len") =>
+        {
+            (b, Some(s))
+        }
+        _ => (name, None),
+    };
+    if suffix.is_some() && base.starts_with("req.") {
+        return Err(format!("unknown ACL criterion '{name}' (did you mean '{}'?)", &name[4..]));
+    }
+    let default_m: &'static str = match suffix {
+        Some("reg") => "reg",
+        Some("len") => "len",
+        Some("beg") => "beg",
+        Some("end") => "end",
+        Some("sub") => "sub",
+        Some("dir") => "dir",
+        Some("dom") => "dom",
+        _ => "",
+    };
+    let fetch = match base {
+        "always_true" => no_args(Fetch::AlwaysTrue)?,
+        "always_false" => no_args(Fetch::AlwaysFalse)?,
+        "req.proto_http" | "req_proto_http" => no_args(Fetch::ProtoHttp)?,
+        "path" => no_args(Fetch::Path)?,
+        "url" => no_args(Fetch::Url)?,
+        "method" => no_args(Fetch::Method)?,
+        "src" => no_args(Fetch::Src)?,
+        "hdr" | "req.hdr" => Fetch::Hdr {
+            name: hdr_name()?,
+            split: true,
+        },
+        "fhdr" | "req.fhdr" => Fetch::Hdr {
+            name: hdr_name()?,
+            split: false,
+        },
+        "hdr_cnt" | "req.hdr_cnt" => Fetch::HdrCnt {
+            name: hdr_name()?,
+            split: true,
+        },
+        "fhdr_cnt" | "req.fhdr_cnt" => Fetch::HdrCnt {
+            name: hdr_name()?,
+            split: false,
+        },
+        "hdr_val" | "req.hdr_val" => Fetch::HdrVal { name: hdr_name()? },
+        "hdr_ip" | "req.hdr_ip" => Fetch::HdrIp { name: hdr_name()? },
+        _ => {
+            if UNSUPPORTED_FETCHES.contains(&name)
+                || UNSUPPORTED_FETCHES
+                    .iter()
+                    .any(|f| name.starts_with(f) && name[f.len()..].starts_with('_'))
+            {
+                return Err(format!("ACL criterion '{name}' is not supported by sluice"));
+            }
+            return Err(format!(
+                "unknown ACL criterion '{name}'{}",
+                did_you_mean(name, CRITERIA.iter().copied())
+            ));
+        }
+    };
+    let default_m = if default_m.is_empty() {
+        match fetch.out_type() {
+            SmpType::Str => "str",
+            SmpType::Int => "int",
+            SmpType::Ip => "ip",
+            SmpType::Bool => "bool",
+        }
+    } else {
+        default_m
+    };
+    Ok((fetch, default_m))
+}
+
+fn parse_int_ranges(values: &[String]) -> Result<Vec<IntRange>, String> {
+    let num = |s: &str| -> Result<i64, String> {
+        s.parse::<i64>()
+            .map_err(|_| format!("'{s}' is not a valid integer pattern"))
+    };
+    let mut out = Vec::new();
+    let mut op: Option<&str> = None;
+    for v in values {
+        let v = v.as_str();
+        if matches!(v, "eq" | "ge" | "gt" | "le" | "lt") {
+            if op.is_some() {
+                return Err(format!("unexpected operator '{v}' after another operator"));
+            }
+            op = Some(v);
+            continue;
+        }
+        let r = match op.take() {
+            Some(o) => {
+                let n = num(v)?;
+                match o {
+                    "eq" => IntRange {
+                        min: Some(n),
+                        max: Some(n),
+                    },
+                    "ge" => IntRange {
+                        min: Some(n),
+                        max: None,
+                    },
+                    "gt" => IntRange {
+                        min: Some(n.saturating_add(1)),
+                        max: None,
+                    },
+                    "le" => IntRange {
+                        min: None,
+                        max: Some(n),
+                    },
+                    _ => IntRange {
+                        min: None,
+                        max: Some(n.saturating_sub(1)),
+                    },
+                }
+            }
+            None => match v.split_once(':') {
+                Some((a, b)) => IntRange {
+                    min: if a.is_empty() { None } else { Some(num(a)?) },
+                    max: if b.is_empty() { None } else { Some(num(b)?) },
+                },
+                None => {
+                    let n = num(v)?;
+                    IntRange {
+                        min: Some(n),
+                        max: Some(n),
+                    }
+                }
+            },
+        };
+        out.push(r);
+    }
+    if let Some(o) = op {
+        return Err(format!("missing value after operator '{o}'"));
+    }
+    Ok(out)
+}
+
+/// Parses an IPv4/IPv6 address or network (`10.0.0.0/8`, `10.0.0.0/255.0.0.0`, `::1`).
+pub(crate) fn parse_ipnet(s: &str) -> Result<IpNet, String> {
+    let bad = || format!("'{s}' is not a valid IPv4 or IPv6 address or network");
+    let (addr, prefix) = match s.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (s, None),
+    };
+    let addr: IpAddr = addr.parse().map_err(|_| bad())?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let prefix = match prefix {
+        None => max,
+        Some(p) => match p.parse::<u8>() {
+            Ok(n) if n <= max => n,
+            Ok(_) => return Err(bad()),
+            Err(_) => {
+                // Dotted IPv4 mask: must be contiguous.
+                let m: std::net::Ipv4Addr = p.parse().map_err(|_| bad())?;
+                if !addr.is_ipv4() {
+                    return Err(bad());
+                }
+                let m = u32::from(m);
+                let ones = m.leading_ones();
+                if m.checked_shl(ones).unwrap_or(0) != 0 {
+                    return Err(format!("'{s}' has a non-contiguous network mask"));
+                }
+                ones as u8
+            }
+        },
+    };
+    Ok(IpNet { addr, prefix })
+}
+
+/// Parses `CRITERION [FLAGS] [VALUES...]`.
+pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
+    let Some(crit) = words.first() else {
+        return Err("missing ACL criterion".into());
+    };
+    let (fetch, default_m) = parse_fetch(crit)?;
+    let mut icase = false;
+    let mut method: Option<&str> = None;
+    let mut i = 1;
+    while i < words.len() && words[i].starts_with('-') {
+        match words[i].as_str() {
+            "-i" => icase = true,
+            "-n" => {}
+            "-m" => {
+                let Some(m) = words.get(i + 1) else {
+                    return Err("missing matching method after '-m'".into());
+                };
+                method = Some(m.as_str());
+                i += 1;
+            }
+            "--" => {
+                i += 1;
+                break;
+            }
+            f @ ("-f" | "-M" | "-u") => {
+                return Err(format!("ACL flag '{f}' is not supported by sluice"));
+            }
+            f => {
+                return Err(format!(
+                    "'{f}' is not a valid ACL option; use '--' before any pattern beginning \
+                     with a '-'"
+                ));
+            }
+        }
+        i += 1;
+    }
+    let explicit_end = i > 1 && words[i - 1] == "--";
+    let values = &words[i..];
+    let m = method.unwrap_or(default_m);
+    let ty = fetch.out_type();
+    let compatible = match m {
+        "found" => true,
+        "str" | "beg" | "end" | "sub" | "dir" | "dom" | "reg" | "len" => ty == SmpType::Str,
+        "int" => ty != SmpType::Ip,
+        "bool" => matches!(ty, SmpType::Bool | SmpType::Int),
+        "ip" => matches!(ty, SmpType::Ip | SmpType::Str),
+        "bin" | "end_bin" => {
+            return Err(format!("matching method '{m}' is not supported by sluice"));
+        }
+        _ => {
+            return Err(format!(
+                "unknown matching method '{m}'{}",
+                did_you_mean(
+                    m,
+                    ["found", "bool", "int", "ip", "str", "beg", "end", "sub", "reg", "dir", "dom", "len"]
+                )
+            ));
+        }
+    };
+    if !compatible {
+        let tn = match ty {
+            SmpType::Str => "string",
+            SmpType::Int => "integer",
+            SmpType::Ip => "address",
+            SmpType::Bool => "boolean",
+        };
+        return Err(format!(
+            "matching method '{m}' cannot be used with criterion '{crit}' (its samples are {tn}s)"
+        ));
+    }
+    let needs_values = !matches!(m, "found" | "bool");
+    if needs_values && values.is_empty() && !explicit_end {
+        return Err(format!(
+            "no pattern to match against was provided for '{crit}', so this ACL would never \
+             match; use '-m found' to test for existence, or '--' if this is intended"
+        ));
+    }
+    if !needs_values && !values.is_empty() {
+        return Err(format!(
+            "matching method '{m}' takes no pattern, but '{}' was given",
+            values[0]
+        ));
+    }
+    let matcher = match m {
+        "found" => Matcher::Found,
+        "bool" => Matcher::Bool,
+        "int" => Matcher::Int(parse_int_ranges(values)?),
+        "len" => Matcher::Len(parse_int_ranges(values)?),
+        "ip" => Matcher::Ip(values.iter().map(|v| parse_ipnet(v)).collect::<Result<_, _>>()?),
+        "reg" => {
+            let mut res = Vec::with_capacity(values.len());
+            for v in values {
+                let r = RegexBuilder::new(v)
+                    .case_insensitive(icase)
+                    .build()
+                    .map_err(|e| format!("invalid regex '{v}': {}", first_line(&e.to_string())))?;
+                res.push(r);
+            }
+            Matcher::Reg(res)
+        }
+        _ => {
+            let kind = match m {
+                "beg" => StrKind::Beg,
+                "end" => StrKind::End,
+                "sub" => StrKind::Sub,
+                "dir" => StrKind::Dir,
+                "dom" => StrKind::Dom,
+                _ => StrKind::Exact,
+            };
+            Matcher::Str {
+                kind,
+                icase,
+                pats: values
+                    .iter()
+                    .map(|v| v.as_bytes().to_vec().into_boxed_slice())
+                    .collect(),
+            }
+        }
+    };
+    Ok(Expr { fetch, matcher })
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Predefined ACLs (HAProxy section 7.4): `Some(Err)` for those sluice cannot evaluate.
+fn predefined(name: &str) -> Option<Result<Expr, String>> {
+    let mk = |words: &[&str]| {
+        let w: Vec<String> = words.iter().map(|s| s.to_string()).collect();
+        parse_expr(&w)
+    };
+    Some(match name {
+        "TRUE" => mk(&["always_true"]),
+        "FALSE" => mk(&["always_false"]),
+        "HTTP" => mk(&["req.proto_http"]),
+        "HTTP_CONTENT" => mk(&["hdr_val(content-length)", "gt", "0"]),
+        "HTTP_URL_ABS" => mk(&["url_reg", "^[^/:]*://"]),
+        "HTTP_URL_SLASH" => mk(&["url_beg", "/"]),
+        "HTTP_URL_STAR" => mk(&["url", "*"]),
+        "LOCALHOST" => mk(&["src", "127.0.0.1/8", "::1"]),
+        "METH_CONNECT" => mk(&["method", "CONNECT"]),
+        "METH_DELETE" => mk(&["method", "DELETE"]),
+        "METH_GET" => mk(&["method", "GET", "HEAD"]),
+        "METH_HEAD" => mk(&["method", "HEAD"]),
+        "METH_OPTIONS" => mk(&["method", "OPTIONS"]),
+        "METH_POST" => mk(&["method", "POST"]),
+        "METH_PUT" => mk(&["method", "PUT"]),
+        "METH_TRACE" => mk(&["method", "TRACE"]),
+        "HTTP_1.0" | "HTTP_1.1" | "HTTP_2.0" | "HTTP_3.0" | "RDP_COOKIE" | "REQ_CONTENT"
+        | "WAIT_END" => Err(format!("predefined ACL '{name}' is not supported by sluice")),
+        _ => return None,
+    })
+}
+
+const PREDEFINED: &[&str] = &[
+    "TRUE",
+    "FALSE",
+    "HTTP",
+    "HTTP_1.0",
+    "HTTP_1.1",
+    "HTTP_2.0",
+    "HTTP_3.0",
+    "HTTP_CONTENT",
+    "HTTP_URL_ABS",
+    "HTTP_URL_SLASH",
+    "HTTP_URL_STAR",
+    "LOCALHOST",
+    "METH_CONNECT",
+    "METH_DELETE",
+    "METH_GET",
+    "METH_HEAD",
+    "METH_OPTIONS",
+    "METH_POST",
+    "METH_PUT",
+    "METH_TRACE",
+    "RDP_COOKIE",
+    "REQ_CONTENT",
+    "WAIT_END",
+];
+
+fn valid_acl_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-' | b':'))
+}
+
+/// The named ACLs of one proxy section. Repeating a name ORs the expressions; rules keep
+/// referring to the final definition, as in HAProxy.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AclSet {
+    map: HashMap<String, Arc<Acl>>,
+}
+
+impl AclSet {
+    pub(crate) fn new() -> AclSet {
+        AclSet::default()
+    }
+
+    /// Parses the arguments of an `acl` line: `NAME CRITERION [FLAGS] [VALUES...]`.
+    pub(crate) fn add(&mut self, words: &[String]) -> Result<(), String> {
+        let Some(name) = words.first() else {
+            return Err("missing ACL name".into());
+        };
+        if !valid_acl_name(name) {
+            return Err(format!(
+                "invalid ACL name '{name}' (only letters, digits, '_', '.', '-' and ':' are \
+                 allowed)"
+            ));
+        }
+        if words.len() < 2 {
+            return Err(format!("missing criterion for ACL '{name}'"));
+        }
+        let expr = parse_expr(&words[1..])?;
+        let acl = self.map.entry(name.clone()).or_insert_with(|| {
+            Arc::new(Acl {
+                name: name.clone(),
+                exprs: Vec::new(),
+            })
+        });
+        Arc::make_mut(acl).exprs.push(expr);
+        Ok(())
+    }
+
+    fn lookup(&self, name: &str) -> Result<Arc<Acl>, String> {
+        if let Some(a) = self.map.get(name) {
+            return Ok(a.clone());
+        }
+        match predefined(name) {
+            Some(Ok(expr)) => Ok(Arc::new(Acl {
+                name: name.to_string(),
+                exprs: vec![expr],
+            })),
+            Some(Err(e)) => Err(e),
+            None => {
+                let cands = self
+                    .map
+                    .keys()
+                    .map(String::as_str)
+                    .chain(PREDEFINED.iter().copied());
+                Err(format!("unknown ACL '{name}'{}", did_you_mean(name, cands)))
+            }
+        }
+    }
+}
+
+/// Parses `if|unless TERMS...` (`words[0]` is `if` or `unless`) against the ACLs declared so
+/// far.
+pub(crate) fn parse_cond(words: &[String], acls: &AclSet) -> Result<Cond, String> {
+    let unless = match words.first().map(String::as_str) {
+        Some("if") => false,
+        Some("unless") => true,
+        Some(w) => return Err(format!("expected 'if' or 'unless', got '{w}'")),
+        None => return Err("missing 'if' or 'unless'".into()),
+    };
+    let kw = &words[0];
+    let rest = &words[1..];
+    if rest.is_empty() {
+        return Err(format!("missing condition after '{kw}'"));
+    }
+    let mut groups: Vec<Vec<Term>> = vec![Vec::new()];
+    let mut i = 0;
+    while i < rest.len() {
+        let w = rest[i].as_str();
+        if w == "||" || w.eq_ignore_ascii_case("or") {
+            if groups.last().is_some_and(Vec::is_empty) {
+                return Err(format!("missing ACL before '{w}' in condition"));
+            }
+            groups.push(Vec::new());
+            i += 1;
+            continue;
+        }
+        // Negations, possibly as separate words.
+        let mut neg = false;
+        let mut w = w;
+        loop {
+            while let Some(r) = w.strip_prefix('!') {
+                neg = !neg;
+                w = r;
+            }
+            if !w.is_empty() {
+                break;
+            }
+            i += 1;
+            match rest.get(i) {
+                Some(n) => w = n.as_str(),
+                None => return Err("missing ACL after '!' in condition".into()),
+            }
+        }
+        let acl = if w == "{" {
+            let Some(close) = rest[i + 1..].iter().position(|x| x == "}") else {
+                return Err("missing closing '}' of anonymous ACL in condition".into());
+            };
+            let inner = &rest[i + 1..i + 1 + close];
+            if inner.is_empty() {
+                return Err("empty anonymous ACL '{ }' in condition".into());
+            }
+            let expr = parse_expr(inner)?;
+            i += close + 2;
+            Arc::new(Acl {
+                name: format!("{{ {} }}", inner.join(" ")),
+                exprs: vec![expr],
+            })
+        } else {
+            if w == "}" {
+                return Err("unexpected '}' in condition".into());
+            }
+            if w.starts_with('{') {
+                return Err(format!(
+                    "'{w}': braces of anonymous ACLs must be separated by spaces"
+                ));
+            }
+            if w == "&&" || w.eq_ignore_ascii_case("and") {
+                return Err(format!(
+                    "'{w}' is not an operator in ACL conditions (AND is implicit between terms)"
+                ));
+            }
+            i += 1;
+            acls.lookup(w)?
+        };
+        if let Some(g) = groups.last_mut() {
+            g.push(Term { neg, acl });
+        }
+    }
+    if groups.last().is_some_and(Vec::is_empty) {
+        return Err("missing ACL after 'or' in condition".into());
+    }
+    Ok(Cond { unless, groups })
+}
+
+impl std::fmt::Display for Cond {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.unless { "unless" } else { "if" })?;
+        for (gi, g) in self.groups.iter().enumerate() {
+            if gi > 0 {
+                f.write_str(" ||")?;
+            }
+            for t in g {
+                write!(f, " {}{}", if t.neg { "!" } else { "" }, t.acl.name)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    struct Req {
+        method: &'static str,
+        uri: &'static str,
+        headers: Vec<(&'static str, &'static str)>,
+        src: Option<IpAddr>,
+    }
+
+    impl HttpView for Req {
+        fn method(&self) -> &[u8] {
+            self.method.as_bytes()
+        }
+        fn uri(&self) -> &[u8] {
+            self.uri.as_bytes()
+        }
+        fn for_each_header(&self, name: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+            for (n, v) in &self.headers {
+                if n.as_bytes().eq_ignore_ascii_case(name) && f(v.as_bytes()) {
+                    return true;
+                }
+            }
+            false
+        }
+        fn src(&self) -> Option<IpAddr> {
+            self.src
+        }
+    }
+
+    fn req(method: &'static str, uri: &'static str) -> Req {
+        Req {
+            method,
+            uri,
+            headers: vec![("Host", "www.example.com:8080")],
+            src: Some(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3))),
+        }
+    }
+
+    fn ws(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    fn cond(acls: &[&str], c: &str) -> Cond {
+        let mut set = AclSet::new();
+        for a in acls {
+            set.add(&ws(a)).unwrap();
+        }
+        parse_cond(&ws(c), &set).unwrap()
+    }
+
+    fn check(acls: &[&str], c: &str, r: &Req) -> bool {
+        cond(acls, c).eval(r)
+    }
+
+    fn expr_err(s: &str) -> String {
+        parse_expr(&ws(s)).unwrap_err()
+    }
+
+    #[test]
+    fn path_matching() {
+        let r = req("GET", "/api/v1/users?id=3");
+        assert!(check(&["a path_beg /api"], "if a", &r));
+        assert!(!check(&["a path_beg /API"], "if a", &r));
+        assert!(check(&["a path_beg -i /API"], "if a", &r));
+        assert!(check(&["a path /api/v1/users"], "if a", &r));
+        assert!(!check(&["a path /api/v1/users?id=3"], "if a", &r));
+        assert!(check(&["a path_end /users"], "if a", &r));
+        assert!(check(&["a path_sub v1"], "if a", &r));
+        assert!(check(&["a path_reg ^/api/v[0-9]+/"], "if a", &r));
+        assert!(!check(&["a path_reg ^/API/"], "if a", &r));
+        assert!(check(&["a path_reg -i ^/API/"], "if a", &r));
+        assert!(check(&["a path_dir v1"], "if a", &r));
+        assert!(check(&["a path_dir /api/v1/"], "if a", &r));
+        assert!(!check(&["a path_dir v"], "if a", &r));
+        assert!(check(&["a path_len 18"], "if a", &r));
+        assert!(check(&["a path_len 10:20"], "if a", &r));
+        assert!(check(&["a path -m beg /api"], "if a", &r));
+        assert!(check(&["a path -m found"], "if a", &r));
+        // Absolute form: scheme and authority are not part of the path.
+        let r = req("GET", "http://example.com/x/y?q");
+        assert!(check(&["a path /x/y"], "if a", &r));
+        assert!(check(&["a url_beg http://"], "if a", &r));
+        let r = req("GET", "http://example.com");
+        assert!(check(&["a path -m len 0"], "if a", &r));
+        // "*" has no path.
+        let r = req("OPTIONS", "*");
+        assert!(!check(&["a path -m found"], "if a", &r));
+        assert!(check(&["a url *"], "if a", &r));
+        assert!(check(&[], "if HTTP_URL_STAR", &r));
+    }
+
+    #[test]
+    fn header_matching() {
+        let mut r = req("GET", "/");
+        r.headers = vec![
+            ("Host", "www.example.com"),
+            ("Accept", "text/html, image/png ,*/*"),
+            ("accept", "application/json"),
+            ("X-Forwarded-For", "192.168.1.7, 10.0.0.1"),
+            ("Content-Length", "42"),
+        ];
+        assert!(check(&["h hdr(host) -i WWW.example.com"], "if h", &r));
+        assert!(!check(&["h hdr(host) WWW.example.com"], "if h", &r));
+        assert!(check(&["h hdr_end(host) .example.com"], "if h", &r));
+        assert!(check(&["h hdr_beg(Host) www."], "if h", &r));
+        assert!(check(&["h hdr_dom(host) example"], "if h", &r));
+        assert!(!check(&["h hdr_dom(host) exam"], "if h", &r));
+        assert!(check(&["h hdr(accept) image/png"], "if h", &r));
+        assert!(check(&["h hdr(accept) application/json"], "if h", &r));
+        assert!(!check(&["h fhdr(accept) image/png"], "if h", &r));
+        assert!(check(&["h fhdr(accept) -m sub image/png"], "if h", &r));
+        assert!(check(&["h hdr_cnt(accept) 4"], "if h", &r));
+        assert!(check(&["h hdr_cnt(accept) gt 3"], "if h", &r));
+        assert!(!check(&["h hdr_cnt(accept) gt 4"], "if h", &r));
+        assert!(check(&["h fhdr_cnt(accept) eq 2"], "if h", &r));
+        assert!(check(&["h hdr_cnt(x-none) 0"], "if h", &r));
+        assert!(check(&["h hdr(host) -m found"], "if h", &r));
+        assert!(!check(&["h hdr(x-none) -m found"], "if h", &r));
+        assert!(check(&["h req.hdr(host) -m reg ^www\\."], "if h", &r));
+        assert!(check(&["h hdr_ip(x-forwarded-for) 10.0.0.0/8"], "if h", &r));
+        assert!(check(&["h hdr(x-forwarded-for) -m ip 192.168.0.0/16"], "if h", &r));
+        assert!(check(&["h hdr_val(content-length) ge 42"], "if h", &r));
+        assert!(check(&[], "if HTTP_CONTENT", &r));
+        assert!(check(&["h hdr_len(host) 15"], "if h", &r));
+    }
+
+    #[test]
+    fn method_src_and_predefined() {
+        let r = req("HEAD", "/");
+        assert!(check(&["m method HEAD"], "if m", &r));
+        assert!(!check(&["m method head"], "if m", &r));
+        assert!(check(&["m method -i head"], "if m", &r));
+        assert!(check(&[], "if METH_GET", &r));
+        assert!(check(&[], "if METH_HEAD", &r));
+        assert!(!check(&[], "if METH_POST", &r));
+        assert!(check(&[], "if TRUE", &r));
+        assert!(!check(&[], "if FALSE", &r));
+        assert!(check(&[], "if HTTP", &r));
+        assert!(check(&[], "if HTTP_URL_SLASH", &r));
+        assert!(!check(&[], "if LOCALHOST", &r));
+        assert!(check(&["s src 10.0.0.0/8"], "if s", &r));
+        assert!(check(&["s src 10.1.2.3"], "if s", &r));
+        assert!(check(&["s src 10.0.0.0/255.0.0.0"], "if s", &r));
+        assert!(!check(&["s src 192.168.0.0/16 ::1"], "if s", &r));
+        assert!(check(&["s src ::ffff:10.1.2.0/120"], "if s", &r));
+        let mut r6 = req("GET", "/");
+        r6.src = Some(IpAddr::V6(Ipv6Addr::LOCALHOST));
+        assert!(check(&[], "if LOCALHOST", &r6));
+        assert!(check(&["s src 2001:db8::/32 ::1"], "if s", &r6));
+        let mut mapped = req("GET", "/");
+        mapped.src = Some(IpAddr::V6(Ipv4Addr::new(127, 0, 0, 1).to_ipv6_mapped()));
+        assert!(check(&[], "if LOCALHOST", &mapped));
+        // TCP view: no method, so HTTP fetches do not match.
+        let tcp = Req {
+            method: "",
+            uri: "",
+            headers: vec![],
+            src: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        };
+        assert!(!check(&[], "if HTTP", &tcp));
+        assert!(!check(&["p path -m found"], "if p", &tcp));
+        assert!(check(&[], "if LOCALHOST", &tcp));
+    }
+
+    #[test]
+    fn logic() {
+        let r = req("GET", "/api/x");
+        let acls = ["api path_beg /api", "get method GET", "post method POST", "t always_true"];
+        assert!(check(&acls, "if api get", &r));
+        assert!(!check(&acls, "if api post", &r));
+        assert!(check(&acls, "if api post || get", &r));
+        assert!(check(&acls, "if post or api", &r));
+        assert!(check(&acls, "if post OR api", &r));
+        assert!(check(&acls, "if api !post", &r));
+        assert!(check(&acls, "if api ! post", &r));
+        assert!(!check(&acls, "if !!post", &r));
+        assert!(!check(&acls, "unless api", &r));
+        assert!(check(&acls, "unless post", &r));
+        assert!(check(&acls, "if { path_beg /api } get", &r));
+        assert!(check(&acls, "if !{ path_beg /static } { method GET }", &r));
+        assert!(!check(&acls, "if ! { path_beg /api }", &r));
+        assert!(check(&acls, "if { path_beg -i /API /other }", &r));
+        assert!(check(&acls, "if post || { src 10.0.0.0/8 } t", &r));
+        // A repeated ACL name ORs its expressions.
+        let acls = ["x path_beg /nope", "x method GET"];
+        assert!(check(&acls, "if x", &r));
+        let c = cond(&acls, "if x !y || TRUE");
+        assert!(c.eval(&r));
+    }
+
+    #[test]
+    fn later_definitions_extend_earlier_uses() {
+        let mut set = AclSet::new();
+        set.add(&ws("x path_beg /nope")).unwrap();
+        let words = ws("if x");
+        let early = parse_cond(&words, &set).unwrap();
+        set.add(&ws("x path_beg /api")).unwrap();
+        let late = parse_cond(&words, &set).unwrap();
+        let r = req("GET", "/api");
+        assert!(!early.eval(&r));
+        assert!(late.eval(&r));
+    }
+
+    #[test]
+    fn uses_http() {
+        assert!(cond(&[], "if { path_beg /a }").uses_http());
+        assert!(cond(&[], "if METH_GET").uses_http());
+        assert!(!cond(&[], "if { src 1.2.3.4 } TRUE").uses_http());
+        assert!(!cond(&[], "unless LOCALHOST").uses_http());
+    }
+
+    #[test]
+    fn display() {
+        let c = cond(&["a path /"], "if a !{ src 1.2.3.4 } || TRUE");
+        assert_eq!(c.to_string(), "if a !{ src 1.2.3.4 } || TRUE");
+        assert!(!c.is_unless());
+    }
+
+    #[test]
+    fn parse_errors() {
+        let set = AclSet::new();
+        let perr = |c: &str| parse_cond(&ws(c), &set).unwrap_err();
+        assert_eq!(perr("if nope"), "unknown ACL 'nope'");
+        assert_eq!(perr("if METH_GTE"), "unknown ACL 'METH_GTE' (did you mean 'METH_GET'?)");
+        assert_eq!(perr("if"), "missing condition after 'if'");
+        assert!(perr("if { path_beg /a").contains("missing closing '}'"));
+        assert!(perr("if TRUE ||").contains("missing ACL after 'or'"));
+        assert!(perr("if || TRUE").contains("missing ACL before"));
+        assert!(perr("if TRUE && TRUE").contains("AND is implicit"));
+        assert!(perr("if !").contains("missing ACL after '!'"));
+        assert!(perr("if {path_beg /a }").contains("separated by spaces"));
+        assert!(perr("if { }").contains("empty anonymous ACL"));
+        assert_eq!(perr("if HTTP_1.1"), "predefined ACL 'HTTP_1.1' is not supported by sluice");
+
+        assert_eq!(expr_err("pth_beg /a"), "unknown ACL criterion 'pth_beg' (did you mean 'path_beg'?)");
+        assert_eq!(expr_err("ssl_fc"), "ACL criterion 'ssl_fc' is not supported by sluice");
+        assert_eq!(expr_err("cook_beg(a) x"), "ACL criterion 'cook_beg' is not supported by sluice");
+        assert!(expr_err("path,lower /a").contains("converters are not supported"));
+        assert!(expr_err("hdr /a").contains("requires a header name"));
+        assert!(expr_err("hdr(host,1) a").contains("occurrence argument"));
+        assert!(expr_err("path -x /a").contains("'-x' is not a valid ACL option"));
+        assert!(expr_err("path -f /etc/list").contains("not supported by sluice"));
+        assert!(expr_err("path -m foo /a").contains("unknown matching method 'foo'"));
+        assert!(expr_err("src -m beg 1").contains("cannot be used with criterion 'src'"));
+        assert!(expr_err("path_reg (").starts_with("invalid regex '('"));
+        assert!(expr_err("src 1.2.3.4/33").contains("not a valid IPv4 or IPv6"));
+        assert!(expr_err("src 10.0.0.0/255.0.255.0").contains("non-contiguous"));
+        assert!(expr_err("path_beg").contains("no pattern to match against"));
+        assert!(expr_err("hdr_cnt(host) gt").contains("missing value after operator"));
+        assert!(expr_err("hdr_cnt(host) abc").contains("not a valid integer"));
+        assert!(expr_err("path -m found /x").contains("takes no pattern"));
+        assert!(expr_err("path(x) /a").contains("takes no argument"));
+        assert!(parse_expr(&ws("path_beg --")).is_ok());
+        assert!(parse_expr(&ws("path -- -a")).is_ok());
+
+        let mut set = AclSet::new();
+        assert!(set.add(&ws("bad!name path /")).unwrap_err().contains("invalid ACL name"));
+        assert!(set.add(&ws("x")).unwrap_err().contains("missing criterion"));
+        set.add(&ws("is_api path_beg /api")).unwrap();
+        assert_eq!(
+            parse_cond(&ws("if is_ap"), &set).unwrap_err(),
+            "unknown ACL 'is_ap' (did you mean 'is_api'?)"
+        );
+    }
+
+    #[test]
+    fn ipnet_parsing() {
+        assert_eq!(parse_ipnet("10.0.0.0/8").unwrap().prefix, 8);
+        assert_eq!(parse_ipnet("10.0.0.1").unwrap().prefix, 32);
+        assert_eq!(parse_ipnet("::1").unwrap().prefix, 128);
+        assert_eq!(parse_ipnet("10.0.0.0/255.255.0.0").unwrap().prefix, 16);
+        assert!(parse_ipnet("::1/129").is_err());
+        assert!(parse_ipnet("nope").is_err());
+    }
+
+    #[test]
+    fn uri_path_forms() {
+        assert_eq!(uri_path(b"/a?b"), Some(&b"/a"[..]));
+        assert_eq!(uri_path(b"/"), Some(&b"/"[..]));
+        assert_eq!(uri_path(b"https://h:1/p/q?x"), Some(&b"/p/q"[..]));
+        assert_eq!(uri_path(b"http://h?x"), Some(&b""[..]));
+        assert_eq!(uri_path(b"*"), None);
+        assert_eq!(uri_path(b"example.com:443"), None);
+    }
+}

@@ -1,0 +1,463 @@
+//! `config`: the resolved configuration model, and the loader that builds it from HAProxy's
+//! configuration language.
+//!
+//! This module owns the *meaning* of every keyword: after [`load`] returns, `defaults` sections
+//! have been applied, `log global` has been expanded, names have been resolved and every value has
+//! been validated. The runtime never re-parses text and never sees a keyword it does not support.
+//! It must not open sockets or start threads (that is `listener` and `worker`).
+//!
+//! Files: `tokenizer` (words, quotes, variables, `.if` blocks), `parser` (sections and keywords),
+//! `acl` (conditions: parsing and evaluation).
+
+pub mod acl;
+pub mod parser;
+pub mod tokenizer;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use acl::{Cond, HttpView};
+pub use parser::{load, load_files};
+
+/// One configuration problem: `file:line: message` (line 0 = the whole file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}:{}: {}", self.file, self.line, self.message)
+        }
+    }
+}
+
+/// `" (did you mean 'x'?)"` for the candidate nearest to `word` by edit distance, or `""`.
+pub(crate) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        let d = edit_distance(word, c);
+        if best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, c));
+        }
+    }
+    match best {
+        // Close enough to be a typo: at most a third of the word (and at least one edit).
+        Some((d, c)) if d <= (word.len() / 3).max(1) + usize::from(word.len() > 8) => {
+            format!(" (did you mean '{c}'?)")
+        }
+        _ => String::new(),
+    }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// HAProxy version whose configuration language sluice implements (`-v`, `version_atleast`).
+pub const HAPROXY_COMPAT_VERSION: &str = "2.6";
+
+/// Where a keyword came from, for run-time messages ("server s1 at haproxy.cfg:12").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    pub file: String,
+    pub line: usize,
+}
+
+/// The whole, validated configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    pub global: Global,
+    /// Every `frontend`, `backend` and `listen` in declaration order.
+    pub proxies: Vec<Proxy>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Global {
+    /// `nbthread`; `None` = number of CPUs.
+    pub nbthread: Option<usize>,
+    /// `maxconn`; `None` = derived from the file-descriptor limit, as HAProxy does.
+    pub maxconn: Option<u32>,
+    pub daemon: bool,
+    pub pidfile: Option<PathBuf>,
+    pub logs: Vec<LogTarget>,
+    pub cpu_map: Vec<CpuMap>,
+    /// `tune.bufsize` (default 16384).
+    pub bufsize: usize,
+    /// `tune.maxrewrite` (default 1024).
+    pub maxrewrite: usize,
+    /// `tune.maxaccept` (default 64; HAProxy divides it among threads, we apply it per thread).
+    pub maxaccept: u32,
+    /// `tune.idle-pool.shared on|off` (default on).
+    pub idle_pool_shared: bool,
+    pub hard_stop_after: Option<Duration>,
+}
+
+impl Default for Global {
+    fn default() -> Self {
+        Global {
+            nbthread: None,
+            maxconn: None,
+            daemon: false,
+            pidfile: None,
+            logs: Vec::new(),
+            cpu_map: Vec::new(),
+            bufsize: 16384,
+            maxrewrite: 1024,
+            maxaccept: 64,
+            idle_pool_shared: true,
+            hard_stop_after: None,
+        }
+    }
+}
+
+/// `cpu-map [auto:]1/1-4 0-3`: thread numbers (1-based, as in HAProxy) mapped to CPU sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuMap {
+    /// 1-based thread numbers this line applies to.
+    pub threads: Vec<usize>,
+    pub cpus: Vec<usize>,
+    /// `auto:`: thread N gets the N-th CPU of the set instead of the whole set.
+    pub auto: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Tcp,
+    Http,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyKind {
+    Frontend,
+    Backend,
+    Listen,
+}
+
+impl ProxyKind {
+    pub fn has_frontend(self) -> bool {
+        matches!(self, ProxyKind::Frontend | ProxyKind::Listen)
+    }
+    pub fn has_backend(self) -> bool {
+        matches!(self, ProxyKind::Backend | ProxyKind::Listen)
+    }
+}
+
+/// HTTP connection mode (`option http-keep-alive` (default), `http-server-close`, `httpclose`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpConnMode {
+    #[default]
+    KeepAlive,
+    ServerClose,
+    Close,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Option<Duration>,
+    pub client: Option<Duration>,
+    pub server: Option<Duration>,
+    pub http_request: Option<Duration>,
+    pub http_keep_alive: Option<Duration>,
+    pub queue: Option<Duration>,
+    pub tunnel: Option<Duration>,
+    pub client_fin: Option<Duration>,
+    pub server_fin: Option<Duration>,
+    pub check: Option<Duration>,
+}
+
+/// `option forwardfor [except NET] [header NAME] [if-none]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardFor {
+    /// Network whose sources do not get the header (`except 127.0.0.0/8`).
+    pub except: Option<IpNet>,
+    /// Header name, default `X-Forwarded-For`.
+    pub header: String,
+    pub if_none: bool,
+}
+
+/// An IPv4 or IPv6 network (`10.0.0.0/8`, `::1/128`); a bare address is a /32 or /128.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    pub addr: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl IpNet {
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        // Compare v4-mapped v6 addresses as v4, as HAProxy does for `src` matching.
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let p = self.prefix.min(32) as u32;
+                let mask = if p == 0 { 0 } else { u32::MAX << (32 - p) };
+                (u32::from(n) & mask) == (u32::from(a) & mask)
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let p = self.prefix.min(128) as u32;
+                let mask = if p == 0 { 0 } else { u128::MAX << (128 - p) };
+                (u128::from(n) & mask) == (u128::from(a) & mask)
+            }
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ProxyOptions {
+    pub httplog: bool,
+    /// `option httplog clf`
+    pub httplog_clf: bool,
+    pub tcplog: bool,
+    pub dontlognull: bool,
+    pub forwardfor: Option<ForwardFor>,
+    pub http_conn_mode: HttpConnMode,
+    pub abortonclose: bool,
+    pub redispatch: bool,
+}
+
+/// A `frontend`, `backend` or `listen` section, with its `defaults` applied.
+#[derive(Debug, Clone)]
+pub struct Proxy {
+    pub name: String,
+    pub kind: ProxyKind,
+    pub origin: Origin,
+    /// Explicit `id`, if any (numbering of the others is the stats plane's business).
+    pub id: Option<u32>,
+    pub mode: Mode,
+    pub binds: Vec<Bind>,
+    /// Frontend `maxconn` (HAProxy default 2000 when neither the proxy nor defaults set it...
+    /// except that since 2.2 it defaults to the global maxconn); `None` = global maxconn.
+    pub maxconn: Option<u32>,
+    pub backlog: Option<u32>,
+    pub timeouts: Timeouts,
+    pub options: ProxyOptions,
+    /// `retries` (default 3).
+    pub retries: u32,
+    /// Index into `Config::proxies` of the `default_backend` (for `listen`: itself unless set).
+    pub default_backend: Option<usize>,
+    pub use_backends: Vec<UseBackend>,
+    pub servers: Vec<Server>,
+    pub balance: Balance,
+    pub hash_type: HashType,
+    /// Resolved log targets (`log global` already expanded; empty = no logging).
+    pub logs: Vec<LogTarget>,
+    pub monitor_uri: Option<String>,
+    /// `errorfile CODE FILE`: the file's raw bytes (a full HTTP response, as in HAProxy).
+    pub errorfiles: HashMap<u16, Vec<u8>>,
+    pub http_request: Vec<HttpRequestRule>,
+    pub http_response: Vec<HttpResponseRule>,
+}
+
+/// `use_backend NAME [if|unless COND]`.
+#[derive(Debug, Clone)]
+pub struct UseBackend {
+    /// Index into `Config::proxies`.
+    pub backend: usize,
+    pub cond: Option<Cond>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+    /// `fd@N`: an already-listening socket inherited from the parent process.
+    Fd(i32),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub addr: BindAddr,
+    pub origin: Origin,
+    pub name: Option<String>,
+    pub maxconn: Option<u32>,
+    pub backlog: Option<u32>,
+    pub defer_accept: bool,
+    pub v4v6: bool,
+    pub v6only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    pub name: String,
+    pub origin: Origin,
+    pub addr: SocketAddr,
+    /// `weight` (default 1, 0..=256).
+    pub weight: u32,
+    /// `maxconn` (0 = unlimited).
+    pub maxconn: u32,
+    /// `maxqueue` (0 = unlimited).
+    pub maxqueue: u32,
+    pub backup: bool,
+    pub disabled: bool,
+    pub id: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Balance {
+    #[default]
+    RoundRobin,
+    StaticRr,
+    LeastConn,
+    First,
+    Source,
+    Uri {
+        whole: bool,
+        len: Option<usize>,
+        depth: Option<usize>,
+        path_only: bool,
+    },
+    UrlParam {
+        name: String,
+    },
+    Hdr {
+        name: String,
+        use_domain_only: bool,
+    },
+    /// `random` / `random(N)`: draws (default 2).
+    Random {
+        draws: u32,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashMethod {
+    #[default]
+    MapBased,
+    Consistent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashFunction {
+    #[default]
+    Sdbm,
+    Djb2,
+    Wt6,
+    Crc32,
+}
+
+/// `hash-type <method> [<function>] [avalanche]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HashType {
+    pub method: HashMethod,
+    pub function: HashFunction,
+    pub avalanche: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogDest {
+    Stdout,
+    Stderr,
+    Udp(SocketAddr),
+    /// `log /dev/log ...` (unix datagram socket).
+    Unix(PathBuf),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Rfc3164,
+    Rfc5424,
+    Short,
+    Raw,
+}
+
+/// `log ADDR [len N] [format F] FACILITY [LEVEL [MINLEVEL]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogTarget {
+    pub dest: LogDest,
+    pub format: LogFormat,
+    /// syslog facility number (local0 = 16).
+    pub facility: u8,
+    /// Maximum level sent (0 emerg .. 7 debug; default 7).
+    pub level: u8,
+    pub minlevel: u8,
+    /// `len N` (default 1024).
+    pub maxlen: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpRequestRule {
+    pub origin: Origin,
+    pub action: HttpRequestAction,
+    pub cond: Option<Cond>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpResponseRule {
+    pub origin: Origin,
+    pub action: HeaderAction,
+    pub cond: Option<Cond>,
+}
+
+/// Header edits shared by `http-request` and `http-response`. Values are literal strings (the
+/// log-format `%[...]` expressions of HAProxy are refused by the parser for now).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderAction {
+    SetHeader { name: String, value: String },
+    AddHeader { name: String, value: String },
+    DelHeader { name: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpRequestAction {
+    Header(HeaderAction),
+    /// `deny [deny_status N]` (default 403).
+    Deny { status: u16 },
+    /// `return [status N] [content-type T] [string S | file F] [hdr N V]...` (default 200).
+    Return {
+        status: u16,
+        content_type: Option<String>,
+        body: Vec<u8>,
+        headers: Vec<(String, String)>,
+    },
+    Redirect(Redirect),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedirectKind {
+    Location,
+    Prefix,
+    Scheme,
+}
+
+/// `redirect location|prefix|scheme TARGET [code N] [drop-query] [append-slash]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    pub kind: RedirectKind,
+    pub target: String,
+    /// 301, 302 (default), 303, 307 or 308.
+    pub code: u16,
+    pub drop_query: bool,
+    pub append_slash: bool,
+}
+
+impl Config {
+    pub fn proxy_by_name(&self, name: &str) -> Option<usize> {
+        self.proxies.iter().position(|p| p.name == name)
+    }
+}

@@ -1,0 +1,1 @@
+//! `parser`: sections and keywords → [`super::Config`].

@@ -1,0 +1,224 @@
+//! Small allocation-free helpers over header names, comma-separated token lists and URIs.
+
+use super::HeaderSpan;
+
+/// ASCII case-insensitive comparison of a header name (or any token) with `want`.
+#[inline]
+pub fn header_eq(name: &[u8], want: &[u8]) -> bool {
+    name.len() == want.len() && name.eq_ignore_ascii_case(want)
+}
+
+/// `true` for optional whitespace (SP / HTAB).
+#[inline]
+pub(crate) fn is_ows(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// Strips leading and trailing SP / HTAB.
+#[inline]
+pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = s {
+        if !is_ows(*first) {
+            break;
+        }
+        s = rest;
+    }
+    while let [rest @ .., last] = s {
+        if !is_ows(*last) {
+            break;
+        }
+        s = rest;
+    }
+    s
+}
+
+/// Iterates the non-empty, OWS-trimmed elements of a comma-separated list (RFC 9110 §5.6.1).
+#[inline]
+pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim_ows)
+        .filter(|e| !e.is_empty())
+}
+
+/// `true` if the comma-separated list `value` contains `token` (ASCII case-insensitive,
+/// elements trimmed of surrounding whitespace).
+#[inline]
+pub fn has_token(value: &[u8], token: &[u8]) -> bool {
+    list_elements(value).any(|e| header_eq(e, token))
+}
+
+/// `tchar` from RFC 9110 §5.6.2.
+#[inline]
+pub(crate) fn is_tchar(b: u8) -> bool {
+    matches!(b,
+        b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9'
+        | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+'
+        | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
+}
+
+/// `true` if `s` is a non-empty RFC 9110 token.
+#[inline]
+pub(crate) fn is_token(s: &[u8]) -> bool {
+    !s.is_empty() && s.iter().all(|&b| is_tchar(b))
+}
+
+/// Hop-by-hop header fields a proxy must not forward as-is: `Connection`, `Keep-Alive`,
+/// `Proxy-Connection`, `TE`, `Upgrade`.
+///
+/// Deliberately *not* included:
+/// - `Transfer-Encoding`: sluice forwards chunked bodies verbatim, so the framing header must go
+///   with them;
+/// - `Trailer`: it describes the trailer section that is forwarded verbatim inside the chunked
+///   body.
+///
+/// For an upgrade request (`RequestHead::upgrade`) the engine must keep (or re-add)
+/// `Connection: upgrade` and the `Upgrade` header. Headers named by a `Connection` token are also
+/// hop-by-hop: see [`connection_tokens_contain`].
+#[inline]
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    match name.len() {
+        2 => header_eq(name, b"te"),
+        7 => header_eq(name, b"upgrade"),
+        10 => header_eq(name, b"connection") || header_eq(name, b"keep-alive"),
+        16 => header_eq(name, b"proxy-connection"),
+        _ => false,
+    }
+}
+
+/// `true` if any `Connection` header in `headers` (spans into `buf`) lists `name` as a token,
+/// i.e. the sender declared the header field `name` hop-by-hop (RFC 9110 §7.6.1).
+pub fn connection_tokens_contain(buf: &[u8], headers: &[HeaderSpan], name: &[u8]) -> bool {
+    headers
+        .iter()
+        .any(|h| header_eq(h.name.of(buf), b"connection") && has_token(h.value.of(buf), name))
+}
+
+/// Standard reason phrase for `status` (IANA registry); `"Unknown"` for unregistered codes.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        102 => "Processing",
+        103 => "Early Hints",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
+        204 => "No Content",
+        205 => "Reset Content",
+        206 => "Partial Content",
+        207 => "Multi-Status",
+        208 => "Already Reported",
+        226 => "IM Used",
+        300 => "Multiple Choices",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        305 => "Use Proxy",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        413 => "Payload Too Large",
+        414 => "URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
+        417 => "Expectation Failed",
+        418 => "I'm a teapot",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Content",
+        423 => "Locked",
+        424 => "Failed Dependency",
+        425 => "Too Early",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        451 => "Unavailable For Legal Reasons",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        506 => "Variant Also Negotiates",
+        507 => "Insufficient Storage",
+        508 => "Loop Detected",
+        510 => "Not Extended",
+        511 => "Network Authentication Required",
+        _ => "Unknown",
+    }
+}
+
+/// Length of an RFC 3986 `scheme "://"` prefix at the start of `uri`, if there is one.
+#[inline]
+pub(crate) fn scheme_prefix_len(uri: &[u8]) -> Option<usize> {
+    let first = *uri.first()?;
+    if !first.is_ascii_alphabetic() {
+        return None;
+    }
+    let mut i = 1;
+    while i < uri.len() && (uri[i].is_ascii_alphanumeric() || matches!(uri[i], b'+' | b'-' | b'.'))
+    {
+        i += 1;
+    }
+    if uri[i..].starts_with(b"://") {
+        Some(i + 3)
+    } else {
+        None
+    }
+}
+
+/// The path of a request-target, like HAProxy's `path` fetch: from the first `/` up to (not
+/// including) `?` or `#`.
+///
+/// - origin-form `/a/b?q` → `/a/b`;
+/// - absolute-form `http://host:80/a?q` → `/a` (empty if there is no path: `http://host?q`);
+/// - authority-form (`CONNECT host:443`) and asterisk-form (`*`) → empty.
+///
+/// The result is always a sub-slice of `uri` (an empty path is the empty slice where the path
+/// would start: before the `?` of `http://host?q`, at the end otherwise), so the caller may take
+/// its offset in `uri`, e.g. to get "path and query" as `&uri[offset..]`.
+#[inline]
+pub fn path_of(uri: &[u8]) -> &[u8] {
+    let start = if uri.first() == Some(&b'/') {
+        0
+    } else if let Some(n) = scheme_prefix_len(uri) {
+        // Skip the authority: the path starts at the first '/', '?' or '#' after it.
+        uri[n..]
+            .iter()
+            .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+            .map_or(uri.len(), |i| n + i)
+    } else {
+        uri.len()
+    };
+    let rest = &uri[start..];
+    let end = rest
+        .iter()
+        .position(|&b| b == b'?' || b == b'#')
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// The query string of a request-target (after the first `?`, without it, up to any `#`);
+/// `None` when there is no `?`. `Some(b"")` for a bare trailing `?`.
+#[inline]
+pub fn query_of(uri: &[u8]) -> Option<&[u8]> {
+    let q = memchr::memchr(b'?', uri)?;
+    let rest = &uri[q + 1..];
+    let end = memchr::memchr(b'#', rest).unwrap_or(rest.len());
+    Some(&rest[..end])
+}

@@ -1,0 +1,21 @@
+//! sluice: a HAProxy-compatible TCP/HTTP load balancer and reverse proxy.
+//!
+//! Map (see DESIGN.md): `config` reads haproxy.cfg; `listener` binds and admits; `worker` runs
+//! one event loop per thread; `stream` carries a connection (`tcp` tunnel or `http`
+//! transactions); `backend` + `lb` pick servers and queue; `log` writes access logs.
+
+pub mod backend;
+pub mod cli_args;
+pub mod config;
+pub mod errorfile;
+pub mod http;
+pub mod lb;
+pub mod listener;
+pub mod log;
+pub mod runtime;
+pub mod stream;
+pub mod sys;
+pub mod util;
+pub mod worker;
+
+pub use runtime::{run, version_string};

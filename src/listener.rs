@@ -1,0 +1,195 @@
+//! `listener`: `bind` lines turned into listening sockets, and the accept loop with its
+//! admission limits (global, frontend and bind `maxconn`, `tune.maxaccept` per wake-up).
+//!
+//! TCP binds get one SO_REUSEPORT socket per worker thread so the kernel spreads connections
+//! and no accept lock is shared; unix and inherited (`fd@N`) sockets are shared by all threads.
+//! It must not parse protocols: an accepted connection is handed to `stream`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::net::UnixListener as StdUnixListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering::*};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::backend::Shared;
+use crate::config::{Bind, BindAddr, Config};
+
+/// One listening socket for one thread.
+pub enum StdListener {
+    Tcp(std::net::TcpListener),
+    Unix(StdUnixListener),
+}
+
+/// A `bind` line ready to be served: one socket per worker thread.
+pub struct BoundListener {
+    pub proxy: usize,
+    pub bind: Bind,
+    /// `sockets[t]` is thread `t`'s socket.
+    pub sockets: Vec<StdListener>,
+    /// Connections currently accepted on this bind (for bind `maxconn`).
+    pub cur_conns: Arc<AtomicU32>,
+}
+
+fn describe(addr: &BindAddr) -> String {
+    match addr {
+        BindAddr::Tcp(a) => a.to_string(),
+        BindAddr::Unix(p) => format!("unix@{}", p.display()),
+        BindAddr::Fd(n) => format!("fd@{n}"),
+    }
+}
+
+fn tcp_socket(addr: SocketAddr, b: &Bind, backlog: i32) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        // HAProxy binds `[::]` dual-stack unless `v6only`; `v4v6` forces dual-stack.
+        s.set_only_v6(b.v6only && !b.v4v6)?;
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    if b.defer_accept {
+        crate::sys::set_defer_accept(&s, 1)?;
+    }
+    s.listen(backlog)?;
+    Ok(s)
+}
+
+/// Binds every `bind` of every frontend. Errors name the proxy and address, like HAProxy's
+/// "Starting frontend fe: cannot bind socket (Address already in use) [127.0.0.1:80]".
+pub fn bind_all(cfg: &Config, nbthread: usize) -> Result<Vec<BoundListener>, Vec<String>> {
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for (pi, p) in cfg.proxies.iter().enumerate() {
+        if !p.kind.has_frontend() {
+            continue;
+        }
+        for b in &p.binds {
+            let backlog = b.backlog.or(p.backlog).unwrap_or_else(|| p.maxconn.unwrap_or(1024).min(65535)) as i32;
+            let res: io::Result<Vec<StdListener>> = (|| match &b.addr {
+                BindAddr::Tcp(a) => {
+                    let mut v = Vec::with_capacity(nbthread);
+                    let first = tcp_socket(*a, b, backlog)?;
+                    // Port 0 binds (tests) must give every thread the same port.
+                    let actual = first.local_addr()?.as_socket().unwrap_or(*a);
+                    v.push(StdListener::Tcp(first.into()));
+                    for _ in 1..nbthread {
+                        v.push(StdListener::Tcp(tcp_socket(actual, b, backlog)?.into()));
+                    }
+                    Ok(v)
+                }
+                BindAddr::Unix(path) => {
+                    // HAProxy replaces a stale socket file; refuse to remove anything else.
+                    if let Ok(md) = std::fs::symlink_metadata(path) {
+                        use std::os::unix::fs::FileTypeExt;
+                        if md.file_type().is_socket() {
+                            let _ = std::fs::remove_file(path);
+                        }
+                    }
+                    let l = StdUnixListener::bind(path)?;
+                    l.set_nonblocking(true)?;
+                    shared_copies(StdListener::Unix(l), nbthread)
+                }
+                BindAddr::Fd(n) => {
+                    let s = crate::sys::adopt_listening_fd(*n)?;
+                    s.set_nonblocking(true)?;
+                    let l = match s.domain()? {
+                        Domain::UNIX => StdListener::Unix(StdUnixListener::from(std::os::fd::OwnedFd::from(s))),
+                        _ => StdListener::Tcp(s.into()),
+                    };
+                    shared_copies(l, nbthread)
+                }
+            })();
+            match res {
+                Ok(sockets) => out.push(BoundListener {
+                    proxy: pi,
+                    bind: b.clone(),
+                    sockets,
+                    cur_conns: Arc::new(AtomicU32::new(0)),
+                }),
+                Err(e) => errors.push(format!(
+                    "Starting frontend {}: cannot bind socket ({}) [{}] ({}:{})",
+                    p.name,
+                    e,
+                    describe(&b.addr),
+                    b.origin.file,
+                    b.origin.line
+                )),
+            }
+        }
+    }
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
+}
+
+/// A socket all threads accept on: each thread gets a duplicate descriptor of it.
+fn shared_copies(l: StdListener, n: usize) -> io::Result<Vec<StdListener>> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 1..n {
+        v.push(match &l {
+            StdListener::Tcp(t) => StdListener::Tcp(t.try_clone()?),
+            StdListener::Unix(u) => StdListener::Unix(u.try_clone()?),
+        });
+    }
+    v.push(l);
+    Ok(v)
+}
+
+impl StdListener {
+    pub fn local_addr_string(&self) -> String {
+        match self {
+            StdListener::Tcp(t) => t.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            StdListener::Unix(u) => u
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Holds one admitted client connection's place in every `maxconn` it counts against.
+pub struct Admission {
+    shared: Arc<Shared>,
+    proxy: usize,
+    bind: Arc<AtomicU32>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.shared.global_conns.fetch_sub(1, SeqCst);
+        self.shared.proxies[self.proxy].fe.cur_conns.fetch_sub(1, SeqCst);
+        self.bind.fetch_sub(1, SeqCst);
+        self.shared.conn_freed.notify_waiters();
+    }
+}
+
+/// True if one more connection would fit every limit (a hint: [`try_admit`] decides).
+pub fn has_room(shared: &Arc<Shared>, proxy: usize, bind: &AtomicU32, bind_max: Option<u32>) -> bool {
+    let fe = &shared.proxies[proxy].fe;
+    shared.global_conns.load(SeqCst) < shared.global_maxconn
+        && fe.cur_conns.load(SeqCst) < fe.maxconn.load(Relaxed)
+        && bind.load(SeqCst) < bind_max.unwrap_or(u32::MAX)
+}
+
+/// Counts one more connection if global, frontend and bind limits allow it.
+pub fn try_admit(shared: &Arc<Shared>, proxy: usize, bind: &Arc<AtomicU32>, bind_max: Option<u32>) -> Option<Admission> {
+    fn take(c: &AtomicU32, max: u32) -> bool {
+        c.fetch_update(SeqCst, SeqCst, |v| (v < max).then_some(v + 1)).is_ok()
+    }
+    if !take(&shared.global_conns, shared.global_maxconn) {
+        return None;
+    }
+    let fe = &shared.proxies[proxy].fe;
+    if !take(&fe.cur_conns, fe.maxconn.load(Relaxed)) {
+        shared.global_conns.fetch_sub(1, SeqCst);
+        return None;
+    }
+    if !take(bind, bind_max.unwrap_or(u32::MAX)) {
+        shared.global_conns.fetch_sub(1, SeqCst);
+        fe.cur_conns.fetch_sub(1, SeqCst);
+        return None;
+    }
+    Some(Admission { shared: shared.clone(), proxy, bind: bind.clone() })
+}

@@ -1,0 +1,103 @@
+//! The `sluice` command: HAProxy's command line, then hand over to [`sluice::run`].
+//!
+//! Flags are parsed by hand rather than with clap because HAProxy's are not getopt-shaped
+//! (`-db`, `-dM0x55`, `-sf PID PID...`, `-cc EXPR`) and scripts pass them verbatim.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use sluice::cli_args::{Action, Options};
+
+fn usage() -> String {
+    format!(
+        "sluice {} (HAProxy {} configuration language)\n\
+Usage : sluice [-f <cfgfile|cfgdir>]* [ -vdVD ] [ -n <maxconn> ] [ -N <maxpconn> ]\n\
+        [ -p <pidfile> ] [ -m <max megs> ] [ -C <dir> ] [-- <cfgfile>*]\n\
+        -v displays version ; -vv shows known build options.\n\
+        -h displays this help\n\
+        -f <cfgfile|cfgdir> adds <cfgfile> to the list of configuration files (a directory loads its *.cfg in order)\n\
+        -c check mode : only check config files and exit (0 = valid, 1 = errors, all listed)\n\
+        -cc <expr> evaluate a .if condition : exit 0 when true, 1 when false\n\
+        -d enters debug mode (foreground, verbose start-up) ; -db only disables background mode.\n\
+        -D goes daemon ; -p writes pids of all children to this file\n\
+        -q quiet mode : don't display messages ; -V enters verbose mode (disables quiet mode)\n\
+        -n sets the maximum total # of connections (uses ulimit -n)\n\
+        -sf/-st [pid ]* finishes/terminates old pids once sluice listens\n\
+        Accepted for compatibility: -dM[...], -dI, -dW, -dG, -de, -dp, -dS, -dr, -dV, -L <name>, -m <megs>, -N <n>, -W, -Ws, -S <sock>\n",
+        env!("CARGO_PKG_VERSION"),
+        sluice::config::HAPROXY_COMPAT_VERSION
+    )
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match Options::parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("[ALERT] (sluice) : {e}\n{}", usage());
+            return ExitCode::from(1);
+        }
+    };
+    match opts.action {
+        Action::Help => {
+            eprintln!("{}", usage());
+            ExitCode::from(1) // HAProxy exits 1 on -h too
+        }
+        Action::Version => {
+            println!("{}", sluice::version_string(false));
+            ExitCode::SUCCESS
+        }
+        Action::VersionVerbose => {
+            println!("{}", sluice::version_string(true));
+            ExitCode::SUCCESS
+        }
+        Action::EvalCond(ref expr) => {
+            let env = |k: &str| std::env::var(k).ok();
+            match sluice::config::tokenizer::eval_condition(expr, &env) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("[ALERT] (sluice) : failed to evaluate condition '{expr}': {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Action::Check | Action::Run => {
+            if opts.files.is_empty() {
+                eprintln!(
+                    "[ALERT] (sluice) : No configuration file specified (use -f).\n{}",
+                    usage()
+                );
+                return ExitCode::from(1);
+            }
+            let files: Vec<PathBuf> = opts.files.clone();
+            let cfg = match sluice::config::load_files(&files) {
+                Ok(c) => c,
+                Err(errs) => {
+                    for e in &errs {
+                        eprintln!("[ALERT] (sluice) : config : {e}");
+                    }
+                    eprintln!(
+                        "[ALERT] (sluice) : config : Fatal errors found in configuration ({} error{}).",
+                        errs.len(),
+                        if errs.len() == 1 { "" } else { "s" }
+                    );
+                    return ExitCode::from(1);
+                }
+            };
+            if matches!(opts.action, Action::Check) {
+                if !opts.quiet {
+                    println!("Configuration file is valid");
+                }
+                return ExitCode::SUCCESS;
+            }
+            match sluice::run(cfg, &opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("[ALERT] (sluice) : {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}

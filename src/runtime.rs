@@ -1,0 +1,244 @@
+//! `runtime`: process start-up and shutdown — file-descriptor limit and `maxconn`, binding,
+//! daemon mode and pidfile, worker threads, signals (SIGINT/SIGTERM hard stop, SIGUSR1 soft
+//! stop, `hard-stop-after`), `-sf`/`-st`. It must not serve traffic itself.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::backend::Shared;
+use crate::cli_args::Options;
+use crate::config::{Config, Mode};
+use crate::worker::{self, RunState};
+
+/// File descriptors kept aside for listeners, logs, pidfile and the like.
+const FD_RESERVE: u64 = 64;
+
+pub fn version_string(verbose: bool) -> String {
+    let mut s = format!(
+        "sluice version {} - HAProxy {} configuration language\n",
+        env!("CARGO_PKG_VERSION"),
+        crate::config::HAPROXY_COMPAT_VERSION
+    );
+    if verbose {
+        s.push_str(&format!(
+            "Running on: {} {}\n\
+             Build options: rust, tokio current-thread runtime per worker, httparse HTTP/1 codec\n\
+             Feature list : +THREAD +REUSEPORT +LINUX_TPROXY -OPENSSL -LUA -PROMEX\n\
+             Default settings : bufsize = 16384, maxrewrite = 1024, maxaccept = 64\n\
+             Available polling systems : epoll (via tokio)\n\
+             Available multiplexer protocols : h1 (mode http), none (mode tcp)\n",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        ));
+    }
+    s
+}
+
+fn pid() -> u32 {
+    std::process::id()
+}
+
+/// Raises the soft fd limit to the hard one and derives the global maxconn that fits.
+fn settle_maxconn(cfg: &Config, opts: &Options, quiet: bool) -> u32 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024));
+    let mut limit = soft;
+    if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => limit = hard,
+            Err(e) => eprintln!("[WARNING] ({}) : cannot raise the open-file limit from {soft} to {hard}: {e}", pid()),
+        }
+    }
+    // Each proxied connection needs two descriptors (client + server).
+    let fit = (limit.saturating_sub(FD_RESERVE) / 2).max(1).min(u32::MAX as u64) as u32;
+    let wanted = opts.maxconn.or(cfg.global.maxconn);
+    match wanted {
+        Some(m) if m > fit => {
+            eprintln!(
+                "[WARNING] ({}) : maxconn {m} cannot be honoured: it needs {} file descriptors but the limit is {limit} (hard limit {hard}); using maxconn {fit}. Raise 'ulimit -n' to allow more.",
+                pid(),
+                2 * m as u64 + FD_RESERVE
+            );
+            fit
+        }
+        Some(m) => m,
+        None => {
+            if !quiet {
+                // HAProxy derives it from the fd limit too.
+            }
+            fit
+        }
+    }
+}
+
+fn warn_config(cfg: &Config) {
+    for p in &cfg.proxies {
+        let t = &p.timeouts;
+        let mut missing = Vec::new();
+        if p.kind.has_frontend() && t.client.is_none() {
+            missing.push("client");
+        }
+        if p.kind.has_backend() {
+            if t.connect.is_none() {
+                missing.push("connect");
+            }
+            if t.server.is_none() {
+                missing.push("server");
+            }
+        }
+        if !missing.is_empty() {
+            eprintln!(
+                "[WARNING] ({}) : config : missing timeouts for {} '{}'. | While not properly invalid, you will certainly encounter various problems | with such a configuration. To fix this, please ensure that all following | timeouts are set to a non-zero value: '{}'.",
+                pid(),
+                match p.kind {
+                    crate::config::ProxyKind::Frontend => "frontend",
+                    crate::config::ProxyKind::Backend => "backend",
+                    crate::config::ProxyKind::Listen => "proxy",
+                },
+                p.name,
+                missing.join("', '")
+            );
+        }
+    }
+}
+
+/// Runs sluice until it is stopped. Returns once every worker has exited.
+pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
+    let nbthread = cfg
+        .global
+        .nbthread
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+        .max(1);
+    if !opts.quiet {
+        warn_config(&cfg);
+    }
+    let maxconn = settle_maxconn(&cfg, opts, opts.quiet);
+    let cfg = Arc::new(cfg);
+    let shared = Arc::new(Shared::new(cfg.clone(), maxconn));
+    let listeners = crate::listener::bind_all(&cfg, nbthread).map_err(|e| e.join("\n[ALERT] (sluice) : "))?;
+    if opts.debug {
+        for l in &listeners {
+            let p = &cfg.proxies[l.proxy];
+            eprintln!(
+                "[NOTICE] ({}) : {} '{}' listening on {} ({} thread{}, mode {})",
+                pid(),
+                if p.kind.has_backend() { "proxy" } else { "frontend" },
+                p.name,
+                l.sockets[0].local_addr_string(),
+                nbthread,
+                if nbthread == 1 { "" } else { "s" },
+                if p.mode == Mode::Http { "http" } else { "tcp" }
+            );
+        }
+        for f in &opts.ignored {
+            eprintln!("[NOTICE] ({}) : flag '{f}' accepted for compatibility; it has no effect in sluice", pid());
+        }
+        eprintln!("[NOTICE] ({}) : {nbthread} worker thread(s), global maxconn {maxconn}", pid());
+    }
+    // Daemon mode: after binding (errors reach the terminal), before any thread starts.
+    let daemon = (opts.daemon || cfg.global.daemon) && !opts.foreground;
+    if daemon {
+        nix::unistd::daemon(true, false).map_err(|e| format!("cannot go to background: {e}"))?;
+    }
+    if let Some(pf) = opts.pidfile.as_ref().or(cfg.global.pidfile.as_ref()) {
+        std::fs::write(pf, format!("{}\n", pid())).map_err(|e| format!("cannot write pidfile '{}': {e}", pf.display()))?;
+    }
+    for &p in &opts.finish_pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGUSR1);
+    }
+    for &p in &opts.terminate_pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGTERM);
+    }
+
+    let (state_tx, state_rx) = watch::channel(RunState::Running);
+    // Hand each thread its socket of every bind.
+    let mut per_thread: Vec<Vec<_>> = (0..nbthread).map(|_| Vec::new()).collect();
+    for mut l in listeners {
+        let socks = std::mem::take(&mut l.sockets);
+        let proxy = l.proxy;
+        let l = Arc::new(l);
+        for (t, s) in socks.into_iter().enumerate() {
+            per_thread[t].push((proxy, l.clone(), s));
+        }
+    }
+    let mut handles = Vec::new();
+    for (t, ls) in per_thread.into_iter().enumerate() {
+        let cpus = cpus_for_thread(&cfg, t + 1);
+        let h = worker::spawn(t, shared.clone(), ls, cpus, state_rx.clone()).map_err(|e| format!("cannot start thread {}: {e}", t + 1))?;
+        handles.push(h);
+    }
+    drop(state_rx);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the control loop: {e}"))?;
+    let hard_stop_after = cfg.global.hard_stop_after;
+    rt.block_on(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut sigusr1 = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler");
+        let done = tokio::task::spawn_blocking(move || {
+            for h in handles {
+                let _ = h.join();
+            }
+        });
+        tokio::pin!(done);
+        let mut hard_deadline: Option<tokio::time::Instant> = None;
+        loop {
+            let sleep_hard = async {
+                match hard_deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut done => break,
+                _ = sigint.recv() => { let _ = state_tx.send(RunState::HardStop); }
+                _ = sigterm.recv() => { let _ = state_tx.send(RunState::HardStop); }
+                _ = sigusr1.recv() => {
+                    if *state_tx.borrow() == RunState::Running {
+                        eprintln!("[WARNING] ({}) : soft stop requested (SIGUSR1): closing listeners, finishing in-flight requests.", pid());
+                        let _ = state_tx.send(RunState::SoftStop);
+                        if let Some(d) = hard_stop_after {
+                            hard_deadline = Some(tokio::time::Instant::now() + d);
+                        }
+                    }
+                }
+                _ = sleep_hard => {
+                    eprintln!("[WARNING] ({}) : hard-stop-after reached: closing remaining connections.", pid());
+                    let _ = state_tx.send(RunState::HardStop);
+                    hard_deadline = None;
+                }
+            }
+        }
+    });
+    // Remove unix socket files we created.
+    for p in &cfg.proxies {
+        for b in &p.binds {
+            if let crate::config::BindAddr::Unix(path) = &b.addr {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// CPUs for thread `n` (1-based) per `cpu-map`; the last matching line wins, as in HAProxy.
+fn cpus_for_thread(cfg: &Config, n: usize) -> Option<Vec<usize>> {
+    let mut res = None;
+    for m in &cfg.global.cpu_map {
+        if let Some(pos) = m.threads.iter().position(|&t| t == n) {
+            if m.auto {
+                if let Some(&c) = m.cpus.get(pos % m.cpus.len().max(1)) {
+                    res = Some(vec![c]);
+                }
+            } else {
+                res = Some(m.cpus.clone());
+            }
+        }
+    }
+    res
+}

@@ -1,0 +1,1044 @@
+//! `mode http` sessions: HTTP/1.x transactions on one client connection, in order (pipelined
+//! requests wait in the receive buffer), each one: read head → rules → backend → server →
+//! response → log. The server connection is kept for the next request to the same server.
+//!
+//! Bodies are streamed through bounded buffers and never re-framed: the codec in `http` tells
+//! where a message ends and we forward its bytes verbatim. Edited heads are re-serialised once,
+//! and head plus the first body bytes leave in a single write (no Nagle/delayed-ACK stalls).
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::tcp::{TunnelTimeouts, tunnel};
+use super::{ClientIo, ConnectError, SessionCtx, connect_with_slot};
+use crate::backend::{self, PickInput, Slot};
+use crate::config::{
+    HeaderAction, HttpConnMode, HttpRequestAction, HttpView, Proxy, Redirect, RedirectKind,
+};
+use crate::http::{
+    BodyKind, ChunkedState, HttpError, Parsed, RequestHead, ResponseHead, has_token, header_eq,
+    is_hop_by_hop, parse_request, parse_response,
+};
+use crate::log::{Entry, LEVEL_INFO};
+
+/// `HttpView` for contexts that only know the client address (`mode tcp`).
+pub struct SrcView(pub Option<IpAddr>);
+
+impl HttpView for SrcView {
+    fn method(&self) -> &[u8] {
+        b""
+    }
+    fn uri(&self) -> &[u8] {
+        b""
+    }
+    fn for_each_header(&self, _: &[u8], _: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        false
+    }
+    fn src(&self) -> Option<IpAddr> {
+        self.0
+    }
+}
+
+/// Header bytes: either still in the receive buffer, or produced by a rule.
+#[derive(Debug, Clone)]
+enum Hb {
+    In(crate::http::Span),
+    Own(Box<[u8]>),
+}
+
+impl Hb {
+    fn get<'a>(&'a self, buf: &'a [u8]) -> &'a [u8] {
+        match self {
+            Hb::In(s) => s.of(buf),
+            Hb::Own(b) => b,
+        }
+    }
+}
+
+/// The working header list of a message being forwarded (rules edit this, not the buffer).
+#[derive(Debug, Default)]
+struct Headers {
+    list: Vec<(Hb, Hb)>,
+}
+
+impl Headers {
+    fn load(&mut self, spans: &[crate::http::HeaderSpan]) {
+        self.list.clear();
+        self.list
+            .extend(spans.iter().map(|h| (Hb::In(h.name), Hb::In(h.value))));
+    }
+
+    fn apply(&mut self, buf: &[u8], a: &HeaderAction) {
+        match a {
+            HeaderAction::SetHeader { name, value } => {
+                self.del(buf, name.as_bytes());
+                self.add(name, value);
+            }
+            HeaderAction::AddHeader { name, value } => self.add(name, value),
+            HeaderAction::DelHeader { name } => self.del(buf, name.as_bytes()),
+        }
+    }
+
+    fn add(&mut self, name: &str, value: &str) {
+        self.list.push((
+            Hb::Own(name.as_bytes().into()),
+            Hb::Own(value.as_bytes().into()),
+        ));
+    }
+
+    fn del(&mut self, buf: &[u8], name: &[u8]) {
+        self.list.retain(|(n, _)| !header_eq(n.get(buf), name));
+    }
+
+    fn has(&self, buf: &[u8], name: &[u8]) -> bool {
+        self.list.iter().any(|(n, _)| header_eq(n.get(buf), name))
+    }
+
+    fn first<'a>(&'a self, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+        self.list
+            .iter()
+            .find(|(n, _)| header_eq(n.get(buf), name))
+            .map(|(_, v)| v.get(buf))
+    }
+
+    /// Writes the header block, minus hop-by-hop fields (and fields the `Connection` header
+    /// names), then `extra` lines, then the blank line.
+    fn write(&self, buf: &[u8], out: &mut Vec<u8>, keep_upgrade: bool, extra: &[&[u8]]) {
+        // Fields listed in Connection are hop-by-hop too.
+        let conn_vals: Vec<&[u8]> = self
+            .list
+            .iter()
+            .filter(|(n, _)| header_eq(n.get(buf), b"connection"))
+            .map(|(_, v)| v.get(buf))
+            .collect();
+        for (n, v) in &self.list {
+            let n = n.get(buf);
+            if is_hop_by_hop(n) {
+                if !(keep_upgrade && header_eq(n, b"upgrade")) {
+                    continue;
+                }
+            } else if !conn_vals.is_empty()
+                && conn_vals.iter().any(|cv| has_token(cv, n))
+                && !header_eq(n, b"transfer-encoding")
+                && !header_eq(n, b"content-length")
+            {
+                continue;
+            }
+            out.extend_from_slice(n);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v.get(buf));
+            out.extend_from_slice(b"\r\n");
+        }
+        for e in extra {
+            out.extend_from_slice(e);
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A request as the rules see it.
+struct ReqView<'a> {
+    buf: &'a [u8],
+    head: &'a RequestHead,
+    hdrs: &'a Headers,
+    src: Option<IpAddr>,
+}
+
+impl HttpView for ReqView<'_> {
+    fn method(&self) -> &[u8] {
+        self.head.method.of(self.buf)
+    }
+    fn uri(&self) -> &[u8] {
+        self.head.uri.of(self.buf)
+    }
+    fn for_each_header(&self, name: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        for (n, v) in &self.hdrs.list {
+            if header_eq(n.get(self.buf), name) && f(v.get(self.buf)) {
+                return true;
+            }
+        }
+        false
+    }
+    fn src(&self) -> Option<IpAddr> {
+        self.src
+    }
+}
+
+/// A response as `http-response` rules see it (request-only fetches see the request).
+struct RspView<'a> {
+    buf: &'a [u8],
+    hdrs: &'a Headers,
+    src: Option<IpAddr>,
+}
+
+impl HttpView for RspView<'_> {
+    fn method(&self) -> &[u8] {
+        b""
+    }
+    fn uri(&self) -> &[u8] {
+        b""
+    }
+    fn for_each_header(&self, name: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        for (n, v) in &self.hdrs.list {
+            if header_eq(n.get(self.buf), name) && f(v.get(self.buf)) {
+                return true;
+            }
+        }
+        false
+    }
+    fn src(&self) -> Option<IpAddr> {
+        self.src
+    }
+}
+
+/// A server connection kept between requests of one client connection.
+struct Kept {
+    be: usize,
+    server: usize,
+    stream: TcpStream,
+}
+
+impl Kept {
+    /// An idle server connection is usable only if it has neither closed nor sent anything.
+    fn alive(&self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.stream.try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
+/// Per-transaction log facts.
+struct Txn {
+    start: Instant,
+    t_req: i64,
+    t_wait: i64,
+    t_connect: i64,
+    t_resp: i64,
+    status: i32,
+    bytes_out: u64,
+    term: [u8; 2],
+    be: Option<usize>,
+    /// Server index in the backend, once one is chosen.
+    server: Option<usize>,
+    retries: u32,
+    redispatched: bool,
+    request_line: String,
+}
+
+impl Txn {
+    fn new(start: Instant) -> Txn {
+        Txn {
+            start,
+            t_req: -1,
+            t_wait: -1,
+            t_connect: -1,
+            t_resp: -1,
+            status: -1,
+            bytes_out: 0,
+            term: *b"--",
+            be: None,
+            server: None,
+            retries: 0,
+            redispatched: false,
+            request_line: String::new(),
+        }
+    }
+}
+
+/// The client connection may carry another request (`None` from a transaction = close).
+enum Next {
+    KeepAlive,
+}
+
+struct Conn<'a, C> {
+    ctx: &'a SessionCtx,
+    fe: &'a Proxy,
+    client: C,
+    cbuf: BytesMut,
+    sbuf: BytesMut,
+    kept: Option<Kept>,
+    hdrs: Headers,
+    out: Vec<u8>,
+    bufsize: usize,
+    max_head: usize,
+}
+
+pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
+    let shared = ctx.shared().clone();
+    let fe = &shared.cfg.proxies[ctx.proxy];
+    shared.proxies[ctx.proxy]
+        .fe
+        .counters
+        .sessions_total
+        .fetch_add(1, Relaxed);
+    let bufsize = shared.cfg.global.bufsize.max(1024);
+    let max_head = bufsize.saturating_sub(shared.cfg.global.maxrewrite).max(512);
+    let mut c = Conn {
+        ctx: &ctx,
+        fe,
+        client,
+        cbuf: BytesMut::new(),
+        sbuf: BytesMut::new(),
+        kept: None,
+        hdrs: Headers::default(),
+        out: Vec::with_capacity(1024),
+        bufsize,
+        max_head,
+    };
+    let mut first = true;
+    loop {
+        match c.transaction(first).await {
+            Some(Next::KeepAlive) => first = false,
+            None => break,
+        }
+        if c.ctx.w.stopping.get() {
+            break;
+        }
+    }
+    let _ = c.client.shutdown().await;
+    let w = &c.ctx.w;
+    w.give_buf(std::mem::take(&mut c.cbuf));
+    w.give_buf(std::mem::take(&mut c.sbuf));
+}
+
+/// Outcome of reading a request head.
+enum HeadRead {
+    Got(RequestHead, Instant),
+    /// Closed or idle timeout with nothing received: leave silently.
+    Gone,
+    /// Error to answer with this status (and log), then close.
+    Fail(u16, [u8; 2], Instant),
+}
+
+impl<C: ClientIo> Conn<'_, C> {
+    /// Reads the next request head, honouring `timeout http-keep-alive` (idle between
+    /// requests), `timeout http-request` (whole head) and `timeout client`.
+    async fn read_head(&mut self, first: bool) -> HeadRead {
+        let t = &self.fe.timeouts;
+        let w = self.ctx.w.clone();
+        if self.cbuf.is_empty() {
+            // Idle: give the buffers back and wait for a byte without holding memory.
+            w.give_buf(std::mem::take(&mut self.cbuf));
+            w.give_buf(std::mem::take(&mut self.sbuf));
+            let idle = if first { t.http_request.or(t.client) } else { t.http_keep_alive.or(t.http_request).or(t.client) };
+            let stop = w.stop_notify.notified();
+            tokio::pin!(stop);
+            stop.as_mut().enable();
+            if w.stopping.get() && !first {
+                return HeadRead::Gone;
+            }
+            let ready = super::with_timeout(idle, self.client.wait_readable());
+            tokio::select! {
+                r = ready => match r {
+                    Some(Ok(())) => {}
+                    Some(Err(_)) => return HeadRead::Gone,
+                    None if first => return HeadRead::Fail(408, *b"cR", Instant::now()),
+                    None => return HeadRead::Gone,
+                },
+                _ = &mut stop, if !first => return HeadRead::Gone,
+            }
+            self.cbuf = w.take_buf(self.bufsize);
+        }
+        let start = Instant::now();
+        let deadline = t.http_request.map(|d| start + d);
+        loop {
+            if !self.cbuf.is_empty() {
+                match parse_request(&self.cbuf, self.max_head) {
+                    Ok(Parsed::Complete(h)) => return HeadRead::Got(h, start),
+                    Ok(Parsed::Partial) => {}
+                    Err(e) => return HeadRead::Fail(e.status, *b"PR", start),
+                }
+            }
+            let mut wait = t.client;
+            if let Some(dl) = deadline {
+                let left = dl.saturating_duration_since(Instant::now());
+                wait = Some(wait.map_or(left, |c| c.min(left)));
+            }
+            if self.cbuf.capacity() - self.cbuf.len() < 512 {
+                self.cbuf.reserve(self.bufsize);
+            }
+            match super::with_timeout(wait, self.client.read_buf(&mut self.cbuf)).await {
+                Some(Ok(n)) if n > 0 => {}
+                Some(_) => {
+                    // Client closed (or reset) mid-head. Nothing received on a fresh
+                    // keep-alive turn is a plain close.
+                    if self.cbuf.is_empty() {
+                        return HeadRead::Gone;
+                    }
+                    return HeadRead::Fail(400, *b"CR", start);
+                }
+                None => return HeadRead::Fail(408, *b"cR", start),
+            }
+        }
+    }
+
+    /// One request/response exchange. `None` = the connection is done.
+    async fn transaction(&mut self, first: bool) -> Option<Next> {
+        let (head, start) = match self.read_head(first).await {
+            HeadRead::Got(h, s) => (h, s),
+            HeadRead::Gone => return None,
+            HeadRead::Fail(status, term, start) => {
+                let mut txn = Txn::new(start);
+                txn.term = term;
+                txn.status = status as i32;
+                txn.request_line = "<BADREQ>".into();
+                if !(status == 400 && term == *b"CR") && !(first && self.cbuf.is_empty() && status == 408 && self.fe.options.dontlognull) {
+                    let resp = crate::errorfile::response(self.fe, None, status).into_owned();
+                    let _ = self.client.write_all(&resp).await;
+                    txn.bytes_out = resp.len() as u64;
+                }
+                if !(self.fe.options.dontlognull && self.cbuf.is_empty()) {
+                    self.log(&txn);
+                }
+                return None;
+            }
+        };
+        let mut txn = Txn::new(start);
+        txn.t_req = start.elapsed().as_millis() as i64;
+        let log_on = !self.fe.logs.is_empty() && self.fe.options.httplog;
+        if log_on {
+            let line_end = memchr::memchr(b'\n', &self.cbuf[..head.head_len]).unwrap_or(0);
+            let mut l = &self.cbuf[..line_end];
+            if l.last() == Some(&b'\r') {
+                l = &l[..l.len() - 1];
+            }
+            txn.request_line = String::from_utf8_lossy(l).into_owned();
+        }
+        let next = self.process(&head, &mut txn).await;
+        self.log(&txn);
+        next
+    }
+
+    fn log(&self, txn: &Txn) {
+        let fe = self.fe;
+        if fe.logs.is_empty() || !fe.options.httplog {
+            return;
+        }
+        let shared = self.ctx.shared();
+        let bname = txn
+            .be
+            .map(|b| shared.cfg.proxies[b].name.as_str())
+            .unwrap_or(fe.name.as_str());
+        let e = Entry {
+            client: self.ctx.peer,
+            accept_time: Some(self.ctx.accepted_at),
+            frontend: &fe.name,
+            backend: bname,
+            server: match (txn.be, txn.server) {
+                (Some(b), Some(s)) => shared.server(b, s).name.as_str(),
+                _ => "<NOSRV>",
+            },
+            t_req: txn.t_req,
+            t_wait: txn.t_wait,
+            t_connect: txn.t_connect,
+            t_resp: txn.t_resp,
+            t_active: txn.start.elapsed().as_millis() as i64,
+            status: txn.status,
+            bytes: txn.bytes_out,
+            term: txn.term,
+            actconn: shared.global_conns.load(Relaxed),
+            feconn: shared.proxies[self.ctx.proxy].fe.cur_conns.load(Relaxed),
+            beconn: txn
+                .be
+                .and_then(|b| shared.proxies[b].be.as_ref())
+                .map(|b| b.servers.iter().map(|s| s.served.load(Relaxed)).sum())
+                .unwrap_or(0),
+            srvconn: match (txn.be, txn.server) {
+                (Some(b), Some(s)) => shared.server(b, s).served.load(Relaxed),
+                _ => 0,
+            },
+            retries: txn.retries,
+            redispatched: txn.redispatched,
+            srv_queue: 0,
+            be_queue: txn
+                .be
+                .and_then(|b| shared.proxies[b].be.as_ref())
+                .map(|b| b.queued.load(Relaxed))
+                .unwrap_or(0),
+            request: &txn.request_line,
+        };
+        let level = if txn.status >= 500 || txn.term[0] != b'-' {
+            crate::log::LEVEL_ERR.max(LEVEL_INFO) // HAProxy logs errors at the same level by default
+        } else {
+            LEVEL_INFO
+        };
+        self.ctx.w.log.emit(&fe.logs, level, &e.httplog());
+    }
+
+    /// Sends a locally generated response, then decides whether the connection can go on.
+    async fn local_response(&mut self, head: &RequestHead, txn: &mut Txn, resp: &[u8], status: u16, keep: bool) -> Option<Next> {
+        txn.status = status as i32;
+        txn.bytes_out = resp.len() as u64;
+        self.cbuf.advance(head.head_len);
+        let body_left = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
+        if self.client.write_all(resp).await.is_err() {
+            txn.term = *b"CD";
+            return None;
+        }
+        if keep && !body_left && !head.conn_close && self.fe.options.http_conn_mode != HttpConnMode::Close {
+            Some(Next::KeepAlive)
+        } else {
+            None
+        }
+    }
+
+    async fn error_response(&mut self, head: &RequestHead, txn: &mut Txn, status: u16, term: [u8; 2]) -> Option<Next> {
+        txn.term = term;
+        let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
+        let resp = crate::errorfile::response(self.fe, be, status).into_owned();
+        self.local_response(head, txn, &resp, status, false).await
+    }
+
+    /// Rules, backend choice, server exchange.
+    async fn process(&mut self, head: &RequestHead, txn: &mut Txn) -> Option<Next> {
+        let shared = self.ctx.shared().clone();
+        let src = self.ctx.peer.map(|a| a.ip());
+        let uri = head.uri.of(&self.cbuf);
+        // monitor-uri: answered here, never forwarded.
+        if let Some(m) = &self.fe.monitor_uri {
+            if uri == m.as_bytes() {
+                let resp = crate::errorfile::builtin(200);
+                return self.local_response(head, txn, &resp, 200, true).await;
+            }
+        }
+        self.hdrs.load(&head.headers);
+        // Frontend http-request rules.
+        if let Some(r) = self.run_request_rules(self.fe, head, src) {
+            return self.act_final(head, txn, r).await;
+        }
+        // use_backend / default_backend.
+        let be_idx = {
+            let view = ReqView { buf: &self.cbuf, head, hdrs: &self.hdrs, src };
+            self.fe
+                .use_backends
+                .iter()
+                .find(|ub| ub.cond.as_ref().is_none_or(|c| c.eval(&view)))
+                .map(|ub| ub.backend)
+                .or(self.fe.default_backend)
+        };
+        let Some(be_idx) = be_idx else {
+            return self.error_response(head, txn, 503, *b"SC").await;
+        };
+        txn.be = Some(be_idx);
+        let bp = &shared.cfg.proxies[be_idx];
+        if be_idx != self.ctx.proxy {
+            if let Some(r) = self.run_request_rules(bp, head, src) {
+                return self.act_final(head, txn, r).await;
+            }
+        }
+        self.forward(head, txn, be_idx).await
+    }
+
+    /// Applies header edits and returns the first final action (deny/return/redirect).
+    fn run_request_rules(&mut self, p: &Proxy, head: &RequestHead, src: Option<IpAddr>) -> Option<HttpRequestAction> {
+        for rule in &p.http_request {
+            let ok = match &rule.cond {
+                None => true,
+                Some(c) => c.eval(&ReqView { buf: &self.cbuf, head, hdrs: &self.hdrs, src }),
+            };
+            if !ok {
+                continue;
+            }
+            match &rule.action {
+                HttpRequestAction::Header(a) => self.hdrs.apply(&self.cbuf, a),
+                other => return Some(other.clone()),
+            }
+        }
+        None
+    }
+
+    async fn act_final(&mut self, head: &RequestHead, txn: &mut Txn, a: HttpRequestAction) -> Option<Next> {
+        match a {
+            HttpRequestAction::Deny { status } => {
+                txn.term = *b"PR";
+                let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
+                let resp = crate::errorfile::response(self.fe, be, status).into_owned();
+                self.local_response(head, txn, &resp, status, false).await
+            }
+            HttpRequestAction::Return { status, content_type, body, headers } => {
+                let mut r = format!("HTTP/1.1 {status} {}\r\ncontent-length: {}\r\n", crate::http::reason_phrase(status), body.len());
+                if let Some(ct) = &content_type {
+                    r.push_str(&format!("content-type: {ct}\r\n"));
+                }
+                for (n, v) in &headers {
+                    r.push_str(&format!("{n}: {v}\r\n"));
+                }
+                r.push_str("\r\n");
+                let mut bytes = r.into_bytes();
+                if !head.is_head {
+                    bytes.extend_from_slice(&body);
+                }
+                txn.term = *b"PR";
+                let next = self.local_response(head, txn, &bytes, status, true).await;
+                txn.term = *b"--";
+                next
+            }
+            HttpRequestAction::Redirect(rd) => {
+                let loc = redirect_location(&rd, &self.cbuf, head, &self.hdrs);
+                let resp = format!(
+                    "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: {}\r\ncache-control: no-cache\r\n\r\n",
+                    rd.code,
+                    crate::http::reason_phrase(rd.code),
+                    loc
+                );
+                self.local_response(head, txn, resp.as_bytes(), rd.code, true).await
+            }
+            HttpRequestAction::Header(_) => unreachable!("header actions are applied in place"),
+        }
+    }
+
+    /// Sends the request to a server of `be_idx` and relays the response.
+    async fn forward(&mut self, head: &RequestHead, txn: &mut Txn, be_idx: usize) -> Option<Next> {
+        let shared = self.ctx.shared().clone();
+        let bp = &shared.cfg.proxies[be_idx];
+        let src = self.ctx.peer.map(|a| a.ip());
+        let mode = effective_mode(self.fe, bp);
+        let client_ka = !head.conn_close && mode != HttpConnMode::Close && !self.ctx.w.stopping.get();
+        let server_ka = mode == HttpConnMode::KeepAlive && !head.upgrade && !head.is_connect;
+
+        // Pick a server (may queue).
+        let hdr_val = match &bp.balance {
+            crate::config::Balance::Hdr { name, .. } => self.hdrs.first(&self.cbuf, name.as_bytes()).map(|v| v.to_vec()),
+            _ => None,
+        };
+        // Only hashing algorithms look at the URI; copy it only for them.
+        let uri_owned = match &bp.balance {
+            crate::config::Balance::Uri { .. } | crate::config::Balance::UrlParam { .. } => head.uri.of(&self.cbuf).to_vec(),
+            _ => Vec::new(),
+        };
+        let input = PickInput { src, uri: &uri_owned, hdr: hdr_val.as_deref() };
+        let slot = match backend::acquire(&shared, be_idx, &input, None).await {
+            Ok(s) => s,
+            Err(e) => {
+                let ce = ConnectError::Pick(e);
+                return self.error_response(head, txn, 503, ce.term()).await;
+            }
+        };
+        txn.t_wait = slot.queued_ms as i64;
+        let (mut stream, slot, reused) = match self.kept.take() {
+            Some(k) if k.be == be_idx && k.server == slot.server && k.alive() => {
+                txn.t_connect = 0;
+                (k.stream, slot, true)
+            }
+            _ => match connect_with_slot(self.ctx, be_idx, &input, slot).await {
+                Ok(sc) => {
+                    txn.t_connect = sc.connect_ms as i64;
+                    txn.retries = sc.retries;
+                    txn.redispatched = sc.redispatched;
+                    (sc.stream, sc.slot, false)
+                }
+                Err(e) => {
+                    if let ConnectError::Failed { retries, .. } = e {
+                        txn.retries = retries;
+                    }
+                    // HAProxy answers 503 when it cannot connect (termination SC/sC).
+                    return self.error_response(head, txn, 503, e.term()).await;
+                }
+            },
+        };
+        txn.server = Some(slot.server);
+
+        // Serialise the request head.
+        self.build_request_head(head, bp, src, server_ka);
+        // Coalesce the head with the body bytes already received.
+        let mut req_body = BodyTracker::new(head.body);
+        self.cbuf.advance(head.head_len);
+        let initial = req_body.take(&self.cbuf);
+        let initial = match initial {
+            Ok(n) => n,
+            Err(e) => return self.error_response_after_head(txn, e.status).await,
+        };
+        self.out.extend_from_slice(&self.cbuf[..initial]);
+        let head_bytes_len = self.out.len();
+        let sent_at = Instant::now();
+        if stream.write_all(&self.out).await.is_err() {
+            if reused && initial == 0 && head_bytes_len > 0 {
+                // A kept connection closed under us before any response: reconnect once.
+                match connect_with_slot(self.ctx, be_idx, &input, slot).await {
+                    Ok(sc) => {
+                        return self.exchange(head, txn, bp, sc.stream, sc.slot, req_body, initial, client_ka, server_ka, sent_at).await;
+                    }
+                    Err(e) => return self.error_response_after_head(txn, 503).await,
+                }
+            }
+            txn.term = *b"SH";
+            return self.error_response_after_head(txn, 502).await;
+        }
+        self.exchange(head, txn, bp, stream, slot, req_body, initial, client_ka, server_ka, sent_at).await
+    }
+
+    async fn error_response_after_head(&mut self, txn: &mut Txn, status: u16) -> Option<Next> {
+        let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
+        let resp = crate::errorfile::response(self.fe, be, status).into_owned();
+        txn.status = status as i32;
+        txn.bytes_out = resp.len() as u64;
+        if txn.term == *b"--" {
+            txn.term = *b"SH";
+        }
+        let _ = self.client.write_all(&resp).await;
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn exchange(
+        &mut self,
+        head: &RequestHead,
+        txn: &mut Txn,
+        bp: &Proxy,
+        mut stream: TcpStream,
+        slot: Slot,
+        mut req_body: BodyTracker,
+        initial: usize,
+        client_ka: bool,
+        server_ka: bool,
+        sent_at: Instant,
+    ) -> Option<Next> {
+        let shared = self.ctx.shared().clone();
+        let srv_counters = &slot.server_state().counters;
+        srv_counters.bytes_in.fetch_add(self.out.len() as u64, Relaxed);
+        self.cbuf.advance(initial);
+        let t_server = bp.timeouts.server;
+        let t_client = self.fe.timeouts.client;
+        if self.sbuf.capacity() == 0 {
+            self.sbuf = self.ctx.w.take_buf(self.bufsize);
+        }
+        self.sbuf.clear();
+        // Pump the request body while waiting for the response head (a server may answer
+        // early, and `Expect: 100-continue` needs the interim response relayed).
+        let resp: ResponseHead = loop {
+            if !req_body.done() && !self.cbuf.is_empty() {
+                let n = match req_body.take(&self.cbuf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        txn.term = *b"CD";
+                        return self.error_response_after_head(txn, e.status).await;
+                    }
+                };
+                if n > 0 {
+                    if stream.write_all(&self.cbuf[..n]).await.is_err() {
+                        txn.term = *b"SD";
+                        return self.error_response_after_head(txn, 502).await;
+                    }
+                    srv_counters.bytes_in.fetch_add(n as u64, Relaxed);
+                    self.cbuf.advance(n);
+                    continue;
+                }
+            }
+            if !self.sbuf.is_empty() {
+                match parse_response(&self.sbuf, self.max_head, head.is_head, head.is_connect) {
+                    Ok(Parsed::Complete(r)) => {
+                        if (100..200).contains(&r.status) && r.status != 101 {
+                            // Interim response: relay as is and keep waiting.
+                            let n = r.head_len;
+                            if self.client.write_all(&self.sbuf[..n]).await.is_err() {
+                                txn.term = *b"CD";
+                                return None;
+                            }
+                            self.sbuf.advance(n);
+                            continue;
+                        }
+                        break r;
+                    }
+                    Ok(Parsed::Partial) => {}
+                    Err(HttpError { .. }) => {
+                        srv_counters.resp_errors.fetch_add(1, Relaxed);
+                        txn.term = *b"SH";
+                        return self.error_response_after_head(txn, 502).await;
+                    }
+                }
+            }
+            if self.sbuf.capacity() - self.sbuf.len() < 512 {
+                self.sbuf.reserve(self.bufsize);
+            }
+            let want_client = !req_body.done();
+            if want_client && self.cbuf.capacity() - self.cbuf.len() < 512 {
+                self.cbuf.reserve(self.bufsize);
+            }
+            tokio::select! {
+                r = super::with_timeout(t_client, self.client.read_buf(&mut self.cbuf)), if want_client => match r {
+                    Some(Ok(n)) if n > 0 => {}
+                    Some(_) => { txn.term = *b"CD"; return None; }
+                    None => { txn.term = *b"cD"; return self.error_response_after_head(txn, 408).await; }
+                },
+                r = super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)) => match r {
+                    Some(Ok(n)) if n > 0 => {}
+                    Some(_) => {
+                        srv_counters.resp_errors.fetch_add(1, Relaxed);
+                        txn.term = *b"SH";
+                        return self.error_response_after_head(txn, 502).await;
+                    }
+                    None => {
+                        txn.term = *b"sH";
+                        return self.error_response_after_head(txn, 504).await;
+                    }
+                },
+            }
+        };
+        txn.t_resp = sent_at.elapsed().as_millis() as i64;
+        txn.status = resp.status as i32;
+
+        // Response head: http-response rules (backend first, then frontend), hop-by-hop.
+        self.hdrs.load(&resp.headers);
+        let src = self.ctx.peer.map(|a| a.ip());
+        let rule_sets: [&Proxy; 2] = [bp, self.fe];
+        let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
+        for p in &rule_sets[..n_sets] {
+            for rule in &p.http_response {
+                let ok = rule.cond.as_ref().is_none_or(|c| c.eval(&RspView { buf: &self.sbuf, hdrs: &self.hdrs, src }));
+                if ok {
+                    self.hdrs.apply(&self.sbuf, &rule.action);
+                }
+            }
+        }
+        let tunnel_mode = resp.switching || (head.is_connect && (200..300).contains(&resp.status));
+        let close_delim = resp.body == BodyKind::CloseDelimited && !tunnel_mode;
+        let client_keep = client_ka && !close_delim && !tunnel_mode && req_body.done();
+        let server_keep = server_ka && !resp.conn_close && !close_delim && !tunnel_mode && req_body.done();
+
+        self.out.clear();
+        let status_end = memchr::memchr(b'\n', &self.sbuf[..resp.head_len]).map_or(0, |p| p + 1);
+        let mut status_line = &self.sbuf[..status_end];
+        if status_line.ends_with(b"\r\n") {
+            status_line = &status_line[..status_line.len() - 2];
+        } else if status_line.ends_with(b"\n") {
+            status_line = &status_line[..status_line.len() - 1];
+        }
+        self.out.extend_from_slice(status_line);
+        self.out.extend_from_slice(b"\r\n");
+        let extra: &[&[u8]] = if tunnel_mode && resp.switching {
+            &[b"connection: upgrade\r\n"]
+        } else if !client_keep && head.version_minor == 1 {
+            &[b"connection: close\r\n"]
+        } else if client_keep && head.version_minor == 0 {
+            &[b"connection: keep-alive\r\n"]
+        } else {
+            &[]
+        };
+        self.hdrs.write(&self.sbuf, &mut self.out, resp.switching, extra);
+        self.sbuf.advance(resp.head_len);
+
+        if tunnel_mode {
+            let _ = &slot;
+            let to_client: Vec<u8> = {
+                let mut v = std::mem::take(&mut self.out);
+                v.extend_from_slice(&self.sbuf);
+                v
+            };
+            self.sbuf.clear();
+            let to_server = self.cbuf.split().freeze();
+            let tt = bp.timeouts.tunnel;
+            let t = TunnelTimeouts {
+                client: tt.or(self.fe.timeouts.client),
+                server: tt.or(bp.timeouts.server),
+                client_fin: self.fe.timeouts.client_fin,
+                server_fin: bp.timeouts.server_fin,
+            };
+            let end = tunnel(&mut self.client, &mut stream, &to_server, &to_client, t, self.bufsize).await;
+            txn.bytes_out = end.down;
+            txn.term = end.term;
+            return None;
+        }
+
+        // Response body.
+        let mut rsp_body = BodyTracker::new(resp.body);
+        let n = match rsp_body.take(&self.sbuf) {
+            Ok(n) => n,
+            Err(_) => {
+                txn.term = *b"SD";
+                return None;
+            }
+        };
+        self.out.extend_from_slice(&self.sbuf[..n]);
+        self.sbuf.advance(n);
+        if self.client.write_all(&self.out).await.is_err() {
+            txn.term = *b"CD";
+            return None;
+        }
+        txn.bytes_out = self.out.len() as u64;
+        while !rsp_body.done() {
+            if self.sbuf.is_empty() {
+                if self.sbuf.capacity() < self.bufsize / 2 {
+                    self.sbuf.reserve(self.bufsize);
+                }
+                match super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)).await {
+                    Some(Ok(n)) if n > 0 => {}
+                    Some(Ok(_)) if rsp_body.kind == BodyKind::CloseDelimited => break,
+                    Some(_) => {
+                        txn.term = *b"SD";
+                        return None;
+                    }
+                    None => {
+                        txn.term = *b"sD";
+                        return None;
+                    }
+                }
+            }
+            let n = match rsp_body.take(&self.sbuf) {
+                Ok(n) => n,
+                Err(_) => {
+                    txn.term = *b"SD";
+                    return None;
+                }
+            };
+            match super::with_timeout(t_client, self.client.write_all(&self.sbuf[..n])).await {
+                Some(Ok(())) => {}
+                Some(Err(_)) => {
+                    txn.term = *b"CD";
+                    return None;
+                }
+                None => {
+                    txn.term = *b"cD";
+                    return None;
+                }
+            }
+            txn.bytes_out += n as u64;
+            self.sbuf.advance(n);
+        }
+        slot.server_state().counters.bytes_out.fetch_add(txn.bytes_out, Relaxed);
+        shared.proxies[self.ctx.proxy].fe.counters.bytes_out.fetch_add(txn.bytes_out, Relaxed);
+        // Release the server slot now (the transaction is over), keep the connection.
+        let (be, server) = (bp_index(&shared, bp), slot.server);
+        drop(slot);
+        if server_keep && self.sbuf.is_empty() {
+            self.kept = Some(Kept { be, server, stream });
+        }
+        if client_keep { Some(Next::KeepAlive) } else { None }
+    }
+
+    /// Request line + edited headers + forwarding headers + connection management.
+    fn build_request_head(&mut self, head: &RequestHead, bp: &Proxy, src: Option<IpAddr>, server_ka: bool) {
+        self.out.clear();
+        let line_end = memchr::memchr(b'\n', &self.cbuf[..head.head_len]).map_or(0, |p| p + 1);
+        let mut line = &self.cbuf[..line_end];
+        if line.ends_with(b"\r\n") {
+            line = &line[..line.len() - 2];
+        } else if line.ends_with(b"\n") {
+            line = &line[..line.len() - 1];
+        }
+        self.out.extend_from_slice(line);
+        self.out.extend_from_slice(b"\r\n");
+        let mut extra: Vec<u8> = Vec::new();
+        // option forwardfor (backend setting wins, else frontend's).
+        if let Some(ff) = bp.options.forwardfor.as_ref().or(self.fe.options.forwardfor.as_ref()) {
+            if let Some(ip) = src {
+                let skip = ff.except.is_some_and(|n| n.contains(ip)) || (ff.if_none && self.hdrs.has(&self.cbuf, ff.header.as_bytes()));
+                if !skip {
+                    let ip = match ip {
+                        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+                        v4 => v4,
+                    };
+                    extra.extend_from_slice(format!("{}: {}\r\n", ff.header, ip).as_bytes());
+                }
+            }
+        }
+        if head.upgrade {
+            extra.extend_from_slice(b"connection: upgrade\r\n");
+        } else if !server_ka && head.version_minor == 1 {
+            extra.extend_from_slice(b"connection: close\r\n");
+        } else if server_ka && head.version_minor == 0 {
+            extra.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+        let extra_ref: [&[u8]; 1] = [&extra];
+        self.hdrs.write(&self.cbuf, &mut self.out, head.upgrade, &extra_ref);
+    }
+}
+
+fn bp_index(shared: &crate::backend::Shared, bp: &Proxy) -> usize {
+    shared.cfg.proxies.iter().position(|p| std::ptr::eq(p, bp)).unwrap_or(0)
+}
+
+/// HTTP connection mode of a transaction: the stricter of frontend and backend.
+fn effective_mode(fe: &Proxy, be: &Proxy) -> HttpConnMode {
+    use HttpConnMode::*;
+    match (fe.options.http_conn_mode, be.options.http_conn_mode) {
+        (Close, _) | (_, Close) => Close,
+        (ServerClose, _) | (_, ServerClose) => ServerClose,
+        _ => KeepAlive,
+    }
+}
+
+fn redirect_location(rd: &Redirect, buf: &[u8], head: &RequestHead, hdrs: &Headers) -> String {
+    let uri = head.uri.of(buf);
+    let path_q = {
+        let p = crate::http::path_of(uri);
+        let start = p.as_ptr() as usize - uri.as_ptr() as usize;
+        &uri[start..]
+    };
+    let mut rest: Vec<u8> = path_q.to_vec();
+    if rd.drop_query {
+        if let Some(q) = rest.iter().position(|&c| c == b'?') {
+            rest.truncate(q);
+        }
+    }
+    if rd.append_slash && !rest.ends_with(b"/") && !rest.contains(&b'?') {
+        rest.push(b'/');
+    }
+    let rest = String::from_utf8_lossy(&rest);
+    match rd.kind {
+        RedirectKind::Location => rd.target.clone(),
+        RedirectKind::Prefix => {
+            let t = rd.target.trim_end_matches('/');
+            format!("{t}{rest}")
+        }
+        RedirectKind::Scheme => {
+            let host = hdrs.first(buf, b"host").map(|h| String::from_utf8_lossy(h).into_owned()).unwrap_or_default();
+            format!("{}://{}{}", rd.target, host, rest)
+        }
+    }
+}
+
+/// Tracks where a message body ends while its bytes stream through a buffer.
+struct BodyTracker {
+    kind: BodyKind,
+    remaining: u64,
+    chunked: Option<ChunkedState>,
+    finished: bool,
+}
+
+impl BodyTracker {
+    fn new(kind: BodyKind) -> BodyTracker {
+        let (remaining, finished) = match kind {
+            BodyKind::None => (0, true),
+            BodyKind::Length(n) => (n, n == 0),
+            BodyKind::Chunked | BodyKind::CloseDelimited => (0, false),
+        };
+        BodyTracker {
+            kind,
+            remaining,
+            chunked: (kind == BodyKind::Chunked).then(ChunkedState::new),
+            finished,
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.finished
+    }
+
+    /// How many bytes at the front of `data` belong to the body.
+    fn take(&mut self, data: &[u8]) -> Result<usize, HttpError> {
+        if self.finished {
+            return Ok(0);
+        }
+        match self.kind {
+            BodyKind::None => Ok(0),
+            BodyKind::Length(_) => {
+                let n = (data.len() as u64).min(self.remaining) as usize;
+                self.remaining -= n as u64;
+                self.finished = self.remaining == 0;
+                Ok(n)
+            }
+            BodyKind::Chunked => {
+                let st = self.chunked.as_mut().expect("chunked state");
+                let (n, done) = st.feed(data)?;
+                self.finished = done;
+                Ok(n)
+            }
+            BodyKind::CloseDelimited => Ok(data.len()),
+        }
+    }
+}
+

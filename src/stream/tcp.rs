@@ -1,0 +1,253 @@
+//! `mode tcp` sessions, and the bidirectional tunnel that HTTP upgrades (WebSocket) reuse.
+//! Half-closes are propagated (a FIN from one side becomes a shutdown of the other side's
+//! write half), and the session ends when both directions are done or a timeout fires.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::{ClientIo, ConnectError, SessionCtx, connect_server};
+use crate::backend::PickInput;
+use crate::log::{Entry, LEVEL_INFO};
+
+/// How a tunnel ended, from the client's point of view (tcplog termination state).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TunnelEnd {
+    pub term: [u8; 2],
+    /// Bytes client → server.
+    pub up: u64,
+    /// Bytes server → client.
+    pub down: u64,
+}
+
+/// Timeouts of a tunnel.
+#[derive(Debug, Clone, Copy)]
+pub struct TunnelTimeouts {
+    pub client: Option<Duration>,
+    pub server: Option<Duration>,
+    pub client_fin: Option<Duration>,
+    pub server_fin: Option<Duration>,
+}
+
+enum DirEnd {
+    /// Source sent FIN.
+    Eof,
+    /// Inactivity timeout.
+    Timeout,
+    ReadErr,
+    WriteErr,
+}
+
+/// Copies `r` to `w` until EOF, error or inactivity. `activity` is the last time either
+/// direction moved data: a long download must not be cut by the idle upload side.
+#[allow(clippy::too_many_arguments)]
+async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    initial: &[u8],
+    timeout: &Cell<Option<Duration>>,
+    activity: &Cell<Instant>,
+    bytes: &Cell<u64>,
+    bufsize: usize,
+) -> DirEnd {
+    if !initial.is_empty() {
+        if w.write_all(initial).await.is_err() {
+            return DirEnd::WriteErr;
+        }
+        bytes.set(bytes.get() + initial.len() as u64);
+    }
+    let mut buf = vec![0u8; bufsize];
+    loop {
+        let n = loop {
+            let to = timeout.get();
+            let read = r.read(&mut buf);
+            match to {
+                None => break read.await,
+                Some(d) => {
+                    let since = activity.get().elapsed();
+                    let left = d.saturating_sub(since);
+                    if left.is_zero() {
+                        return DirEnd::Timeout;
+                    }
+                    match tokio::time::timeout(left, read).await {
+                        Ok(r) => break r,
+                        Err(_) => continue, // re-check: the other direction may have moved
+                    }
+                }
+            }
+        };
+        match n {
+            Ok(0) => return DirEnd::Eof,
+            Ok(n) => {
+                activity.set(Instant::now());
+                if w.write_all(&buf[..n]).await.is_err() {
+                    return DirEnd::WriteErr;
+                }
+                activity.set(Instant::now());
+                bytes.set(bytes.get() + n as u64);
+            }
+            Err(_) => return DirEnd::ReadErr,
+        }
+    }
+}
+
+/// Runs a bidirectional tunnel between `client` and `server` until both directions end.
+/// `to_server` / `to_client` are bytes already read that must be sent first.
+pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
+    server: &mut tokio::net::TcpStream,
+    to_server: &[u8],
+    to_client: &[u8],
+    t: TunnelTimeouts,
+    bufsize: usize,
+) -> TunnelEnd {
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut sr, mut sw) = server.split();
+    let activity = Cell::new(Instant::now());
+    let up = Cell::new(0u64);
+    let down = Cell::new(0u64);
+    let up_to = Cell::new(t.client);
+    let down_to = Cell::new(t.server);
+    let mut c2s_end: Option<DirEnd> = None;
+    let mut s2c_end: Option<DirEnd> = None;
+    {
+        let c2s = pump(&mut cr, &mut sw, to_server, &up_to, &activity, &up, bufsize);
+        let s2c = pump(&mut sr, &mut cw, to_client, &down_to, &activity, &down, bufsize);
+        tokio::pin!(c2s);
+        tokio::pin!(s2c);
+        loop {
+            tokio::select! {
+                e = &mut c2s, if c2s_end.is_none() => {
+                    let eof = matches!(e, DirEnd::Eof);
+                    c2s_end = Some(e);
+                    if !eof || s2c_end.is_some() { break; }
+                    // Client half-closed: the server side now runs under client-fin if set.
+                    if t.client_fin.is_some() { down_to.set(t.client_fin); }
+                }
+                e = &mut s2c, if s2c_end.is_none() => {
+                    let eof = matches!(e, DirEnd::Eof);
+                    s2c_end = Some(e);
+                    if !eof || c2s_end.is_some() { break; }
+                    if t.server_fin.is_some() { up_to.set(t.server_fin); }
+                }
+            }
+            if c2s_end.is_some() && s2c_end.is_some() {
+                break;
+            }
+            // Propagate the FIN we just saw.
+        }
+    }
+    if matches!(c2s_end, Some(DirEnd::Eof)) {
+        let _ = sw.shutdown().await;
+    }
+    if matches!(s2c_end, Some(DirEnd::Eof)) {
+        let _ = cw.shutdown().await;
+    }
+    let term = match (&c2s_end, &s2c_end) {
+        (Some(DirEnd::Timeout), _) => *b"cD",
+        (_, Some(DirEnd::Timeout)) => *b"sD",
+        (Some(DirEnd::ReadErr), _) | (_, Some(DirEnd::WriteErr)) => *b"CD",
+        (Some(DirEnd::WriteErr), _) | (_, Some(DirEnd::ReadErr)) => *b"SD",
+        _ => *b"--",
+    };
+    TunnelEnd { term, up: up.get(), down: down.get() }
+}
+
+/// A `mode tcp` session: connect to a server of the default backend, then tunnel.
+pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
+    let shared = ctx.shared().clone();
+    let fe = &shared.cfg.proxies[ctx.proxy];
+    let start = Instant::now();
+    let Some(be_idx) = select_backend(&ctx) else {
+        log_tcp(&ctx, None, "<NOSRV>", -1, -1, start, *b"SC", 0, 0, false);
+        return;
+    };
+    let bp = &shared.cfg.proxies[be_idx];
+    let input = PickInput { src: ctx.peer.map(|a| a.ip()), uri: b"", hdr: None };
+    let mut conn = match connect_server(&ctx, be_idx, &input).await {
+        Ok(c) => c,
+        Err(e) => {
+            let retries = match e {
+                ConnectError::Failed { retries, .. } => retries,
+                _ => 0,
+            };
+            log_tcp(&ctx, Some(be_idx), "<NOSRV>", -1, -1, start, e.term(), 0, retries, false);
+            return;
+        }
+    };
+    let tw = conn.slot.queued_ms as i64;
+    let tc = conn.connect_ms as i64;
+    let tunnel_to = bp.timeouts.tunnel;
+    let t = TunnelTimeouts {
+        client: tunnel_to.or(fe.timeouts.client),
+        server: tunnel_to.or(bp.timeouts.server),
+        client_fin: fe.timeouts.client_fin,
+        server_fin: bp.timeouts.server_fin,
+    };
+    let mut client = client;
+    let end = tunnel(&mut client, &mut conn.stream, b"", b"", t, shared.cfg.global.bufsize).await;
+    let srv = conn.slot.server_state();
+    srv.counters.bytes_in.fetch_add(end.up, Relaxed);
+    srv.counters.bytes_out.fetch_add(end.down, Relaxed);
+    let name = srv.name.clone();
+    let (retries, redisp) = (conn.retries, conn.redispatched);
+    drop(conn);
+    if fe.options.dontlognull && end.up == 0 && end.down == 0 {
+        return;
+    }
+    log_tcp(&ctx, Some(be_idx), &name, tw, tc, start, end.term, end.down, retries, redisp);
+}
+
+/// `use_backend` rules evaluated on what a TCP session has (its source), then the default.
+fn select_backend(ctx: &SessionCtx) -> Option<usize> {
+    let p = &ctx.shared().cfg.proxies[ctx.proxy];
+    let view = crate::stream::http::SrcView(ctx.peer.map(|a| a.ip()));
+    for ub in &p.use_backends {
+        if ub.cond.as_ref().is_none_or(|c| c.eval(&view)) {
+            return Some(ub.backend);
+        }
+    }
+    p.default_backend
+}
+
+#[allow(clippy::too_many_arguments)]
+fn log_tcp(
+    ctx: &SessionCtx,
+    be: Option<usize>,
+    server: &str,
+    tw: i64,
+    tc: i64,
+    start: Instant,
+    term: [u8; 2],
+    bytes: u64,
+    retries: u32,
+    redispatched: bool,
+) {
+    let shared = ctx.shared();
+    let fe = &shared.cfg.proxies[ctx.proxy];
+    if fe.logs.is_empty() || !fe.options.tcplog {
+        return;
+    }
+    let bname = be.map(|b| shared.cfg.proxies[b].name.as_str()).unwrap_or(fe.name.as_str());
+    let e = Entry {
+        client: ctx.peer,
+        accept_time: Some(ctx.accepted_at),
+        frontend: &fe.name,
+        backend: bname,
+        server,
+        t_wait: tw,
+        t_connect: tc,
+        t_active: start.elapsed().as_millis() as i64,
+        bytes,
+        term,
+        actconn: shared.global_conns.load(Relaxed),
+        feconn: shared.proxies[ctx.proxy].fe.cur_conns.load(Relaxed),
+        beconn: be.map(|b| shared.proxies[b].fe.cur_conns.load(Relaxed)).unwrap_or(0),
+        retries,
+        redispatched,
+        ..Default::default()
+    };
+    ctx.w.log.emit(&fe.logs, LEVEL_INFO, &e.tcplog());
+}

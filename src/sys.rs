@@ -1,0 +1,64 @@
+//! `sys`: the only module with `unsafe` code — system calls that socket2, nix and std do not
+//! wrap safely. Each block carries a `// SAFETY:` comment. Nothing else may use `unsafe`.
+
+use std::io;
+use std::os::fd::FromRawFd;
+
+/// Takes ownership of an inherited, already-listening socket (`bind fd@N`).
+///
+/// Fails if `fd` is not open or is not a socket, so a typo in the config cannot make us
+/// adopt (and later close) an unrelated descriptor such as a log file.
+pub fn adopt_listening_fd(fd: i32) -> io::Result<socket2::Socket> {
+    if fd < 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "negative file descriptor"));
+    }
+    // SAFETY: fcntl(F_GETFD) on an integer reads the descriptor table only; it touches no
+    // memory of ours and is defined for any value (EBADF if not open).
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `ty` and `len` are valid, properly sized out-parameters living on our stack for
+    // the duration of the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if ty == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "file descriptor is a socket but is not listening",
+        ));
+    }
+    // SAFETY: the descriptor is open and is a listening socket (checked above); the config
+    // names it exactly once, so ownership is transferred to us exactly once.
+    Ok(unsafe { socket2::Socket::from_raw_fd(fd) })
+}
+
+/// `bind ... defer-accept`: TCP_DEFER_ACCEPT, so accept() returns only once data arrived.
+pub fn set_defer_accept(sock: &socket2::Socket, secs: i32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v: libc::c_int = secs;
+    // SAFETY: `v` is a valid c_int on our stack and its exact size is passed; the descriptor
+    // is owned by `sock`, which outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}

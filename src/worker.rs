@@ -1,0 +1,268 @@
+//! `worker`: the thread-per-core runtime. Each worker is an OS thread (pinned per `cpu-map`)
+//! running its own tokio current-thread runtime; every connection it accepts lives and dies on
+//! it, so per-connection state is `Rc`/`RefCell` and never locked.
+//!
+//! It owns thread start-up, the accept loops, and stopping (soft: stop accepting and let
+//! in-flight work finish; hard: drop everything). It must not parse protocols.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use tokio::sync::{Notify, watch};
+
+use crate::backend::Shared;
+use crate::listener::{BoundListener, StdListener, has_room, try_admit};
+use crate::log::Logger;
+
+/// Process-wide run state, broadcast to every worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RunState {
+    Running,
+    /// SIGUSR1: stop accepting, finish in-flight requests, exit.
+    SoftStop,
+    /// SIGINT/SIGTERM or `hard-stop-after`: close everything now.
+    HardStop,
+}
+
+/// What one worker thread knows; shared by all tasks of the thread through `Rc`.
+pub struct Worker {
+    pub id: usize,
+    pub shared: Arc<Shared>,
+    pub log: Logger,
+    /// Set once a soft stop began: connections close after their current request.
+    pub stopping: Cell<bool>,
+    /// Woken when `stopping` becomes true (idle keep-alive connections wait on it).
+    pub stop_notify: Notify,
+    /// Live client connections on this thread.
+    pub active: Cell<usize>,
+    idle_notify: Notify,
+    /// Recycled I/O buffers: an idle connection holds none (HAProxy's buffer pools idea), so
+    /// 10,000 idle keep-alive clients cost sockets, not 16 KiB each.
+    bufs: std::cell::RefCell<Vec<bytes::BytesMut>>,
+}
+
+/// Buffers kept for reuse per thread; beyond this they go back to the allocator.
+const BUF_POOL_MAX: usize = 256;
+
+impl Worker {
+    /// An empty buffer with at least `size` bytes of capacity.
+    pub fn take_buf(&self, size: usize) -> bytes::BytesMut {
+        match self.bufs.borrow_mut().pop() {
+            Some(mut b) => {
+                b.clear();
+                b.reserve(size);
+                b
+            }
+            None => bytes::BytesMut::with_capacity(size),
+        }
+    }
+
+    /// Returns a buffer (its contents are discarded).
+    pub fn give_buf(&self, b: bytes::BytesMut) {
+        if b.capacity() == 0 {
+            return;
+        }
+        let mut pool = self.bufs.borrow_mut();
+        if pool.len() < BUF_POOL_MAX {
+            pool.push(b);
+        }
+    }
+}
+
+/// Holds one live connection in `Worker::active`.
+pub struct ActiveGuard(Rc<Worker>);
+
+impl ActiveGuard {
+    pub fn new(w: &Rc<Worker>) -> ActiveGuard {
+        w.active.set(w.active.get() + 1);
+        ActiveGuard(w.clone())
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        let n = self.0.active.get() - 1;
+        self.0.active.set(n);
+        if n == 0 {
+            self.0.idle_notify.notify_waiters();
+        }
+    }
+}
+
+/// Starts one worker thread serving its share of `listeners`.
+pub fn spawn(
+    id: usize,
+    shared: Arc<Shared>,
+    listeners: Vec<(usize, Arc<BoundListener>, StdListener)>,
+    cpus: Option<Vec<usize>>,
+    mut state: watch::Receiver<RunState>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("sluice-w{id}"))
+        .spawn(move || {
+            if let Some(cpus) = cpus {
+                let mut set = nix::sched::CpuSet::new();
+                for c in &cpus {
+                    let _ = set.set(*c);
+                }
+                if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
+                    eprintln!("[WARNING] (sluice) : thread {}: cpu-map {:?} failed: {e}", id + 1, cpus);
+                }
+            }
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("[ALERT] (sluice) : thread {}: cannot start event loop: {e}", id + 1);
+                    std::process::exit(1);
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, async move {
+                let w = Rc::new(Worker {
+                    id,
+                    log: Logger::new(&shared.cfg),
+                    shared,
+                    stopping: Cell::new(false),
+                    stop_notify: Notify::new(),
+                    active: Cell::new(0),
+                    idle_notify: Notify::new(),
+                    bufs: std::cell::RefCell::new(Vec::new()),
+                });
+                let (accept_stop_tx, accept_stop_rx) = watch::channel(false);
+                for (pidx, bl, sock) in listeners {
+                    let w = w.clone();
+                    let rx = accept_stop_rx.clone();
+                    tokio::task::spawn_local(async move {
+                        if let Err(e) = accept_loop(w, pidx, bl, sock, rx).await {
+                            eprintln!("[ALERT] (sluice) : accept loop failed: {e}");
+                        }
+                    });
+                }
+                // Wait for a stop request.
+                let st = loop {
+                    let s = *state.borrow_and_update();
+                    if s != RunState::Running {
+                        break s;
+                    }
+                    if state.changed().await.is_err() {
+                        break RunState::HardStop;
+                    }
+                };
+                let _ = accept_stop_tx.send(true);
+                if st == RunState::SoftStop {
+                    w.stopping.set(true);
+                    w.stop_notify.notify_waiters();
+                    // Finish in-flight work unless a hard stop arrives meanwhile.
+                    loop {
+                        let idle = w.idle_notify.notified();
+                        tokio::pin!(idle);
+                        idle.as_mut().enable();
+                        if w.active.get() == 0 {
+                            break;
+                        }
+                        tokio::select! {
+                            _ = &mut idle => {}
+                            r = state.changed() => {
+                                if r.is_err() || *state.borrow() == RunState::HardStop {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+                // Returning drops the LocalSet's tasks: every socket of this thread closes.
+            });
+            // Tasks still alive (hard stop) are dropped with the LocalSet/runtime here.
+            drop(local);
+            drop(rt);
+        })
+}
+
+async fn accept_loop(
+    w: Rc<Worker>,
+    pidx: usize,
+    bl: Arc<BoundListener>,
+    sock: StdListener,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    enum L {
+        Tcp(tokio::net::TcpListener),
+        Unix(tokio::net::UnixListener),
+    }
+    let l = match sock {
+        StdListener::Tcp(t) => L::Tcp(tokio::net::TcpListener::from_std(t)?),
+        StdListener::Unix(u) => L::Unix(tokio::net::UnixListener::from_std(u)?),
+    };
+    let maxaccept = w.shared.cfg.global.maxaccept.max(1);
+    let mut burst = 0u32;
+    loop {
+        if *stop.borrow() {
+            return Ok(());
+        }
+        // At maxconn, stop accepting: connections wait in the kernel backlog, as in HAProxy.
+        loop {
+            let freed = w.shared.conn_freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if has_room(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
+                break;
+            }
+            tokio::select! {
+                _ = &mut freed => {}
+                _ = stop.changed() => return Ok(()),
+            }
+        }
+        if burst >= maxaccept {
+            // tune.maxaccept: let established connections run before taking more.
+            burst = 0;
+            tokio::task::yield_now().await;
+        }
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.changed() => return Ok(()),
+            r = async {
+                match &l {
+                    L::Tcp(t) => t.accept().await.map(|(s, a)| crate::stream::Client::Tcp(s, a)),
+                    L::Unix(u) => u.accept().await.map(|(s, _)| crate::stream::Client::Unix(s)),
+                }
+            } => r,
+        };
+        // Another thread may have taken the last place meanwhile: then this connection waits
+        // (accepted, unserved) for a place, exactly like one still in the backlog would.
+        let accepted = match accepted {
+            Ok(c) => loop {
+                let freed = w.shared.conn_freed.notified();
+                tokio::pin!(freed);
+                freed.as_mut().enable();
+                if let Some(a) = try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
+                    break Ok((c, a));
+                }
+                tokio::select! {
+                    _ = &mut freed => {}
+                    _ = stop.changed() => return Ok(()),
+                }
+            },
+            Err(e) => Err(e),
+        };
+        match accepted {
+            Ok((client, adm)) => {
+                burst += 1;
+                let w2 = w.clone();
+                let guard = ActiveGuard::new(&w);
+                tokio::task::spawn_local(async move {
+                    crate::stream::serve(w2, pidx, client, adm).await;
+                    drop(guard);
+                });
+            }
+            Err(e) => {
+                burst = 0;
+                // EMFILE/ENFILE/ENOBUFS: back off briefly instead of spinning.
+                if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)) {
+                    eprintln!("[WARNING] (sluice) : accept(): {e}; pausing this listener for 100ms");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! HTTP/1.x proxying: keep-alive, pipelining, HTTP/1.0, chunked with trailers, close-delimited
+//! bodies, HEAD/204/304, 100-continue, header case and order, hop-by-hop headers, forwardfor,
+//! server connection reuse, http-server-close / httpclose, large bodies, access log line.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+/// One frontend `fe` on a fresh port, default backend `be` with the given servers.
+fn proxy(defaults: &str, fe_extra: &str, be_extra: &str, servers: &[&HttpBackend]) -> (Sluice, u16) {
+    let port = free_port();
+    let cfg = format!(
+        "{defaults}frontend fe\n    bind 127.0.0.1:{port}\n{fe_extra}\n    default_backend be\n{}",
+        backend_section("be", be_extra, servers)
+    );
+    (Sluice::start(&cfg), port)
+}
+
+#[test]
+fn simple_get_reaches_the_server() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let r = http_get(port, "/hello?x=1");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_str(), "s1");
+    assert_eq!(r.server(), "s1");
+    let req = b.last_request();
+    assert_eq!(req.method, "GET");
+    assert_eq!(req.target, "/hello?x=1");
+    assert_eq!(req.header("host"), Some("test"));
+}
+
+#[test]
+fn keep_alive_serves_several_requests_on_one_connection() {
+    let b = HttpBackend::with_handler("s1", |r| Reply::echo_target("s1", r));
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    for i in 0..5 {
+        let r = c.get(&format!("/n{i}"));
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body_str(), format!("/n{i}"));
+        assert!(!r.conn_close(), "keep-alive response must not announce close: {:?}", r.headers);
+    }
+    // The connection is still usable and nothing else is pending on it.
+    c.expect_silent_for(Duration::from_millis(100));
+    assert_eq!(c.get("/last").body_str(), "/last");
+}
+
+#[test]
+fn server_connection_is_reused_within_a_client_connection() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    for _ in 0..6 {
+        assert_eq!(c.get("/").status, 200);
+    }
+    assert_eq!(b.reqs(), 6);
+    assert_eq!(b.conns(), 1, "6 requests on one client connection should use one server connection");
+    let ids: Vec<usize> = b.requests().iter().map(|r| r.conn_id).collect();
+    assert_eq!(ids, vec![0; 6]);
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    // The first request is slow, the others fast: answers must still come in request order.
+    let b = HttpBackend::with_handler("s1", |r| {
+        if r.target == "/a" {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Reply::echo_target("s1", r)
+    });
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    c.send(
+        "GET /a HTTP/1.1\r\nHost: t\r\n\r\n\
+         POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nxyz\
+         GET /c HTTP/1.1\r\nHost: t\r\n\r\n\
+         GET /d HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    for want in ["/a", "/b", "/c", "/d"] {
+        let r = c.read_final(false);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body_str(), want);
+    }
+    let reqs = b.wait_requests(4, WAIT);
+    assert_eq!(reqs[1].body, b"xyz");
+}
+
+#[test]
+fn http10_without_keepalive_is_closed_after_the_response() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.request("GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_str(), "s1");
+    c.expect_closed();
+}
+
+#[test]
+fn http10_with_keepalive_stays_open() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    for _ in 0..2 {
+        let r = c.request("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body_str(), "s1");
+        assert!(!r.close_delimited, "a kept-alive HTTP/1.0 response needs a length");
+    }
+}
+
+#[test]
+fn connection_close_from_client_closes_after_response() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.request("GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert_eq!(r.status, 200);
+    c.expect_closed();
+}
+
+#[test]
+fn chunked_response_with_trailers_is_forwarded() {
+    let b = HttpBackend::with_handler("s1", |_| {
+        Reply::Raw(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n\
+              5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Checksum: abc123\r\n\r\n"
+                .to_vec(),
+        )
+    });
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    for _ in 0..2 {
+        let r = c.get("/");
+        assert_eq!(r.status, 200);
+        assert!(r.chunked, "response should stay chunked: {:?}", r.headers);
+        assert_eq!(r.body_str(), "hello, world");
+        assert_eq!(r.trailers, vec![("X-Checksum".to_string(), "abc123".to_string())]);
+    }
+    assert_eq!(b.conns(), 1);
+}
+
+#[test]
+fn chunked_request_with_trailers_is_forwarded() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.request(
+        "POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+         4\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-Trailer: yes\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let req = b.last_request();
+    assert!(req.chunked);
+    assert_eq!(String::from_utf8_lossy(&req.body), "Wikipedia in\r\n\r\nchunks.");
+    assert_eq!(req.trailers, vec![("X-Trailer".to_string(), "yes".to_string())]);
+    // The connection is still in sync.
+    assert_eq!(c.get("/after").status, 200);
+}
+
+#[test]
+fn close_delimited_response_is_forwarded_entirely() {
+    let body = "x".repeat(100_000);
+    let b2 = body.clone();
+    let b = HttpBackend::with_handler("s1", move |_| {
+        Reply::RawClose(format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n{b2}").into_bytes())
+    });
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.get("/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), body.len());
+    assert_eq!(r.body_str(), body);
+    if r.close_delimited {
+        c.expect_closed();
+    }
+}
+
+#[test]
+fn head_response_has_no_body() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.request("HEAD /x HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("2"));
+    assert_eq!(b.last_request().method, "HEAD");
+    // If sluice had waited for (or sent) a body, this next exchange would be out of sync.
+    let r = c.get("/y");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_str(), "s1");
+}
+
+#[test]
+fn status_204_and_304_have_no_body() {
+    let b = HttpBackend::with_handler("s1", |r| match r.target.as_str() {
+        "/204" => Reply::Raw(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n".to_vec()),
+        "/304" => Reply::Raw(b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 1234\r\n\r\n".to_vec()),
+        _ => Reply::named("s1"),
+    });
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.get("/204");
+    assert_eq!(r.status, 204);
+    assert_eq!(r.header("x-a"), Some("1"));
+    let r = c.get("/304");
+    assert_eq!(r.status, 304);
+    assert_eq!(r.header("etag"), Some("\"v1\""));
+    let r = c.get("/other");
+    assert_eq!(r.status, 200, "connection out of sync after 204/304");
+    assert_eq!(r.body_str(), "s1");
+    c.expect_silent_for(Duration::from_millis(100));
+}
+
+#[test]
+fn expect_100_continue_is_relayed() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    c.send("PUT /up HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n");
+    let interim = c.read_response();
+    assert_eq!(interim.status, 100, "expected an interim 100 before sending the body");
+    c.send("0123456789");
+    let r = c.read_final(false);
+    assert_eq!(r.status, 200);
+    assert_eq!(b.last_request().body, b"0123456789");
+    assert_eq!(c.get("/next").status, 200);
+}
+
+#[test]
+fn request_header_case_and_order_are_preserved() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.request(
+        "GET / HTTP/1.1\r\nhOsT: t\r\nX-Zeta: 1\r\nx-alpha: 2\r\nX-ZETA: 3\r\nAccept: */*\r\nx-MiXeD-CaSe: v a l\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let req = b.last_request();
+    let want = ["hOsT", "X-Zeta", "x-alpha", "X-ZETA", "Accept", "x-MiXeD-CaSe"];
+    let got: Vec<&str> = req.header_names().into_iter().filter(|n| want.contains(n)).collect();
+    assert_eq!(got, want, "all headers: {:?}", req.headers);
+    assert_eq!(req.headers_named("x-zeta"), vec!["1", "3"]);
+    assert_eq!(req.header("x-mixed-case"), Some("v a l"));
+}
+
+#[test]
+fn response_header_case_and_order_are_preserved() {
+    let b = HttpBackend::with_handler("s1", |_| {
+        Reply::Raw(
+            b"HTTP/1.1 200 OK\r\nx-Second: 2\r\nX-FIRST: 1\r\nSet-Cookie: a=1\r\nset-cookie: b=2\r\nContent-Length: 2\r\n\r\nok"
+                .to_vec(),
+        )
+    });
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let r = http_get(port, "/");
+    let want = ["x-Second", "X-FIRST", "Set-Cookie", "set-cookie"];
+    let got: Vec<&str> = r.headers.iter().map(|(n, _)| n.as_str()).filter(|n| want.contains(n)).collect();
+    assert_eq!(got, want, "all headers: {:?}", r.headers);
+    assert_eq!(r.headers_named("set-cookie"), vec!["a=1", "b=2"]);
+    assert_eq!(r.body_str(), "ok");
+}
+
+#[test]
+fn hop_by_hop_request_headers_are_removed() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.request(
+        "GET / HTTP/1.1\r\nHost: t\r\nConnection: keep-alive, X-Private-Hop\r\nKeep-Alive: timeout=5\r\n\
+         Proxy-Connection: keep-alive\r\nTE: trailers\r\nX-Private-Hop: secret\r\nX-End-To-End: kept\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let req = b.last_request();
+    for h in ["keep-alive", "proxy-connection", "te", "x-private-hop"] {
+        assert!(req.header(h).is_none(), "{h} must not be forwarded: {:?}", req.headers);
+    }
+    if let Some(conn) = req.header("connection") {
+        assert!(!conn.to_ascii_lowercase().contains("x-private-hop"), "client's Connection forwarded: {conn}");
+    }
+    assert_eq!(req.header("x-end-to-end"), Some("kept"));
+}
+
+#[test]
+fn hop_by_hop_response_headers_are_removed() {
+    let b = HttpBackend::with_handler("s1", |_| {
+        Reply::Raw(
+            b"HTTP/1.1 200 OK\r\nConnection: X-Server-Hop\r\nKeep-Alive: timeout=99\r\nX-Server-Hop: 1\r\n\
+              X-Kept: yes\r\nContent-Length: 2\r\n\r\nok"
+                .to_vec(),
+        )
+    });
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.get("/");
+    assert_eq!(r.status, 200);
+    assert!(r.header("keep-alive").is_none(), "{:?}", r.headers);
+    assert!(r.header("x-server-hop").is_none(), "{:?}", r.headers);
+    assert_eq!(r.header("x-kept"), Some("yes"));
+    assert_eq!(c.get("/").status, 200);
+}
+
+#[test]
+fn forwardfor_adds_client_address() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "    option forwardfor", "", &[&b]);
+    let r = http_get(port, "/");
+    assert_eq!(r.status, 200);
+    assert_eq!(b.last_request().headers_named("x-forwarded-for"), vec!["127.0.0.1"]);
+    // An existing header from the client is kept and ours comes after it.
+    let mut c = HttpClient::connect(port);
+    c.get_with("/", "X-Forwarded-For: 203.0.113.9\r\n");
+    let xff = b.last_request().headers_named("x-forwarded-for").join(",");
+    assert_eq!(xff.replace(' ', ""), "203.0.113.9,127.0.0.1");
+}
+
+#[test]
+fn forwardfor_custom_header_and_except() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "    option forwardfor header X-Client-IP", "", &[&b]);
+    http_get(port, "/");
+    let req = b.last_request();
+    assert_eq!(req.header("x-client-ip"), Some("127.0.0.1"));
+    assert!(req.header("x-forwarded-for").is_none());
+    drop(_s);
+
+    let b2 = HttpBackend::start("s2");
+    let (_s2, port2) = proxy(DEFAULTS_HTTP, "    option forwardfor except 127.0.0.0/8", "", &[&b2]);
+    assert_eq!(http_get(port2, "/").status, 200);
+    assert!(b2.last_request().header("x-forwarded-for").is_none(), "{:?}", b2.last_request().headers);
+}
+
+#[test]
+fn http_server_close_opens_a_server_connection_per_request() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "    option http-server-close", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    for _ in 0..3 {
+        let r = c.get("/");
+        assert_eq!(r.status, 200);
+        assert!(!r.conn_close(), "the client side stays keep-alive");
+    }
+    assert_eq!(b.reqs(), 3);
+    assert_eq!(b.conns(), 3, "server connection must be closed after each response");
+    // The server side is closed by sluice: all its connections end.
+    b.wait_open_conns(|n| n == 0, WAIT);
+}
+
+#[test]
+fn httpclose_closes_both_sides() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(DEFAULTS_HTTP, "    option httpclose", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.get("/");
+    assert_eq!(r.status, 200);
+    c.expect_closed();
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/").status, 200);
+    assert_eq!(b.conns(), 2);
+}
+
+#[test]
+fn large_bodies_both_ways() {
+    let b = HttpBackend::with_handler("s1", |r| Reply::status(200, "s1", r.body.iter().rev().copied().collect::<Vec<u8>>()));
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let body: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut c = HttpClient::connect(port);
+    let mut req = format!("POST /big HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+    req.extend_from_slice(&body);
+    // Write from another thread: sluice may start answering before the upload ends.
+    let w = c.tcp().try_clone().unwrap();
+    let t = std::thread::spawn(move || {
+        use std::io::Write;
+        let mut w = w;
+        w.write_all(&req).unwrap();
+    });
+    let r = c.read_final(false);
+    t.join().unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), body.len());
+    assert!(r.body.iter().eq(body.iter().rev()), "body corrupted in transit");
+    assert_eq!(b.last_request().body, body);
+}
+
+#[test]
+fn httplog_line_is_written() {
+    let b = HttpBackend::start("s1");
+    let (s, port) = proxy(LOGGED_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.get("/logged?q=1");
+    assert_eq!(r.status, 200);
+    let cport = c.local_port();
+    let line = s.wait_log_line(|l| l.contains("/logged"), WAIT);
+    let re = regex::Regex::new(
+        r#"^127\.0\.0\.1:(\d+) \[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d\.\d{3}\] fe be/s1 \d+/\d+/\d+/\d+/\d+ 200 (\d+) - - ---- \d+/\d+/\d+/\d+/0 0/0 "GET /logged\?q=1 HTTP/1\.1"$"#,
+    )
+    .unwrap();
+    let caps = re.captures(&line).unwrap_or_else(|| panic!("log line does not match: {line:?}"));
+    assert_eq!(caps[1].parse::<u16>().unwrap(), cport, "client port in {line:?}");
+    let bytes: usize = caps[2].parse().unwrap();
+    assert_eq!(bytes, r.raw_head.len() + r.body.len(), "bytes sent to the client in {line:?}");
+}
+
+#[test]
+fn unix_socket_bind_serves_http() {
+    use std::os::unix::net::UnixStream;
+    let b = HttpBackend::start("s1");
+    let dir = TempDir::new();
+    let sock = dir.join("fe.sock");
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind unix@{}\n    default_backend be\n{}",
+        sock.display(),
+        backend_section("be", "", &[&b])
+    );
+    let _s = Sluice::start(&cfg);
+    let st = UnixStream::connect(&sock).expect("connect unix socket");
+    st.set_read_timeout(Some(WAIT)).unwrap();
+    let mut c = HttpClient::from_stream(st);
+    let r = c.get("/via-unix");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_str(), "s1");
+    assert_eq!(b.last_request().target, "/via-unix");
+}

@@ -361,7 +361,8 @@ class Proxy:
 
 
 def start_proxy(px, ports, a, scratch):
-    """Starts the proxy pinned; returns (Popen, logfile, workdir). Raises
+    """Starts the proxy pinned; returns (Popen, logfile, workdir); the Popen's
+    .tcp_listening says whether the TCP port accepts connections. Raises
     RunFailed when it does not listen on the HTTP port within 10 s."""
     wd = tempfile.mkdtemp(prefix=f'{px.name}.', dir=scratch)
     os.chmod(wd, 0o755)
@@ -376,7 +377,7 @@ def start_proxy(px, ports, a, scratch):
         lf.close()
         raise RunFailed(f'{px.name} did not listen on {ports["http"]} ({cmd}); log:\n'
                         + open(os.path.join(wd, 'proxy.log')).read()[-3000:])
-    wait_port(ports['tcp'], p, timeout=1.0)
+    p.tcp_listening = wait_port(ports['tcp'], p, timeout=1.0)
     return p, lf, wd
 
 
@@ -406,7 +407,7 @@ def measure(sc, px, a, ports, scratch, origin, want):
     try:
         if px:
             proc, lf, wd = start_proxy(px, ports, a, scratch)
-            if listener == 'tcp' and port_free(ports['tcp']):
+            if listener == 'tcp' and not proc.tcp_listening:
                 rec['skipped'] = 'no tcp listener'
                 return rec
             bad = check_bodies(ports[listener], want)
@@ -790,7 +791,7 @@ def main():
                 sys.exit(f'preflight: {e}\n(leave it out with --proxies ...)')
             try:
                 bad = check_bodies(ports['http'], want)
-                tcp = not port_free(ports['tcp'])
+                tcp = p.tcp_listening
                 if not bad and tcp:
                     bad = check_bodies(ports['tcp'], want)
             finally:

@@ -176,7 +176,10 @@ impl ServerState {
             if m != 0 && cur >= m {
                 return false;
             }
-            match self.served.compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst) {
+            match self
+                .served
+                .compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst)
+            {
                 Ok(_) => {
                     self.max_served.fetch_max(cur + 1, Relaxed);
                     return true;
@@ -241,10 +244,15 @@ impl BackendState {
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| s.backup == backup && s.usable())
-                .map(|(i, s)| Candidate { idx: i, weight: s.weight.load(Relaxed), puid: s.puid })
+                .map(|(i, s)| Candidate {
+                    idx: i,
+                    weight: s.weight.load(Relaxed),
+                    puid: s.puid,
+                })
                 .collect()
         };
-        self.active.store(Arc::new(Tables::build(&cand(false), consistent)));
+        self.active
+            .store(Arc::new(Tables::build(&cand(false), consistent)));
         // Without `option allbackups`, HAProxy uses only the first usable backup.
         let mut b = cand(true);
         b.truncate(1);
@@ -263,11 +271,22 @@ impl BackendState {
     fn hash_for(&self, input: &PickInput, ht: &crate::config::HashType) -> Option<u32> {
         Some(match &self.balance {
             Balance::Source => lb::hash_source(ht, input.src?),
-            Balance::Uri { whole, len, depth, path_only } => {
-                lb::hash_key(ht, lb::uri_hash_input(input.uri, *whole, *len, *depth, *path_only))
+            Balance::Uri {
+                whole,
+                len,
+                depth,
+                path_only,
+            } => lb::hash_key(
+                ht,
+                lb::uri_hash_input(input.uri, *whole, *len, *depth, *path_only),
+            ),
+            Balance::UrlParam { name } => {
+                lb::hash_key(ht, lb::url_param(input.uri, name.as_bytes())?)
             }
-            Balance::UrlParam { name } => lb::hash_key(ht, lb::url_param(input.uri, name.as_bytes())?),
-            Balance::Hdr { name: _, use_domain_only } => {
+            Balance::Hdr {
+                name: _,
+                use_domain_only,
+            } => {
                 let v = input.hdr?;
                 if *use_domain_only {
                     lb::hash_key(ht, domain_only(v))
@@ -281,7 +300,12 @@ impl BackendState {
 
     /// Chooses a server without taking a slot: `Ok(Some(i))` a deterministic choice (hash),
     /// `Ok(None)` any server with room will do.
-    fn preferred(&self, t: &Tables, input: &PickInput, ht: &crate::config::HashType) -> Option<usize> {
+    fn preferred(
+        &self,
+        t: &Tables,
+        input: &PickInput,
+        ht: &crate::config::HashType,
+    ) -> Option<usize> {
         let h = self.hash_for(input, ht)?;
         t.by_hash(h, self.hash_method).map(|s| s as usize)
     }
@@ -300,7 +324,9 @@ impl BackendState {
                 .or_else(|| {
                     let mut by_id: Vec<usize> = t.servers.iter().map(|&i| i as usize).collect();
                     by_id.sort_by_key(|&i| self.servers[i].puid);
-                    by_id.into_iter().find(|&i| ok(i) && self.servers[i].try_take())
+                    by_id
+                        .into_iter()
+                        .find(|&i| ok(i) && self.servers[i].try_take())
                 }),
             Balance::LeastConn => {
                 // Lowest served/weight; the cursor rotates the start so ties spread.
@@ -323,7 +349,11 @@ impl BackendState {
                     }
                 }
                 let (_, i) = best?;
-                if self.servers[i].try_take() { Some(i) } else { self.pick_any(t, ok) }
+                if self.servers[i].try_take() {
+                    Some(i)
+                } else {
+                    self.pick_any(t, ok)
+                }
             }
             Balance::Random { draws } => {
                 if t.map.is_empty() {
@@ -336,7 +366,8 @@ impl BackendState {
                     if !ok(i) || !s.has_room() {
                         continue;
                     }
-                    let load = (s.served.load(Relaxed) as u64 + 1) * 256 / s.weight.load(Relaxed).max(1) as u64;
+                    let load = (s.served.load(Relaxed) as u64 + 1) * 256
+                        / s.weight.load(Relaxed).max(1) as u64;
                     if best.is_none_or(|(b, _)| load < b) {
                         best = Some((load, i));
                     }
@@ -376,7 +407,11 @@ fn domain_only(v: &[u8]) -> &[u8] {
         None => v,
     };
     let labels: Vec<&[u8]> = host.split(|&c| c == b'.').collect();
-    if labels.len() >= 2 { labels[labels.len() - 2] } else { host }
+    if labels.len() >= 2 {
+        labels[labels.len() - 2]
+    } else {
+        host
+    }
 }
 
 impl Shared {
@@ -390,7 +425,10 @@ impl Shared {
                     maxconn: AtomicU32::new(p.maxconn.unwrap_or(global_maxconn)),
                     ..Default::default()
                 },
-                be: p.kind.has_backend().then(|| BackendState::from_config(i, p)),
+                be: p
+                    .kind
+                    .has_backend()
+                    .then(|| BackendState::from_config(i, p)),
             })
             .collect();
         Shared {
@@ -403,7 +441,10 @@ impl Shared {
     }
 
     pub fn backend(&self, idx: usize) -> &BackendState {
-        self.proxies[idx].be.as_ref().expect("config guarantees a backend")
+        self.proxies[idx]
+            .be
+            .as_ref()
+            .expect("config guarantees a backend")
     }
 
     pub fn server(&self, be: usize, srv: usize) -> &ServerState {
@@ -413,15 +454,30 @@ impl Shared {
 
 /// Takes a server slot in backend `be_idx`, queueing (up to `timeout queue`) when all eligible
 /// servers are full. `avoid` is a server to skip (redispatch after a failed connect).
-pub async fn acquire(shared: &Arc<Shared>, be_idx: usize, input: &PickInput<'_>, avoid: Option<usize>) -> Result<Slot, PickError> {
+pub async fn acquire(
+    shared: &Arc<Shared>,
+    be_idx: usize,
+    input: &PickInput<'_>,
+    avoid: Option<usize>,
+) -> Result<Slot, PickError> {
     let be = shared.backend(be_idx);
     let ht = &shared.cfg.proxies[be_idx].hash_type;
     let t = be.tables();
     if t.is_empty() {
         return Err(PickError::NoServer);
     }
-    let preferred = if avoid.is_none() { be.preferred(&t, input, ht) } else { None };
-    let slot_q = |server, queued_ms| Slot { be: shared.clone(), proxy: be_idx, server, queued_ms, released: false };
+    let preferred = if avoid.is_none() {
+        be.preferred(&t, input, ht)
+    } else {
+        None
+    };
+    let slot_q = |server, queued_ms| Slot {
+        be: shared.clone(),
+        proxy: be_idx,
+        server,
+        queued_ms,
+        released: false,
+    };
     let slot = |server| slot_q(server, 0);
     // Fast path: nobody queued ahead of us and a server has room.
     if be.queued.load(SeqCst) == 0 {
@@ -469,7 +525,11 @@ pub async fn acquire(shared: &Arc<Shared>, be_idx: usize, input: &PickInput<'_>,
         }
         seq = q.next_seq;
         q.next_seq += 1;
-        q.waiters.push_back(Waiter { seq, server: preferred, tx });
+        q.waiters.push_back(Waiter {
+            seq,
+            server: preferred,
+            tx,
+        });
     }
     let started = std::time::Instant::now();
     let mut rx = rx;

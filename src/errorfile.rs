@@ -34,7 +34,10 @@ fn message(status: u16) -> &'static str {
 /// The built-in response for `status`.
 pub fn builtin(status: u16) -> Vec<u8> {
     let reason = crate::http::reason_phrase(status);
-    let body = format!("<html><body><h1>{status} {reason}</h1>\n{}\n</body></html>\n", message(status));
+    let body = format!(
+        "<html><body><h1>{status} {reason}</h1>\n{}\n</body></html>\n",
+        message(status)
+    );
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\ncontent-length: {}\r\ncache-control: no-cache\r\ncontent-type: text/html\r\n",
         body.len()

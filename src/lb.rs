@@ -139,8 +139,9 @@ pub fn hash_sdbm(key: &[u8]) -> u32 {
 }
 
 pub fn hash_djb2(key: &[u8]) -> u32 {
-    key.iter()
-        .fold(5381u32, |h, &c| (h << 5).wrapping_add(h).wrapping_add(c as u32))
+    key.iter().fold(5381u32, |h, &c| {
+        (h << 5).wrapping_add(h).wrapping_add(c as u32)
+    })
 }
 
 /// HAProxy's wt6 hash (two lanes with data-dependent rotations).
@@ -190,8 +191,9 @@ pub fn hash_source(ht: &HashType, ip: std::net::IpAddr) -> u32 {
         std::net::IpAddr::V4(v4) => u32::from(v4),
         std::net::IpAddr::V6(v6) => {
             let o = v6.octets();
-            o.chunks(4)
-                .fold(0u32, |h, w| h ^ u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
+            o.chunks(4).fold(0u32, |h, w| {
+                h ^ u32::from_be_bytes([w[0], w[1], w[2], w[3]])
+            })
         }
     };
     if ht.avalanche { full_hash(h) } else { h }
@@ -200,22 +202,24 @@ pub fn hash_source(ht: &HashType, ip: std::net::IpAddr) -> u32 {
 /// The part of a URI `balance uri` hashes: HAProxy skips nothing before the path for
 /// origin-form, stops at `?` unless `whole`, keeps at most `len` characters and `depth`
 /// directories; `path-only` strips scheme and authority from absolute-form URIs.
-pub fn uri_hash_input(uri: &[u8], whole: bool, len: Option<usize>, depth: Option<usize>, path_only: bool) -> &[u8] {
+pub fn uri_hash_input(
+    uri: &[u8],
+    whole: bool,
+    len: Option<usize>,
+    depth: Option<usize>,
+    path_only: bool,
+) -> &[u8] {
     let mut u = uri;
-    if path_only {
-        if let Some(p) = u.windows(3).position(|w| w == b"://") {
-            let rest = &u[p + 3..];
-            u = match rest.iter().position(|&c| c == b'/') {
-                Some(s) => &rest[s..],
-                None => b"/",
-            };
-        }
+    if path_only && let Some(p) = u.windows(3).position(|w| w == b"://") {
+        let rest = &u[p + 3..];
+        u = match rest.iter().position(|&c| c == b'/') {
+            Some(s) => &rest[s..],
+            None => b"/",
+        };
     }
     let mut end = u.len();
-    if !whole {
-        if let Some(q) = u.iter().position(|&c| c == b'?') {
-            end = q;
-        }
+    if !whole && let Some(q) = u.iter().position(|&c| c == b'?') {
+        end = q;
     }
     if let Some(d) = depth {
         let mut slashes = 0;
@@ -255,7 +259,11 @@ mod tests {
         weights
             .iter()
             .enumerate()
-            .map(|(i, &w)| Candidate { idx: i, weight: w, puid: i as u32 + 1 })
+            .map(|(i, &w)| Candidate {
+                idx: i,
+                weight: w,
+                puid: i as u32 + 1,
+            })
             .collect()
     }
 
@@ -295,11 +303,26 @@ mod tests {
 
     #[test]
     fn uri_parts() {
-        assert_eq!(uri_hash_input(b"/a/b/c?x=1", false, None, None, false), b"/a/b/c");
-        assert_eq!(uri_hash_input(b"/a/b/c?x=1", true, None, None, false), b"/a/b/c?x=1");
-        assert_eq!(uri_hash_input(b"/a/b/c", false, None, Some(2), false), b"/a/b");
-        assert_eq!(uri_hash_input(b"/abcdef", false, Some(3), None, false), b"/ab");
-        assert_eq!(uri_hash_input(b"http://h/p?q", false, None, None, true), b"/p");
+        assert_eq!(
+            uri_hash_input(b"/a/b/c?x=1", false, None, None, false),
+            b"/a/b/c"
+        );
+        assert_eq!(
+            uri_hash_input(b"/a/b/c?x=1", true, None, None, false),
+            b"/a/b/c?x=1"
+        );
+        assert_eq!(
+            uri_hash_input(b"/a/b/c", false, None, Some(2), false),
+            b"/a/b"
+        );
+        assert_eq!(
+            uri_hash_input(b"/abcdef", false, Some(3), None, false),
+            b"/ab"
+        );
+        assert_eq!(
+            uri_hash_input(b"http://h/p?q", false, None, None, true),
+            b"/p"
+        );
         assert_eq!(url_param(b"/x?a=1&user=bob&c", b"user"), Some(&b"bob"[..]));
         assert_eq!(url_param(b"/x?a=1", b"user"), None);
     }

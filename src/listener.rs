@@ -67,7 +67,10 @@ pub fn bind_all(cfg: &Config, nbthread: usize) -> Result<Vec<BoundListener>, Vec
             continue;
         }
         for b in &p.binds {
-            let backlog = b.backlog.or(p.backlog).unwrap_or_else(|| p.maxconn.unwrap_or(1024).min(65535)) as i32;
+            let backlog =
+                b.backlog
+                    .or(p.backlog)
+                    .unwrap_or_else(|| p.maxconn.unwrap_or(1024).min(65535)) as i32;
             let res: io::Result<Vec<StdListener>> = (|| match &b.addr {
                 BindAddr::Tcp(a) => {
                     let mut v = Vec::with_capacity(nbthread);
@@ -96,7 +99,9 @@ pub fn bind_all(cfg: &Config, nbthread: usize) -> Result<Vec<BoundListener>, Vec
                     let s = crate::sys::adopt_listening_fd(*n)?;
                     s.set_nonblocking(true)?;
                     let l = match s.domain()? {
-                        Domain::UNIX => StdListener::Unix(StdUnixListener::from(std::os::fd::OwnedFd::from(s))),
+                        Domain::UNIX => {
+                            StdListener::Unix(StdUnixListener::from(std::os::fd::OwnedFd::from(s)))
+                        }
                         _ => StdListener::Tcp(s.into()),
                     };
                     shared_copies(l, nbthread)
@@ -120,7 +125,11 @@ pub fn bind_all(cfg: &Config, nbthread: usize) -> Result<Vec<BoundListener>, Vec
             }
         }
     }
-    if errors.is_empty() { Ok(out) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
 }
 
 /// A socket all threads accept on: each thread gets a duplicate descriptor of it.
@@ -159,14 +168,22 @@ pub struct Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         self.shared.global_conns.fetch_sub(1, SeqCst);
-        self.shared.proxies[self.proxy].fe.cur_conns.fetch_sub(1, SeqCst);
+        self.shared.proxies[self.proxy]
+            .fe
+            .cur_conns
+            .fetch_sub(1, SeqCst);
         self.bind.fetch_sub(1, SeqCst);
         self.shared.conn_freed.notify_waiters();
     }
 }
 
 /// True if one more connection would fit every limit (a hint: [`try_admit`] decides).
-pub fn has_room(shared: &Arc<Shared>, proxy: usize, bind: &AtomicU32, bind_max: Option<u32>) -> bool {
+pub fn has_room(
+    shared: &Arc<Shared>,
+    proxy: usize,
+    bind: &AtomicU32,
+    bind_max: Option<u32>,
+) -> bool {
     let fe = &shared.proxies[proxy].fe;
     shared.global_conns.load(SeqCst) < shared.global_maxconn
         && fe.cur_conns.load(SeqCst) < fe.maxconn.load(Relaxed)
@@ -174,9 +191,15 @@ pub fn has_room(shared: &Arc<Shared>, proxy: usize, bind: &AtomicU32, bind_max: 
 }
 
 /// Counts one more connection if global, frontend and bind limits allow it.
-pub fn try_admit(shared: &Arc<Shared>, proxy: usize, bind: &Arc<AtomicU32>, bind_max: Option<u32>) -> Option<Admission> {
+pub fn try_admit(
+    shared: &Arc<Shared>,
+    proxy: usize,
+    bind: &Arc<AtomicU32>,
+    bind_max: Option<u32>,
+) -> Option<Admission> {
     fn take(c: &AtomicU32, max: u32) -> bool {
-        c.fetch_update(SeqCst, SeqCst, |v| (v < max).then_some(v + 1)).is_ok()
+        c.fetch_update(SeqCst, SeqCst, |v| (v < max).then_some(v + 1))
+            .is_ok()
     }
     if !take(&shared.global_conns, shared.global_maxconn) {
         return None;
@@ -191,5 +214,9 @@ pub fn try_admit(shared: &Arc<Shared>, proxy: usize, bind: &Arc<AtomicU32>, bind
         fe.cur_conns.fetch_sub(1, SeqCst);
         return None;
     }
-    Some(Admission { shared: shared.clone(), proxy, bind: bind.clone() })
+    Some(Admission {
+        shared: shared.clone(),
+        proxy,
+        bind: bind.clone(),
+    })
 }

@@ -25,7 +25,9 @@ pub struct Logger {
     hostname: String,
 }
 
-const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
 
 /// A broken-down UTC time (sluice logs in UTC; see docs/compat.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +87,11 @@ impl Tm {
 impl Logger {
     pub fn new(cfg: &Config) -> Logger {
         let any = |f: &dyn Fn(&LogDest) -> bool| {
-            cfg.global.logs.iter().chain(cfg.proxies.iter().flat_map(|p| p.logs.iter())).any(|t| f(&t.dest))
+            cfg.global
+                .logs
+                .iter()
+                .chain(cfg.proxies.iter().flat_map(|p| p.logs.iter()))
+                .any(|t| f(&t.dest))
         };
         let udp = any(&|d| matches!(d, LogDest::Udp(SocketAddr::V4(_))))
             .then(|| UdpSocket::bind("0.0.0.0:0").ok())
@@ -98,7 +104,9 @@ impl Logger {
         if let Some(u) = &udp {
             let _ = u.set_nonblocking(true);
         }
-        let unix = any(&|d| matches!(d, LogDest::Unix(_))).then(|| UnixDatagram::unbound().ok()).flatten();
+        let unix = any(&|d| matches!(d, LogDest::Unix(_)))
+            .then(|| UnixDatagram::unbound().ok())
+            .flatten();
         if let Some(u) = &unix {
             let _ = u.set_nonblocking(true);
         }
@@ -143,7 +151,15 @@ impl Logger {
                     let _ = write!(
                         line,
                         "<{pri}>1 {:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}+00:00 {} sluice {} - - ",
-                        now.year, now.month, now.day, now.hour, now.min, now.sec, now.micros, self.hostname, self.pid
+                        now.year,
+                        now.month,
+                        now.day,
+                        now.hour,
+                        now.min,
+                        now.sec,
+                        now.micros,
+                        self.hostname,
+                        self.pid
                     );
                 }
                 LogFormat::Short => {
@@ -286,7 +302,12 @@ impl Entry<'_> {
         let _ = write!(
             out,
             "{}/{}/{} {} {}{} ",
-            self.t_wait, self.t_connect, self.t_active, self.bytes, self.term[0] as char, self.term[1] as char
+            self.t_wait,
+            self.t_connect,
+            self.t_active,
+            self.bytes,
+            self.term[0] as char,
+            self.term[1] as char
         );
         self.counters(&mut out);
         out
@@ -294,7 +315,12 @@ impl Entry<'_> {
 }
 
 /// The default (no `option *log`) line, logged at accept time.
-pub fn connect_line(client: Option<SocketAddr>, local: Option<SocketAddr>, frontend: &str, http: bool) -> String {
+pub fn connect_line(
+    client: Option<SocketAddr>,
+    local: Option<SocketAddr>,
+    frontend: &str,
+    http: bool,
+) -> String {
     let mut out = String::from("Connect from ");
     client_str(&mut out, client);
     out.push_str(" to ");
@@ -313,7 +339,10 @@ mod tests {
         // 2026-11-23 10:11:12.345 UTC
         let t = UNIX_EPOCH + Duration::from_millis(1_795_428_672_345);
         let tm = Tm::from_system(t);
-        assert_eq!((tm.year, tm.month, tm.day, tm.hour, tm.min, tm.sec), (2026, 11, 23, 10, 11, 12));
+        assert_eq!(
+            (tm.year, tm.month, tm.day, tm.hour, tm.min, tm.sec),
+            (2026, 11, 23, 10, 11, 12)
+        );
         let mut s = String::new();
         tm.haproxy(&mut s);
         assert_eq!(s, "23/Nov/2026:10:11:12.345");

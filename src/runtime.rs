@@ -47,11 +47,16 @@ fn settle_maxconn(cfg: &Config, opts: &Options, quiet: bool) -> u32 {
     if soft < hard {
         match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
             Ok(()) => limit = hard,
-            Err(e) => eprintln!("[WARNING] ({}) : cannot raise the open-file limit from {soft} to {hard}: {e}", pid()),
+            Err(e) => eprintln!(
+                "[WARNING] ({}) : cannot raise the open-file limit from {soft} to {hard}: {e}",
+                pid()
+            ),
         }
     }
     // Each proxied connection needs two descriptors (client + server).
-    let fit = (limit.saturating_sub(FD_RESERVE) / 2).max(1).min(u32::MAX as u64) as u32;
+    let fit = (limit.saturating_sub(FD_RESERVE) / 2)
+        .max(1)
+        .min(u32::MAX as u64) as u32;
     let wanted = opts.maxconn.or(cfg.global.maxconn);
     match wanted {
         Some(m) if m > fit => {
@@ -108,7 +113,11 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     let nbthread = cfg
         .global
         .nbthread
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
         .max(1);
     if !opts.quiet {
         warn_config(&cfg);
@@ -116,14 +125,19 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     let maxconn = settle_maxconn(&cfg, opts, opts.quiet);
     let cfg = Arc::new(cfg);
     let shared = Arc::new(Shared::new(cfg.clone(), maxconn));
-    let listeners = crate::listener::bind_all(&cfg, nbthread).map_err(|e| e.join("\n[ALERT] (sluice) : "))?;
+    let listeners =
+        crate::listener::bind_all(&cfg, nbthread).map_err(|e| e.join("\n[ALERT] (sluice) : "))?;
     if opts.debug {
         for l in &listeners {
             let p = &cfg.proxies[l.proxy];
             eprintln!(
                 "[NOTICE] ({}) : {} '{}' listening on {} ({} thread{}, mode {})",
                 pid(),
-                if p.kind.has_backend() { "proxy" } else { "frontend" },
+                if p.kind.has_backend() {
+                    "proxy"
+                } else {
+                    "frontend"
+                },
                 p.name,
                 l.sockets[0].local_addr_string(),
                 nbthread,
@@ -132,9 +146,15 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
             );
         }
         for f in &opts.ignored {
-            eprintln!("[NOTICE] ({}) : flag '{f}' accepted for compatibility; it has no effect in sluice", pid());
+            eprintln!(
+                "[NOTICE] ({}) : flag '{f}' accepted for compatibility; it has no effect in sluice",
+                pid()
+            );
         }
-        eprintln!("[NOTICE] ({}) : {nbthread} worker thread(s), global maxconn {maxconn}", pid());
+        eprintln!(
+            "[NOTICE] ({}) : {nbthread} worker thread(s), global maxconn {maxconn}",
+            pid()
+        );
     }
     // Daemon mode: after binding (errors reach the terminal), before any thread starts.
     let daemon = (opts.daemon || cfg.global.daemon) && !opts.foreground;
@@ -142,13 +162,20 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         nix::unistd::daemon(true, false).map_err(|e| format!("cannot go to background: {e}"))?;
     }
     if let Some(pf) = opts.pidfile.as_ref().or(cfg.global.pidfile.as_ref()) {
-        std::fs::write(pf, format!("{}\n", pid())).map_err(|e| format!("cannot write pidfile '{}': {e}", pf.display()))?;
+        std::fs::write(pf, format!("{}\n", pid()))
+            .map_err(|e| format!("cannot write pidfile '{}': {e}", pf.display()))?;
     }
     for &p in &opts.finish_pids {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGUSR1);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGUSR1,
+        );
     }
     for &p in &opts.terminate_pids {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGTERM,
+        );
     }
 
     let (state_tx, state_rx) = watch::channel(RunState::Running);
@@ -165,7 +192,8 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     let mut handles = Vec::new();
     for (t, ls) in per_thread.into_iter().enumerate() {
         let cpus = cpus_for_thread(&cfg, t + 1);
-        let h = worker::spawn(t, shared.clone(), ls, cpus, state_rx.clone()).map_err(|e| format!("cannot start thread {}: {e}", t + 1))?;
+        let h = worker::spawn(t, shared.clone(), ls, cpus, state_rx.clone())
+            .map_err(|e| format!("cannot start thread {}: {e}", t + 1))?;
         handles.push(h);
     }
     drop(state_rx);

@@ -10,7 +10,10 @@ use std::os::fd::FromRawFd;
 /// adopt (and later close) an unrelated descriptor such as a log file.
 pub fn adopt_listening_fd(fd: i32) -> io::Result<socket2::Socket> {
     if fd < 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "negative file descriptor"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "negative file descriptor",
+        ));
     }
     // SAFETY: fcntl(F_GETFD) on an integer reads the descriptor table only; it touches no
     // memory of ours and is defined for any value (EBADF if not open).
@@ -60,5 +63,9 @@ pub fn set_defer_accept(sock: &socket2::Socket, secs: i32) -> io::Result<()> {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }

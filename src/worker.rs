@@ -107,13 +107,23 @@ pub fn spawn(
                     let _ = set.set(*c);
                 }
                 if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
-                    eprintln!("[WARNING] (sluice) : thread {}: cpu-map {:?} failed: {e}", id + 1, cpus);
+                    eprintln!(
+                        "[WARNING] (sluice) : thread {}: cpu-map {:?} failed: {e}",
+                        id + 1,
+                        cpus
+                    );
                 }
             }
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => {
-                    eprintln!("[ALERT] (sluice) : thread {}: cannot start event loop: {e}", id + 1);
+                    eprintln!(
+                        "[ALERT] (sluice) : thread {}: cannot start event loop: {e}",
+                        id + 1
+                    );
                     std::process::exit(1);
                 }
             };
@@ -258,8 +268,16 @@ async fn accept_loop(
             Err(e) => {
                 burst = 0;
                 // EMFILE/ENFILE/ENOBUFS: back off briefly instead of spinning.
-                if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)) {
-                    eprintln!("[WARNING] (sluice) : accept(): {e}; pausing this listener for 100ms");
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE)
+                        | Some(libc::ENFILE)
+                        | Some(libc::ENOBUFS)
+                        | Some(libc::ENOMEM)
+                ) {
+                    eprintln!(
+                        "[WARNING] (sluice) : accept(): {e}; pausing this listener for 100ms"
+                    );
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
             }

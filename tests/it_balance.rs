@@ -146,8 +146,13 @@ fn leastconn_avoids_a_server_holding_a_long_request() {
     let h = std::thread::spawn(move || who(port, "/slow", ""));
     wait_until("slow request reached a server", WAIT, || f.backends.iter().any(|b| b.reqs() == 1));
     let busy = if f.backends[0].reqs() == 1 { "s1" } else { "s2" };
+    // Sequential requests on one keep-alive connection: each ends before the next starts, so
+    // the busy server always has one more active request than the other.
+    let mut c = HttpClient::connect(f.port);
     for _ in 0..6 {
-        assert_ne!(who(f.port, "/fast", ""), busy, "leastconn sent a request to the busy server");
+        let r = c.get("/fast");
+        assert_eq!(r.status, 200);
+        assert_ne!(r.server(), busy, "leastconn sent a request to the busy server");
     }
     gate.open();
     assert_eq!(h.join().unwrap(), busy);
@@ -157,7 +162,7 @@ fn leastconn_avoids_a_server_holding_a_long_request() {
 fn first_fills_servers_in_order() {
     let gate = Gate::new();
     let g2 = gate.clone();
-    let f = farm_with("balance first", &["maxconn 1", "maxconn 1", "maxconn 1"], move |name| {
+    let f = farm_with("balance first", &["maxconn 2", "maxconn 2", "maxconn 2"], move |name| {
         let n = name.to_string();
         let g = g2.clone();
         HttpBackend::with_handler(name, move |r| {
@@ -167,21 +172,25 @@ fn first_fills_servers_in_order() {
             Reply::named(&n)
         })
     });
-    // Sequential requests all go to the first server.
+    // Sequential requests (one keep-alive connection) all go to the first server.
+    let mut c = HttpClient::connect(f.port);
     for _ in 0..5 {
-        assert_eq!(who(f.port, "/", ""), "s1");
+        assert_eq!(c.get("/").server(), "s1");
     }
-    // While s1 is busy, the next goes to s2; while both are, to s3.
+    // Fill s1 (2 slow requests), then s2: the next goes to s3.
     let port = f.port;
-    let h1 = std::thread::spawn(move || who(port, "/slow", ""));
-    wait_until("s1 busy", WAIT, || f.backends[0].reqs() == 6);
-    let h2 = std::thread::spawn(move || who(port, "/slow", ""));
-    wait_until("s2 busy", WAIT, || f.backends[1].reqs() == 1);
-    assert_eq!(who(f.port, "/", ""), "s3");
+    let mut hs = Vec::new();
+    for (srv, n) in [(0usize, 6usize), (0, 7), (1, 1), (1, 2)] {
+        hs.push(std::thread::spawn(move || who(port, "/slow", "")));
+        wait_until("slow request arrived", WAIT, || f.backends[srv].reqs() == n);
+    }
+    assert_eq!(c.get("/").server(), "s3");
+    assert_eq!(f.backends[2].reqs(), 1);
     gate.open();
-    assert_eq!(h1.join().unwrap(), "s1");
-    assert_eq!(h2.join().unwrap(), "s2");
-    assert_eq!(who(f.port, "/", ""), "s1");
+    let got: Vec<String> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got, vec!["s1", "s1", "s2", "s2"]);
+    // Once the slow requests are over (their end may lag the client's read), s1 is first again.
+    wait_until("s1 is used again", WAIT, || c.get("/").server() == "s1");
 }
 
 #[test]
@@ -329,4 +338,39 @@ fn first_backup_only_when_all_actives_are_disabled() {
         assert_eq!(who(f.port, "/", ""), "s3", "only the first backup serves");
     }
     assert_eq!(f.backends[3].conns(), 0);
+}
+
+#[test]
+fn default_server_settings_apply_unless_overridden() {
+    let f = farm("balance roundrobin\n    default-server weight 3", &["", "weight 1"]);
+    let t = tally((0..40).map(|_| who(f.port, "/", "")));
+    assert_eq!(t.get("s1"), Some(&30), "{t:?}");
+    assert_eq!(t.get("s2"), Some(&10), "{t:?}");
+}
+
+#[test]
+fn redispatch_moves_a_refused_request_to_another_server() {
+    let dead = closed_port();
+    let good = HttpBackend::start("good");
+    let port = free_port();
+    let mk = |redispatch: &str| {
+        format!(
+            "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    balance roundrobin\n    retries 1\n    timeout connect 200ms\n{redispatch}\n    server dead 127.0.0.1:{dead}\n    server good {}\n",
+            good.hostport()
+        )
+    };
+    {
+        let _s = Sluice::start(&mk("    option redispatch"));
+        for _ in 0..6 {
+            let r = http_get(port, "/");
+            assert_eq!(r.status, 200, "with redispatch every request must be served");
+            assert_eq!(r.server(), "good");
+        }
+    }
+    {
+        let _s = Sluice::start(&mk(""));
+        let statuses: Vec<u16> = (0..6).map(|_| http_get(port, "/").status).collect();
+        assert_eq!(statuses.iter().filter(|&&s| s == 503).count(), 3, "{statuses:?}");
+        assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 3, "{statuses:?}");
+    }
 }

@@ -266,3 +266,142 @@ fn no_config_file_is_an_error() {
     assert_eq!(o.code, 1, "{o:?}");
     assert!(o.stderr.starts_with("[ALERT]"), "{o:?}");
 }
+
+/// Every keyword and option sluice implements, in one config (also valid for HAProxy 2.6).
+const KITCHEN_SINK: &str = r#"global
+    nbthread 2
+    maxconn 500
+    pidfile @DIR@/never-used.pid
+    log stdout format raw local0
+    log 127.0.0.1:5140 local1 info
+    cpu-map 1/1-2 0-1
+    tune.bufsize 16384
+    tune.maxrewrite 1024
+    tune.maxaccept 32
+    tune.idle-pool.shared on
+    hard-stop-after 30s
+
+defaults
+    mode http
+    log global
+    option httplog
+    option dontlognull
+    option redispatch
+    retries 2
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    timeout http-request 10s
+    timeout http-keep-alive 2s
+    timeout queue 5s
+    timeout tunnel 1h
+    timeout client-fin 1s
+    timeout server-fin 1s
+    default-server weight 10 maxconn 100
+
+frontend www
+    bind 127.0.0.1:18100 name plain maxconn 100 backlog 64 defer-accept
+    bind unix@@DIR@/www.sock
+    maxconn 200
+    backlog 128
+    monitor-uri /healthz
+    option forwardfor except 127.0.0.0/8 header X-Real-IP
+    option http-keep-alive
+    errorfile 503 @DIR@/503.http
+    acl is_api path_beg -i /api/
+    acl is_img path_end .png .jpg
+    acl is_exact path /exact
+    acl is_re path_reg ^/v[0-9]+/
+    acl has_admin hdr(X-Role) -i admin
+    acl beta_host hdr_beg(host) beta.
+    acl org_host hdr_end(host) .org
+    acl is_post method POST
+    acl local_net src 127.0.0.0/8 10.0.0.0/8
+    http-request deny deny_status 429 if has_admin !local_net
+    http-request set-header X-Frontend www
+    http-request add-header X-Trace 1
+    http-request del-header X-Internal
+    http-request return status 200 content-type text/plain string "pong" hdr X-A b if {{ path /ping }}
+    http-request redirect location https://example.com/ code 301 if {{ path /old }}
+    http-request redirect prefix /v2 if {{ path_beg /v1/ }}
+    http-request redirect scheme https if {{ hdr(host) -i secure.example.com }}
+    http-response set-header X-Served-By sluice
+    http-response add-header X-Extra 1
+    http-response del-header Server
+    use_backend api if is_api || is_exact
+    use_backend static if is_img
+    use_backend api unless {{ path_beg / }}
+    default_backend app
+
+backend app
+    balance roundrobin
+    option http-server-close
+    option abortonclose
+    server a1 127.0.0.1:18101 weight 3 maxconn 10 maxqueue 5 id 11
+    server a2 127.0.0.1:18102 weight 1
+    server a3 127.0.0.1:18103 backup
+    server a4 127.0.0.1:18104 disabled
+
+backend api
+    balance uri depth 2
+    hash-type consistent
+    option httpclose
+    server p1 127.0.0.1:18105
+    server p2 127.0.0.1:18106
+
+backend static
+    balance hdr(X-Tenant)
+    server s1 127.0.0.1:18107
+
+backend b_static_rr
+    balance static-rr
+    server s1 127.0.0.1:18108
+
+backend b_leastconn
+    balance leastconn
+    server s1 127.0.0.1:18108
+
+backend b_first
+    balance first
+    server s1 127.0.0.1:18108
+
+backend b_source
+    balance source
+    hash-type map-based
+    server s1 127.0.0.1:18108
+
+backend b_uri
+    balance uri whole
+    server s1 127.0.0.1:18108
+
+backend b_uri2
+    balance uri len 10 path-only
+    server s1 127.0.0.1:18108
+
+backend b_param
+    balance url_param user
+    server s1 127.0.0.1:18108
+
+backend b_random
+    balance random(3)
+    server s1 127.0.0.1:18108
+
+listen tcp_in
+    mode tcp
+    bind 127.0.0.1:18110
+    option tcplog
+    balance roundrobin
+    server t1 127.0.0.1:18111
+"#;
+
+#[test]
+fn check_accepts_every_supported_keyword() {
+    let dir = TempDir::new();
+    dir.write("503.http", "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+    let cfg = KITCHEN_SINK.replace("{{", "{").replace("}}", "}").replace("@DIR@", dir.path().to_str().unwrap());
+    let p = dir.write("ks.cfg", &cfg);
+    let o = run_cli(&["-c", "-f", p.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("Configuration file is valid"), "{o:?}");
+    assert!(alert_lines(&o.stderr).is_empty(), "{}", o.stderr);
+}

@@ -17,6 +17,10 @@ fn proxy(defaults: &str, fe_extra: &str, be_extra: &str, servers: &[&HttpBackend
     (Sluice::start(&cfg), port)
 }
 
+fn lower_names(h: &[(String, String)]) -> Vec<(String, String)> {
+    h.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.clone())).collect()
+}
+
 #[test]
 fn simple_get_reaches_the_server() {
     let b = HttpBackend::start("s1");
@@ -137,7 +141,7 @@ fn chunked_response_with_trailers_is_forwarded() {
         assert_eq!(r.status, 200);
         assert!(r.chunked, "response should stay chunked: {:?}", r.headers);
         assert_eq!(r.body_str(), "hello, world");
-        assert_eq!(r.trailers, vec![("X-Checksum".to_string(), "abc123".to_string())]);
+        assert_eq!(lower_names(&r.trailers), vec![("x-checksum".to_string(), "abc123".to_string())]);
     }
     assert_eq!(b.conns(), 1);
 }
@@ -155,7 +159,7 @@ fn chunked_request_with_trailers_is_forwarded() {
     let req = b.last_request();
     assert!(req.chunked);
     assert_eq!(String::from_utf8_lossy(&req.body), "Wikipedia in\r\n\r\nchunks.");
-    assert_eq!(req.trailers, vec![("X-Trailer".to_string(), "yes".to_string())]);
+    assert_eq!(lower_names(&req.trailers), vec![("x-trailer".to_string(), "yes".to_string())]);
     // The connection is still in sync.
     assert_eq!(c.get("/after").status, 200);
 }
@@ -422,4 +426,31 @@ fn unix_socket_bind_serves_http() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body_str(), "s1");
     assert_eq!(b.last_request().target, "/via-unix");
+}
+
+#[test]
+fn dontlognull_skips_empty_connections() {
+    let b = HttpBackend::start("s1");
+    let (s, port) = proxy(LOGGED_HTTP, "    option dontlognull\n    timeout http-request 300ms", "", &[&b]);
+    // A connection that sends nothing and is closed by the timeout...
+    let mut empty = HttpClient::connect(port);
+    let eport = empty.local_port();
+    match empty.wait_closed(WAIT) {
+        Closed::Eof | Closed::Reset => {}
+        Closed::Data(d) => {
+            // HAProxy still answers 408 here (only the log is skipped).
+            assert!(d.starts_with(b"HTTP/1.1 408"), "{:?}", String::from_utf8_lossy(&d));
+            empty.expect_closed();
+        }
+        Closed::StillOpen => panic!("empty connection not closed by timeout http-request"),
+    }
+    // ...leaves no log line, while a real request does.
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/real").status, 200);
+    s.wait_log_line(|l| l.contains("/real"), WAIT);
+    let lines = s.stdout.snapshot();
+    assert!(
+        !lines.iter().any(|l| l.contains(&format!(":{eport} "))),
+        "empty connection was logged: {lines:?}"
+    );
 }

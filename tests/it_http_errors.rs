@@ -19,14 +19,18 @@ fn proxy(b: &HttpBackend) -> (Sluice, u16) {
     (Sluice::start(&cfg), port)
 }
 
+/// The start of a request, for failure messages.
+fn short(raw: &[u8]) -> String {
+    let s = String::from_utf8_lossy(raw);
+    if s.len() > 160 { format!("{}...({} bytes)", &s[..160], s.len()) } else { s.into_owned() }
+}
+
 /// Sends `raw` on a fresh connection, expects `status`, then the connection to be closed.
 fn expect_error_and_close(port: u16, raw: &[u8], status: u16) -> Response {
     let mut c = HttpClient::connect(port);
     c.send(raw);
-    let r = c
-        .try_read_response(false)
-        .unwrap_or_else(|e| panic!("no response to {:?}: {e}", String::from_utf8_lossy(raw)));
-    assert_eq!(r.status, status, "request {:?} got {} {:?}", String::from_utf8_lossy(raw), r.status, r.body_str());
+    let r = c.try_read_response(false).unwrap_or_else(|e| panic!("no response to {:?}: {e}", short(raw)));
+    assert_eq!(r.status, status, "request {:?} got {} {:?}", short(raw), r.status, r.body_str());
     c.expect_closed();
     r
 }

@@ -40,7 +40,10 @@ impl std::fmt::Display for ConfigError {
 }
 
 /// `" (did you mean 'x'?)"` for the candidate nearest to `word` by edit distance, or `""`.
-pub(crate) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> String {
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
         let d = edit_distance(word, c);
@@ -427,7 +430,9 @@ pub enum HeaderAction {
 pub enum HttpRequestAction {
     Header(HeaderAction),
     /// `deny [deny_status N]` (default 403).
-    Deny { status: u16 },
+    Deny {
+        status: u16,
+    },
     /// `return [status N] [content-type T] [string S | file F] [hdr N V]...` (default 200).
     Return {
         status: u16,

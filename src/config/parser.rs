@@ -1,1 +1,501 @@
 //! `parser`: sections and keywords → [`super::Config`].
+//!
+//! Each line from the tokenizer is either a section header (`global`, `defaults`, `frontend`,
+//! `backend`, `listen`, or a HAProxy section sluice does not support) or a keyword of the
+//! current section. Every problem is recorded and parsing continues, so one run reports them
+//! all. Cross-references (`log global`, backend names, ids, tune limits) are resolved once every
+//! file has been read, as HAProxy does.
+//!
+//! Submodules: `values` (numbers, times, sizes, addresses), `global`, `logs` (`log` targets),
+//! `proxy` (proxy keywords and `defaults` inheritance), `server` (`bind`, `server`,
+//! `default-server`), `rules` (`http-request`, `http-response`, `use_backend`).
+
+mod global;
+mod logs;
+mod options;
+mod proxy;
+mod rules;
+mod server;
+mod values;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use super::tokenizer::{Line, tokenize};
+use super::{Config, ConfigError, Global, Origin, ProxyKind, UseBackend, did_you_mean};
+
+use proxy::{Draft, LogEntry};
+
+/// Loads one logical configuration from `(file name, text)` pairs, in order.
+pub fn load(
+    sources: &[(String, String)],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<ConfigError>> {
+    let mut st = State::default();
+    for (file, text) in sources {
+        let (lines, errors) = tokenize(file, text, env);
+        st.errors.extend(errors);
+        for l in &lines {
+            st.line(l);
+        }
+        // A section never continues into the next file (defaults still apply).
+        st.close_section();
+    }
+    let order: Vec<&str> = sources.iter().map(|(f, _)| f.as_str()).collect();
+    st.finish(&order)
+}
+
+/// Loads files (or directories, whose `*.cfg` files load sorted by name), with variables taken
+/// from the process environment.
+pub fn load_files(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
+    let mut sources = Vec::new();
+    let mut errors = Vec::new();
+    for p in paths {
+        let name = p.display().to_string();
+        if p.is_dir() {
+            match std::fs::read_dir(p) {
+                Ok(rd) => {
+                    let mut files: Vec<PathBuf> = rd
+                        .filter_map(|e| e.ok().map(|e| e.path()))
+                        .filter(|f| f.extension().is_some_and(|x| x == "cfg") && !f.is_dir())
+                        .collect();
+                    files.sort();
+                    for f in files {
+                        read_source(&f, &mut sources, &mut errors);
+                    }
+                }
+                Err(e) => errors.push(ConfigError {
+                    file: name,
+                    line: 0,
+                    message: format!("cannot read directory: {e}"),
+                }),
+            }
+        } else {
+            read_source(p, &mut sources, &mut errors);
+        }
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    match load(&sources, &env) {
+        Ok(cfg) if errors.is_empty() => Ok(cfg),
+        Ok(_) => Err(errors),
+        Err(e) => {
+            errors.extend(e);
+            Err(errors)
+        }
+    }
+}
+
+fn read_source(p: &PathBuf, sources: &mut Vec<(String, String)>, errors: &mut Vec<ConfigError>) {
+    let name = p.display().to_string();
+    match std::fs::read(p) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => sources.push((name, text)),
+            Err(e) => {
+                // HAProxy reads bytes; keep going with a lossy conversion rather than failing.
+                sources.push((name, String::from_utf8_lossy(e.as_bytes()).into_owned()));
+            }
+        },
+        Err(e) => errors.push(ConfigError {
+            file: name,
+            line: 0,
+            message: format!("cannot open configuration file: {e}"),
+        }),
+    }
+}
+
+/// An error from a keyword handler: a reason (the caller prefixes `'kw' in <section>: `) or a
+/// complete message.
+pub(super) enum KwErr {
+    Reason(String),
+    Full(String),
+}
+
+impl From<String> for KwErr {
+    fn from(s: String) -> Self {
+        KwErr::Reason(s)
+    }
+}
+
+/// Section headers sluice understands.
+const SECTIONS: &[&str] = &["global", "defaults", "frontend", "backend", "listen"];
+/// HAProxy sections sluice does not support (reported once, their lines skipped).
+const UNSUPPORTED_SECTIONS: &[&str] = &[
+    "userlist",
+    "peers",
+    "resolvers",
+    "mailers",
+    "ring",
+    "program",
+    "cache",
+    "http-errors",
+    "fcgi-app",
+    "log-forward",
+    "dynamic-update",
+    "crt-store",
+    "traces",
+];
+
+#[derive(Default)]
+enum Section {
+    #[default]
+    None,
+    Global,
+    /// An unsupported section: its lines are skipped (the header was reported).
+    Skip,
+    Defaults(Box<Draft>),
+    Proxy(Box<Draft>),
+}
+
+/// Global-section facts needed after parsing.
+#[derive(Default)]
+pub(super) struct GlobalExtra {
+    /// Where `tune.maxrewrite` was set, if it was.
+    pub maxrewrite_at: Option<Origin>,
+    /// `cpu-map` lines using `all`/`odd`/`even` threads: (index in `cpu_map`, selector).
+    pub cpu_sets: Vec<(usize, global::ThreadSel)>,
+}
+
+#[derive(Default)]
+struct State {
+    errors: Vec<ConfigError>,
+    global: Global,
+    gx: GlobalExtra,
+    section: Section,
+    /// The `defaults` section that applies to the following proxies.
+    defaults: Option<Draft>,
+    named_defaults: HashMap<String, Draft>,
+    proxies: Vec<Draft>,
+}
+
+impl State {
+    fn err(&mut self, l: &Line, message: String) {
+        self.errors.push(ConfigError {
+            file: l.file.clone(),
+            line: l.line,
+            message,
+        });
+    }
+
+    fn line(&mut self, l: &Line) {
+        let Some(kw) = l.words.first() else { return };
+        let kw = kw.as_str();
+        if SECTIONS.contains(&kw) || UNSUPPORTED_SECTIONS.contains(&kw) {
+            self.close_section();
+            self.open_section(l);
+            return;
+        }
+        match std::mem::take(&mut self.section) {
+            Section::None => {
+                let msg = format!(
+                    "keyword '{kw}' appears before any section (expected 'global', 'defaults', \
+                     'frontend', 'backend' or 'listen' first){}",
+                    did_you_mean(kw, SECTIONS.iter().copied())
+                );
+                self.err(l, msg);
+            }
+            Section::Skip => self.section = Section::Skip,
+            Section::Global => {
+                if let Err(e) = global::keyword(&mut self.global, &mut self.gx, l) {
+                    let msg = match e {
+                        KwErr::Reason(r) => format!("'{kw}' in 'global' section: {r}"),
+                        KwErr::Full(m) => m,
+                    };
+                    self.err(l, msg);
+                }
+                self.section = Section::Global;
+            }
+            Section::Defaults(mut d) => {
+                self.proxy_keyword(&mut d, l);
+                self.section = Section::Defaults(d);
+            }
+            Section::Proxy(mut d) => {
+                self.proxy_keyword(&mut d, l);
+                self.section = Section::Proxy(d);
+            }
+        }
+    }
+
+    fn proxy_keyword(&mut self, d: &mut Draft, l: &Line) {
+        if let Err(e) = proxy::keyword(d, l) {
+            let msg = match e {
+                KwErr::Reason(r) => format!("'{}' in {}: {r}", l.words[0], d.describe()),
+                KwErr::Full(m) => m,
+            };
+            self.err(l, msg);
+        }
+    }
+
+    fn open_section(&mut self, l: &Line) {
+        let kw = l.words[0].as_str();
+        let origin = Origin {
+            file: l.file.clone(),
+            line: l.line,
+        };
+        if UNSUPPORTED_SECTIONS.contains(&kw) {
+            self.err(l, format!("section '{kw}' is not supported by sluice"));
+            self.section = Section::Skip;
+            return;
+        }
+        if kw == "global" {
+            if let Some(w) = l.words.get(1) {
+                self.err(l, format!("'global' section takes no argument (got '{w}')"));
+            }
+            self.section = Section::Global;
+            return;
+        }
+        // `defaults [NAME] [from D]`, `frontend|backend|listen NAME [from D]`.
+        let mut name: Option<&str> = None;
+        let mut from: Option<&str> = None;
+        let mut bad = false;
+        let mut i = 1;
+        while i < l.words.len() {
+            let w = l.words[i].as_str();
+            if w == "from" {
+                match l.words.get(i + 1) {
+                    Some(f) if from.is_none() => from = Some(f),
+                    Some(_) => {
+                        self.err(l, format!("'{kw}': 'from' given twice"));
+                        bad = true;
+                    }
+                    None => {
+                        self.err(l, format!("'{kw}': missing defaults section name after 'from'"));
+                        bad = true;
+                    }
+                }
+                i += 2;
+            } else if name.is_none() && from.is_none() {
+                name = Some(w);
+                i += 1;
+            } else {
+                self.err(
+                    l,
+                    format!(
+                        "'{kw}': unexpected argument '{w}' (listening addresses go on 'bind' \
+                         lines)"
+                    ),
+                );
+                bad = true;
+                i += 1;
+            }
+        }
+        if let Some(n) = name
+            && !valid_name(n)
+        {
+            self.err(
+                l,
+                format!(
+                    "'{kw}': invalid name '{n}' (only letters, digits, '-', '_', '.' and ':' \
+                     are allowed)"
+                ),
+            );
+            bad = true;
+        }
+        let base = match from {
+            None if kw == "defaults" => None,
+            None => self.defaults.clone(),
+            Some(f) => match self.named_defaults.get(f) {
+                Some(d) if Some(f) != name || kw != "defaults" => Some(d.clone()),
+                _ => {
+                    let cands: Vec<&str> = self.named_defaults.keys().map(String::as_str).collect();
+                    let msg = format!(
+                        "'{kw}': unknown defaults section '{f}'{}",
+                        did_you_mean(f, cands)
+                    );
+                    self.err(l, msg);
+                    bad = true;
+                    None
+                }
+            },
+        };
+        let kind = match kw {
+            "frontend" => ProxyKind::Frontend,
+            "backend" => ProxyKind::Backend,
+            "listen" => ProxyKind::Listen,
+            _ => {
+                let d = Draft::new_defaults(name.unwrap_or(""), origin, base.as_ref());
+                self.section = Section::Defaults(Box::new(d));
+                return;
+            }
+        };
+        let Some(name) = name else {
+            self.err(l, format!("'{kw}' section requires a name"));
+            // Parse the body anyway, to report its errors too.
+            let d = Draft::new_proxy("", kind, origin, base.as_ref());
+            self.section = Section::Proxy(Box::new(d));
+            return;
+        };
+        if !bad {
+            self.check_duplicate(name, kind, l);
+        }
+        let d = Draft::new_proxy(name, kind, origin, base.as_ref());
+        self.section = Section::Proxy(Box::new(d));
+    }
+
+    /// Two proxies may share a name only if their capabilities do not overlap.
+    fn check_duplicate(&mut self, name: &str, kind: ProxyKind, l: &Line) {
+        let clash = self.proxies.iter().find(|p| {
+            p.p.name == name
+                && ((p.p.kind.has_frontend() && kind.has_frontend())
+                    || (p.p.kind.has_backend() && kind.has_backend()))
+        });
+        if let Some(p) = clash {
+            let msg = format!(
+                "{} '{name}' has the same name as {} '{name}' declared at {}:{}",
+                kind_name(kind),
+                kind_name(p.p.kind),
+                p.p.origin.file,
+                p.p.origin.line
+            );
+            self.err(l, msg);
+        }
+    }
+
+    fn close_section(&mut self) {
+        match std::mem::take(&mut self.section) {
+            Section::Defaults(d) => {
+                if !d.p.name.is_empty() {
+                    self.named_defaults.insert(d.p.name.clone(), (*d).clone());
+                }
+                self.defaults = Some(*d);
+            }
+            Section::Proxy(mut d) => {
+                let errs = d.finish();
+                self.errors.extend(errs);
+                self.proxies.push(*d);
+            }
+            Section::None | Section::Global | Section::Skip => {}
+        }
+    }
+
+    fn finish(mut self, order: &[&str]) -> Result<Config, Vec<ConfigError>> {
+        self.close_section();
+        let mut errors = std::mem::take(&mut self.errors);
+        global::finish(&mut self.global, &self.gx, &mut errors);
+        let proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
+        if errors.is_empty() {
+            return Ok(Config {
+                global: self.global,
+                proxies,
+            });
+        }
+        // Report in file order, then line order (resolution errors were found last).
+        let rank = |f: &str| order.iter().position(|o| *o == f).unwrap_or(usize::MAX);
+        errors.sort_by_key(|e| (rank(&e.file), e.line));
+        Err(errors)
+    }
+}
+
+pub(super) fn kind_name(k: ProxyKind) -> &'static str {
+    match k {
+        ProxyKind::Frontend => "frontend",
+        ProxyKind::Backend => "backend",
+        ProxyKind::Listen => "listen",
+    }
+}
+
+/// Proxy and defaults names: HAProxy's allowed characters.
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
+/// Cross-proxy resolution: `log global`, backend names, mode compatibility, proxy ids.
+fn resolve(
+    global: &Global,
+    drafts: Vec<Draft>,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<super::Proxy> {
+    let at = |o: &Origin, message: String| ConfigError {
+        file: o.file.clone(),
+        line: o.line,
+        message,
+    };
+    let backend_names: Vec<&str> = drafts
+        .iter()
+        .filter(|d| d.p.kind.has_backend())
+        .map(|d| d.p.name.as_str())
+        .collect();
+    // Returns the index of backend `name` for proxy `me`, or an error message.
+    let lookup = |me: &Draft, kw: &str, name: &str| -> Result<usize, String> {
+        let prefix = format!("'{kw}' in {}", me.describe());
+        let Some(i) = drafts
+            .iter()
+            .position(|d| d.p.name == name && d.p.kind.has_backend())
+        else {
+            if drafts.iter().any(|d| d.p.name == name) {
+                return Err(format!(
+                    "{prefix}: '{name}' is a frontend, it cannot be used as a backend"
+                ));
+            }
+            return Err(format!(
+                "{prefix}: unknown backend '{name}'{}",
+                did_you_mean(name, backend_names.iter().copied())
+            ));
+        };
+        let be = &drafts[i].p;
+        if be.mode != me.p.mode {
+            return Err(format!(
+                "{prefix}: unable to use backend '{name}' (mode {}) from {} '{}' (mode {})",
+                mode_name(be.mode),
+                kind_name(me.p.kind),
+                me.p.name,
+                mode_name(me.p.mode)
+            ));
+        }
+        Ok(i)
+    };
+
+    let mut out = Vec::with_capacity(drafts.len());
+    let mut ids: HashMap<u32, &Draft> = HashMap::new();
+    for (idx, d) in drafts.iter().enumerate() {
+        let mut p = d.p.clone();
+        p.logs = Vec::new();
+        for e in &d.logs {
+            match e {
+                LogEntry::Global => p.logs.extend(global.logs.iter().cloned()),
+                LogEntry::Target(t) => p.logs.push(t.clone()),
+            }
+        }
+        if let Some((name, origin)) = &d.default_backend {
+            match lookup(d, "default_backend", name) {
+                Ok(i) => p.default_backend = Some(i),
+                Err(m) => errors.push(at(origin, m)),
+            }
+        } else if d.p.kind == ProxyKind::Listen {
+            p.default_backend = Some(idx);
+        }
+        for (name, cond, origin) in &d.use_backends {
+            match lookup(d, "use_backend", name) {
+                Ok(i) => p.use_backends.push(UseBackend {
+                    backend: i,
+                    cond: cond.clone(),
+                }),
+                Err(m) => errors.push(at(origin, m)),
+            }
+        }
+        if let (Some(id), Some(origin)) = (d.p.id, &d.id_at) {
+            if let Some(other) = ids.get(&id) {
+                let msg = format!(
+                    "'id' in {}: id {id} is already used by {} (at {}:{})",
+                    d.describe(),
+                    other.describe(),
+                    other.p.origin.file,
+                    other.p.origin.line
+                );
+                errors.push(at(origin, msg));
+            } else {
+                ids.insert(id, d);
+            }
+        }
+        out.push(p);
+    }
+    out
+}
+
+pub(super) fn mode_name(m: super::Mode) -> &'static str {
+    match m {
+        super::Mode::Tcp => "tcp",
+        super::Mode::Http => "http",
+    }
+}

@@ -31,7 +31,10 @@ pub fn split_line(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Ve
         Single,
     }
     let mut q = Q::None;
-    let flush = |cur: &mut Vec<u8>, words: &mut Vec<String>, in_word: &mut bool, only_empty_var: &mut bool| {
+    let flush = |cur: &mut Vec<u8>,
+                 words: &mut Vec<String>,
+                 in_word: &mut bool,
+                 only_empty_var: &mut bool| {
         if *in_word && !(*only_empty_var && cur.is_empty()) {
             words.push(String::from_utf8_lossy(cur).into_owned());
         }
@@ -80,10 +83,14 @@ pub fn split_line(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Ve
                     b'n' => (b'\n', 2),
                     b't' => (b'\t', 2),
                     b'x' => {
-                        let hex = b.get(i + 2..i + 4).and_then(|h| std::str::from_utf8(h).ok());
+                        let hex = b
+                            .get(i + 2..i + 4)
+                            .and_then(|h| std::str::from_utf8(h).ok());
                         match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                             Some(v) => (v, 4),
-                            None => return Err("invalid '\\x' escape: two hex digits expected".into()),
+                            None => {
+                                return Err("invalid '\\x' escape: two hex digits expected".into());
+                            }
                         }
                     }
                     // Any other character stands for itself (`\ `, `\#`, `\\`, `\"`, `\'`, `\$`).
@@ -146,7 +153,10 @@ fn parse_var(b: &[u8]) -> Result<(String, Option<String>, usize), String> {
         let inner = &b[2..close];
         let name_len = inner.iter().take_while(|&&c| is_name(c)).count();
         if name_len == 0 {
-            return Err(format!("invalid variable name in '{}'", String::from_utf8_lossy(&b[..=close])));
+            return Err(format!(
+                "invalid variable name in '{}'",
+                String::from_utf8_lossy(&b[..=close])
+            ));
         }
         let name = String::from_utf8_lossy(&inner[..name_len]).into_owned();
         let rest = &inner[name_len..];
@@ -166,7 +176,11 @@ fn parse_var(b: &[u8]) -> Result<(String, Option<String>, usize), String> {
     if n == 0 {
         return Ok((String::new(), None, 1));
     }
-    Ok((String::from_utf8_lossy(&b[1..1 + n]).into_owned(), None, 1 + n))
+    Ok((
+        String::from_utf8_lossy(&b[1..1 + n]).into_owned(),
+        None,
+        1 + n,
+    ))
 }
 
 /// State of one `.if` level.
@@ -183,11 +197,19 @@ struct Block {
 }
 
 /// Tokenizes a whole file, applying `.if` blocks. Returns the active lines and every error.
-pub fn tokenize(file: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> (Vec<Line>, Vec<ConfigError>) {
+pub fn tokenize(
+    file: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> (Vec<Line>, Vec<ConfigError>) {
     let mut lines = Vec::new();
     let mut errors = Vec::new();
     let mut stack: Vec<Block> = Vec::new();
-    let err = |line: usize, message: String| ConfigError { file: file.to_string(), line, message };
+    let err = |line: usize, message: String| ConfigError {
+        file: file.to_string(),
+        line,
+        message,
+    };
     for (idx, raw) in text.lines().enumerate() {
         let n = idx + 1;
         let active = stack.last().is_none_or(|b| b.active);
@@ -209,14 +231,23 @@ pub fn tokenize(file: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) ->
                         match eval_expr(&cond, env) {
                             Ok(v) => v,
                             Err(e) => {
-                                errors.push(err(n, format!("failed to evaluate .if condition '{cond}': {e}")));
+                                errors.push(err(
+                                    n,
+                                    format!("failed to evaluate .if condition '{cond}': {e}"),
+                                ));
                                 false
                             }
                         }
                     } else {
                         false
                     };
-                    stack.push(Block { opened_at: n, parent_active: active, taken: v, active: v && active, seen_else: false });
+                    stack.push(Block {
+                        opened_at: n,
+                        parent_active: active,
+                        taken: v,
+                        active: v && active,
+                        seen_else: false,
+                    });
                 }
                 ".elif" => match stack.last_mut() {
                     None => errors.push(err(n, "'.elif' without a matching '.if'".into())),
@@ -228,7 +259,10 @@ pub fn tokenize(file: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) ->
                             let v = match eval_expr(&cond, env) {
                                 Ok(v) => v,
                                 Err(e) => {
-                                    errors.push(err(n, format!("failed to evaluate .elif condition '{cond}': {e}")));
+                                    errors.push(err(
+                                        n,
+                                        format!("failed to evaluate .elif condition '{cond}': {e}"),
+                                    ));
                                     false
                                 }
                             };
@@ -246,13 +280,14 @@ pub fn tokenize(file: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) ->
                         b.taken = true;
                     }
                 },
-                ".endif" => {
-                    if stack.pop().is_none() {
-                        errors.push(err(n, "'.endif' without a matching '.if'".into()));
-                    }
+                ".endif" if stack.pop().is_none() => {
+                    errors.push(err(n, "'.endif' without a matching '.if'".into()));
                 }
                 ".diag" | ".notice" | ".warning" if active => {
-                    eprintln!("[{}] (sluice) : config : {file}:{n}: {cond}", &first[1..].to_uppercase());
+                    eprintln!(
+                        "[{}] (sluice) : config : {file}:{n}: {cond}",
+                        first.trim_start_matches('.').to_uppercase()
+                    );
                 }
                 ".alert" if active => errors.push(err(n, cond)),
                 ".diag" | ".notice" | ".warning" | ".alert" => {}
@@ -262,11 +297,18 @@ pub fn tokenize(file: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) ->
             continue;
         }
         if active {
-            lines.push(Line { file: file.to_string(), line: n, words });
+            lines.push(Line {
+                file: file.to_string(),
+                line: n,
+                words,
+            });
         }
     }
     for b in stack {
-        errors.push(err(b.opened_at, "'.if' block is not closed (missing '.endif')".into()));
+        errors.push(err(
+            b.opened_at,
+            "'.if' block is not closed (missing '.endif')".into(),
+        ));
     }
     (lines, errors)
 }
@@ -281,11 +323,18 @@ pub fn eval_condition(expr: &str, env: &dyn Fn(&str) -> Option<String>) -> Resul
 /// Condition grammar: `expr := and ('||' and)*`, `and := unary ('&&' unary)*`,
 /// `unary := '!' unary | '(' expr ')' | term`.
 fn eval_expr(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<bool, String> {
-    let mut p = CondParser { s: s.as_bytes(), i: 0, env };
+    let mut p = CondParser {
+        s: s.as_bytes(),
+        i: 0,
+        env,
+    };
     let v = p.or()?;
     p.skip_ws();
     if p.i != p.s.len() {
-        return Err(format!("unexpected '{}'", String::from_utf8_lossy(&p.s[p.i..])));
+        return Err(format!(
+            "unexpected '{}'",
+            String::from_utf8_lossy(&p.s[p.i..])
+        ));
     }
     Ok(v)
 }
@@ -348,7 +397,12 @@ impl CondParser<'_> {
     fn term(&mut self) -> Result<bool, String> {
         self.skip_ws();
         let start = self.i;
-        while self.i < self.s.len() && !matches!(self.s[self.i], b' ' | b'\t' | b'(' | b')' | b'&' | b'|' | b'!') {
+        while self.i < self.s.len()
+            && !matches!(
+                self.s[self.i],
+                b' ' | b'\t' | b'(' | b')' | b'&' | b'|' | b'!'
+            )
+        {
             self.i += 1;
         }
         let word = String::from_utf8_lossy(&self.s[start..self.i]).into_owned();
@@ -365,9 +419,20 @@ impl CondParser<'_> {
                 .ok_or_else(|| format!("missing ')' after '{word}('"))?;
             let inner = String::from_utf8_lossy(&self.s[open + 1..close]).into_owned();
             self.i = close + 1;
-            let args: Vec<&str> = if inner.is_empty() { Vec::new() } else { inner.split(',').map(str::trim).collect() };
+            let args: Vec<&str> = if inner.is_empty() {
+                Vec::new()
+            } else {
+                inner.split(',').map(str::trim).collect()
+            };
             let want = |n: usize| -> Result<(), String> {
-                if args.len() == n { Ok(()) } else { Err(format!("'{word}' expects {n} argument(s), got {}", args.len())) }
+                if args.len() == n {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "'{word}' expects {n} argument(s), got {}",
+                        args.len()
+                    ))
+                }
             };
             return match word.as_str() {
                 "defined" => {
@@ -388,11 +453,13 @@ impl CondParser<'_> {
                 }
                 "version_atleast" => {
                     want(1)?;
-                    Ok(cmp_version(super::HAPROXY_COMPAT_VERSION, args[0])? != std::cmp::Ordering::Less)
+                    Ok(cmp_version(super::HAPROXY_COMPAT_VERSION, args[0])?
+                        != std::cmp::Ordering::Less)
                 }
                 "version_before" => {
                     want(1)?;
-                    Ok(cmp_version(super::HAPROXY_COMPAT_VERSION, args[0])? == std::cmp::Ordering::Less)
+                    Ok(cmp_version(super::HAPROXY_COMPAT_VERSION, args[0])?
+                        == std::cmp::Ordering::Less)
                 }
                 _ => Err(format!("unknown function '{word}'")),
             };
@@ -400,7 +467,9 @@ impl CondParser<'_> {
         // A bare term: an integer is true when non-zero.
         match word.parse::<i64>() {
             Ok(n) => Ok(n != 0),
-            Err(_) => Err(format!("unparsable term '{word}' (expected a function call or an integer)")),
+            Err(_) => Err(format!(
+                "unparsable term '{word}' (expected a function call or an integer)"
+            )),
         }
     }
 }
@@ -410,7 +479,10 @@ fn cmp_version(a: &str, b: &str) -> Result<std::cmp::Ordering, String> {
     let parse = |v: &str| -> Result<Vec<u64>, String> {
         let core = v.split(['-', '+']).next().unwrap_or("");
         core.split('.')
-            .map(|p| p.parse::<u64>().map_err(|_| format!("invalid version '{v}'")))
+            .map(|p| {
+                p.parse::<u64>()
+                    .map_err(|_| format!("invalid version '{v}'"))
+            })
             .collect()
     };
     let (mut x, mut y) = (parse(a)?, parse(b)?);
@@ -440,14 +512,25 @@ mod tests {
 
     #[test]
     fn words_quotes_escapes() {
-        assert_eq!(w("  bind  :80   name x # comment"), ["bind", ":80", "name", "x"]);
+        assert_eq!(
+            w("  bind  :80   name x # comment"),
+            ["bind", ":80", "name", "x"]
+        );
         assert_eq!(w(r#"a "b c" 'd e' f\ g"#), ["a", "b c", "d e", "f g"]);
         assert_eq!(w(r#"x "" y"#), ["x", "", "y"]);
         assert_eq!(w(r##"x "# not a comment""##), ["x", "# not a comment"]);
         assert_eq!(w(r"a\#b \x41 \\"), ["a#b", "A", "\\"]);
         assert_eq!(w(r#"s "line\n""#), ["s", "line\n"]);
-        assert!(split_line("a \"b", &env).unwrap_err().contains("unmatched quote"));
-        assert!(split_line("a 'b", &env).unwrap_err().contains("unmatched quote"));
+        assert!(
+            split_line("a \"b", &env)
+                .unwrap_err()
+                .contains("unmatched quote")
+        );
+        assert!(
+            split_line("a 'b", &env)
+                .unwrap_err()
+                .contains("unmatched quote")
+        );
     }
 
     #[test]
@@ -478,7 +561,11 @@ mod tests {
         assert!(!t("feature(OPENSSL)"));
         assert!(t("!defined(NOPE) && (0 || 1)"));
         assert!(!t("0"));
-        assert!(eval_condition("bogus(1)", &env).unwrap_err().contains("unknown function"));
+        assert!(
+            eval_condition("bogus(1)", &env)
+                .unwrap_err()
+                .contains("unknown function")
+        );
         assert!(eval_condition("defined(A", &env).is_err());
     }
 
@@ -487,12 +574,27 @@ mod tests {
         let text = "a\n.if defined(PORT)\n b\n.if defined(NOPE)\n  c\n.elif 1\n  d\n.else\n  e\n.endif\n.else\n f\n.endif\ng\n";
         let (lines, errs) = tokenize("t.cfg", text, &env);
         assert!(errs.is_empty(), "{errs:?}");
-        let got: Vec<(usize, String)> = lines.iter().map(|l| (l.line, l.words[0].clone())).collect();
-        assert_eq!(got, [(1, "a".into()), (3, "b".into()), (7, "d".into()), (14, "g".into())]);
+        let got: Vec<(usize, String)> =
+            lines.iter().map(|l| (l.line, l.words[0].clone())).collect();
+        assert_eq!(
+            got,
+            [
+                (1, "a".into()),
+                (3, "b".into()),
+                (7, "d".into()),
+                (14, "g".into())
+            ]
+        );
         let (_, errs) = tokenize("t.cfg", ".if 1\nx\n", &env);
-        assert_eq!(errs[0].to_string(), "t.cfg:1: '.if' block is not closed (missing '.endif')");
+        assert_eq!(
+            errs[0].to_string(),
+            "t.cfg:1: '.if' block is not closed (missing '.endif')"
+        );
         let (_, errs) = tokenize("t.cfg", "x\n.endif\n.alert stop here\n", &env);
-        assert_eq!(errs[0].to_string(), "t.cfg:2: '.endif' without a matching '.if'");
+        assert_eq!(
+            errs[0].to_string(),
+            "t.cfg:2: '.endif' without a matching '.if'"
+        );
         assert_eq!(errs[1].to_string(), "t.cfg:3: stop here");
         // Errors inside inactive blocks are not reported.
         let (_, errs) = tokenize("t.cfg", ".if 0\nx \"unterminated\n.endif\n", &env);

@@ -276,7 +276,9 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         .sessions_total
         .fetch_add(1, Relaxed);
     let bufsize = shared.cfg.global.bufsize.max(1024);
-    let max_head = bufsize.saturating_sub(shared.cfg.global.maxrewrite).max(512);
+    let max_head = bufsize
+        .saturating_sub(shared.cfg.global.maxrewrite)
+        .max(512);
     let mut c = Conn {
         ctx: &ctx,
         fe,
@@ -324,7 +326,11 @@ impl<C: ClientIo> Conn<'_, C> {
             // Idle: give the buffers back and wait for a byte without holding memory.
             w.give_buf(std::mem::take(&mut self.cbuf));
             w.give_buf(std::mem::take(&mut self.sbuf));
-            let idle = if first { t.http_request.or(t.client) } else { t.http_keep_alive.or(t.http_request).or(t.client) };
+            let idle = if first {
+                t.http_request.or(t.client)
+            } else {
+                t.http_keep_alive.or(t.http_request).or(t.client)
+            };
             let stop = w.stop_notify.notified();
             tokio::pin!(stop);
             stop.as_mut().enable();
@@ -386,7 +392,10 @@ impl<C: ClientIo> Conn<'_, C> {
                 txn.term = term;
                 txn.status = status as i32;
                 txn.request_line = "<BADREQ>".into();
-                if !(status == 400 && term == *b"CR") && !(first && self.cbuf.is_empty() && status == 408 && self.fe.options.dontlognull) {
+                let client_gone = status == 400 && term == *b"CR";
+                let silent_probe =
+                    first && self.cbuf.is_empty() && status == 408 && self.fe.options.dontlognull;
+                if !client_gone && !silent_probe {
                     let resp = crate::errorfile::response(self.fe, None, status).into_owned();
                     let _ = self.client.write_all(&resp).await;
                     txn.bytes_out = resp.len() as u64;
@@ -470,7 +479,14 @@ impl<C: ClientIo> Conn<'_, C> {
     }
 
     /// Sends a locally generated response, then decides whether the connection can go on.
-    async fn local_response(&mut self, head: &RequestHead, txn: &mut Txn, resp: &[u8], status: u16, keep: bool) -> Option<Next> {
+    async fn local_response(
+        &mut self,
+        head: &RequestHead,
+        txn: &mut Txn,
+        resp: &[u8],
+        status: u16,
+        keep: bool,
+    ) -> Option<Next> {
         txn.status = status as i32;
         txn.bytes_out = resp.len() as u64;
         self.cbuf.advance(head.head_len);
@@ -479,14 +495,24 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.term = *b"CD";
             return None;
         }
-        if keep && !body_left && !head.conn_close && self.fe.options.http_conn_mode != HttpConnMode::Close {
+        if keep
+            && !body_left
+            && !head.conn_close
+            && self.fe.options.http_conn_mode != HttpConnMode::Close
+        {
             Some(Next::KeepAlive)
         } else {
             None
         }
     }
 
-    async fn error_response(&mut self, head: &RequestHead, txn: &mut Txn, status: u16, term: [u8; 2]) -> Option<Next> {
+    async fn error_response(
+        &mut self,
+        head: &RequestHead,
+        txn: &mut Txn,
+        status: u16,
+        term: [u8; 2],
+    ) -> Option<Next> {
         txn.term = term;
         let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
         let resp = crate::errorfile::response(self.fe, be, status).into_owned();
@@ -499,11 +525,11 @@ impl<C: ClientIo> Conn<'_, C> {
         let src = self.ctx.peer.map(|a| a.ip());
         let uri = head.uri.of(&self.cbuf);
         // monitor-uri: answered here, never forwarded.
-        if let Some(m) = &self.fe.monitor_uri {
-            if uri == m.as_bytes() {
-                let resp = crate::errorfile::builtin(200);
-                return self.local_response(head, txn, &resp, 200, true).await;
-            }
+        if let Some(m) = &self.fe.monitor_uri
+            && uri == m.as_bytes()
+        {
+            let resp = crate::errorfile::builtin(200);
+            return self.local_response(head, txn, &resp, 200, true).await;
         }
         self.hdrs.load(&head.headers);
         // Frontend http-request rules.
@@ -512,7 +538,12 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         // use_backend / default_backend.
         let be_idx = {
-            let view = ReqView { buf: &self.cbuf, head, hdrs: &self.hdrs, src };
+            let view = ReqView {
+                buf: &self.cbuf,
+                head,
+                hdrs: &self.hdrs,
+                src,
+            };
             self.fe
                 .use_backends
                 .iter()
@@ -525,20 +556,30 @@ impl<C: ClientIo> Conn<'_, C> {
         };
         txn.be = Some(be_idx);
         let bp = &shared.cfg.proxies[be_idx];
-        if be_idx != self.ctx.proxy {
-            if let Some(r) = self.run_request_rules(bp, head, src) {
-                return self.act_final(head, txn, r).await;
-            }
+        if be_idx != self.ctx.proxy
+            && let Some(r) = self.run_request_rules(bp, head, src)
+        {
+            return self.act_final(head, txn, r).await;
         }
         self.forward(head, txn, be_idx).await
     }
 
     /// Applies header edits and returns the first final action (deny/return/redirect).
-    fn run_request_rules(&mut self, p: &Proxy, head: &RequestHead, src: Option<IpAddr>) -> Option<HttpRequestAction> {
+    fn run_request_rules(
+        &mut self,
+        p: &Proxy,
+        head: &RequestHead,
+        src: Option<IpAddr>,
+    ) -> Option<HttpRequestAction> {
         for rule in &p.http_request {
             let ok = match &rule.cond {
                 None => true,
-                Some(c) => c.eval(&ReqView { buf: &self.cbuf, head, hdrs: &self.hdrs, src }),
+                Some(c) => c.eval(&ReqView {
+                    buf: &self.cbuf,
+                    head,
+                    hdrs: &self.hdrs,
+                    src,
+                }),
             };
             if !ok {
                 continue;
@@ -551,7 +592,12 @@ impl<C: ClientIo> Conn<'_, C> {
         None
     }
 
-    async fn act_final(&mut self, head: &RequestHead, txn: &mut Txn, a: HttpRequestAction) -> Option<Next> {
+    async fn act_final(
+        &mut self,
+        head: &RequestHead,
+        txn: &mut Txn,
+        a: HttpRequestAction,
+    ) -> Option<Next> {
         match a {
             HttpRequestAction::Deny { status } => {
                 txn.term = *b"PR";
@@ -559,8 +605,17 @@ impl<C: ClientIo> Conn<'_, C> {
                 let resp = crate::errorfile::response(self.fe, be, status).into_owned();
                 self.local_response(head, txn, &resp, status, false).await
             }
-            HttpRequestAction::Return { status, content_type, body, headers } => {
-                let mut r = format!("HTTP/1.1 {status} {}\r\ncontent-length: {}\r\n", crate::http::reason_phrase(status), body.len());
+            HttpRequestAction::Return {
+                status,
+                content_type,
+                body,
+                headers,
+            } => {
+                let mut r = format!(
+                    "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\n",
+                    crate::http::reason_phrase(status),
+                    body.len()
+                );
                 if let Some(ct) = &content_type {
                     r.push_str(&format!("content-type: {ct}\r\n"));
                 }
@@ -585,7 +640,8 @@ impl<C: ClientIo> Conn<'_, C> {
                     crate::http::reason_phrase(rd.code),
                     loc
                 );
-                self.local_response(head, txn, resp.as_bytes(), rd.code, true).await
+                self.local_response(head, txn, resp.as_bytes(), rd.code, true)
+                    .await
             }
             HttpRequestAction::Header(_) => unreachable!("header actions are applied in place"),
         }
@@ -597,20 +653,30 @@ impl<C: ClientIo> Conn<'_, C> {
         let bp = &shared.cfg.proxies[be_idx];
         let src = self.ctx.peer.map(|a| a.ip());
         let mode = effective_mode(self.fe, bp);
-        let client_ka = !head.conn_close && mode != HttpConnMode::Close && !self.ctx.w.stopping.get();
+        let client_ka =
+            !head.conn_close && mode != HttpConnMode::Close && !self.ctx.w.stopping.get();
         let server_ka = mode == HttpConnMode::KeepAlive && !head.upgrade && !head.is_connect;
 
         // Pick a server (may queue).
         let hdr_val = match &bp.balance {
-            crate::config::Balance::Hdr { name, .. } => self.hdrs.first(&self.cbuf, name.as_bytes()).map(|v| v.to_vec()),
+            crate::config::Balance::Hdr { name, .. } => self
+                .hdrs
+                .first(&self.cbuf, name.as_bytes())
+                .map(|v| v.to_vec()),
             _ => None,
         };
         // Only hashing algorithms look at the URI; copy it only for them.
         let uri_owned = match &bp.balance {
-            crate::config::Balance::Uri { .. } | crate::config::Balance::UrlParam { .. } => head.uri.of(&self.cbuf).to_vec(),
+            crate::config::Balance::Uri { .. } | crate::config::Balance::UrlParam { .. } => {
+                head.uri.of(&self.cbuf).to_vec()
+            }
             _ => Vec::new(),
         };
-        let input = PickInput { src, uri: &uri_owned, hdr: hdr_val.as_deref() };
+        let input = PickInput {
+            src,
+            uri: &uri_owned,
+            hdr: hdr_val.as_deref(),
+        };
         let slot = match backend::acquire(&shared, be_idx, &input, None).await {
             Ok(s) => s,
             Err(e) => {
@@ -660,15 +726,23 @@ impl<C: ClientIo> Conn<'_, C> {
                 // A kept connection closed under us before any response: reconnect once.
                 match connect_with_slot(self.ctx, be_idx, &input, slot).await {
                     Ok(sc) => {
-                        return self.exchange(head, txn, bp, sc.stream, sc.slot, req_body, initial, client_ka, server_ka, sent_at).await;
+                        return self
+                            .exchange(
+                                head, txn, bp, sc.stream, sc.slot, req_body, initial, client_ka,
+                                server_ka, sent_at,
+                            )
+                            .await;
                     }
-                    Err(e) => return self.error_response_after_head(txn, 503).await,
+                    Err(_e) => return self.error_response_after_head(txn, 503).await,
                 }
             }
             txn.term = *b"SH";
             return self.error_response_after_head(txn, 502).await;
         }
-        self.exchange(head, txn, bp, stream, slot, req_body, initial, client_ka, server_ka, sent_at).await
+        self.exchange(
+            head, txn, bp, stream, slot, req_body, initial, client_ka, server_ka, sent_at,
+        )
+        .await
     }
 
     async fn error_response_after_head(&mut self, txn: &mut Txn, status: u16) -> Option<Next> {
@@ -699,7 +773,9 @@ impl<C: ClientIo> Conn<'_, C> {
     ) -> Option<Next> {
         let shared = self.ctx.shared().clone();
         let srv_counters = &slot.server_state().counters;
-        srv_counters.bytes_in.fetch_add(self.out.len() as u64, Relaxed);
+        srv_counters
+            .bytes_in
+            .fetch_add(self.out.len() as u64, Relaxed);
         self.cbuf.advance(initial);
         let t_server = bp.timeouts.server;
         let t_client = self.fe.timeouts.client;
@@ -788,7 +864,13 @@ impl<C: ClientIo> Conn<'_, C> {
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
         for p in &rule_sets[..n_sets] {
             for rule in &p.http_response {
-                let ok = rule.cond.as_ref().is_none_or(|c| c.eval(&RspView { buf: &self.sbuf, hdrs: &self.hdrs, src }));
+                let ok = rule.cond.as_ref().is_none_or(|c| {
+                    c.eval(&RspView {
+                        buf: &self.sbuf,
+                        hdrs: &self.hdrs,
+                        src,
+                    })
+                });
                 if ok {
                     self.hdrs.apply(&self.sbuf, &rule.action);
                 }
@@ -797,7 +879,8 @@ impl<C: ClientIo> Conn<'_, C> {
         let tunnel_mode = resp.switching || (head.is_connect && (200..300).contains(&resp.status));
         let close_delim = resp.body == BodyKind::CloseDelimited && !tunnel_mode;
         let client_keep = client_ka && !close_delim && !tunnel_mode && req_body.done();
-        let server_keep = server_ka && !resp.conn_close && !close_delim && !tunnel_mode && req_body.done();
+        let server_keep =
+            server_ka && !resp.conn_close && !close_delim && !tunnel_mode && req_body.done();
 
         self.out.clear();
         let status_end = memchr::memchr(b'\n', &self.sbuf[..resp.head_len]).map_or(0, |p| p + 1);
@@ -818,7 +901,8 @@ impl<C: ClientIo> Conn<'_, C> {
         } else {
             &[]
         };
-        self.hdrs.write(&self.sbuf, &mut self.out, resp.switching, extra);
+        self.hdrs
+            .write(&self.sbuf, &mut self.out, resp.switching, extra);
         self.sbuf.advance(resp.head_len);
 
         if tunnel_mode {
@@ -837,7 +921,15 @@ impl<C: ClientIo> Conn<'_, C> {
                 client_fin: self.fe.timeouts.client_fin,
                 server_fin: bp.timeouts.server_fin,
             };
-            let end = tunnel(&mut self.client, &mut stream, &to_server, &to_client, t, self.bufsize).await;
+            let end = tunnel(
+                &mut self.client,
+                &mut stream,
+                &to_server,
+                &to_client,
+                t,
+                self.bufsize,
+            )
+            .await;
             txn.bytes_out = end.down;
             txn.term = end.term;
             return None;
@@ -898,19 +990,36 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.bytes_out += n as u64;
             self.sbuf.advance(n);
         }
-        slot.server_state().counters.bytes_out.fetch_add(txn.bytes_out, Relaxed);
-        shared.proxies[self.ctx.proxy].fe.counters.bytes_out.fetch_add(txn.bytes_out, Relaxed);
+        slot.server_state()
+            .counters
+            .bytes_out
+            .fetch_add(txn.bytes_out, Relaxed);
+        shared.proxies[self.ctx.proxy]
+            .fe
+            .counters
+            .bytes_out
+            .fetch_add(txn.bytes_out, Relaxed);
         // Release the server slot now (the transaction is over), keep the connection.
         let (be, server) = (bp_index(&shared, bp), slot.server);
         drop(slot);
         if server_keep && self.sbuf.is_empty() {
             self.kept = Some(Kept { be, server, stream });
         }
-        if client_keep { Some(Next::KeepAlive) } else { None }
+        if client_keep {
+            Some(Next::KeepAlive)
+        } else {
+            None
+        }
     }
 
     /// Request line + edited headers + forwarding headers + connection management.
-    fn build_request_head(&mut self, head: &RequestHead, bp: &Proxy, src: Option<IpAddr>, server_ka: bool) {
+    fn build_request_head(
+        &mut self,
+        head: &RequestHead,
+        bp: &Proxy,
+        src: Option<IpAddr>,
+        server_ka: bool,
+    ) {
         self.out.clear();
         let line_end = memchr::memchr(b'\n', &self.cbuf[..head.head_len]).map_or(0, |p| p + 1);
         let mut line = &self.cbuf[..line_end];
@@ -923,16 +1032,21 @@ impl<C: ClientIo> Conn<'_, C> {
         self.out.extend_from_slice(b"\r\n");
         let mut extra: Vec<u8> = Vec::new();
         // option forwardfor (backend setting wins, else frontend's).
-        if let Some(ff) = bp.options.forwardfor.as_ref().or(self.fe.options.forwardfor.as_ref()) {
-            if let Some(ip) = src {
-                let skip = ff.except.is_some_and(|n| n.contains(ip)) || (ff.if_none && self.hdrs.has(&self.cbuf, ff.header.as_bytes()));
-                if !skip {
-                    let ip = match ip {
-                        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-                        v4 => v4,
-                    };
-                    extra.extend_from_slice(format!("{}: {}\r\n", ff.header, ip).as_bytes());
-                }
+        if let Some(ff) = bp
+            .options
+            .forwardfor
+            .as_ref()
+            .or(self.fe.options.forwardfor.as_ref())
+            && let Some(ip) = src
+        {
+            let skip = ff.except.is_some_and(|n| n.contains(ip))
+                || (ff.if_none && self.hdrs.has(&self.cbuf, ff.header.as_bytes()));
+            if !skip {
+                let ip = match ip {
+                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+                    v4 => v4,
+                };
+                extra.extend_from_slice(format!("{}: {}\r\n", ff.header, ip).as_bytes());
             }
         }
         if head.upgrade {
@@ -943,12 +1057,18 @@ impl<C: ClientIo> Conn<'_, C> {
             extra.extend_from_slice(b"connection: keep-alive\r\n");
         }
         let extra_ref: [&[u8]; 1] = [&extra];
-        self.hdrs.write(&self.cbuf, &mut self.out, head.upgrade, &extra_ref);
+        self.hdrs
+            .write(&self.cbuf, &mut self.out, head.upgrade, &extra_ref);
     }
 }
 
 fn bp_index(shared: &crate::backend::Shared, bp: &Proxy) -> usize {
-    shared.cfg.proxies.iter().position(|p| std::ptr::eq(p, bp)).unwrap_or(0)
+    shared
+        .cfg
+        .proxies
+        .iter()
+        .position(|p| std::ptr::eq(p, bp))
+        .unwrap_or(0)
 }
 
 /// HTTP connection mode of a transaction: the stricter of frontend and backend.
@@ -969,10 +1089,10 @@ fn redirect_location(rd: &Redirect, buf: &[u8], head: &RequestHead, hdrs: &Heade
         &uri[start..]
     };
     let mut rest: Vec<u8> = path_q.to_vec();
-    if rd.drop_query {
-        if let Some(q) = rest.iter().position(|&c| c == b'?') {
-            rest.truncate(q);
-        }
+    if rd.drop_query
+        && let Some(q) = rest.iter().position(|&c| c == b'?')
+    {
+        rest.truncate(q);
     }
     if rd.append_slash && !rest.ends_with(b"/") && !rest.contains(&b'?') {
         rest.push(b'/');
@@ -985,7 +1105,10 @@ fn redirect_location(rd: &Redirect, buf: &[u8], head: &RequestHead, hdrs: &Heade
             format!("{t}{rest}")
         }
         RedirectKind::Scheme => {
-            let host = hdrs.first(buf, b"host").map(|h| String::from_utf8_lossy(h).into_owned()).unwrap_or_default();
+            let host = hdrs
+                .first(buf, b"host")
+                .map(|h| String::from_utf8_lossy(h).into_owned())
+                .unwrap_or_default();
             format!("{}://{}{}", rd.target, host, rest)
         }
     }
@@ -1041,4 +1164,3 @@ impl BodyTracker {
         }
     }
 }
-

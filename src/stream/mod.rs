@@ -44,7 +44,13 @@ pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission) 
         let line = crate::log::connect_line(peer, local, &p.name, p.mode == Mode::Http);
         w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);
     }
-    let ctx = SessionCtx { w: w.clone(), proxy, peer, accepted_at, _adm: adm };
+    let ctx = SessionCtx {
+        w: w.clone(),
+        proxy,
+        peer,
+        accepted_at,
+        _adm: adm,
+    };
     match (client, p.mode) {
         (Client::Tcp(s, _), Mode::Tcp) => tcp::serve(ctx, s).await,
         (Client::Unix(s), Mode::Tcp) => tcp::serve(ctx, s).await,
@@ -84,7 +90,10 @@ pub struct ServerConn {
 pub enum ConnectError {
     Pick(PickError),
     /// Every attempt failed (refused, unreachable); `timeout` when the last one timed out.
-    Failed { timeout: bool, retries: u32 },
+    Failed {
+        timeout: bool,
+        retries: u32,
+    },
 }
 
 impl ConnectError {
@@ -92,7 +101,9 @@ impl ConnectError {
     pub fn term(&self) -> [u8; 2] {
         match self {
             ConnectError::Pick(PickError::QueueTimeout) => *b"sQ",
-            ConnectError::Pick(PickError::NoServer) | ConnectError::Pick(PickError::QueueFull) => *b"SC",
+            ConnectError::Pick(PickError::NoServer) | ConnectError::Pick(PickError::QueueFull) => {
+                *b"SC"
+            }
             ConnectError::Failed { timeout: true, .. } => *b"sC",
             ConnectError::Failed { timeout: false, .. } => *b"SC",
         }
@@ -101,13 +112,24 @@ impl ConnectError {
 
 /// Picks a server (queueing if needed) and connects, with `retries` and `option redispatch`
 /// (HAProxy's default: redispatch on the last retry).
-pub async fn connect_server(ctx: &SessionCtx, be: usize, input: &PickInput<'_>) -> Result<ServerConn, ConnectError> {
-    let slot = backend::acquire(ctx.shared(), be, input, None).await.map_err(ConnectError::Pick)?;
+pub async fn connect_server(
+    ctx: &SessionCtx,
+    be: usize,
+    input: &PickInput<'_>,
+) -> Result<ServerConn, ConnectError> {
+    let slot = backend::acquire(ctx.shared(), be, input, None)
+        .await
+        .map_err(ConnectError::Pick)?;
     connect_with_slot(ctx, be, input, slot).await
 }
 
 /// Connects to the server `slot` holds, retrying and redispatching on failure.
-pub async fn connect_with_slot(ctx: &SessionCtx, be: usize, input: &PickInput<'_>, mut slot: Slot) -> Result<ServerConn, ConnectError> {
+pub async fn connect_with_slot(
+    ctx: &SessionCtx,
+    be: usize,
+    input: &PickInput<'_>,
+    mut slot: Slot,
+) -> Result<ServerConn, ConnectError> {
     let shared = ctx.shared();
     let bp = &shared.cfg.proxies[be];
     let retries = bp.retries;
@@ -132,17 +154,25 @@ pub async fn connect_with_slot(ctx: &SessionCtx, be: usize, input: &PickInput<'_
                 let srv = slot.server_state();
                 srv.counters.conn_errors.fetch_add(1, Relaxed);
                 if attempt >= retries {
-                    return Err(ConnectError::Failed { timeout, retries: attempt });
+                    return Err(ConnectError::Failed {
+                        timeout,
+                        retries: attempt,
+                    });
                 }
                 attempt += 1;
                 srv.counters.retries.fetch_add(1, Relaxed);
                 if bp.options.redispatch && attempt == retries {
                     let failed = slot.server;
                     drop(slot);
-                    slot = backend::acquire(shared, be, input, Some(failed)).await.map_err(ConnectError::Pick)?;
+                    slot = backend::acquire(shared, be, input, Some(failed))
+                        .await
+                        .map_err(ConnectError::Pick)?;
                     if slot.server != failed {
                         redispatched = true;
-                        slot.server_state().counters.redispatches.fetch_add(1, Relaxed);
+                        slot.server_state()
+                            .counters
+                            .redispatches
+                            .fetch_add(1, Relaxed);
                     }
                 }
             }
@@ -189,7 +219,10 @@ impl ClientIo for UnixStream {
 }
 
 /// Awaits `fut`, bounded by an optional inactivity timeout. `None` = timed out.
-pub async fn with_timeout<F: std::future::Future>(d: Option<Duration>, fut: F) -> Option<F::Output> {
+pub async fn with_timeout<F: std::future::Future>(
+    d: Option<Duration>,
+    fut: F,
+) -> Option<F::Output> {
     match d {
         Some(d) => tokio::time::timeout(d, fut).await.ok(),
         None => Some(fut.await),

@@ -114,7 +114,9 @@ pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
     let mut s2c_end: Option<DirEnd> = None;
     {
         let c2s = pump(&mut cr, &mut sw, to_server, &up_to, &activity, &up, bufsize);
-        let s2c = pump(&mut sr, &mut cw, to_client, &down_to, &activity, &down, bufsize);
+        let s2c = pump(
+            &mut sr, &mut cw, to_client, &down_to, &activity, &down, bufsize,
+        );
         tokio::pin!(c2s);
         tokio::pin!(s2c);
         loop {
@@ -152,7 +154,11 @@ pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
         (Some(DirEnd::WriteErr), _) | (_, Some(DirEnd::ReadErr)) => *b"SD",
         _ => *b"--",
     };
-    TunnelEnd { term, up: up.get(), down: down.get() }
+    TunnelEnd {
+        term,
+        up: up.get(),
+        down: down.get(),
+    }
 }
 
 /// A `mode tcp` session: connect to a server of the default backend, then tunnel.
@@ -165,7 +171,11 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         return;
     };
     let bp = &shared.cfg.proxies[be_idx];
-    let input = PickInput { src: ctx.peer.map(|a| a.ip()), uri: b"", hdr: None };
+    let input = PickInput {
+        src: ctx.peer.map(|a| a.ip()),
+        uri: b"",
+        hdr: None,
+    };
     let mut conn = match connect_server(&ctx, be_idx, &input).await {
         Ok(c) => c,
         Err(e) => {
@@ -173,7 +183,18 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
                 ConnectError::Failed { retries, .. } => retries,
                 _ => 0,
             };
-            log_tcp(&ctx, Some(be_idx), "<NOSRV>", -1, -1, start, e.term(), 0, retries, false);
+            log_tcp(
+                &ctx,
+                Some(be_idx),
+                "<NOSRV>",
+                -1,
+                -1,
+                start,
+                e.term(),
+                0,
+                retries,
+                false,
+            );
             return;
         }
     };
@@ -187,7 +208,15 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         server_fin: bp.timeouts.server_fin,
     };
     let mut client = client;
-    let end = tunnel(&mut client, &mut conn.stream, b"", b"", t, shared.cfg.global.bufsize).await;
+    let end = tunnel(
+        &mut client,
+        &mut conn.stream,
+        b"",
+        b"",
+        t,
+        shared.cfg.global.bufsize,
+    )
+    .await;
     let srv = conn.slot.server_state();
     srv.counters.bytes_in.fetch_add(end.up, Relaxed);
     srv.counters.bytes_out.fetch_add(end.down, Relaxed);
@@ -197,7 +226,18 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     if fe.options.dontlognull && end.up == 0 && end.down == 0 {
         return;
     }
-    log_tcp(&ctx, Some(be_idx), &name, tw, tc, start, end.term, end.down, retries, redisp);
+    log_tcp(
+        &ctx,
+        Some(be_idx),
+        &name,
+        tw,
+        tc,
+        start,
+        end.term,
+        end.down,
+        retries,
+        redisp,
+    );
 }
 
 /// `use_backend` rules evaluated on what a TCP session has (its source), then the default.
@@ -230,7 +270,9 @@ fn log_tcp(
     if fe.logs.is_empty() || !fe.options.tcplog {
         return;
     }
-    let bname = be.map(|b| shared.cfg.proxies[b].name.as_str()).unwrap_or(fe.name.as_str());
+    let bname = be
+        .map(|b| shared.cfg.proxies[b].name.as_str())
+        .unwrap_or(fe.name.as_str());
     let e = Entry {
         client: ctx.peer,
         accept_time: Some(ctx.accepted_at),
@@ -244,7 +286,9 @@ fn log_tcp(
         term,
         actconn: shared.global_conns.load(Relaxed),
         feconn: shared.proxies[ctx.proxy].fe.cur_conns.load(Relaxed),
-        beconn: be.map(|b| shared.proxies[b].fe.cur_conns.load(Relaxed)).unwrap_or(0),
+        beconn: be
+            .map(|b| shared.proxies[b].fe.cur_conns.load(Relaxed))
+            .unwrap_or(0),
         retries,
         redispatched,
         ..Default::default()

@@ -26,8 +26,10 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// The line sluice prints on stderr under `-d` once every listener is bound.
 pub const READY: &str = "worker thread(s), global maxconn";
 
-pub fn sluice_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_sluice")
+/// The binary under test: sluice, or whatever `SLUICE_IT_BIN` names (e.g. the HAProxy shim in
+/// `tests/fixtures/it/haproxy-shim.py`, to check the tests themselves against HAProxy).
+pub fn sluice_bin() -> String {
+    std::env::var("SLUICE_IT_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sluice").to_string())
 }
 
 pub fn lo(port: u16) -> SocketAddr {
@@ -872,7 +874,7 @@ pub fn http_raw(port: u16, raw: impl AsRef<[u8]>) -> Response {
 
 /// Connects from a chosen loopback source address (127.0.0.x), for `balance source` tests.
 pub fn connect_from(src: Ipv4Addr, dst: SocketAddr) -> TcpStream {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap();
     let s = rt
         .block_on(async {
             let sock = tokio::net::TcpSocket::new_v4()?;
@@ -972,6 +974,11 @@ impl Reply {
 }
 
 pub type Handler = Arc<dyn Fn(&Request) -> Reply + Send + Sync>;
+
+/// The WebSocket key of RFC 6455's example handshake, and the accept value that goes with it
+/// (the upgrade server answers it; HAProxy checks it).
+pub const WS_SAMPLE_KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+pub const WS_SAMPLE_ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 
 struct BackendState {
     conns: AtomicUsize,
@@ -1203,8 +1210,13 @@ fn serve_http_conn(stream: TcpStream, id: usize, st: &BackendState, h: &Handler)
                 false
             }
             Reply::Upgrade => {
+                let accept = match req.header("sec-websocket-key") {
+                    Some(WS_SAMPLE_KEY) => format!("Sec-WebSocket-Accept: {WS_SAMPLE_ACCEPT}\r\n"),
+                    _ => String::new(),
+                };
                 w.stream.write_all(
-                    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+                    format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n{accept}\r\n")
+                        .as_bytes(),
                 )?;
                 if !w.buf.is_empty() {
                     let b = std::mem::take(&mut w.buf);

@@ -1,0 +1,436 @@
+//! The `global` section (repeatable; every occurrence adds to the same settings).
+
+use super::super::{ConfigError, CpuMap, Global, Origin};
+use super::values::{arg, no_extra, parse_range, parse_size, parse_time};
+use super::{GlobalExtra, KwErr, did_you_mean, logs};
+use crate::config::tokenizer::Line;
+
+const KEYWORDS: &[&str] = &[
+    "nbthread",
+    "maxconn",
+    "daemon",
+    "pidfile",
+    "log",
+    "cpu-map",
+    "tune.bufsize",
+    "tune.maxrewrite",
+    "tune.maxaccept",
+    "tune.idle-pool.shared",
+    "hard-stop-after",
+];
+
+/// Real HAProxy global keywords that sluice does not implement.
+const UNSUPPORTED: &[&str] = &[
+    "user",
+    "group",
+    "uid",
+    "gid",
+    "chroot",
+    "stats",
+    "ca-base",
+    "crt-base",
+    "key-base",
+    "node",
+    "description",
+    "log-tag",
+    "log-send-hostname",
+    "maxconnrate",
+    "maxsessrate",
+    "maxsslconn",
+    "maxsslrate",
+    "maxcomprate",
+    "maxcompcpuusage",
+    "maxpipes",
+    "maxzlibmem",
+    "ulimit-n",
+    "fd-hard-limit",
+    "setenv",
+    "presetenv",
+    "resetenv",
+    "unsetenv",
+    "localpeer",
+    "master-worker",
+    "mworker-max-reloads",
+    "quiet",
+    "debug",
+    "zero-warning",
+    "expose-experimental-directives",
+    "external-check",
+    "insecure-fork-wanted",
+    "insecure-setuid-wanted",
+    "set-dumpable",
+    "strict-limits",
+    "grace",
+    "busy-polling",
+    "noepoll",
+    "nopoll",
+    "nokqueue",
+    "noevports",
+    "nosplice",
+    "nogetaddrinfo",
+    "noreuseport",
+    "spread-checks",
+    "max-spread-checks",
+    "server-state-file",
+    "server-state-base",
+    "h1-case-adjust",
+    "h1-case-adjust-file",
+    "h2-workaround-bogus-websocket-clients",
+    "numa-cpu-mapping",
+    "pp2-never-send-local",
+    "unix-bind",
+    "cluster-secret",
+    "thread-groups",
+    "thread-group",
+    "default-path",
+    "issuers-chain-path",
+    "set-var",
+    "set-var-fmt",
+    "lua-load",
+    "lua-load-per-thread",
+    "lua-prepend-path",
+    "ssl-engine",
+    "ssl-mode-async",
+    "ssl-load-extra-files",
+    "ssl-load-extra-del-ext",
+    "ssl-server-verify",
+    "ssl-skip-self-issued-ca",
+    "ssl-dh-param-file",
+    "ssl-propquery",
+    "ssl-provider",
+    "ssl-provider-path",
+    "httpclient.resolvers.id",
+    "httpclient.resolvers.prefer",
+    "httpclient.ssl.ca-file",
+    "httpclient.ssl.verify",
+    "profiling.tasks",
+    "profiling.memory",
+    "anonkey",
+];
+
+/// Prefixes of whole families of HAProxy global keywords sluice does not implement.
+const UNSUPPORTED_PREFIXES: &[&str] = &[
+    "tune.",
+    "ssl-default-",
+    "ssl-",
+    "lua-",
+    "51degrees-",
+    "wurfl-",
+    "deviceatlas-",
+    "httpclient.",
+    "profiling.",
+    "quic-",
+];
+
+/// `cpu-map` thread selections that depend on the final thread count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ThreadSel {
+    All,
+    Odd,
+    Even,
+}
+
+pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let kw = w[0].as_str();
+    match kw {
+        "nbthread" => {
+            g.nbthread = Some(parse_range(arg(w, 1, "number of threads")?, 1, 1024)? as usize);
+            no_extra(w, 2)?;
+        }
+        "maxconn" => {
+            g.maxconn = Some(parse_range(arg(w, 1, "number of connections")?, 1, u32::MAX as u64)? as u32);
+            no_extra(w, 2)?;
+        }
+        "daemon" => {
+            no_extra(w, 1)?;
+            g.daemon = true;
+        }
+        "pidfile" => {
+            g.pidfile = Some(arg(w, 1, "file name")?.into());
+            no_extra(w, 2)?;
+        }
+        "log" => {
+            if w.get(1).map(String::as_str) == Some("global") {
+                return Err("'log global' can only be used in proxies and defaults"
+                    .to_string()
+                    .into());
+            }
+            g.logs.push(logs::parse_target(&w[1..])?);
+        }
+        "cpu-map" => cpu_map(g, gx, w)?,
+        "tune.bufsize" => {
+            let v = parse_size(arg(w, 1, "size")?)?;
+            if !(1024..=(1 << 30)).contains(&v) {
+                return Err(format!("{v} is out of range (expected 1024 to 1073741824)").into());
+            }
+            no_extra(w, 2)?;
+            g.bufsize = v as usize;
+        }
+        "tune.maxrewrite" => {
+            let v = parse_size(arg(w, 1, "size")?)?;
+            no_extra(w, 2)?;
+            g.maxrewrite = usize::try_from(v).map_err(|_| format!("'{v}' is too large"))?;
+            gx.maxrewrite_at = Some(Origin {
+                file: l.file.clone(),
+                line: l.line,
+            });
+        }
+        "tune.maxaccept" => {
+            let v = arg(w, 1, "number")?;
+            g.maxaccept = if v == "-1" {
+                u32::MAX
+            } else {
+                parse_range(v, 1, u32::MAX as u64 - 1)
+                    .map_err(|e| format!("{e} (or -1 for unlimited)"))? as u32
+            };
+            no_extra(w, 2)?;
+        }
+        "tune.idle-pool.shared" => {
+            g.idle_pool_shared = match arg(w, 1, "'on' or 'off'")? {
+                "on" => true,
+                "off" => false,
+                x => return Err(format!("expected 'on' or 'off', got '{x}'").into()),
+            };
+            no_extra(w, 2)?;
+        }
+        "hard-stop-after" => {
+            g.hard_stop_after = Some(parse_time(arg(w, 1, "time")?)?);
+            no_extra(w, 2)?;
+        }
+        "nbproc" => {
+            return Err(KwErr::Full(
+                "keyword 'nbproc' in 'global' section: nbproc is not supported (sluice uses \
+                 threads; see 'nbthread')"
+                    .into(),
+            ));
+        }
+        _ => return Err(KwErr::Full(unknown(kw))),
+    }
+    Ok(())
+}
+
+fn unknown(kw: &str) -> String {
+    let unsupported = format!("keyword '{kw}' in 'global' section is not supported by sluice");
+    if UNSUPPORTED.contains(&kw) {
+        return unsupported;
+    }
+    let hint = did_you_mean(kw, KEYWORDS.iter().copied());
+    if hint.is_empty() && UNSUPPORTED_PREFIXES.iter().any(|p| kw.starts_with(p)) {
+        return unsupported;
+    }
+    format!("unknown keyword '{kw}' in 'global' section{hint}")
+}
+
+/// `cpu-map [auto:]THREADS CPUS...` with THREADS one of `N`, `N-M`, lists of those, `all`,
+/// `odd`, `even`, each optionally after `1/` or `all/` (the only process/group there is).
+fn cpu_map(g: &mut Global, gx: &mut GlobalExtra, w: &[String]) -> Result<(), String> {
+    let sel = arg(w, 1, "thread set")?;
+    let (auto, sel) = match sel.strip_prefix("auto:") {
+        Some(s) => (true, s),
+        None => (false, sel),
+    };
+    let threads = match sel.split_once('/') {
+        Some((group, t)) => {
+            if group != "1" && group != "all" {
+                return Err(format!(
+                    "'{group}/': only process/group '1' (or 'all') exists, sluice runs one \
+                     process"
+                ));
+            }
+            t
+        }
+        None => sel,
+    };
+    if w.len() < 3 {
+        return Err("missing CPU set".into());
+    }
+    let mut cpus = Vec::new();
+    for word in &w[2..] {
+        cpus.extend(parse_set(word, 0, 4095, "CPU")?);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    let deferred = match threads {
+        "all" => Some(ThreadSel::All),
+        "odd" => Some(ThreadSel::Odd),
+        "even" => Some(ThreadSel::Even),
+        _ => None,
+    };
+    let mut tlist = Vec::new();
+    if deferred.is_none() {
+        tlist = parse_set(threads, 1, 1024, "thread")?;
+        tlist.sort_unstable();
+        tlist.dedup();
+        if auto && tlist.len() != cpus.len() {
+            return Err(format!(
+                "with 'auto:', the thread set ({} threads) and the CPU set ({} CPUs) must have \
+                 the same size",
+                tlist.len(),
+                cpus.len()
+            ));
+        }
+    }
+    if let Some(s) = deferred {
+        gx.cpu_sets.push((g.cpu_map.len(), s));
+    }
+    g.cpu_map.push(CpuMap {
+        threads: tlist,
+        cpus,
+        auto,
+    });
+    Ok(())
+}
+
+/// `N`, `N-M`, or a comma-separated list of those, each within `min..=max`.
+fn parse_set(s: &str, min: u64, max: u64, what: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let bad = |e: String| format!("invalid {what} set '{s}': {e}");
+        let a = parse_range(a, min, max).map_err(bad)?;
+        let b = parse_range(b, min, max).map_err(bad)?;
+        if a > b {
+            return Err(format!("invalid {what} range '{part}' (start > end)"));
+        }
+        out.extend((a..=b).map(|n| n as usize));
+    }
+    Ok(out)
+}
+
+/// Checks that need the whole global section, and `cpu-map all|odd|even` expansion.
+pub(super) fn finish(g: &mut Global, gx: &GlobalExtra, errors: &mut Vec<ConfigError>) {
+    match &gx.maxrewrite_at {
+        Some(o) if g.maxrewrite >= g.bufsize / 2 => errors.push(ConfigError {
+            file: o.file.clone(),
+            line: o.line,
+            message: format!(
+                "'tune.maxrewrite' in 'global' section: {} must be less than half of \
+                 tune.bufsize ({})",
+                g.maxrewrite, g.bufsize
+            ),
+        }),
+        Some(_) => {}
+        // The default shrinks with a small buffer, as in HAProxy.
+        None if g.maxrewrite >= g.bufsize / 2 => g.maxrewrite = g.bufsize / 4,
+        None => {}
+    }
+    let n = g.nbthread.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(1)
+            .min(1024)
+    });
+    for &(i, sel) in &gx.cpu_sets {
+        let m = &mut g.cpu_map[i];
+        m.threads = (1..=n)
+            .filter(|t| match sel {
+                ThreadSel::All => true,
+                ThreadSel::Odd => t % 2 == 1,
+                ThreadSel::Even => t % 2 == 0,
+            })
+            .collect();
+        if m.auto {
+            // Threads beyond the CPU list keep no binding of their own.
+            m.threads.truncate(m.cpus.len());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(s: &str) -> Line {
+        Line {
+            file: "t.cfg".into(),
+            line: 1,
+            words: s.split_whitespace().map(String::from).collect(),
+        }
+    }
+
+    fn run(lines: &[&str]) -> (Global, Vec<String>) {
+        let mut g = Global::default();
+        let mut gx = GlobalExtra::default();
+        let mut errs = Vec::new();
+        for l in lines {
+            match keyword(&mut g, &mut gx, &line(l)) {
+                Ok(()) => {}
+                Err(KwErr::Reason(r)) => errs.push(r),
+                Err(KwErr::Full(m)) => errs.push(m),
+            }
+        }
+        let mut ce = Vec::new();
+        finish(&mut g, &gx, &mut ce);
+        errs.extend(ce.into_iter().map(|e| e.message));
+        (g, errs)
+    }
+
+    #[test]
+    fn cpu_maps() {
+        let (g, e) = run(&[
+            "nbthread 4",
+            "cpu-map 1/1-4 0-3",
+            "cpu-map auto:1/1-2 4 5",
+            "cpu-map all 0-1",
+            "cpu-map odd 2,3",
+            "cpu-map 3 7",
+        ]);
+        assert!(e.is_empty(), "{e:?}");
+        let m = &g.cpu_map;
+        assert_eq!((m[0].threads.clone(), m[0].cpus.clone(), m[0].auto), (vec![1, 2, 3, 4], vec![0, 1, 2, 3], false));
+        assert_eq!((m[1].threads.clone(), m[1].cpus.clone(), m[1].auto), (vec![1, 2], vec![4, 5], true));
+        assert_eq!(m[2].threads, vec![1, 2, 3, 4]);
+        assert_eq!(m[3].threads, vec![1, 3]);
+        assert_eq!(m[3].cpus, vec![2, 3]);
+        assert_eq!((m[4].threads.clone(), m[4].cpus.clone()), (vec![3], vec![7]));
+    }
+
+    #[test]
+    fn errors() {
+        let (_, e) = run(&[
+            "cpu-map 2/1 0",
+            "cpu-map auto:1-3 0-1",
+            "cpu-map 4-1 0",
+            "nbthread 0",
+            "nbthread 1025",
+            "tune.bufsize 512",
+            "tune.idle-pool.shared maybe",
+            "chroot /var/empty",
+            "tune.ssl.default-dh-param 2048",
+            "maxcon 10",
+            "nbproc 2",
+        ]);
+        assert_eq!(e.len(), 11, "{e:?}");
+        assert!(e[7].contains("'chroot' in 'global' section is not supported by sluice"));
+        assert!(e[8].contains("not supported by sluice"));
+        assert_eq!(
+            e[9],
+            "unknown keyword 'maxcon' in 'global' section (did you mean 'maxconn'?)"
+        );
+        let (_, e) = run(&["tune.bufsize 4096", "tune.maxrewrite 2048"]);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].contains("less than half"), "{e:?}");
+    }
+
+    #[test]
+    fn values() {
+        let (g, e) = run(&[
+            "tune.bufsize 32k",
+            "tune.maxrewrite 2048",
+            "tune.maxaccept -1",
+            "tune.idle-pool.shared off",
+            "hard-stop-after 30s",
+            "maxconn 5000",
+            "pidfile /run/s.pid",
+            "daemon",
+        ]);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!((g.bufsize, g.maxrewrite, g.maxaccept), (32768, 2048, u32::MAX));
+        assert!(!g.idle_pool_shared);
+        assert_eq!(g.hard_stop_after, Some(std::time::Duration::from_secs(30)));
+        assert_eq!(g.maxconn, Some(5000));
+        let (g, _) = run(&["tune.bufsize 1024"]);
+        assert!(g.maxrewrite < 512);
+    }
+}

@@ -1,0 +1,188 @@
+//! `option X` and `no option X`.
+
+use super::super::acl::parse_ipnet;
+use super::super::{ForwardFor, HttpConnMode};
+use super::proxy::{B, D, Draft, F, allowed};
+use super::values::{arg, header_name, no_extra};
+use super::{KwErr, did_you_mean};
+use crate::config::tokenizer::Line;
+
+/// Supported options, where they apply, and whether they need `mode http`.
+const OPTIONS: &[(&str, u8, bool)] = &[
+    ("abortonclose", D | B, false),
+    ("dontlognull", D | F, false),
+    ("forwardfor", D | F | B, true),
+    ("http-keep-alive", D | F | B, true),
+    ("http-server-close", D | F | B, true),
+    ("httpclose", D | F | B, true),
+    ("httplog", D | F, true),
+    ("redispatch", D | B, false),
+    ("tcplog", D | F, false),
+];
+
+/// Real HAProxy options that sluice does not implement.
+const UNSUPPORTED: &[&str] = &[
+    "accept-invalid-http-request",
+    "accept-invalid-http-response",
+    "allbackups",
+    "checkcache",
+    "clitcpka",
+    "contstats",
+    "disable-h2-upgrade",
+    "dontlog-normal",
+    "external-check",
+    "h1-case-adjust-bogus-client",
+    "h1-case-adjust-bogus-server",
+    "http-buffer-request",
+    "http-ignore-probes",
+    "http-no-delay",
+    "http-pretend-keepalive",
+    "http-restrict-req-hdr-names",
+    "http-use-proxy-header",
+    "http_proxy",
+    "httpchk",
+    "httpslog",
+    "idle-close-on-response",
+    "independent-streams",
+    "ldap-check",
+    "log-health-checks",
+    "log-separate-errors",
+    "logasap",
+    "mysql-check",
+    "nolinger",
+    "originalto",
+    "persist",
+    "pgsql-check",
+    "prefer-last-server",
+    "redis-check",
+    "smtpchk",
+    "socket-stats",
+    "splice-auto",
+    "splice-request",
+    "splice-response",
+    "spop-check",
+    "srvtcpka",
+    "ssl-hello-chk",
+    "tcp-check",
+    "tcp-smart-accept",
+    "tcp-smart-connect",
+    "tcpka",
+    "transparent",
+];
+
+/// `words` starts at the option name (after `option` or `no option`).
+pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) -> Result<(), KwErr> {
+    let prefix = if negate { "no option" } else { "option" };
+    let name = arg(words, 0, "option name")?;
+    let Some(&(_, mask, http)) = OPTIONS.iter().find(|(n, _, _)| *n == name) else {
+        if UNSUPPORTED.contains(&name) {
+            return Err(KwErr::Full(format!(
+                "keyword 'option {name}' in {} is not supported by sluice",
+                d.describe()
+            )));
+        }
+        let hint = match name {
+            "forceclose" => " (removed in HAProxy 2.0, use 'option httpclose')".to_string(),
+            "http-tunnel" => " (removed in HAProxy 2.1)".to_string(),
+            _ => did_you_mean(name, OPTIONS.iter().map(|(n, _, _)| *n)),
+        };
+        return Err(format!("unknown option '{name}'{hint}").into());
+    };
+    if !allowed(d, mask) {
+        let side = if mask & F == 0 {
+            "a frontend (it has no server side)"
+        } else {
+            "a backend (it has no client side)"
+        };
+        return Err(format!("'{prefix} {name}' cannot be used in {side}").into());
+    }
+    if http && !negate {
+        d.needs_http(l, &format!("option {name}"));
+    }
+    let o = &mut d.p.options;
+    if negate {
+        no_extra(words, 1)?;
+        match name {
+            "abortonclose" => o.abortonclose = false,
+            "dontlognull" => o.dontlognull = false,
+            "forwardfor" => o.forwardfor = None,
+            "httplog" => {
+                o.httplog = false;
+                o.httplog_clf = false;
+            }
+            "tcplog" => o.tcplog = false,
+            "redispatch" => o.redispatch = false,
+            // Disabling a connection mode returns to the default one.
+            "http-server-close" | "httpclose" | "http-keep-alive" => {
+                o.http_conn_mode = HttpConnMode::KeepAlive
+            }
+            _ => unreachable!(),
+        }
+        return Ok(());
+    }
+    match name {
+        "httplog" => {
+            o.httplog_clf = match words.get(1).map(String::as_str) {
+                None => false,
+                Some("clf") => {
+                    no_extra(words, 2)?;
+                    true
+                }
+                Some(x) => return Err(format!("unexpected argument '{x}' (expected 'clf')").into()),
+            };
+            o.httplog = true;
+            o.tcplog = false;
+        }
+        "forwardfor" => o.forwardfor = Some(forwardfor(words)?),
+        _ => {
+            no_extra(words, 1)?;
+            match name {
+                "abortonclose" => o.abortonclose = true,
+                "dontlognull" => o.dontlognull = true,
+                "tcplog" => {
+                    o.tcplog = true;
+                    o.httplog = false;
+                    o.httplog_clf = false;
+                }
+                "redispatch" => o.redispatch = true,
+                "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,
+                "httpclose" => o.http_conn_mode = HttpConnMode::Close,
+                "http-keep-alive" => o.http_conn_mode = HttpConnMode::KeepAlive,
+                _ => unreachable!(),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `forwardfor [except NET] [header NAME] [if-none]`.
+fn forwardfor(words: &[String]) -> Result<ForwardFor, String> {
+    let mut ff = ForwardFor {
+        except: None,
+        header: "X-Forwarded-For".to_string(),
+        if_none: false,
+    };
+    let mut i = 1;
+    while i < words.len() {
+        match words[i].as_str() {
+            "except" => {
+                ff.except = Some(parse_ipnet(arg(words, i + 1, "network after 'except'")?)?);
+                i += 1;
+            }
+            "header" => {
+                ff.header = header_name(arg(words, i + 1, "header name after 'header'")?)?;
+                i += 1;
+            }
+            "if-none" => ff.if_none = true,
+            x => {
+                return Err(format!(
+                    "unknown 'option forwardfor' argument '{x}' (expected except, header or \
+                     if-none){}",
+                    did_you_mean(x, ["except", "header", "if-none"])
+                ));
+            }
+        }
+        i += 1;
+    }
+    Ok(ff)
+}

@@ -1,0 +1,679 @@
+//! Proxy sections (`defaults`, `frontend`, `backend`, `listen`): the draft being built, which
+//! keyword each kind of section accepts, inheritance from `defaults`, and the simple keywords.
+//! `bind`/`server` live in `server`, rules in `rules`, `log` targets in `logs`.
+
+use std::collections::HashMap;
+
+use super::super::acl::AclSet;
+use super::super::{
+    Balance, Cond, ConfigError, HashFunction, HashMethod, HashType, LogTarget, Mode, Origin,
+    Proxy, ProxyKind, ProxyOptions, Timeouts,
+};
+use super::values::{arg, no_extra, parse_range, parse_time, parse_u32};
+use super::{KwErr, did_you_mean, kind_name, logs, options, rules, server};
+use crate::config::tokenizer::Line;
+
+/// A `log` line of a proxy, before `log global` is expanded.
+#[derive(Debug, Clone)]
+pub(super) enum LogEntry {
+    Global,
+    Target(LogTarget),
+}
+
+/// `default-server` settings (also the defaults of every `server`).
+#[derive(Debug, Clone)]
+pub(super) struct ServerOpts {
+    pub weight: u32,
+    pub maxconn: u32,
+    pub maxqueue: u32,
+    pub backup: bool,
+    pub disabled: bool,
+}
+
+impl Default for ServerOpts {
+    fn default() -> Self {
+        ServerOpts {
+            weight: 1,
+            maxconn: 0,
+            maxqueue: 0,
+            backup: false,
+            disabled: false,
+        }
+    }
+}
+
+/// A proxy (or `defaults` section) being parsed.
+#[derive(Debug, Clone)]
+pub(super) struct Draft {
+    pub p: Proxy,
+    pub is_defaults: bool,
+    pub logs: Vec<LogEntry>,
+    pub default_server: ServerOpts,
+    pub acls: AclSet,
+    pub default_backend: Option<(String, Origin)>,
+    pub use_backends: Vec<(String, Option<Cond>, Origin)>,
+    /// Where `id` was set.
+    pub id_at: Option<Origin>,
+    /// Explicit uses of HTTP-only features: (where, keyword, reason) — errors unless the
+    /// proxy ends up in `mode http`.
+    pub http_only: Vec<(Origin, String, String)>,
+}
+
+fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
+    Proxy {
+        name: name.to_string(),
+        kind,
+        origin,
+        id: None,
+        mode: Mode::Tcp,
+        binds: Vec::new(),
+        maxconn: None,
+        backlog: None,
+        timeouts: Timeouts::default(),
+        options: ProxyOptions::default(),
+        retries: 3,
+        default_backend: None,
+        use_backends: Vec::new(),
+        servers: Vec::new(),
+        balance: Balance::RoundRobin,
+        hash_type: HashType::default(),
+        logs: Vec::new(),
+        monitor_uri: None,
+        errorfiles: HashMap::new(),
+        http_request: Vec::new(),
+        http_response: Vec::new(),
+    }
+}
+
+impl Draft {
+    fn new(name: &str, kind: ProxyKind, origin: Origin, base: Option<&Draft>) -> Draft {
+        let mut p = blank_proxy(name, kind, origin);
+        let mut logs = Vec::new();
+        let mut default_server = ServerOpts::default();
+        if let Some(b) = base {
+            p.mode = b.p.mode;
+            p.maxconn = b.p.maxconn;
+            p.backlog = b.p.backlog;
+            p.timeouts = b.p.timeouts.clone();
+            p.options = b.p.options.clone();
+            p.retries = b.p.retries;
+            p.balance = b.p.balance.clone();
+            p.hash_type = b.p.hash_type;
+            p.errorfiles = b.p.errorfiles.clone();
+            logs = b.logs.clone();
+            default_server = b.default_server.clone();
+        }
+        Draft {
+            p,
+            is_defaults: false,
+            logs,
+            default_server,
+            acls: AclSet::new(),
+            default_backend: None,
+            use_backends: Vec::new(),
+            id_at: None,
+            http_only: Vec::new(),
+        }
+    }
+
+    pub(super) fn new_defaults(name: &str, origin: Origin, base: Option<&Draft>) -> Draft {
+        let mut d = Draft::new(name, ProxyKind::Listen, origin, base);
+        d.is_defaults = true;
+        d
+    }
+
+    pub(super) fn new_proxy(
+        name: &str,
+        kind: ProxyKind,
+        origin: Origin,
+        base: Option<&Draft>,
+    ) -> Draft {
+        Draft::new(name, kind, origin, base)
+    }
+
+    /// `frontend 'fe'`, `defaults 'd'` or `'defaults' section`.
+    pub(super) fn describe(&self) -> String {
+        if self.is_defaults {
+            if self.p.name.is_empty() {
+                "'defaults' section".to_string()
+            } else {
+                format!("defaults '{}'", self.p.name)
+            }
+        } else {
+            format!("{} '{}'", kind_name(self.p.kind), self.p.name)
+        }
+    }
+
+    /// Records an HTTP-only feature used explicitly on line `l` (checked when the section ends).
+    pub(super) fn needs_http(&mut self, l: &Line, what: &str) {
+        self.needs_http_because(l, what, "requires 'mode http' (this proxy is in mode tcp)");
+    }
+
+    pub(super) fn needs_http_because(&mut self, l: &Line, what: &str, reason: &str) {
+        if !self.is_defaults {
+            let o = Origin {
+                file: l.file.clone(),
+                line: l.line,
+            };
+            self.http_only.push((o, what.to_string(), reason.to_string()));
+        }
+    }
+
+    /// End-of-section checks. In `mode tcp`, explicit HTTP-only keywords are errors, and
+    /// HTTP-only settings inherited from `defaults` fall back as in HAProxy (`httplog` becomes
+    /// `tcplog`, `forwardfor` is dropped, layer-7 balancing becomes `roundrobin`).
+    pub(super) fn finish(&mut self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        if self.p.mode != Mode::Tcp {
+            return errors;
+        }
+        for (o, what, reason) in &self.http_only {
+            errors.push(ConfigError {
+                file: o.file.clone(),
+                line: o.line,
+                message: format!("'{what}' in {}: {reason}", self.describe()),
+            });
+        }
+        let opts = &mut self.p.options;
+        if opts.httplog {
+            opts.httplog = false;
+            opts.httplog_clf = false;
+            opts.tcplog = true;
+        }
+        opts.forwardfor = None;
+        if matches!(
+            self.p.balance,
+            Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }
+        ) {
+            self.p.balance = Balance::RoundRobin;
+        }
+        errors
+    }
+}
+
+// Where a keyword may appear.
+pub(super) const D: u8 = 1;
+pub(super) const F: u8 = 2;
+pub(super) const B: u8 = 4;
+
+/// Supported proxy keywords and the sections that accept them (`listen` accepts F and B).
+const KEYWORDS: &[(&str, u8)] = &[
+    ("acl", F | B),
+    ("backlog", D | F),
+    ("balance", D | B),
+    ("bind", F),
+    ("default-server", D | B),
+    ("default_backend", F),
+    ("description", F | B),
+    ("enabled", D | F | B),
+    ("errorfile", D | F | B),
+    ("hash-type", D | B),
+    ("http-request", F | B),
+    ("http-response", F | B),
+    ("id", F | B),
+    ("log", D | F | B),
+    ("maxconn", D | F),
+    ("mode", D | F | B),
+    ("monitor-uri", F),
+    ("no", D | F | B),
+    ("option", D | F | B),
+    ("retries", D | B),
+    ("server", B),
+    ("timeout", D | F | B),
+    ("use_backend", F),
+];
+
+/// Real HAProxy proxy keywords that sluice does not implement.
+const UNSUPPORTED: &[&str] = &[
+    "stick-table",
+    "stick",
+    "stick-store-request",
+    "stick-store-response",
+    "http-reuse",
+    "stats",
+    "http-check",
+    "tcp-check",
+    "tcp-request",
+    "tcp-response",
+    "cookie",
+    "dynamic-cookie-key",
+    "compression",
+    "capture",
+    "http-after-response",
+    "http-error",
+    "filter",
+    "log-format",
+    "log-format-sd",
+    "error-log-format",
+    "log-tag",
+    "unique-id-format",
+    "unique-id-header",
+    "dispatch",
+    "fullconn",
+    "hash-balance-factor",
+    "hash-key",
+    "server-template",
+    "server-state-file-name",
+    "load-server-state-from-file",
+    "persist",
+    "force-persist",
+    "ignore-persist",
+    "rate-limit",
+    "redirect",
+    "errorloc",
+    "errorloc302",
+    "errorloc303",
+    "errorfiles",
+    "email-alert",
+    "external-check",
+    "grace",
+    "bind-process",
+    "monitor",
+    "source",
+    "use-server",
+    "use-fcgi-app",
+    "declare",
+    "max-keep-alive-queue",
+    "max-session-srv-conns",
+    "retry-on",
+    "http-send-name-header",
+    "disabled",
+    "ssl",
+    "crt",
+    "check",
+    "guid",
+];
+
+/// Keywords HAProxy removed, with what to write instead.
+fn legacy(kw: &str) -> Option<&'static str> {
+    Some(match kw {
+        "contimeout" => "use 'timeout connect' instead",
+        "clitimeout" => "use 'timeout client' instead",
+        "srvtimeout" => "use 'timeout server' instead",
+        "redispatch" => "use 'option redispatch' instead",
+        "reqadd" | "reqdel" | "reqrep" | "reqirep" | "reqidel" | "reqallow" | "reqdeny"
+        | "reqtarpit" | "reqpass" | "reqiallow" | "reqideny" | "reqitarpit" | "reqipass"
+        | "block" => "was removed in HAProxy 2.1, use 'http-request' instead",
+        "rspadd" | "rspdel" | "rsprep" | "rspirep" | "rspidel" | "rspdeny" | "rspideny" => {
+            "was removed in HAProxy 2.1, use 'http-response' instead"
+        }
+        "monitor-net" => "was removed in HAProxy 2.5",
+        _ => return None,
+    })
+}
+
+fn allowed_list(mask: u8) -> String {
+    let mut v = Vec::new();
+    if mask & D != 0 {
+        v.push("defaults");
+    }
+    if mask & F != 0 {
+        v.push("frontend");
+    }
+    if mask & B != 0 {
+        v.push("backend");
+    }
+    v.push("listen");
+    match v.len() {
+        1 => v[0].to_string(),
+        n => format!("{} and {}", v[..n - 1].join(", "), v[n - 1]),
+    }
+}
+
+/// Whether `mask` allows the current section.
+pub(super) fn allowed(d: &Draft, mask: u8) -> bool {
+    if d.is_defaults {
+        return mask & D != 0;
+    }
+    match d.p.kind {
+        ProxyKind::Frontend => mask & F != 0,
+        ProxyKind::Backend => mask & B != 0,
+        ProxyKind::Listen => mask & (F | B) != 0,
+    }
+}
+
+/// Parses one keyword line of a proxy or defaults section.
+pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let kw = w[0].as_str();
+    let Some(&(_, mask)) = KEYWORDS.iter().find(|(k, _)| *k == kw) else {
+        if let Some(hint) = legacy(kw) {
+            return Err(KwErr::Full(format!(
+                "keyword '{kw}' in {} is not supported: {hint}",
+                d.describe()
+            )));
+        }
+        if UNSUPPORTED.contains(&kw) {
+            return Err(KwErr::Full(format!(
+                "keyword '{kw}' in {} is not supported by sluice",
+                d.describe()
+            )));
+        }
+        return Err(KwErr::Full(format!(
+            "unknown keyword '{kw}' in {}{}",
+            d.describe(),
+            did_you_mean(kw, KEYWORDS.iter().map(|(k, _)| *k))
+        )));
+    };
+    if !allowed(d, mask) {
+        return Err(KwErr::Full(format!(
+            "keyword '{kw}' is not allowed in {} (only in {} sections)",
+            d.describe(),
+            allowed_list(mask)
+        )));
+    }
+    match kw {
+        "acl" => d.acls.add(&w[1..])?,
+        "backlog" => {
+            d.p.backlog = Some(parse_u32(arg(w, 1, "number of connections")?)?);
+            no_extra(w, 2)?;
+        }
+        "maxconn" => {
+            d.p.maxconn = Some(parse_u32(arg(w, 1, "number of connections")?)?);
+            no_extra(w, 2)?;
+        }
+        "retries" => {
+            d.p.retries = parse_u32(arg(w, 1, "number of retries")?)?;
+            no_extra(w, 2)?;
+        }
+        "id" => {
+            let v = parse_range(arg(w, 1, "proxy id")?, 1, i32::MAX as u64)?;
+            no_extra(w, 2)?;
+            d.p.id = Some(v as u32);
+            d.id_at = Some(Origin {
+                file: l.file.clone(),
+                line: l.line,
+            });
+        }
+        "description" | "enabled" => {}
+        "mode" => {
+            d.p.mode = match arg(w, 1, "mode ('tcp' or 'http')")? {
+                "tcp" => Mode::Tcp,
+                "http" => Mode::Http,
+                "health" => return Err("mode 'health' was removed in HAProxy 2.4".to_string().into()),
+                m => {
+                    return Err(format!(
+                        "unknown mode '{m}' (expected 'tcp' or 'http'){}",
+                        did_you_mean(m, ["tcp", "http"])
+                    )
+                    .into());
+                }
+            };
+            no_extra(w, 2)?;
+        }
+        "monitor-uri" => {
+            let uri = arg(w, 1, "URI")?;
+            no_extra(w, 2)?;
+            d.p.monitor_uri = Some(uri.to_string());
+            d.needs_http(l, "monitor-uri");
+        }
+        "timeout" => timeout(d, w)?,
+        "balance" => balance(d, l)?,
+        "hash-type" => d.p.hash_type = hash_type(w)?,
+        "errorfile" => errorfile(d, w)?,
+        "option" => options::option(d, l, &w[1..], false)?,
+        "no" => match w.get(1).map(String::as_str) {
+            Some("option") => options::option(d, l, &w[2..], true)?,
+            Some("log") => {
+                no_extra(w, 2)?;
+                d.logs.clear();
+            }
+            Some(x) => {
+                return Err(format!("'no {x}': 'no' only applies to 'option' and 'log'").into());
+            }
+            None => return Err("missing keyword after 'no'".to_string().into()),
+        },
+        "log" => {
+            if w.get(1).map(String::as_str) == Some("global") {
+                no_extra(w, 2)?;
+                d.logs.push(LogEntry::Global);
+            } else {
+                d.logs.push(LogEntry::Target(logs::parse_target(&w[1..])?));
+            }
+        }
+        "default_backend" => {
+            let name = arg(w, 1, "backend name")?;
+            no_extra(w, 2)?;
+            let o = Origin {
+                file: l.file.clone(),
+                line: l.line,
+            };
+            d.default_backend = Some((name.to_string(), o));
+        }
+        "use_backend" => rules::use_backend(d, l)?,
+        "http-request" => rules::http_request(d, l)?,
+        "http-response" => rules::http_response(d, l)?,
+        "bind" => server::bind(d, l)?,
+        "server" => server::server(d, l)?,
+        "default-server" => server::default_server(d, l)?,
+        _ => unreachable!("keyword table and handlers disagree on '{kw}'"),
+    }
+    Ok(())
+}
+
+/// `timeout NAME TIME`: which timeouts each side of a proxy uses.
+const TIMEOUTS: &[(&str, u8)] = &[
+    ("client", D | F),
+    ("client-fin", D | F),
+    ("connect", D | B),
+    ("server", D | B),
+    ("server-fin", D | B),
+    ("http-request", D | F | B),
+    ("http-keep-alive", D | F | B),
+    ("queue", D | B),
+    ("tunnel", D | B),
+    ("check", D | B),
+];
+
+fn timeout(d: &mut Draft, w: &[String]) -> Result<(), String> {
+    let name = arg(w, 1, "timeout name")?;
+    let Some(&(_, mask)) = TIMEOUTS.iter().find(|(n, _)| *n == name) else {
+        if name == "tarpit" {
+            return Err("'timeout tarpit' is not supported by sluice".into());
+        }
+        return Err(format!(
+            "unknown timeout '{name}'{}",
+            did_you_mean(name, TIMEOUTS.iter().map(|(n, _)| *n))
+        ));
+    };
+    if !allowed(d, mask) {
+        let side = if d.p.kind == ProxyKind::Frontend {
+            "a frontend (it has no server side)"
+        } else {
+            "a backend (it has no client side)"
+        };
+        return Err(format!("'timeout {name}' cannot be used in {side}"));
+    }
+    let t = parse_time(arg(w, 2, "time value")?)?;
+    no_extra(w, 3)?;
+    // 0 means "no timeout", as in HAProxy.
+    let v = (!t.is_zero()).then_some(t);
+    let tm = &mut d.p.timeouts;
+    match name {
+        "client" => tm.client = v,
+        "client-fin" => tm.client_fin = v,
+        "connect" => tm.connect = v,
+        "server" => tm.server = v,
+        "server-fin" => tm.server_fin = v,
+        "http-request" => tm.http_request = v,
+        "http-keep-alive" => tm.http_keep_alive = v,
+        "queue" => tm.queue = v,
+        "tunnel" => tm.tunnel = v,
+        _ => tm.check = v,
+    }
+    Ok(())
+}
+
+const ALGORITHMS: &[&str] = &[
+    "roundrobin",
+    "static-rr",
+    "leastconn",
+    "first",
+    "source",
+    "uri",
+    "url_param",
+    "hdr",
+    "random",
+];
+
+fn balance(d: &mut Draft, l: &Line) -> Result<(), String> {
+    let w = &l.words;
+    let algo = arg(w, 1, "load-balancing algorithm")?;
+    let simple = |b: Balance| no_extra(w, 2).map(|_| b);
+    let b = match algo {
+        "roundrobin" => simple(Balance::RoundRobin)?,
+        "static-rr" => simple(Balance::StaticRr)?,
+        "leastconn" => simple(Balance::LeastConn)?,
+        "first" => simple(Balance::First)?,
+        "source" => simple(Balance::Source)?,
+        "random" => simple(Balance::Random { draws: 2 })?,
+        "uri" => {
+            let (mut whole, mut len, mut depth, mut path_only) = (false, None, None, false);
+            let mut i = 2;
+            while i < w.len() {
+                match w[i].as_str() {
+                    "whole" => whole = true,
+                    "path-only" => path_only = true,
+                    "len" | "depth" => {
+                        let v = parse_u32(arg(w, i + 1, &format!("value after '{}'", w[i]))?)?;
+                        if w[i] == "len" {
+                            len = Some(v as usize);
+                        } else {
+                            depth = Some(v as usize);
+                        }
+                        i += 1;
+                    }
+                    x => {
+                        return Err(format!(
+                            "unknown 'balance uri' option '{x}' (expected whole, len, depth or \
+                             path-only){}",
+                            did_you_mean(x, ["whole", "len", "depth", "path-only"])
+                        ));
+                    }
+                }
+                i += 1;
+            }
+            Balance::Uri {
+                whole,
+                len,
+                depth,
+                path_only,
+            }
+        }
+        "url_param" => {
+            let name = arg(w, 2, "URL parameter name")?;
+            if let Some(x) = w.get(3) {
+                if x == "check_post" {
+                    return Err("'balance url_param ... check_post' is not supported by sluice".into());
+                }
+                return Err(format!("unexpected extra argument '{x}'"));
+            }
+            Balance::UrlParam {
+                name: name.to_string(),
+            }
+        }
+        a if a.starts_with("hdr(") => {
+            let name = a[4..].strip_suffix(')').unwrap_or("");
+            if name.is_empty() {
+                return Err(format!("'{a}': expected 'hdr(NAME)' with a header name"));
+            }
+            let use_domain_only = match w.get(2).map(String::as_str) {
+                None => false,
+                Some("use_domain_only") => {
+                    no_extra(w, 3)?;
+                    true
+                }
+                Some(x) => return Err(format!("unexpected argument '{x}' (expected 'use_domain_only')")),
+            };
+            Balance::Hdr {
+                name: name.to_string(),
+                use_domain_only,
+            }
+        }
+        a if a.starts_with("random(") => {
+            let n = a[7..].strip_suffix(')').unwrap_or("");
+            let draws = parse_range(n, 1, 1000).map_err(|e| format!("'{a}': {e}"))?;
+            no_extra(w, 2)?;
+            Balance::Random {
+                draws: draws as u32,
+            }
+        }
+        a if a == "hash" || a.starts_with("rdp-cookie") => {
+            return Err(format!("algorithm '{a}' is not supported by sluice"));
+        }
+        a => {
+            return Err(format!(
+                "unknown load-balancing algorithm '{a}'{}",
+                did_you_mean(a, ALGORITHMS.iter().copied())
+            ));
+        }
+    };
+    if matches!(b, Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }) {
+        d.needs_http(l, &format!("balance {algo}"));
+    }
+    d.p.balance = b;
+    Ok(())
+}
+
+fn hash_type(w: &[String]) -> Result<HashType, String> {
+    let method = match arg(w, 1, "hash method ('map-based' or 'consistent')")? {
+        "map-based" => HashMethod::MapBased,
+        "consistent" => HashMethod::Consistent,
+        m => {
+            return Err(format!(
+                "unknown hash method '{m}' (expected 'map-based' or 'consistent'){}",
+                did_you_mean(m, ["map-based", "consistent"])
+            ));
+        }
+    };
+    let mut ht = HashType {
+        method,
+        ..HashType::default()
+    };
+    for (i, x) in w.iter().enumerate().skip(2) {
+        match x.as_str() {
+            "avalanche" => ht.avalanche = true,
+            f if i == 2 => {
+                ht.function = match f {
+                    "sdbm" => HashFunction::Sdbm,
+                    "djb2" => HashFunction::Djb2,
+                    "wt6" => HashFunction::Wt6,
+                    "crc32" => HashFunction::Crc32,
+                    "none" => return Err("hash function 'none' is not supported by sluice".into()),
+                    f => {
+                        return Err(format!(
+                            "unknown hash function '{f}'{}",
+                            did_you_mean(f, ["sdbm", "djb2", "wt6", "crc32"])
+                        ));
+                    }
+                }
+            }
+            x => return Err(format!("unexpected argument '{x}' (expected 'avalanche')")),
+        }
+    }
+    Ok(ht)
+}
+
+/// Status codes `errorfile` accepts (HAProxy 2.6).
+const ERRORFILE_CODES: &[u16] = &[
+    200, 400, 401, 403, 404, 405, 407, 408, 410, 413, 425, 429, 500, 501, 502, 503, 504,
+];
+
+fn errorfile(d: &mut Draft, w: &[String]) -> Result<(), String> {
+    let code = arg(w, 1, "status code")?;
+    let path = arg(w, 2, "file name")?;
+    no_extra(w, 3)?;
+    let code = match code.parse::<u16>() {
+        Ok(c) if ERRORFILE_CODES.contains(&c) => c,
+        _ => {
+            let list: Vec<String> = ERRORFILE_CODES.iter().map(u16::to_string).collect();
+            return Err(format!(
+                "status code '{code}' cannot be customized (allowed: {})",
+                list.join(" ")
+            ));
+        }
+    };
+    let body = std::fs::read(path).map_err(|e| format!("cannot read '{path}': {e}"))?;
+    d.p.errorfiles.insert(code, body);
+    Ok(())
+}

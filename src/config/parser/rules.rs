@@ -1,0 +1,402 @@
+//! Rule keywords: `use_backend`, `http-request` and `http-response`.
+//!
+//! Conditions (`if`/`unless`) are parsed against the ACLs declared so far in the section, as in
+//! HAProxy. Values that HAProxy reads as log-format strings are accepted only when they are
+//! literal (`%%` allowed); sluice does not evaluate `%[...]` expressions yet and says so.
+
+use super::super::acl::parse_cond;
+use super::super::{
+    Cond, HeaderAction, HttpRequestAction, HttpRequestRule, HttpResponseRule, Origin, Redirect,
+    RedirectKind,
+};
+use super::proxy::Draft;
+use super::values::{header_name, literal_format, parse_range};
+use super::{KwErr, did_you_mean};
+use crate::config::tokenizer::Line;
+
+/// `http-request` actions sluice implements.
+const REQUEST_ACTIONS: &[&str] = &[
+    "set-header",
+    "add-header",
+    "del-header",
+    "deny",
+    "return",
+    "redirect",
+];
+/// `http-response` actions sluice implements.
+const RESPONSE_ACTIONS: &[&str] = &["set-header", "add-header", "del-header"];
+/// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
+const UNSUPPORTED_ACTIONS: &[&str] = &[
+    "allow",
+    "auth",
+    "cache-use",
+    "cache-store",
+    "capture",
+    "del-acl",
+    "del-map",
+    "disable-l7-retry",
+    "do-resolve",
+    "early-hint",
+    "normalize-uri",
+    "reject",
+    "replace-header",
+    "replace-path",
+    "replace-pathq",
+    "replace-uri",
+    "replace-value",
+    "sc-inc-gpc0",
+    "sc-inc-gpc1",
+    "sc-set-gpt0",
+    "send-spoe-group",
+    "set-dst",
+    "set-dst-port",
+    "set-log-level",
+    "set-map",
+    "set-mark",
+    "set-method",
+    "set-nice",
+    "set-path",
+    "set-pathq",
+    "set-priority-class",
+    "set-priority-offset",
+    "set-query",
+    "set-src",
+    "set-src-port",
+    "set-status",
+    "set-timeout",
+    "set-tos",
+    "set-uri",
+    "set-var",
+    "set-var-fmt",
+    "silent-drop",
+    "strict-mode",
+    "tarpit",
+    "track-sc0",
+    "track-sc1",
+    "track-sc2",
+    "unset-var",
+    "wait-for-body",
+    "wait-for-handshake",
+    "use-service",
+    "add-acl",
+];
+
+fn origin(l: &Line) -> Origin {
+    Origin {
+        file: l.file.clone(),
+        line: l.line,
+    }
+}
+
+/// Splits `words` at the first `if`/`unless`: (action words, condition).
+fn split_cond(d: &Draft, words: &[String]) -> Result<(usize, Option<Cond>), String> {
+    match words.iter().position(|w| w == "if" || w == "unless") {
+        None => Ok((words.len(), None)),
+        Some(i) => Ok((i, Some(parse_cond(&words[i..], &d.acls)?))),
+    }
+}
+
+/// `use_backend NAME [if|unless COND]`.
+pub(super) fn use_backend(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let (end, cond) = split_cond(d, w)?;
+    if end < 2 {
+        return Err("missing backend name".to_string().into());
+    }
+    if end > 2 {
+        return Err(format!(
+            "unexpected argument '{}' (expected 'if' or 'unless' after the backend name)",
+            w[2]
+        )
+        .into());
+    }
+    let name = &w[1];
+    if name.contains('%') {
+        return Err(format!(
+            "dynamic backend name '{name}' is not supported by sluice (log-format expressions \
+             are not evaluated)"
+        )
+        .into());
+    }
+    if cond.as_ref().is_some_and(Cond::uses_http) {
+        d.needs_http_because(
+            l,
+            "use_backend",
+            "its condition uses HTTP samples, which require 'mode http'",
+        );
+    }
+    d.use_backends.push((name.clone(), cond, origin(l)));
+    Ok(())
+}
+
+fn action_error(kw: &str, action: &str, known: &[&str]) -> KwErr {
+    if UNSUPPORTED_ACTIONS.contains(&action) || (kw == "http-response" && action == "deny") {
+        KwErr::Reason(format!("action '{action}' is not supported by sluice"))
+    } else {
+        KwErr::Reason(format!(
+            "unknown action '{action}' (supported: {}){}",
+            known.join(", "),
+            did_you_mean(action, known.iter().copied())
+        ))
+    }
+}
+
+/// `set-header|add-header NAME VALUE` / `del-header NAME`. `args` excludes the action word.
+fn header_action(action: &str, args: &[String]) -> Result<HeaderAction, String> {
+    let want = if action == "del-header" { 1 } else { 2 };
+    if args.len() < want {
+        return Err(if want == 1 {
+            format!("'{action}' expects a header name")
+        } else {
+            format!("'{action}' expects a header name and a value")
+        });
+    }
+    if args.len() > want {
+        if action == "del-header" && args.get(1).is_some_and(|a| a == "-m") {
+            return Err("'del-header ... -m' matching methods are not supported by sluice".into());
+        }
+        return Err(format!(
+            "'{action}': unexpected argument '{}' (quote values that contain spaces)",
+            args[want]
+        ));
+    }
+    let name = header_name(&args[0])?;
+    Ok(match action {
+        "del-header" => HeaderAction::DelHeader { name },
+        "set-header" => HeaderAction::SetHeader {
+            name,
+            value: literal_format(&args[1])?,
+        },
+        _ => HeaderAction::AddHeader {
+            name,
+            value: literal_format(&args[1])?,
+        },
+    })
+}
+
+fn status_arg(args: &[String], i: usize, what: &str, lo: u64, hi: u64) -> Result<u16, String> {
+    let v = args
+        .get(i + 1)
+        .ok_or_else(|| format!("'{what}' expects a status code"))?;
+    Ok(parse_range(v, lo, hi)? as u16)
+}
+
+/// `deny [deny_status N]`.
+fn deny(args: &[String]) -> Result<HttpRequestAction, String> {
+    let mut status = 403;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "deny_status" => {
+                status = status_arg(args, i, "deny_status", 200, 599)?;
+                i += 2;
+            }
+            a => {
+                return Err(format!(
+                    "'deny': unsupported argument '{a}' (sluice supports 'deny_status N'){}",
+                    did_you_mean(a, ["deny_status"])
+                ));
+            }
+        }
+    }
+    Ok(HttpRequestAction::Deny { status })
+}
+
+/// `return [status N] [content-type T] [string S | lf-string S | file F] [hdr N V]...`.
+fn return_action(args: &[String]) -> Result<HttpRequestAction, String> {
+    let mut status = 200;
+    let mut content_type = None;
+    let mut body: Option<Vec<u8>> = None;
+    let mut headers = Vec::new();
+    let mut i = 0;
+    let need = |i: usize, what: &str| -> Result<&String, String> {
+        args.get(i + 1)
+            .ok_or_else(|| format!("'return': '{what}' expects an argument"))
+    };
+    while i < args.len() {
+        let a = args[i].as_str();
+        match a {
+            "status" => {
+                status = status_arg(args, i, "status", 200, 599)?;
+                i += 2;
+            }
+            "content-type" => {
+                content_type = Some(literal_format(need(i, a)?)?);
+                i += 2;
+            }
+            "string" | "lf-string" | "file" | "lf-file" => {
+                if body.is_some() {
+                    return Err("'return': only one of 'string', 'lf-string', 'file' and \
+                                'lf-file' may be given"
+                        .into());
+                }
+                let v = need(i, a)?;
+                body = Some(match a {
+                    "string" => v.as_bytes().to_vec(),
+                    "lf-string" => literal_format(v)?.into_bytes(),
+                    _ => {
+                        let b = std::fs::read(v)
+                            .map_err(|e| format!("'return': cannot read file '{v}': {e}"))?;
+                        if a == "lf-file" {
+                            literal_format(&String::from_utf8_lossy(&b))?.into_bytes()
+                        } else {
+                            b
+                        }
+                    }
+                });
+                i += 2;
+            }
+            "hdr" => {
+                let (Some(n), Some(v)) = (args.get(i + 1), args.get(i + 2)) else {
+                    return Err("'return': 'hdr' expects a header name and a value".into());
+                };
+                let n = header_name(n)?;
+                let lower = n.to_ascii_lowercase();
+                if matches!(
+                    lower.as_str(),
+                    "content-length" | "content-type" | "transfer-encoding" | "connection"
+                ) {
+                    return Err(format!(
+                        "'return': header '{n}' cannot be set with 'hdr' (sluice sets it)"
+                    ));
+                }
+                headers.push((n, literal_format(v)?));
+                i += 3;
+            }
+            "default-errorfiles" | "errorfile" | "errorfiles" => {
+                return Err(format!("'return': '{a}' is not supported by sluice"));
+            }
+            _ => {
+                return Err(format!(
+                    "'return': unknown argument '{a}'{}",
+                    did_you_mean(
+                        a,
+                        ["status", "content-type", "string", "lf-string", "file", "lf-file", "hdr"]
+                    )
+                ));
+            }
+        }
+    }
+    if body.is_some() && content_type.is_none() {
+        return Err("'return': a 'content-type' is required with a body".into());
+    }
+    if content_type.is_some() && body.is_none() {
+        return Err("'return': 'content-type' given without 'string' or 'file'".into());
+    }
+    if body.is_some() && matches!(status, 204 | 304) {
+        return Err(format!("'return': status {status} cannot have a body"));
+    }
+    Ok(HttpRequestAction::Return {
+        status,
+        content_type,
+        body: body.unwrap_or_default(),
+        headers,
+    })
+}
+
+/// `redirect location|prefix|scheme TARGET [code N] [drop-query] [append-slash]`.
+fn redirect(args: &[String]) -> Result<HttpRequestAction, String> {
+    let kind = match args.first().map(String::as_str) {
+        Some("location") => RedirectKind::Location,
+        Some("prefix") => RedirectKind::Prefix,
+        Some("scheme") => RedirectKind::Scheme,
+        Some(k) => {
+            return Err(format!(
+                "'redirect': unknown type '{k}' (expected 'location', 'prefix' or 'scheme'){}",
+                did_you_mean(k, ["location", "prefix", "scheme"])
+            ));
+        }
+        None => return Err("'redirect' expects 'location', 'prefix' or 'scheme'".into()),
+    };
+    let target = args
+        .get(1)
+        .ok_or_else(|| format!("'redirect {}' expects a target", args[0]))?;
+    let target = literal_format(target)?;
+    let mut rd = Redirect {
+        kind,
+        target,
+        code: 302,
+        drop_query: false,
+        append_slash: false,
+    };
+    let mut i = 2;
+    while i < args.len() {
+        match args[i].as_str() {
+            "code" => {
+                let c = status_arg(args, i, "code", 0, 999)?;
+                if !matches!(c, 301 | 302 | 303 | 307 | 308) {
+                    return Err(format!(
+                        "'redirect': code {c} is not a redirect (expected 301, 302, 303, 307 or \
+                         308)"
+                    ));
+                }
+                rd.code = c;
+                i += 2;
+            }
+            "drop-query" => {
+                rd.drop_query = true;
+                i += 1;
+            }
+            "append-slash" => {
+                rd.append_slash = true;
+                i += 1;
+            }
+            o @ ("set-cookie" | "clear-cookie" | "ignore-empty") => {
+                return Err(format!("'redirect': option '{o}' is not supported by sluice"));
+            }
+            o => {
+                return Err(format!(
+                    "'redirect': unknown option '{o}'{}",
+                    did_you_mean(o, ["code", "drop-query", "append-slash"])
+                ));
+            }
+        }
+    }
+    Ok(HttpRequestAction::Redirect(rd))
+}
+
+/// `http-request ACTION ARGS... [if|unless COND]`.
+pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let Some(action) = w.get(1).map(String::as_str) else {
+        return Err(format!("missing action (one of {})", REQUEST_ACTIONS.join(", ")).into());
+    };
+    if !REQUEST_ACTIONS.contains(&action) {
+        return Err(action_error("http-request", action, REQUEST_ACTIONS));
+    }
+    let (end, cond) = split_cond(d, w)?;
+    let args = &w[2..end];
+    let action = match action {
+        "deny" => deny(args)?,
+        "return" => return_action(args)?,
+        "redirect" => redirect(args)?,
+        a => HttpRequestAction::Header(header_action(a, args)?),
+    };
+    d.needs_http(l, "http-request");
+    d.p.http_request.push(HttpRequestRule {
+        origin: origin(l),
+        action,
+        cond,
+    });
+    Ok(())
+}
+
+/// `http-response ACTION ARGS... [if|unless COND]`.
+pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let Some(action) = w.get(1).map(String::as_str) else {
+        return Err(format!("missing action (one of {})", RESPONSE_ACTIONS.join(", ")).into());
+    };
+    if !RESPONSE_ACTIONS.contains(&action) {
+        return Err(action_error("http-response", action, RESPONSE_ACTIONS));
+    }
+    let (end, cond) = split_cond(d, w)?;
+    let action = header_action(action, &w[2..end])?;
+    d.needs_http(l, "http-response");
+    d.p.http_response.push(HttpResponseRule {
+        origin: origin(l),
+        action,
+        cond,
+    });
+    Ok(())
+}

@@ -1,0 +1,458 @@
+//! `bind`, `server` and `default-server`.
+
+use super::super::{Bind, BindAddr, Origin, Server};
+use super::proxy::{Draft, ServerOpts};
+use super::values::{
+    Family, arg, parse_port, parse_range, parse_u32, resolve_host, split_host_port, strip_family,
+};
+use super::{KwErr, did_you_mean};
+use crate::config::tokenizer::Line;
+
+const BIND_OPTIONS: &[&str] = &["name", "maxconn", "backlog", "defer-accept", "v4v6", "v6only"];
+
+/// Real HAProxy bind options that sluice does not implement.
+const BIND_UNSUPPORTED: &[&str] = &[
+    "ssl",
+    "crt",
+    "crt-list",
+    "ca-file",
+    "ca-ignore-err",
+    "ca-sign-file",
+    "ca-sign-pass",
+    "ca-verify-file",
+    "crl-file",
+    "crt-ignore-err",
+    "alpn",
+    "npn",
+    "accept-proxy",
+    "accept-netscaler-cip",
+    "transparent",
+    "interface",
+    "tfo",
+    "mss",
+    "namespace",
+    "process",
+    "thread",
+    "shards",
+    "nice",
+    "id",
+    "user",
+    "group",
+    "uid",
+    "gid",
+    "mode",
+    "level",
+    "severity-output",
+    "expose-fd",
+    "verify",
+    "ciphers",
+    "ciphersuites",
+    "curves",
+    "ecdhe",
+    "sigalgs",
+    "client-sigalgs",
+    "ssl-min-ver",
+    "ssl-max-ver",
+    "strict-sni",
+    "allow-0rtt",
+    "no-ca-names",
+    "no-sslv3",
+    "no-tlsv10",
+    "no-tlsv11",
+    "no-tlsv12",
+    "no-tlsv13",
+    "no-tls-tickets",
+    "force-sslv3",
+    "force-tlsv10",
+    "force-tlsv11",
+    "force-tlsv12",
+    "force-tlsv13",
+    "generate-certificates",
+    "prefer-client-ciphers",
+    "tcp-ut",
+    "proto",
+    "quic-cc-algo",
+    "quic-force-retry",
+    "label",
+];
+
+const SERVER_OPTIONS: &[&str] = &[
+    "weight", "maxconn", "maxqueue", "backup", "no-backup", "disabled", "enabled", "id",
+];
+
+/// Real HAProxy server options that sluice does not implement.
+const SERVER_UNSUPPORTED: &[&str] = &[
+    "check",
+    "no-check",
+    "inter",
+    "fastinter",
+    "downinter",
+    "rise",
+    "fall",
+    "ssl",
+    "no-ssl",
+    "verify",
+    "verifyhost",
+    "sni",
+    "cookie",
+    "resolvers",
+    "resolve-prefer",
+    "resolve-net",
+    "resolve-opts",
+    "init-addr",
+    "send-proxy",
+    "send-proxy-v2",
+    "send-proxy-v2-ssl",
+    "send-proxy-v2-ssl-cn",
+    "no-send-proxy",
+    "proxy-v2-options",
+    "agent-check",
+    "agent-port",
+    "agent-inter",
+    "agent-addr",
+    "agent-send",
+    "observe",
+    "on-error",
+    "on-marked-down",
+    "on-marked-up",
+    "error-limit",
+    "slowstart",
+    "track",
+    "redir",
+    "source",
+    "usesrc",
+    "ca-file",
+    "crt",
+    "crl-file",
+    "ciphers",
+    "ciphersuites",
+    "alpn",
+    "npn",
+    "proto",
+    "check-ssl",
+    "check-sni",
+    "check-alpn",
+    "check-proto",
+    "check-send-proxy",
+    "check-via-socks4",
+    "port",
+    "addr",
+    "no-tls-tickets",
+    "no-sslv3",
+    "no-tlsv10",
+    "no-tlsv11",
+    "no-tlsv12",
+    "no-tlsv13",
+    "force-sslv3",
+    "force-tlsv10",
+    "force-tlsv11",
+    "force-tlsv12",
+    "force-tlsv13",
+    "ssl-min-ver",
+    "ssl-max-ver",
+    "ssl-reuse",
+    "no-ssl-reuse",
+    "tfo",
+    "pool-max-conn",
+    "pool-purge-delay",
+    "pool-low-conn",
+    "max-reuse",
+    "namespace",
+    "socks4",
+    "tcp-ut",
+    "ws",
+    "allow-0rtt",
+    "curves",
+    "sigalgs",
+    "client-sigalgs",
+    "shard",
+    "log-proto",
+    "minconn",
+    "non-stick",
+    "stick",
+    "set-proxy-v2-tlv-fmt",
+];
+
+fn origin(l: &Line) -> Origin {
+    Origin {
+        file: l.file.clone(),
+        line: l.line,
+    }
+}
+
+/// `bind ADDR[,ADDR...] [options]`: one [`Bind`] per address (and per port of a range).
+pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let spec = arg(w, 1, "address")?;
+    let mut addrs = Vec::new();
+    for a in spec.split(',') {
+        addrs.extend(bind_addr(a)?);
+    }
+    let mut proto = Bind {
+        addr: BindAddr::Fd(-1),
+        origin: origin(l),
+        name: None,
+        maxconn: None,
+        backlog: None,
+        defer_accept: false,
+        v4v6: false,
+        v6only: false,
+    };
+    let mut i = 2;
+    while i < w.len() {
+        let opt = w[i].as_str();
+        match opt {
+            "name" => {
+                proto.name = Some(arg(w, i + 1, "name after 'name'")?.to_string());
+                i += 1;
+            }
+            "maxconn" => {
+                proto.maxconn = Some(parse_u32(arg(w, i + 1, "number after 'maxconn'")?)?);
+                i += 1;
+            }
+            "backlog" => {
+                proto.backlog = Some(parse_u32(arg(w, i + 1, "number after 'backlog'")?)?);
+                i += 1;
+            }
+            "defer-accept" => proto.defer_accept = true,
+            "v4v6" => proto.v4v6 = true,
+            "v6only" => proto.v6only = true,
+            _ if BIND_UNSUPPORTED.contains(&opt) => {
+                return Err(format!("bind option '{opt}' is not supported by sluice").into());
+            }
+            _ => {
+                return Err(format!(
+                    "unknown bind option '{opt}'{}",
+                    did_you_mean(opt, BIND_OPTIONS.iter().copied())
+                )
+                .into());
+            }
+        }
+        i += 1;
+    }
+    if proto.v4v6 && proto.v6only {
+        return Err("'v4v6' and 'v6only' cannot be used together"
+            .to_string()
+            .into());
+    }
+    for a in addrs {
+        d.p.binds.push(Bind {
+            addr: a,
+            ..proto.clone()
+        });
+    }
+    Ok(())
+}
+
+/// One bind address: `IP:PORT`, `*:PORT`, `:PORT`, `[V6]:PORT`, `:::PORT`, port ranges
+/// `:8000-8002`, `ipv4@`/`ipv6@` prefixes, `unix@PATH` or `/path`, `fd@N`.
+fn bind_addr(a: &str) -> Result<Vec<BindAddr>, String> {
+    if a.is_empty() {
+        return Err("empty bind address".into());
+    }
+    if let Some(n) = a.strip_prefix("fd@") {
+        let fd = parse_range(n, 0, i32::MAX as u64).map_err(|e| format!("'{a}': {e}"))?;
+        return Ok(vec![BindAddr::Fd(fd as i32)]);
+    }
+    let unix = a
+        .strip_prefix("unix@")
+        .or_else(|| a.strip_prefix("uxst@"))
+        .or_else(|| a.starts_with('/').then_some(a));
+    if let Some(p) = unix {
+        if p.is_empty() {
+            return Err(format!("missing socket path in '{a}'"));
+        }
+        return Ok(vec![BindAddr::Unix(p.into())]);
+    }
+    for unsupported in ["abns@", "sockpair@", "udp@", "udp4@", "udp6@", "quic4@", "quic6@", "uxdg@"] {
+        if a.starts_with(unsupported) {
+            return Err(format!(
+                "bind address '{a}': '{unsupported}' addresses are not supported by sluice"
+            ));
+        }
+    }
+    let (family, rest) = strip_family(a, false);
+    let (host, ports) = split_host_port(rest)?;
+    let Some(ports) = ports.filter(|p| !p.is_empty()) else {
+        return Err(format!("port is required in bind address '{a}'"));
+    };
+    let (lo, hi) = match ports.split_once('-') {
+        Some((x, y)) => (parse_port(x, a)?, parse_port(y, a)?),
+        None => {
+            let p = parse_port(ports, a)?;
+            (p, p)
+        }
+    };
+    if lo > hi {
+        return Err(format!("invalid port range '{ports}' in '{a}' (start > end)"));
+    }
+    let first = resolve_host(host, lo, family)?;
+    Ok((lo..=hi)
+        .map(|p| {
+            let mut s = first;
+            s.set_port(p);
+            BindAddr::Tcp(s)
+        })
+        .collect())
+}
+
+/// Parses server options from `words` into `o` (and `id` for real servers).
+fn server_opts(
+    words: &[String],
+    o: &mut ServerOpts,
+    mut id: Option<&mut Option<u32>>,
+) -> Result<(), String> {
+    let mut i = 0;
+    while i < words.len() {
+        let opt = words[i].as_str();
+        let val = |what: &str| arg(words, i + 1, &format!("{what} after '{opt}'"));
+        match opt {
+            "weight" => {
+                o.weight = parse_range(val("weight")?, 0, 256)
+                    .map_err(|e| format!("weight {e}"))? as u32;
+                i += 1;
+            }
+            "maxconn" => {
+                o.maxconn = parse_u32(val("number")?)?;
+                i += 1;
+            }
+            "maxqueue" => {
+                o.maxqueue = parse_u32(val("number")?)?;
+                i += 1;
+            }
+            "backup" => o.backup = true,
+            "no-backup" => o.backup = false,
+            "disabled" => o.disabled = true,
+            "enabled" => o.disabled = false,
+            "id" => {
+                let v = parse_range(val("id")?, 1, i32::MAX as u64)? as u32;
+                match id.as_deref_mut() {
+                    Some(slot) => *slot = Some(v),
+                    None => return Err("server option 'id' cannot be used in 'default-server'".into()),
+                }
+                i += 1;
+            }
+            _ if SERVER_UNSUPPORTED.contains(&opt) => {
+                return Err(format!("server option '{opt}' is not supported by sluice"));
+            }
+            _ => {
+                return Err(format!(
+                    "unknown server option '{opt}'{}",
+                    did_you_mean(opt, SERVER_OPTIONS.iter().copied())
+                ));
+            }
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// `default-server [options]`: applies to the following servers of the section.
+pub(super) fn default_server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let mut o = d.default_server.clone();
+    server_opts(&l.words[1..], &mut o, None)?;
+    d.default_server = o;
+    Ok(())
+}
+
+/// `server NAME ADDR:PORT [options]`.
+pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let name = arg(w, 1, "server name")?;
+    let addr = arg(w, 2, "server address")?;
+    if let Some(prev) = d.p.servers.iter().find(|s| s.name == name) {
+        return Err(format!(
+            "server '{name}' is already defined at {}:{}",
+            prev.origin.file, prev.origin.line
+        )
+        .into());
+    }
+    let mut o = d.default_server.clone();
+    let mut id = None;
+    server_opts(&w[3..], &mut o, Some(&mut id))?;
+    if let Some(id) = id
+        && let Some(prev) = d.p.servers.iter().find(|s| s.id == Some(id))
+    {
+        return Err(format!("server id {id} is already used by server '{}'", prev.name).into());
+    }
+    let sa = server_addr(addr)?;
+    d.p.servers.push(Server {
+        name: name.to_string(),
+        origin: origin(l),
+        addr: sa,
+        weight: o.weight,
+        maxconn: o.maxconn,
+        maxqueue: o.maxqueue,
+        backup: o.backup,
+        disabled: o.disabled,
+        id,
+    });
+    Ok(())
+}
+
+fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {
+    for unsupported in ["unix@", "abns@", "fd@", "sockpair@", "udp@", "quic4@", "quic6@", "/"] {
+        if a.starts_with(unsupported) {
+            return Err(format!(
+                "server address '{a}': only TCP (IPv4/IPv6) servers are supported by sluice"
+            ));
+        }
+    }
+    let (family, rest) = strip_family(a, false);
+    let (host, port) = split_host_port(rest)?;
+    if host.is_empty() || host == "*" {
+        return Err(format!("missing host in server address '{a}'"));
+    }
+    let Some(port) = port.filter(|p| !p.is_empty()) else {
+        return Err(format!("port is required in server address '{a}'"));
+    };
+    if port.starts_with('+') || port.starts_with('-') || port.contains('-') {
+        return Err(format!(
+            "server address '{a}': relative ports and port ranges are not supported by sluice"
+        ));
+    }
+    let port = parse_port(port, a)?;
+    resolve_host(host, port, if family == Family::Any { Family::Any } else { family })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp(s: &str) -> BindAddr {
+        BindAddr::Tcp(s.parse().unwrap())
+    }
+
+    #[test]
+    fn bind_addresses() {
+        assert_eq!(bind_addr("1.2.3.4:80").unwrap(), vec![tcp("1.2.3.4:80")]);
+        assert_eq!(bind_addr("*:80").unwrap(), vec![tcp("0.0.0.0:80")]);
+        assert_eq!(bind_addr(":80").unwrap(), vec![tcp("0.0.0.0:80")]);
+        assert_eq!(bind_addr("[::]:80").unwrap(), vec![tcp("[::]:80")]);
+        assert_eq!(bind_addr(":::80").unwrap(), vec![tcp("[::]:80")]);
+        assert_eq!(bind_addr("ipv6@:80").unwrap(), vec![tcp("[::]:80")]);
+        assert_eq!(bind_addr("ipv4@127.0.0.1:81").unwrap(), vec![tcp("127.0.0.1:81")]);
+        assert_eq!(
+            bind_addr(":8000-8002").unwrap(),
+            vec![tcp("0.0.0.0:8000"), tcp("0.0.0.0:8001"), tcp("0.0.0.0:8002")]
+        );
+        assert_eq!(bind_addr("unix@/run/s.sock").unwrap(), vec![BindAddr::Unix("/run/s.sock".into())]);
+        assert_eq!(bind_addr("/run/s.sock").unwrap(), vec![BindAddr::Unix("/run/s.sock".into())]);
+        assert_eq!(bind_addr("fd@3").unwrap(), vec![BindAddr::Fd(3)]);
+        assert!(bind_addr("1.2.3.4").unwrap_err().contains("port is required"));
+        assert!(bind_addr(":8002-8000").is_err());
+        assert!(bind_addr(":0").is_err());
+        assert!(bind_addr("abns@x").unwrap_err().contains("not supported"));
+    }
+
+    #[test]
+    fn server_addresses() {
+        assert_eq!(server_addr("10.0.0.1:8080"), Ok("10.0.0.1:8080".parse().unwrap()));
+        assert_eq!(server_addr("[::1]:80"), Ok("[::1]:80".parse().unwrap()));
+        assert_eq!(server_addr("ipv4@localhost:80"), Ok("127.0.0.1:80".parse().unwrap()));
+        assert!(server_addr("10.0.0.1").unwrap_err().contains("port is required"));
+        assert!(server_addr(":80").is_err());
+        assert!(server_addr("10.0.0.1:+1").is_err());
+        assert!(server_addr("unix@/x").is_err());
+    }
+}

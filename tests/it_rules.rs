@@ -1,0 +1,290 @@
+//! ACLs and rules: use_backend with named and anonymous ACLs, http-request
+//! set/add/del-header, deny, return, redirect; http-response headers; monitor-uri.
+
+mod common;
+
+use common::*;
+
+/// Frontend `fe` with `rules`, backends `a` and `b` (servers answering "A" and "B"), default `a`.
+struct Two {
+    s: Sluice,
+    port: u16,
+    a: HttpBackend,
+    b: HttpBackend,
+}
+
+fn two(fe_rules: &str, be_a_extra: &str) -> Two {
+    two_with(DEFAULTS_HTTP, fe_rules, be_a_extra)
+}
+
+fn two_with(defaults: &str, fe_rules: &str, be_a_extra: &str) -> Two {
+    let a = HttpBackend::start("A");
+    let b = HttpBackend::start("B");
+    let port = free_port();
+    let cfg = format!(
+        "{defaults}frontend fe\n    bind 127.0.0.1:{port}\n{fe_rules}\n    default_backend a\n\
+         backend a\n{be_a_extra}\n    server A {}\nbackend b\n    server B {}\n",
+        a.hostport(),
+        b.hostport()
+    );
+    Two { s: Sluice::start(&cfg), port, a, b }
+}
+
+fn req(port: u16, raw_head_lines: &str) -> Response {
+    let mut c = HttpClient::connect(port);
+    c.request(format!("{raw_head_lines}Connection: close\r\n\r\n"))
+}
+
+#[test]
+fn use_backend_with_path_acls() {
+    let t = two(
+        "    acl is_api path_beg /api/\n    acl is_png path_end .png\n    acl exact path /exact\n    acl re path_reg ^/re/[0-9]+$\n\
+         use_backend b if is_api\n    use_backend b if is_png\n    use_backend b if exact\n    use_backend b if re",
+        "",
+    );
+    let cases = [
+        ("/api/users", "B"),
+        ("/apix", "A"),
+        ("/img/logo.png", "B"),
+        ("/img/logo.png?x=1", "B"),
+        ("/exact", "B"),
+        ("/exact/", "A"),
+        ("/re/123", "B"),
+        ("/re/12a", "A"),
+        ("/", "A"),
+    ];
+    for (path, want) in cases {
+        assert_eq!(http_get(t.port, path).server(), want, "{path}");
+    }
+}
+
+#[test]
+fn acl_on_headers_method_and_source() {
+    let t = two(
+        "    acl h_admin hdr(X-Role) -i admin\n    acl h_beta hdr_beg(Host) beta.\n    acl h_org hdr_end(host) .org\n\
+         acl m_post method POST\n    acl local src 127.0.0.0/8\n\
+         use_backend b if h_admin\n    use_backend b if h_beta\n    use_backend b if h_org\n\
+         use_backend b if m_post local",
+        "",
+    );
+    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: t\r\nX-Role: ADMIN\r\n").server(), "B", "-i ignores case");
+    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: t\r\nX-Role: user\r\n").server(), "A");
+    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: beta.example.com\r\n").server(), "B");
+    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: example.org\r\n").server(), "B");
+    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: example.com\r\n").server(), "A");
+    assert_eq!(req(t.port, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n").server(), "B");
+    assert_eq!(req(t.port, "PUT / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n").server(), "A");
+}
+
+#[test]
+fn acl_case_sensitivity_and_negation() {
+    let t = two(
+        "    acl cs path_beg /Api\n    acl ci path_beg -i /ci\n    use_backend b if cs\n    use_backend b if ci\n\
+         use_backend b if !{ path_beg / }",
+        "",
+    );
+    assert_eq!(http_get(t.port, "/Api/x").server(), "B");
+    assert_eq!(http_get(t.port, "/api/x").server(), "A", "without -i matching is case-sensitive");
+    assert_eq!(http_get(t.port, "/CI/x").server(), "B");
+    assert_eq!(http_get(t.port, "/x").server(), "A");
+}
+
+#[test]
+fn anonymous_acls_or_and_unless() {
+    let t = two(
+        "    use_backend b if { path_beg /one } || { path_beg /two }\n\
+         use_backend b if { hdr(X-A) 1 } { hdr(X-B) 1 }\n\
+         use_backend b unless { path_beg / }",
+        "",
+    );
+    assert_eq!(http_get(t.port, "/one").server(), "B");
+    assert_eq!(http_get(t.port, "/two").server(), "B");
+    assert_eq!(http_get(t.port, "/three").server(), "A");
+    assert_eq!(req(t.port, "GET /x HTTP/1.1\r\nHost: t\r\nX-A: 1\r\nX-B: 1\r\n").server(), "B", "AND of two terms");
+    assert_eq!(req(t.port, "GET /x HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n").server(), "A");
+    assert_eq!(req(t.port, "GET /x HTTP/1.1\r\nHost: t\r\nX-B: 1\r\n").server(), "A");
+}
+
+#[test]
+fn first_matching_use_backend_wins() {
+    let t = two("    use_backend a if { path_beg /x }\n    use_backend b if { path_beg / }", "");
+    assert_eq!(http_get(t.port, "/x/1").server(), "A");
+    assert_eq!(http_get(t.port, "/y").server(), "B");
+}
+
+#[test]
+fn acl_with_several_patterns_matches_any() {
+    let t = two("    acl static path_end .css .js .png\n    use_backend b if static", "");
+    for p in ["/a.css", "/a.js", "/a.png"] {
+        assert_eq!(http_get(t.port, p).server(), "B", "{p}");
+    }
+    assert_eq!(http_get(t.port, "/a.html").server(), "A");
+}
+
+#[test]
+fn set_add_del_request_headers() {
+    let t = two(
+        "    http-request set-header X-Set new-value\n    http-request add-header X-Add added\n\
+         http-request del-header X-Remove\n    http-request set-header X-Cond yes if { path_beg /cond }",
+        "",
+    );
+    let r = req(
+        t.port,
+        "GET /cond HTTP/1.1\r\nHost: t\r\nX-Set: old1\r\nX-Set: old2\r\nX-Add: original\r\nx-remove: 1\r\nX-Remove: 2\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let q = t.a.last_request();
+    assert_eq!(q.headers_named("x-set"), vec!["new-value"], "set-header replaces every occurrence");
+    assert_eq!(q.headers_named("x-add"), vec!["original", "added"], "add-header appends");
+    assert!(q.headers_named("x-remove").is_empty(), "del-header removes every occurrence: {:?}", q.headers);
+    assert_eq!(q.header("x-cond"), Some("yes"));
+    req(t.port, "GET /other HTTP/1.1\r\nHost: t\r\n");
+    assert_eq!(t.a.last_request().header("x-cond"), None);
+}
+
+#[test]
+fn backend_request_rules_apply_too() {
+    let t = two("    use_backend b if { path_beg /b }", "    http-request set-header X-Backend-A 1");
+    http_get(t.port, "/a");
+    assert_eq!(t.a.last_request().header("x-backend-a"), Some("1"));
+    http_get(t.port, "/b");
+    assert_eq!(t.b.last_request().header("x-backend-a"), None);
+}
+
+#[test]
+fn deny_with_default_and_custom_status() {
+    let t = two(
+        "    http-request deny if { path_beg /forbidden }\n    http-request deny deny_status 429 if { path_beg /slow-down }",
+        "",
+    );
+    let mut c = HttpClient::connect(t.port);
+    let r = c.get("/forbidden");
+    assert_eq!(r.status, 403);
+    assert!(r.body_str().contains("403 Forbidden"), "{}", r.body_str());
+    c.expect_closed();
+    let r = http_get(t.port, "/slow-down");
+    assert_eq!(r.status, 429);
+    assert!(r.body_str().contains("429"), "{}", r.body_str());
+    assert_eq!(http_get(t.port, "/fine").status, 200);
+    assert_eq!(t.a.reqs(), 1, "denied requests must not reach the server");
+}
+
+#[test]
+fn rules_run_in_order_before_deny() {
+    // deny is final: a set-header after it is never reached; one before it is irrelevant.
+    let t = two(
+        "    http-request set-header X-Step 1\n    http-request deny if { hdr(X-Step) 1 } { path_beg /d }\n\
+         http-request set-header X-Step 2",
+        "",
+    );
+    assert_eq!(http_get(t.port, "/d").status, 403);
+    assert_eq!(http_get(t.port, "/ok").status, 200);
+    assert_eq!(t.a.last_request().header("x-step"), Some("2"));
+}
+
+#[test]
+fn http_request_return() {
+    let t = two(
+        "    http-request return status 200 content-type text/plain string \"pong\" hdr X-Extra yes if { path /ping }\n\
+         http-request return status 404 if { path /missing }",
+        "",
+    );
+    let mut c = HttpClient::connect(t.port);
+    let r = c.get("/ping");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_str(), "pong");
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("x-extra"), Some("yes"));
+    // A returned response keeps the connection alive.
+    let r = c.get("/missing");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("content-length"), Some("0"));
+    assert_eq!(c.get("/served").server(), "A");
+    assert_eq!(t.a.reqs(), 1);
+}
+
+#[test]
+fn redirects() {
+    let t = two(
+        "    http-request redirect location https://example.com/new code 301 if { path /old }\n\
+         http-request redirect prefix /v2 if { path_beg /v1 }\n\
+         http-request redirect scheme https if { path_beg /secure }\n\
+         http-request redirect location /temp if { path /tmp }",
+        "",
+    );
+    let r = http_get(t.port, "/old");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://example.com/new"));
+
+    let r = http_get(t.port, "/v1/items?id=3");
+    assert_eq!(r.status, 302, "default redirect code is 302");
+    assert_eq!(r.header("location"), Some("/v2/v1/items?id=3"));
+
+    let r = req(t.port, "GET /secure/page?a=b HTTP/1.1\r\nHost: www.example.net\r\n");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("https://www.example.net/secure/page?a=b"));
+
+    let r = http_get(t.port, "/tmp");
+    assert_eq!((r.status, r.header("location")), (302, Some("/temp")));
+    assert_eq!(t.a.reqs(), 0);
+}
+
+#[test]
+fn http_response_header_rules() {
+    let a = HttpBackend::with_handler("A", |_| {
+        Reply::Raw(
+            b"HTTP/1.1 200 OK\r\nServer: secret/1.0\r\nX-Old: 1\r\nX-Old: 2\r\nX-Keep: k\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+        )
+    });
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    http-response set-header X-Frontend fe\n    default_backend a\n\
+         backend a\n    http-response set-header X-Cond yes if {{ src 127.0.0.0/8 }}\n\
+         http-response set-header X-Never 1 if {{ src 10.0.0.0/8 }}\n\
+         http-response del-header Server\n    http-response set-header X-Old new\n    http-response add-header X-Keep k2\n    server A {}\n",
+        a.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let r = http_get(port, "/cond");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("server"), None, "{:?}", r.headers);
+    assert_eq!(r.headers_named("x-old"), vec!["new"]);
+    assert_eq!(r.headers_named("x-keep"), vec!["k", "k2"]);
+    assert_eq!(r.header("x-frontend"), Some("fe"));
+    assert_eq!(r.header("x-cond"), Some("yes"), "conditional response rule");
+    assert_eq!(r.header("x-never"), None);
+    assert_eq!(r.body_str(), "ok");
+}
+
+#[test]
+fn monitor_uri_answers_directly() {
+    let t = two("    monitor-uri /healthz", "");
+    let mut c = HttpClient::connect(t.port);
+    let r = c.get("/healthz");
+    assert_eq!(r.status, 200);
+    assert_eq!(t.a.reqs(), 0, "monitor-uri must not reach the backend");
+    assert_eq!(c.get("/healthz?x").status, 200, "monitor-uri keeps the connection usable");
+    assert_eq!(http_get(t.port, "/other").server(), "A");
+}
+
+#[test]
+fn rules_in_listen_section() {
+    let b = HttpBackend::start("L");
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}listen app\n    bind 127.0.0.1:{port}\n    http-request deny if {{ path_beg /admin }}\n    server L {}\n",
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    assert_eq!(http_get(port, "/admin/x").status, 403);
+    assert_eq!(http_get(port, "/x").server(), "L");
+}
+
+#[test]
+fn rule_processing_is_logged_with_the_backend() {
+    let t = two_with(LOGGED_HTTP, "    use_backend b if { path_beg /to-b }", "");
+    http_get(t.port, "/to-b/1");
+    let line = t.s.wait_log_line(|l| l.contains("/to-b/1"), WAIT);
+    assert!(line.contains(" fe b/B "), "{line}");
+    assert_eq!(t.b.reqs(), 1);
+}

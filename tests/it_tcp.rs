@@ -1,0 +1,288 @@
+//! TCP mode: bytes both ways, large transfers, half-close, server-speaks-first, tcplog line,
+//! refused server, client/server/tunnel timeouts, roundrobin of connections.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+const TCP_DEFAULTS: &str = "defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 10s
+    timeout server 10s
+";
+
+const TCP_LOGGED: &str = "global
+    log stdout format raw local0
+defaults
+    mode tcp
+    log global
+    option tcplog
+    timeout connect 2s
+    timeout client 10s
+    timeout server 10s
+";
+
+fn tcp_proxy(defaults: &str, extra: &str, servers: &[String]) -> (Sluice, u16) {
+    let port = free_port();
+    let mut cfg = format!("{defaults}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n{extra}\n");
+    for (i, s) in servers.iter().enumerate() {
+        cfg.push_str(&format!("    server s{} {s}\n", i + 1));
+    }
+    (Sluice::start(&cfg), port)
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(lo(port)).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.set_write_timeout(Some(WAIT)).unwrap();
+    s
+}
+
+fn read_exact_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    s.read_exact(&mut v).unwrap();
+    v
+}
+
+/// Reads until EOF (or reset, or timeout); returns the bytes and what ended the read.
+fn read_until_closed(s: &mut TcpStream, timeout: Duration) -> (Vec<u8>, Closed) {
+    s.set_read_timeout(Some(timeout)).unwrap();
+    let mut out = Vec::new();
+    let mut b = [0u8; 65536];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return (out, Closed::Eof),
+            Ok(n) => out.extend_from_slice(&b[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (out, Closed::Reset),
+            Err(_) => return (out, Closed::StillOpen),
+        }
+    }
+}
+
+#[test]
+fn bytes_flow_both_ways() {
+    let echo = TcpBackend::echo();
+    let (_s, port) = tcp_proxy(TCP_DEFAULTS, "", &[echo.hostport()]);
+    let mut c = connect(port);
+    for msg in [&b"hello"[..], b"\x00\x01\x02binary\xff", b"GET / HTTP/1.1\r\n\r\n"] {
+        c.write_all(msg).unwrap();
+        assert_eq!(read_exact_n(&mut c, msg.len()), msg);
+    }
+}
+
+#[test]
+fn large_transfer_in_both_directions_at_once() {
+    let echo = TcpBackend::echo();
+    let (_s, port) = tcp_proxy(TCP_DEFAULTS, "", &[echo.hostport()]);
+    let mut c = connect(port);
+    let data: Vec<u8> = (0..4_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    let mut w = c.try_clone().unwrap();
+    let d2 = data.clone();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&d2).unwrap();
+        w.shutdown(Shutdown::Write).unwrap();
+    });
+    let (got, end) = read_until_closed(&mut c, WAIT);
+    writer.join().unwrap();
+    assert_eq!(end, Closed::Eof);
+    assert_eq!(got.len(), data.len());
+    assert!(got == data, "data corrupted in transit");
+}
+
+#[test]
+fn half_close_client_still_gets_the_reply() {
+    // The server reads until EOF, then answers with what it got, then closes.
+    let srv = TcpBackend::with_handler(|mut s, _| {
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        let _ = s.write_all(format!("got {} bytes", all.len()).as_bytes());
+    });
+    let (_s, port) = tcp_proxy(TCP_DEFAULTS, "", &[srv.hostport()]);
+    let mut c = connect(port);
+    c.write_all(&[b'x'; 1000]).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let (got, end) = read_until_closed(&mut c, WAIT);
+    assert_eq!(String::from_utf8_lossy(&got), "got 1000 bytes");
+    assert_eq!(end, Closed::Eof);
+}
+
+#[test]
+fn half_close_server_side_still_accepts_client_data() {
+    // The server sends a banner and shuts its side down, but keeps reading.
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let tx = std::sync::Mutex::new(tx);
+    let srv = TcpBackend::with_handler(move |mut s, _| {
+        let _ = s.write_all(b"banner");
+        let _ = s.shutdown(Shutdown::Write);
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        let _ = tx.lock().unwrap().send(all);
+    });
+    let (_s, port) = tcp_proxy(TCP_DEFAULTS, "", &[srv.hostport()]);
+    let mut c = connect(port);
+    assert_eq!(read_exact_n(&mut c, 6), b"banner");
+    // The server's FIN reaches the client...
+    let mut b = [0u8; 16];
+    assert_eq!(c.read(&mut b).unwrap(), 0, "server shutdown should reach the client as EOF");
+    // ...but the client can still send.
+    c.write_all(b"late data").unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let got = rx.recv_timeout(WAIT).expect("server never saw the client's EOF");
+    assert_eq!(String::from_utf8_lossy(&got), "late data");
+}
+
+#[test]
+fn server_speaks_first() {
+    let srv = TcpBackend::with_handler(|mut s, _| {
+        let _ = s.write_all(b"220 ready\r\n");
+        let _ = echo_once(&mut s);
+    });
+    let (_s, port) = tcp_proxy(TCP_DEFAULTS, "", &[srv.hostport()]);
+    let mut c = connect(port);
+    assert_eq!(read_exact_n(&mut c, 11), b"220 ready\r\n");
+}
+
+fn echo_once(s: &mut TcpStream) -> std::io::Result<()> {
+    let mut b = [0u8; 1024];
+    let n = s.read(&mut b)?;
+    s.write_all(&b[..n])
+}
+
+#[test]
+fn tcplog_line_after_close() {
+    let srv = TcpBackend::with_handler(|mut s, _| {
+        let mut b = [0u8; 5];
+        if s.read_exact(&mut b).is_ok() {
+            let _ = s.write_all(&[b'r'; 1234]);
+        }
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    let (s, port) = tcp_proxy(TCP_LOGGED, "", &[srv.hostport()]);
+    let mut c = connect(port);
+    let cport = c.local_addr().unwrap().port();
+    c.write_all(b"hello").unwrap();
+    assert_eq!(read_exact_n(&mut c, 1234).len(), 1234);
+    drop(c);
+    let line = s.wait_log_line(|l| l.contains(&format!(":{cport} ")), WAIT);
+    let re = regex::Regex::new(
+        r"^127\.0\.0\.1:(\d+) \[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d\.\d{3}\] fe be/s1 (\d+)/(\d+)/(\d+) (\d+) (..) (\d+)/(\d+)/(\d+)/(\d+)/(\d+) (\d+)/(\d+)$",
+    )
+    .unwrap();
+    let c = re.captures(&line).unwrap_or_else(|| panic!("tcplog line does not match: {line:?}"));
+    assert_eq!(c[1].parse::<u16>().unwrap(), cport);
+    assert_eq!(&c[5], "1234", "bytes from server to client: {line}");
+    assert_eq!(&c[6], "--", "a normal close: {line}");
+    // Counters at log time: this connection on the process and frontend; the server side may
+    // already be closed (HAProxy logs 1/1/0/0/0 here), so backend/server are 0 or 1; no retry.
+    assert_eq!((&c[7], &c[8], &c[11]), ("1", "1", "0"), "{line}");
+    assert!(["0", "1"].contains(&&c[9]) && ["0", "1"].contains(&&c[10]), "{line}");
+    assert_eq!((&c[12], &c[13]), ("0", "0"), "{line}");
+}
+
+#[test]
+fn refused_server_closes_the_client_and_logs_sc() {
+    let dead = closed_port();
+    let (s, port) = tcp_proxy(TCP_LOGGED, "    retries 1", &[format!("127.0.0.1:{dead}")]);
+    let mut c = connect(port);
+    let cport = c.local_addr().unwrap().port();
+    let _ = c.write_all(b"anyone?");
+    let (got, end) = read_until_closed(&mut c, WAIT);
+    assert!(got.is_empty(), "TCP mode sends nothing on failure: {got:?}");
+    assert!(end.is_closed(), "{end:?}");
+    let line = s.wait_log_line(|l| l.contains(&format!(":{cport} ")), WAIT);
+    assert!(line.contains(" SC "), "termination state SC expected: {line}");
+}
+
+#[test]
+fn roundrobin_spreads_connections() {
+    let a = TcpBackend::with_handler(|mut s, _| {
+        let _ = s.write_all(b"A");
+    });
+    let b = TcpBackend::with_handler(|mut s, _| {
+        let _ = s.write_all(b"B");
+    });
+    let (_s, port) = tcp_proxy(TCP_DEFAULTS, "    balance roundrobin", &[a.hostport(), b.hostport()]);
+    let mut seen = String::new();
+    for _ in 0..6 {
+        let mut c = connect(port);
+        let (got, _) = read_until_closed(&mut c, WAIT);
+        seen.push_str(&String::from_utf8_lossy(&got));
+    }
+    assert_eq!(seen.matches('A').count(), 3, "{seen}");
+    assert_eq!(seen.matches('B').count(), 3, "{seen}");
+}
+
+fn idle_close_time(defaults: &str, extra: &str) -> Duration {
+    let echo = TcpBackend::echo();
+    let (_s, port) = tcp_proxy(defaults, extra, &[echo.hostport()]);
+    let mut c = connect(port);
+    c.write_all(b"ping").unwrap();
+    assert_eq!(read_exact_n(&mut c, 4), b"ping");
+    let t0 = Instant::now();
+    let (got, end) = read_until_closed(&mut c, WAIT);
+    assert!(got.is_empty());
+    assert!(end.is_closed(), "idle connection not closed within {WAIT:?}: {end:?}");
+    t0.elapsed()
+}
+
+#[test]
+fn timeout_client_closes_an_idle_connection() {
+    let took = idle_close_time(
+        "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 300ms\n    timeout server 10s\n",
+        "",
+    );
+    assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn timeout_server_closes_an_idle_connection() {
+    let took = idle_close_time(
+        "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 10s\n    timeout server 300ms\n",
+        "",
+    );
+    assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn timeout_tunnel_supersedes_client_and_server() {
+    let took = idle_close_time(
+        "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 200ms\n    timeout server 200ms\n    timeout tunnel 1200ms\n",
+        "",
+    );
+    assert!(took >= Duration::from_millis(1100), "closed after {took:?}: client/server timeouts applied instead of tunnel");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+}
+
+#[test]
+fn activity_resets_the_idle_timeout() {
+    let echo = TcpBackend::echo();
+    let (_s, port) = tcp_proxy(
+        "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 500ms\n    timeout server 500ms\n",
+        "",
+        &[echo.hostport()],
+    );
+    let mut c = connect(port);
+    let t0 = Instant::now();
+    // Talk every 100 ms for well over the timeout.
+    while t0.elapsed() < Duration::from_millis(1500) {
+        c.write_all(b"k").unwrap();
+        assert_eq!(read_exact_n(&mut c, 1), b"k");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn listen_section_in_tcp_mode() {
+    let echo = TcpBackend::echo();
+    let port = free_port();
+    let cfg = format!("{TCP_DEFAULTS}listen l\n    bind 127.0.0.1:{port}\n    server e {}\n", echo.hostport());
+    let _s = Sluice::start(&cfg);
+    let mut c = connect(port);
+    c.write_all(b"via listen").unwrap();
+    assert_eq!(read_exact_n(&mut c, 10), b"via listen");
+}

@@ -23,18 +23,28 @@ fn farm(balance: &str, server_opts: &[&str]) -> Farm {
 
 fn farm_with(balance: &str, server_opts: &[&str], mk: impl Fn(&str) -> HttpBackend) -> Farm {
     let port = free_port();
-    let backends: Vec<HttpBackend> = (1..=server_opts.len()).map(|i| mk(&format!("s{i}"))).collect();
-    let mut cfg = format!("{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    {balance}\n");
+    let backends: Vec<HttpBackend> = (1..=server_opts.len())
+        .map(|i| mk(&format!("s{i}")))
+        .collect();
+    let mut cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    {balance}\n"
+    );
     for (b, opts) in backends.iter().zip(server_opts) {
         cfg.push_str(&format!("    server {} {} {opts}\n", b.name, b.hostport()));
     }
-    Farm { _s: Sluice::start(&cfg), port, backends }
+    Farm {
+        _s: Sluice::start(&cfg),
+        port,
+        backends,
+    }
 }
 
 /// Which server answers `GET path` (fresh connection each time) with extra headers.
 fn who(port: u16, path: &str, headers: &str) -> String {
     let mut c = HttpClient::connect(port);
-    let r = c.request(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{headers}\r\n"));
+    let r = c.request(format!(
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{headers}\r\n"
+    ));
     assert_eq!(r.status, 200, "{path}");
     r.server()
 }
@@ -120,7 +130,11 @@ fn leastconn_picks_the_least_busy_server() {
         wait_until("slow request reached a server", WAIT, || total(&f) == i + 1);
     }
     let busy: Vec<usize> = f.backends.iter().map(|b| b.reqs()).collect();
-    assert_eq!(busy, vec![2, 2], "leastconn must spread concurrent requests evenly");
+    assert_eq!(
+        busy,
+        vec![2, 2],
+        "leastconn must spread concurrent requests evenly"
+    );
     // s1 and s2 both hold 2; release everything and check each answered.
     gate.open();
     let t = tally(handles.into_iter().map(|h| h.join().unwrap()));
@@ -144,15 +158,25 @@ fn leastconn_avoids_a_server_holding_a_long_request() {
     });
     let port = f.port;
     let h = std::thread::spawn(move || who(port, "/slow", ""));
-    wait_until("slow request reached a server", WAIT, || f.backends.iter().any(|b| b.reqs() == 1));
-    let busy = if f.backends[0].reqs() == 1 { "s1" } else { "s2" };
+    wait_until("slow request reached a server", WAIT, || {
+        f.backends.iter().any(|b| b.reqs() == 1)
+    });
+    let busy = if f.backends[0].reqs() == 1 {
+        "s1"
+    } else {
+        "s2"
+    };
     // Sequential requests on one keep-alive connection: each ends before the next starts, so
     // the busy server always has one more active request than the other.
     let mut c = HttpClient::connect(f.port);
     for _ in 0..6 {
         let r = c.get("/fast");
         assert_eq!(r.status, 200);
-        assert_ne!(r.server(), busy, "leastconn sent a request to the busy server");
+        assert_ne!(
+            r.server(),
+            busy,
+            "leastconn sent a request to the busy server"
+        );
     }
     gate.open();
     assert_eq!(h.join().unwrap(), busy);
@@ -162,16 +186,20 @@ fn leastconn_avoids_a_server_holding_a_long_request() {
 fn first_fills_servers_in_order() {
     let gate = Gate::new();
     let g2 = gate.clone();
-    let f = farm_with("balance first", &["maxconn 2", "maxconn 2", "maxconn 2"], move |name| {
-        let n = name.to_string();
-        let g = g2.clone();
-        HttpBackend::with_handler(name, move |r| {
-            if r.target == "/slow" {
-                g.wait();
-            }
-            Reply::named(&n)
-        })
-    });
+    let f = farm_with(
+        "balance first",
+        &["maxconn 2", "maxconn 2", "maxconn 2"],
+        move |name| {
+            let n = name.to_string();
+            let g = g2.clone();
+            HttpBackend::with_handler(name, move |r| {
+                if r.target == "/slow" {
+                    g.wait();
+                }
+                Reply::named(&n)
+            })
+        },
+    );
     // Sequential requests (one keep-alive connection) all go to the first server.
     let mut c = HttpClient::connect(f.port);
     for _ in 0..5 {
@@ -205,11 +233,18 @@ fn source_sticks_per_client_address() {
             let r = c.request("GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
             assert_eq!(r.status, 200);
             let prev = seen.entry(last).or_insert_with(|| r.server());
-            assert_eq!(*prev, r.server(), "source 127.0.0.{last} changed server in round {round}");
+            assert_eq!(
+                *prev,
+                r.server(),
+                "source 127.0.0.{last} changed server in round {round}"
+            );
         }
     }
     let distinct = tally(seen.values().cloned());
-    assert!(distinct.len() >= 2, "24 source addresses all hashed to one server: {distinct:?}");
+    assert!(
+        distinct.len() >= 2,
+        "24 source addresses all hashed to one server: {distinct:?}"
+    );
 }
 
 #[test]
@@ -224,7 +259,10 @@ fn uri_hash_is_stable_and_spreads() {
     for (p, s) in &map {
         assert_eq!(&who(f.port, p, ""), s, "{p} moved");
     }
-    assert!(tally(map.values().cloned()).len() >= 2, "30 URIs on one server: {map:?}");
+    assert!(
+        tally(map.values().cloned()).len() >= 2,
+        "30 URIs on one server: {map:?}"
+    );
     // By default the query string is not hashed.
     for i in 0..10 {
         assert_eq!(who(f.port, &format!("/item/3?v={i}"), ""), map["/item/3"]);
@@ -235,7 +273,10 @@ fn uri_hash_is_stable_and_spreads() {
 fn uri_whole_hashes_the_query_too() {
     let f = farm("balance uri whole", &["", "", ""]);
     let servers = tally((0..30).map(|i| who(f.port, &format!("/same?v={i}"), "")));
-    assert!(servers.len() >= 2, "with 'whole' the query must count: {servers:?}");
+    assert!(
+        servers.len() >= 2,
+        "with 'whole' the query must count: {servers:?}"
+    );
     let s = who(f.port, "/same?v=7", "");
     assert_eq!(who(f.port, "/same?v=7", ""), s);
 }
@@ -245,13 +286,21 @@ fn uri_depth_and_len_limit_what_is_hashed() {
     let f = farm("balance uri depth 1", &["", "", ""]);
     let s = who(f.port, "/a/x", "");
     for i in 0..10 {
-        assert_eq!(who(f.port, &format!("/a/{i}/deep"), ""), s, "depth 1 hashes only /a");
+        assert_eq!(
+            who(f.port, &format!("/a/{i}/deep"), ""),
+            s,
+            "depth 1 hashes only /a"
+        );
     }
     drop(f);
     let f = farm("balance uri len 4", &["", "", ""]);
     let s = who(f.port, "/abcdef", "");
     for i in 0..10 {
-        assert_eq!(who(f.port, &format!("/abc{i}"), ""), s, "len 4 hashes only /abc");
+        assert_eq!(
+            who(f.port, &format!("/abc{i}"), ""),
+            s,
+            "len 4 hashes only /abc"
+        );
     }
     let spread = tally((0..30).map(|i| who(f.port, &format!("/{i:03}"), "")));
     assert!(spread.len() >= 2, "{spread:?}");
@@ -265,12 +314,20 @@ fn url_param_hashes_the_parameter() {
         map.insert(u, who(f.port, &format!("/p?x=1&user=u{u}&y=2"), ""));
     }
     for (u, s) in &map {
-        assert_eq!(&who(f.port, &format!("/other?user=u{u}"), ""), s, "user u{u} moved");
+        assert_eq!(
+            &who(f.port, &format!("/other?user=u{u}"), ""),
+            s,
+            "user u{u} moved"
+        );
     }
     assert!(tally(map.values().cloned()).len() >= 2, "{map:?}");
     // Without the parameter: round robin.
     let t = tally((0..9).map(|_| who(f.port, "/noparam", "")));
-    assert_eq!(t.len(), 3, "requests without the parameter should rotate: {t:?}");
+    assert_eq!(
+        t.len(),
+        3,
+        "requests without the parameter should rotate: {t:?}"
+    );
 }
 
 #[test]
@@ -281,11 +338,19 @@ fn hdr_hashes_the_header() {
         map.insert(t, who(f.port, "/", &format!("X-Tenant: tenant-{t}\r\n")));
     }
     for (t, s) in &map {
-        assert_eq!(&who(f.port, "/x", &format!("x-tenant: tenant-{t}\r\n")), s, "tenant {t} moved");
+        assert_eq!(
+            &who(f.port, "/x", &format!("x-tenant: tenant-{t}\r\n")),
+            s,
+            "tenant {t} moved"
+        );
     }
     assert!(tally(map.values().cloned()).len() >= 2, "{map:?}");
     let t = tally((0..9).map(|_| who(f.port, "/", "")));
-    assert_eq!(t.len(), 3, "requests without the header should rotate: {t:?}");
+    assert_eq!(
+        t.len(),
+        3,
+        "requests without the header should rotate: {t:?}"
+    );
 }
 
 #[test]
@@ -294,11 +359,17 @@ fn consistent_hashing_moves_few_keys_when_a_server_is_disabled() {
     let f = farm("balance uri\n    hash-type consistent", &["", "", "", ""]);
     let before: Vec<String> = keys.iter().map(|k| who(f.port, k, "")).collect();
     drop(f);
-    let f = farm("balance uri\n    hash-type consistent", &["", "", "", "disabled"]);
+    let f = farm(
+        "balance uri\n    hash-type consistent",
+        &["", "", "", "disabled"],
+    );
     let after: Vec<String> = keys.iter().map(|k| who(f.port, k, "")).collect();
     for (b, a) in before.iter().zip(&after) {
         if b != "s4" {
-            assert_eq!(a, b, "with consistent hashing, keys not on the removed server stay put");
+            assert_eq!(
+                a, b,
+                "with consistent hashing, keys not on the removed server stay put"
+            );
         }
         assert_ne!(a, "s4");
     }
@@ -333,7 +404,10 @@ fn backup_is_unused_while_an_active_server_is_usable() {
 
 #[test]
 fn first_backup_only_when_all_actives_are_disabled() {
-    let f = farm("balance roundrobin", &["disabled", "disabled", "backup", "backup"]);
+    let f = farm(
+        "balance roundrobin",
+        &["disabled", "disabled", "backup", "backup"],
+    );
     for _ in 0..6 {
         assert_eq!(who(f.port, "/", ""), "s3", "only the first backup serves");
     }
@@ -342,7 +416,10 @@ fn first_backup_only_when_all_actives_are_disabled() {
 
 #[test]
 fn default_server_settings_apply_unless_overridden() {
-    let f = farm("balance roundrobin\n    default-server weight 3", &["", "weight 1"]);
+    let f = farm(
+        "balance roundrobin\n    default-server weight 3",
+        &["", "weight 1"],
+    );
     let t = tally((0..40).map(|_| who(f.port, "/", "")));
     assert_eq!(t.get("s1"), Some(&30), "{t:?}");
     assert_eq!(t.get("s2"), Some(&10), "{t:?}");
@@ -363,14 +440,25 @@ fn redispatch_moves_a_refused_request_to_another_server() {
         let _s = Sluice::start(&mk("    option redispatch"));
         for _ in 0..6 {
             let r = http_get(port, "/");
-            assert_eq!(r.status, 200, "with redispatch every request must be served");
+            assert_eq!(
+                r.status, 200,
+                "with redispatch every request must be served"
+            );
             assert_eq!(r.server(), "good");
         }
     }
     {
         let _s = Sluice::start(&mk(""));
         let statuses: Vec<u16> = (0..6).map(|_| http_get(port, "/").status).collect();
-        assert_eq!(statuses.iter().filter(|&&s| s == 503).count(), 3, "{statuses:?}");
-        assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 3, "{statuses:?}");
+        assert_eq!(
+            statuses.iter().filter(|&&s| s == 503).count(),
+            3,
+            "{statuses:?}"
+        );
+        assert_eq!(
+            statuses.iter().filter(|&&s| s == 200).count(),
+            3,
+            "{statuses:?}"
+        );
     }
 }

@@ -20,7 +20,10 @@ backend be
 ";
 
 fn alert_lines(stderr: &str) -> Vec<&str> {
-    stderr.lines().filter(|l| l.starts_with("[ALERT]")).collect()
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("[ALERT]"))
+        .collect()
 }
 
 #[test]
@@ -38,9 +41,14 @@ fn version_verbose_is_a_superset() {
     let vv = run_cli(&["-vv"]);
     assert_eq!(vv.code, 0, "{vv:?}");
     let first_v = v.stdout.lines().next().unwrap();
-    assert_eq!(vv.stdout.lines().next().unwrap(), first_v, "-vv must start with the -v line");
+    assert_eq!(
+        vv.stdout.lines().next().unwrap(),
+        first_v,
+        "-vv must start with the -v line"
+    );
     assert!(
-        vv.stdout.lines().filter(|l| !l.trim().is_empty()).count() > v.stdout.lines().filter(|l| !l.trim().is_empty()).count(),
+        vv.stdout.lines().filter(|l| !l.trim().is_empty()).count()
+            > v.stdout.lines().filter(|l| !l.trim().is_empty()).count(),
         "-vv should say more than -v:\n{}",
         vv.stdout
     );
@@ -58,7 +66,10 @@ fn help_prints_usage_and_exits_1() {
 fn unknown_flag_is_rejected() {
     let o = run_cli(&["-zz", "-f", "/nonexistent.cfg"]);
     assert_ne!(o.code, 0, "{o:?}");
-    assert!(o.stderr.contains("-zz"), "the error should name the flag: {o:?}");
+    assert!(
+        o.stderr.contains("-zz"),
+        "the error should name the flag: {o:?}"
+    );
 }
 
 #[test]
@@ -71,20 +82,32 @@ fn check_valid_config() {
 
 #[test]
 fn check_unknown_keyword_names_file_line_and_keyword() {
-    let cfg = GOOD.replace("    default_backend be\n", "    default_backend be\n    frobnicate yes\n");
+    let cfg = GOOD.replace(
+        "    default_backend be\n",
+        "    default_backend be\n    frobnicate yes\n",
+    );
     // frobnicate is on line 11.
     let o = Sluice::check_full(&cfg, &[]);
     assert_eq!(o.code, 1, "{o:?}");
     assert!(!o.stdout.contains("Configuration file is valid"), "{o:?}");
     let alerts = alert_lines(&o.stderr);
-    assert_eq!(alerts.len(), 2, "one problem + the final line expected:\n{}", o.stderr);
+    assert_eq!(
+        alerts.len(),
+        2,
+        "one problem + the final line expected:\n{}",
+        o.stderr
+    );
     assert!(
         alerts[0].starts_with("[ALERT] (sluice) : config : @CFG@:11: "),
         "bad prefix: {:?}",
         alerts[0]
     );
     assert!(alerts[0].contains("'frobnicate'"), "{:?}", alerts[0]);
-    assert!(alerts[1].contains("Fatal errors found in configuration (1 error"), "{:?}", alerts[1]);
+    assert!(
+        alerts[1].contains("Fatal errors found in configuration (1 error"),
+        "{:?}",
+        alerts[1]
+    );
 }
 
 #[test]
@@ -103,7 +126,11 @@ frontend fe
     assert_eq!(o.code, 1, "{o:?}");
     let alerts = alert_lines(&o.stderr);
     let last = *alerts.last().expect("no alert lines");
-    assert_eq!(last, "[ALERT] (sluice) : config : Fatal errors found in configuration (3 errors).", "{}", o.stderr);
+    assert_eq!(
+        last, "[ALERT] (sluice) : config : Fatal errors found in configuration (3 errors).",
+        "{}",
+        o.stderr
+    );
     let problems = &alerts[..alerts.len() - 1];
     assert_eq!(problems.len(), 3, "{}", o.stderr);
     let lines: Vec<&str> = problems
@@ -116,9 +143,23 @@ frontend fe
                 .unwrap()
         })
         .collect();
-    assert_eq!(lines, vec!["4", "8", "9"], "errors must be listed in file order:\n{}", o.stderr);
-    let by_line = |n: &str| problems.iter().find(|l| l.contains(&format!("@CFG@:{n}: "))).unwrap();
-    assert!(by_line("4").contains("abc"), "timeout error should quote the value: {}", by_line("4"));
+    assert_eq!(
+        lines,
+        vec!["4", "8", "9"],
+        "errors must be listed in file order:\n{}",
+        o.stderr
+    );
+    let by_line = |n: &str| {
+        problems
+            .iter()
+            .find(|l| l.contains(&format!("@CFG@:{n}: ")))
+            .unwrap()
+    };
+    assert!(
+        by_line("4").contains("abc"),
+        "timeout error should quote the value: {}",
+        by_line("4")
+    );
     assert!(by_line("8").contains("lots"), "{}", by_line("8"));
     assert!(by_line("9").contains("frobnicate"), "{}", by_line("9"));
 }
@@ -130,25 +171,43 @@ fn check_unknown_backend_reference() {
     assert_eq!(o.code, 1, "{o:?}");
     let alerts = alert_lines(&o.stderr);
     assert!(alerts.len() >= 2, "{}", o.stderr);
-    assert!(alerts.iter().any(|l| l.contains("nope_backend")), "the message should name the backend:\n{}", o.stderr);
+    assert!(
+        alerts.iter().any(|l| l.contains("nope_backend")),
+        "the message should name the backend:\n{}",
+        o.stderr
+    );
 }
 
 #[test]
 fn check_exact_tokenizer_messages() {
     let cases: &[(&str, &str)] = &[
-        ("global\n.endif\n", "@CFG@:2: lone '.endif' with no matching '.if'"),
-        ("global\n.alert \"boom\"\n", "@CFG@:2: 'boom'"),
+        (
+            "global\n.endif\n",
+            "@CFG@:2: '.endif' without a matching '.if'",
+        ),
+        ("global\n.alert \"boom\"\n", "@CFG@:2: boom"),
         ("global\n.frob x\n", "@CFG@:2: unknown directive '.frob'"),
-        ("global\n    maxconn \"10\n", "@CFG@:2: unmatched quote"),
-        ("global\n.if defined(HOME)\n    maxconn 10\n", "@CFG@:2: non-terminated '.if' block (missing '.endif')"),
+        (
+            "global\n    maxconn \"10\n",
+            "@CFG@:2: unmatched quote (\")",
+        ),
+        (
+            "global\n.if defined(HOME)\n    maxconn 10\n",
+            "@CFG@:2: '.if' block is not closed (missing '.endif')",
+        ),
     ];
     for (cfg, msg) in cases {
         let o = Sluice::check_full(cfg, &[]);
         assert_eq!(o.code, 1, "{cfg:?}: {o:?}");
         let want = format!("[ALERT] (sluice) : config : {msg}");
-        assert!(o.stderr.lines().any(|l| l == want), "{cfg:?}: expected line {want:?} in:\n{}", o.stderr);
         assert!(
-            o.stderr.lines().any(|l| l == "[ALERT] (sluice) : config : Fatal errors found in configuration (1 error)."),
+            o.stderr.lines().any(|l| l == want),
+            "{cfg:?}: expected line {want:?} in:\n{}",
+            o.stderr
+        );
+        assert!(
+            o.stderr.lines().any(|l| l
+                == "[ALERT] (sluice) : config : Fatal errors found in configuration (1 error)."),
             "{cfg:?}: final line missing:\n{}",
             o.stderr
         );
@@ -176,13 +235,17 @@ fn check_expands_variables_and_conditions() {
     assert_eq!(bad.code, 1, "{bad:?}");
     assert!(bad.stderr.contains("@CFG@:3: "), "{bad:?}");
     let badnum = Sluice::check_full(cfg, &[("SLUICE_IT_MAXCONN", "lots")]);
-    assert_eq!(badnum.code, 1, "maxconn 'lots' must be rejected: {badnum:?}");
+    assert_eq!(
+        badnum.code, 1,
+        "maxconn 'lots' must be rejected: {badnum:?}"
+    );
     assert!(badnum.stderr.contains("@CFG@:5: "), "{badnum:?}");
 }
 
 #[test]
 fn cc_evaluates_conditions() {
-    let cases: &[(&str, &[(&str, &str)], i32)] = &[
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: &[(&str, Env, i32)] = &[
         ("defined(SLUICE_IT_CC)", &[("SLUICE_IT_CC", "1")], 0),
         ("defined(SLUICE_IT_CC_UNSET)", &[], 1),
         ("streq(foo,foo)", &[], 0),
@@ -191,7 +254,11 @@ fn cc_evaluates_conditions() {
         ("version_atleast(2.4)", &[], 0),
         ("version_atleast(99.0)", &[], 1),
         ("version_before(99.0)", &[], 0),
-        ("defined(SLUICE_IT_CC) && streq(\"$SLUICE_IT_CC\",yes)", &[("SLUICE_IT_CC", "yes")], 0),
+        (
+            "defined(SLUICE_IT_CC) && streq(\"$SLUICE_IT_CC\",yes)",
+            &[("SLUICE_IT_CC", "yes")],
+            0,
+        ),
         ("!defined(SLUICE_IT_CC_UNSET) || streq(a,b)", &[], 0),
         ("nosuchpredicate(1)", &[], 2),
     ];
@@ -206,9 +273,22 @@ fn compat_flags_are_accepted() {
     let dir = TempDir::new();
     let p = dir.write("c.cfg", GOOD);
     let p = p.to_str().unwrap();
-    let o = run_cli(&["-c", "-f", p, "-dM", "-dI", "-L", "node1", "-m", "512", "-W", "-Ws", "-N", "100", "-dr", "-q"]);
+    let o = run_cli(&[
+        "-c", "-f", p, "-dM", "-dI", "-L", "node1", "-m", "512", "-W", "-Ws", "-N", "100", "-dr",
+        "-q",
+    ]);
     assert_eq!(o.code, 0, "{o:?}");
-    let o = run_cli(&["-c", "-f", p, "-dM0x55", "-dW", "-S", "/tmp/x.sock", "-C", "/"]);
+    let o = run_cli(&[
+        "-c",
+        "-f",
+        p,
+        "-dM0x55",
+        "-dW",
+        "-S",
+        "/tmp/x.sock",
+        "-C",
+        "/",
+    ]);
     assert_eq!(o.code, 0, "{o:?}");
     assert!(o.stdout.contains("Configuration file is valid"), "{o:?}");
 }
@@ -233,7 +313,11 @@ fn config_directory_loads_cfg_files_in_order() {
     assert_eq!(o.code, 1, "{o:?}");
     let bad = dir.join("conf/30-bad.cfg");
     let want = format!("[ALERT] (sluice) : config : {}:2: ", bad.display());
-    assert!(o.stderr.lines().any(|l| l.starts_with(&want)), "expected {want:?}... in:\n{}", o.stderr);
+    assert!(
+        o.stderr.lines().any(|l| l.starts_with(&want)),
+        "expected {want:?}... in:\n{}",
+        o.stderr
+    );
 }
 
 #[test]
@@ -244,7 +328,11 @@ fn several_files_report_their_own_names() {
     let o = run_cli(&["-c", "-f", a.to_str().unwrap(), "-f", b.to_str().unwrap()]);
     assert_eq!(o.code, 1, "{o:?}");
     let want = format!("[ALERT] (sluice) : config : {}:3: ", b.display());
-    assert!(o.stderr.lines().any(|l| l.starts_with(&want)), "expected {want:?}... in:\n{}", o.stderr);
+    assert!(
+        o.stderr.lines().any(|l| l.starts_with(&want)),
+        "expected {want:?}... in:\n{}",
+        o.stderr
+    );
 }
 
 #[test]
@@ -252,11 +340,21 @@ fn pidfile_holds_the_running_pid() {
     let port = free_port();
     let dir = TempDir::new();
     let pf = dir.join("sluice.pid");
-    let cfg = format!("{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    monitor-uri /up\n");
-    let s = Sluice::builder(&cfg).arg("-p").arg(pf.to_str().unwrap()).start();
-    wait_until("pidfile written", WAIT, || std::fs::read_to_string(&pf).is_ok_and(|t| t.ends_with('\n')));
+    let cfg =
+        format!("{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    monitor-uri /up\n");
+    let s = Sluice::builder(&cfg)
+        .arg("-p")
+        .arg(pf.to_str().unwrap())
+        .start();
+    wait_until("pidfile written", WAIT, || {
+        std::fs::read_to_string(&pf).is_ok_and(|t| t.ends_with('\n'))
+    });
     let text = std::fs::read_to_string(&pf).unwrap();
-    assert_eq!(text.trim().parse::<i32>().unwrap(), s.pid(), "pidfile: {text:?}");
+    assert_eq!(
+        text.trim().parse::<i32>().unwrap(),
+        s.pid(),
+        "pidfile: {text:?}"
+    );
     assert_eq!(http_get(port, "/up").status, 200);
 }
 
@@ -397,8 +495,14 @@ listen tcp_in
 #[test]
 fn check_accepts_every_supported_keyword() {
     let dir = TempDir::new();
-    dir.write("503.http", "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
-    let cfg = KITCHEN_SINK.replace("{{", "{").replace("}}", "}").replace("@DIR@", dir.path().to_str().unwrap());
+    dir.write(
+        "503.http",
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
+    );
+    let cfg = KITCHEN_SINK
+        .replace("{{", "{")
+        .replace("}}", "}")
+        .replace("@DIR@", dir.path().to_str().unwrap());
     let p = dir.write("ks.cfg", &cfg);
     let o = run_cli(&["-c", "-f", p.to_str().unwrap()]);
     assert_eq!(o.code, 0, "{}", o.stderr);

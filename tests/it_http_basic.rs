@@ -8,7 +8,12 @@ use common::*;
 use std::time::Duration;
 
 /// One frontend `fe` on a fresh port, default backend `be` with the given servers.
-fn proxy(defaults: &str, fe_extra: &str, be_extra: &str, servers: &[&HttpBackend]) -> (Sluice, u16) {
+fn proxy(
+    defaults: &str,
+    fe_extra: &str,
+    be_extra: &str,
+    servers: &[&HttpBackend],
+) -> (Sluice, u16) {
     let port = free_port();
     let cfg = format!(
         "{defaults}frontend fe\n    bind 127.0.0.1:{port}\n{fe_extra}\n    default_backend be\n{}",
@@ -18,7 +23,9 @@ fn proxy(defaults: &str, fe_extra: &str, be_extra: &str, servers: &[&HttpBackend
 }
 
 fn lower_names(h: &[(String, String)]) -> Vec<(String, String)> {
-    h.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.clone())).collect()
+    h.iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.clone()))
+        .collect()
 }
 
 #[test]
@@ -44,7 +51,11 @@ fn keep_alive_serves_several_requests_on_one_connection() {
         let r = c.get(&format!("/n{i}"));
         assert_eq!(r.status, 200);
         assert_eq!(r.body_str(), format!("/n{i}"));
-        assert!(!r.conn_close(), "keep-alive response must not announce close: {:?}", r.headers);
+        assert!(
+            !r.conn_close(),
+            "keep-alive response must not announce close: {:?}",
+            r.headers
+        );
     }
     // The connection is still usable and nothing else is pending on it.
     c.expect_silent_for(Duration::from_millis(100));
@@ -60,7 +71,11 @@ fn server_connection_is_reused_within_a_client_connection() {
         assert_eq!(c.get("/").status, 200);
     }
     assert_eq!(b.reqs(), 6);
-    assert_eq!(b.conns(), 1, "6 requests on one client connection should use one server connection");
+    assert_eq!(
+        b.conns(),
+        1,
+        "6 requests on one client connection should use one server connection"
+    );
     let ids: Vec<usize> = b.requests().iter().map(|r| r.conn_id).collect();
     assert_eq!(ids, vec![0; 6]);
 }
@@ -111,7 +126,10 @@ fn http10_with_keepalive_stays_open() {
         let r = c.request("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
         assert_eq!(r.status, 200);
         assert_eq!(r.body_str(), "s1");
-        assert!(!r.close_delimited, "a kept-alive HTTP/1.0 response needs a length");
+        assert!(
+            !r.close_delimited,
+            "a kept-alive HTTP/1.0 response needs a length"
+        );
     }
 }
 
@@ -141,7 +159,10 @@ fn chunked_response_with_trailers_is_forwarded() {
         assert_eq!(r.status, 200);
         assert!(r.chunked, "response should stay chunked: {:?}", r.headers);
         assert_eq!(r.body_str(), "hello, world");
-        assert_eq!(lower_names(&r.trailers), vec![("x-checksum".to_string(), "abc123".to_string())]);
+        assert_eq!(
+            lower_names(&r.trailers),
+            vec![("x-checksum".to_string(), "abc123".to_string())]
+        );
     }
     assert_eq!(b.conns(), 1);
 }
@@ -158,8 +179,14 @@ fn chunked_request_with_trailers_is_forwarded() {
     assert_eq!(r.status, 200);
     let req = b.last_request();
     assert!(req.chunked);
-    assert_eq!(String::from_utf8_lossy(&req.body), "Wikipedia in\r\n\r\nchunks.");
-    assert_eq!(lower_names(&req.trailers), vec![("x-trailer".to_string(), "yes".to_string())]);
+    assert_eq!(
+        String::from_utf8_lossy(&req.body),
+        "Wikipedia in\r\n\r\nchunks."
+    );
+    assert_eq!(
+        lower_names(&req.trailers),
+        vec![("x-trailer".to_string(), "yes".to_string())]
+    );
     // The connection is still in sync.
     assert_eq!(c.get("/after").status, 200);
 }
@@ -169,7 +196,9 @@ fn close_delimited_response_is_forwarded_entirely() {
     let body = "x".repeat(100_000);
     let b2 = body.clone();
     let b = HttpBackend::with_handler("s1", move |_| {
-        Reply::RawClose(format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n{b2}").into_bytes())
+        Reply::RawClose(
+            format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n{b2}").into_bytes(),
+        )
     });
     let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
     let mut c = HttpClient::connect(port);
@@ -201,7 +230,9 @@ fn head_response_has_no_body() {
 fn status_204_and_304_have_no_body() {
     let b = HttpBackend::with_handler("s1", |r| match r.target.as_str() {
         "/204" => Reply::Raw(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n".to_vec()),
-        "/304" => Reply::Raw(b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 1234\r\n\r\n".to_vec()),
+        "/304" => Reply::Raw(
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 1234\r\n\r\n".to_vec(),
+        ),
         _ => Reply::named("s1"),
     });
     let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
@@ -225,7 +256,10 @@ fn expect_100_continue_is_relayed() {
     let mut c = HttpClient::connect(port);
     c.send("PUT /up HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n");
     let interim = c.read_response();
-    assert_eq!(interim.status, 100, "expected an interim 100 before sending the body");
+    assert_eq!(
+        interim.status, 100,
+        "expected an interim 100 before sending the body"
+    );
     c.send("0123456789");
     let r = c.read_final(false);
     assert_eq!(r.status, 200);
@@ -243,8 +277,19 @@ fn request_header_case_and_order_are_preserved() {
     );
     assert_eq!(r.status, 200);
     let req = b.last_request();
-    let want = ["hOsT", "X-Zeta", "x-alpha", "X-ZETA", "Accept", "x-MiXeD-CaSe"];
-    let got: Vec<&str> = req.header_names().into_iter().filter(|n| want.contains(n)).collect();
+    let want = [
+        "hOsT",
+        "X-Zeta",
+        "x-alpha",
+        "X-ZETA",
+        "Accept",
+        "x-MiXeD-CaSe",
+    ];
+    let got: Vec<&str> = req
+        .header_names()
+        .into_iter()
+        .filter(|n| want.contains(n))
+        .collect();
     assert_eq!(got, want, "all headers: {:?}", req.headers);
     assert_eq!(req.headers_named("x-zeta"), vec!["1", "3"]);
     assert_eq!(req.header("x-mixed-case"), Some("v a l"));
@@ -261,7 +306,12 @@ fn response_header_case_and_order_are_preserved() {
     let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
     let r = http_get(port, "/");
     let want = ["x-Second", "X-FIRST", "Set-Cookie", "set-cookie"];
-    let got: Vec<&str> = r.headers.iter().map(|(n, _)| n.as_str()).filter(|n| want.contains(n)).collect();
+    let got: Vec<&str> = r
+        .headers
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| want.contains(n))
+        .collect();
     assert_eq!(got, want, "all headers: {:?}", r.headers);
     assert_eq!(r.headers_named("set-cookie"), vec!["a=1", "b=2"]);
     assert_eq!(r.body_str(), "ok");
@@ -279,10 +329,17 @@ fn hop_by_hop_request_headers_are_removed() {
     assert_eq!(r.status, 200);
     let req = b.last_request();
     for h in ["keep-alive", "proxy-connection", "te", "x-private-hop"] {
-        assert!(req.header(h).is_none(), "{h} must not be forwarded: {:?}", req.headers);
+        assert!(
+            req.header(h).is_none(),
+            "{h} must not be forwarded: {:?}",
+            req.headers
+        );
     }
     if let Some(conn) = req.header("connection") {
-        assert!(!conn.to_ascii_lowercase().contains("x-private-hop"), "client's Connection forwarded: {conn}");
+        assert!(
+            !conn.to_ascii_lowercase().contains("x-private-hop"),
+            "client's Connection forwarded: {conn}"
+        );
     }
     assert_eq!(req.header("x-end-to-end"), Some("kept"));
 }
@@ -312,7 +369,10 @@ fn forwardfor_adds_client_address() {
     let (_s, port) = proxy(DEFAULTS_HTTP, "    option forwardfor", "", &[&b]);
     let r = http_get(port, "/");
     assert_eq!(r.status, 200);
-    assert_eq!(b.last_request().headers_named("x-forwarded-for"), vec!["127.0.0.1"]);
+    assert_eq!(
+        b.last_request().headers_named("x-forwarded-for"),
+        vec!["127.0.0.1"]
+    );
     // An existing header from the client is kept and ours comes after it.
     let mut c = HttpClient::connect(port);
     c.get_with("/", "X-Forwarded-For: 203.0.113.9\r\n");
@@ -323,7 +383,12 @@ fn forwardfor_adds_client_address() {
 #[test]
 fn forwardfor_custom_header_and_except() {
     let b = HttpBackend::start("s1");
-    let (_s, port) = proxy(DEFAULTS_HTTP, "    option forwardfor header X-Client-IP", "", &[&b]);
+    let (_s, port) = proxy(
+        DEFAULTS_HTTP,
+        "    option forwardfor header X-Client-IP",
+        "",
+        &[&b],
+    );
     http_get(port, "/");
     let req = b.last_request();
     assert_eq!(req.header("x-client-ip"), Some("127.0.0.1"));
@@ -331,9 +396,18 @@ fn forwardfor_custom_header_and_except() {
     drop(_s);
 
     let b2 = HttpBackend::start("s2");
-    let (_s2, port2) = proxy(DEFAULTS_HTTP, "    option forwardfor except 127.0.0.0/8", "", &[&b2]);
+    let (_s2, port2) = proxy(
+        DEFAULTS_HTTP,
+        "    option forwardfor except 127.0.0.0/8",
+        "",
+        &[&b2],
+    );
     assert_eq!(http_get(port2, "/").status, 200);
-    assert!(b2.last_request().header("x-forwarded-for").is_none(), "{:?}", b2.last_request().headers);
+    assert!(
+        b2.last_request().header("x-forwarded-for").is_none(),
+        "{:?}",
+        b2.last_request().headers
+    );
 }
 
 #[test]
@@ -347,7 +421,11 @@ fn http_server_close_opens_a_server_connection_per_request() {
         assert!(!r.conn_close(), "the client side stays keep-alive");
     }
     assert_eq!(b.reqs(), 3);
-    assert_eq!(b.conns(), 3, "server connection must be closed after each response");
+    assert_eq!(
+        b.conns(),
+        3,
+        "server connection must be closed after each response"
+    );
     // The server side is closed by sluice: all its connections end.
     b.wait_open_conns(|n| n == 0, WAIT);
 }
@@ -367,11 +445,17 @@ fn httpclose_closes_both_sides() {
 
 #[test]
 fn large_bodies_both_ways() {
-    let b = HttpBackend::with_handler("s1", |r| Reply::status(200, "s1", r.body.iter().rev().copied().collect::<Vec<u8>>()));
+    let b = HttpBackend::with_handler("s1", |r| {
+        Reply::status(200, "s1", r.body.iter().rev().copied().collect::<Vec<u8>>())
+    });
     let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
     let body: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let mut c = HttpClient::connect(port);
-    let mut req = format!("POST /big HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+    let mut req = format!(
+        "POST /big HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
     req.extend_from_slice(&body);
     // Write from another thread: sluice may start answering before the upload ends.
     let w = c.tcp().try_clone().unwrap();
@@ -384,7 +468,10 @@ fn large_bodies_both_ways() {
     t.join().unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.body.len(), body.len());
-    assert!(r.body.iter().eq(body.iter().rev()), "body corrupted in transit");
+    assert!(
+        r.body.iter().eq(body.iter().rev()),
+        "body corrupted in transit"
+    );
     assert_eq!(b.last_request().body, body);
 }
 
@@ -401,10 +488,20 @@ fn httplog_line_is_written() {
         r#"^127\.0\.0\.1:(\d+) \[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d\.\d{3}\] fe be/s1 \d+/\d+/\d+/\d+/\d+ 200 (\d+) - - ---- \d+/\d+/\d+/\d+/0 0/0 "GET /logged\?q=1 HTTP/1\.1"$"#,
     )
     .unwrap();
-    let caps = re.captures(&line).unwrap_or_else(|| panic!("log line does not match: {line:?}"));
-    assert_eq!(caps[1].parse::<u16>().unwrap(), cport, "client port in {line:?}");
+    let caps = re
+        .captures(&line)
+        .unwrap_or_else(|| panic!("log line does not match: {line:?}"));
+    assert_eq!(
+        caps[1].parse::<u16>().unwrap(),
+        cport,
+        "client port in {line:?}"
+    );
     let bytes: usize = caps[2].parse().unwrap();
-    assert_eq!(bytes, r.raw_head.len() + r.body.len(), "bytes sent to the client in {line:?}");
+    assert_eq!(
+        bytes,
+        r.raw_head.len() + r.body.len(),
+        "bytes sent to the client in {line:?}"
+    );
 }
 
 #[test]
@@ -431,7 +528,12 @@ fn unix_socket_bind_serves_http() {
 #[test]
 fn dontlognull_skips_empty_connections() {
     let b = HttpBackend::start("s1");
-    let (s, port) = proxy(LOGGED_HTTP, "    option dontlognull\n    timeout http-request 300ms", "", &[&b]);
+    let (s, port) = proxy(
+        LOGGED_HTTP,
+        "    option dontlognull\n    timeout http-request 300ms",
+        "",
+        &[&b],
+    );
     // A connection that sends nothing and is closed by the timeout...
     let mut empty = HttpClient::connect(port);
     let eport = empty.local_port();
@@ -439,7 +541,11 @@ fn dontlognull_skips_empty_connections() {
         Closed::Eof | Closed::Reset => {}
         Closed::Data(d) => {
             // HAProxy still answers 408 here (only the log is skipped).
-            assert!(d.starts_with(b"HTTP/1.1 408"), "{:?}", String::from_utf8_lossy(&d));
+            assert!(
+                d.starts_with(b"HTTP/1.1 408"),
+                "{:?}",
+                String::from_utf8_lossy(&d)
+            );
             empty.expect_closed();
         }
         Closed::StillOpen => panic!("empty connection not closed by timeout http-request"),

@@ -9,7 +9,9 @@ use std::time::Duration;
 fn proxy_cfg(defaults: &str, fe_extra: &str, be: &str) -> (String, u16) {
     let port = free_port();
     (
-        format!("{defaults}frontend fe\n    bind 127.0.0.1:{port}\n{fe_extra}\n    default_backend be\n{be}"),
+        format!(
+            "{defaults}frontend fe\n    bind 127.0.0.1:{port}\n{fe_extra}\n    default_backend be\n{be}"
+        ),
         port,
     )
 }
@@ -22,15 +24,28 @@ fn proxy(b: &HttpBackend) -> (Sluice, u16) {
 /// The start of a request, for failure messages.
 fn short(raw: &[u8]) -> String {
     let s = String::from_utf8_lossy(raw);
-    if s.len() > 160 { format!("{}...({} bytes)", &s[..160], s.len()) } else { s.into_owned() }
+    if s.len() > 160 {
+        format!("{}...({} bytes)", &s[..160], s.len())
+    } else {
+        s.into_owned()
+    }
 }
 
 /// Sends `raw` on a fresh connection, expects `status`, then the connection to be closed.
 fn expect_error_and_close(port: u16, raw: &[u8], status: u16) -> Response {
     let mut c = HttpClient::connect(port);
     c.send(raw);
-    let r = c.try_read_response(false).unwrap_or_else(|e| panic!("no response to {:?}: {e}", short(raw)));
-    assert_eq!(r.status, status, "request {:?} got {} {:?}", short(raw), r.status, r.body_str());
+    let r = c
+        .try_read_response(false)
+        .unwrap_or_else(|e| panic!("no response to {:?}: {e}", short(raw)));
+    assert_eq!(
+        r.status,
+        status,
+        "request {:?} got {} {:?}",
+        short(raw),
+        r.status,
+        r.body_str()
+    );
     c.expect_closed();
     r
 }
@@ -38,13 +53,22 @@ fn expect_error_and_close(port: u16, raw: &[u8], status: u16) -> Response {
 fn assert_builtin_page(r: &Response, status: u16, reason: &str) {
     assert_eq!(r.reason, reason);
     assert!(
-        r.body_str().starts_with(&format!("<html><body><h1>{status} {reason}</h1>")),
+        r.body_str()
+            .starts_with(&format!("<html><body><h1>{status} {reason}</h1>")),
         "body: {:?}",
         r.body_str()
     );
-    assert_eq!(r.header("content-length").map(|v| v.parse::<usize>().unwrap()), Some(r.body.len()));
+    assert_eq!(
+        r.header("content-length")
+            .map(|v| v.parse::<usize>().unwrap()),
+        Some(r.body.len())
+    );
     assert_eq!(r.header("cache-control"), Some("no-cache"));
-    assert!(r.conn_close(), "error responses announce connection: close: {:?}", r.headers);
+    assert!(
+        r.conn_close(),
+        "error responses announce connection: close: {:?}",
+        r.headers
+    );
 }
 
 #[test]
@@ -82,7 +106,12 @@ fn malformed_requests_get_400_and_never_reach_the_server() {
         let r = expect_error_and_close(port, raw, 400);
         assert_builtin_page(&r, 400, "Bad Request");
     }
-    assert_eq!(b.reqs(), 0, "a malformed request reached the server: {:?}", b.requests().first().map(|r| r.raw_head.clone()));
+    assert_eq!(
+        b.reqs(),
+        0,
+        "a malformed request reached the server: {:?}",
+        b.requests().first().map(|r| r.raw_head.clone())
+    );
 }
 
 #[test]
@@ -90,7 +119,9 @@ fn identical_duplicate_content_length_is_accepted() {
     let b = HttpBackend::start("s1");
     let (_s, port) = proxy(&b);
     let mut c = HttpClient::connect(port);
-    let r = c.request("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello");
+    let r = c.request(
+        "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+    );
     assert_eq!(r.status, 200);
     assert_eq!(b.last_request().body, b"hello");
     assert_eq!(c.get("/").status, 200);
@@ -100,7 +131,11 @@ fn identical_duplicate_content_length_is_accepted() {
 fn bad_chunk_size_gets_400() {
     let b = HttpBackend::start("s1");
     let (_s, port) = proxy(&b);
-    expect_error_and_close(port, b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400);
+    expect_error_and_close(
+        port,
+        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        400,
+    );
     // The server must not have seen a complete request with a body.
     assert!(b.requests().iter().all(|r| r.body.is_empty()));
 }
@@ -113,7 +148,10 @@ fn smuggled_second_request_is_not_forwarded() {
     let (_s, port) = proxy(&b);
     let raw = b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: t\r\n\r\n";
     expect_error_and_close(port, raw, 400);
-    assert!(b.requests().iter().all(|r| r.target != "/smuggled"), "smuggled request reached the server");
+    assert!(
+        b.requests().iter().all(|r| r.target != "/smuggled"),
+        "smuggled request reached the server"
+    );
     assert_eq!(b.reqs(), 0);
 }
 
@@ -121,7 +159,11 @@ fn smuggled_second_request_is_not_forwarded() {
 fn unknown_transfer_coding_gets_501() {
     let b = HttpBackend::start("s1");
     let (_s, port) = proxy(&b);
-    let r = expect_error_and_close(port, b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: frobnicate\r\n\r\n", 501);
+    let r = expect_error_and_close(
+        port,
+        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: frobnicate\r\n\r\n",
+        501,
+    );
     assert_builtin_page(&r, 501, "Not Implemented");
     assert_eq!(b.reqs(), 0);
 }
@@ -164,7 +206,10 @@ fn tune_bufsize_lowers_the_limits() {
         &backend_section("be", "", &[&b]),
     );
     let _s = Sluice::start(&cfg);
-    assert_eq!(http_get(port, &format!("/{}", "a".repeat(2000))).status, 200);
+    assert_eq!(
+        http_get(port, &format!("/{}", "a".repeat(2000))).status,
+        200
+    );
     let long = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "b".repeat(3500));
     expect_error_and_close(port, long.as_bytes(), 414);
 }
@@ -175,13 +220,19 @@ fn garbage_from_server_gets_502() {
         "/garbage" => Reply::RawClose(b"THIS IS NOT HTTP\r\n\r\n".to_vec()),
         "/empty" => Reply::Close,
         "/truncated" => Reply::RawClose(b"HTTP/1.1 200 OK\r\nContent-Le".to_vec()),
-        "/badcl" => Reply::RawClose(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc".to_vec()),
+        "/badcl" => Reply::RawClose(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc".to_vec(),
+        ),
         "/badstatus" => Reply::RawClose(b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n".to_vec()),
         _ => Reply::named("s1"),
     });
     let (_s, port) = proxy(&b);
     for path in ["/garbage", "/empty", "/truncated", "/badcl", "/badstatus"] {
-        let r = expect_error_and_close(port, format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(), 502);
+        let r = expect_error_and_close(
+            port,
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+            502,
+        );
         assert_builtin_page(&r, 502, "Bad Gateway");
     }
 }
@@ -213,10 +264,15 @@ fn refused_connection_after_retries_gets_503_and_logs_sc() {
     assert_builtin_page(&r, 503, "Service Unavailable");
     let line = s.wait_log_line(|l| l.contains("/refused"), WAIT);
     assert!(line.contains(" 503 "), "{line}");
-    assert!(line.contains(" SC-- "), "termination state should be SC: {line}");
+    assert!(
+        line.contains(" SC-- "),
+        "termination state should be SC: {line}"
+    );
     // retries 2 → the log's retries counter (last of ac/fc/bc/sc/rc) is 2.
     let re = regex::Regex::new(r" \d+/\d+/\d+/\d+/\+?(\d+) \d+/\d+ ").unwrap();
-    let caps = re.captures(&line).unwrap_or_else(|| panic!("no counters in {line}"));
+    let caps = re
+        .captures(&line)
+        .unwrap_or_else(|| panic!("no counters in {line}"));
     assert_eq!(&caps[1], "2", "{line}");
 }
 
@@ -228,8 +284,15 @@ fn errorfile_replaces_the_whole_response_verbatim() {
     let page400 = b"HTTP/1.1 400 Bad Request\r\nX-Custom-400: 1\r\nContent-Length: 4\r\n\r\nnope";
     let f400 = dir.write("400.http", page400);
     let dead = closed_port();
-    let be = format!("backend be\n    retries 0\n    errorfile 503 {}\n    server s1 127.0.0.1:{dead}\n", f503.display());
-    let (cfg, port) = proxy_cfg(DEFAULTS_HTTP, &format!("    errorfile 400 {}", f400.display()), &be);
+    let be = format!(
+        "backend be\n    retries 0\n    errorfile 503 {}\n    server s1 127.0.0.1:{dead}\n",
+        f503.display()
+    );
+    let (cfg, port) = proxy_cfg(
+        DEFAULTS_HTTP,
+        &format!("    errorfile 400 {}", f400.display()),
+        &be,
+    );
     let _s = Sluice::start(&cfg);
 
     let mut c = HttpClient::connect(port);
@@ -240,7 +303,10 @@ fn errorfile_replaces_the_whole_response_verbatim() {
     let mut c = HttpClient::connect(port);
     c.send("GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
     let got = c.wire.read_to_end().unwrap();
-    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(page400));
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(page400)
+    );
 }
 
 #[test]
@@ -268,11 +334,16 @@ fn error_after_good_requests_closes_the_connection() {
     let (_s, port) = proxy(&b);
     let mut c = HttpClient::connect(port);
     assert_eq!(c.get("/").status, 200);
-    c.send("GET / HTTP/1.1\r\nHost: t\r\nX-Bad: a\x01b\r\n\r\nGET /after HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.send(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Bad: a\x01b\r\n\r\nGET /after HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
     let r = c.read_final(false);
     assert_eq!(r.status, 400);
     c.expect_closed();
-    assert!(b.requests().iter().all(|r| r.target != "/after"), "request after a 400 was processed");
+    assert!(
+        b.requests().iter().all(|r| r.target != "/after"),
+        "request after a 400 was processed"
+    );
 }
 
 #[test]
@@ -300,10 +371,16 @@ fn sluice_survives_a_burst_of_bad_requests() {
     let (_s, port) = proxy(&b);
     for i in 0..50u8 {
         let mut c = HttpClient::connect(port);
-        let junk: Vec<u8> = (0..200u32).map(|j| ((j * 31 + i as u32 * 17) % 256) as u8).collect();
+        let junk: Vec<u8> = (0..200u32)
+            .map(|j| ((j * 31 + i as u32 * 17) % 256) as u8)
+            .collect();
         c.send(&junk);
         c.send("\r\n\r\n");
         let _ = c.wait_closed(Duration::from_secs(5));
     }
-    assert_eq!(http_get(port, "/").status, 200, "sluice must still serve after garbage input");
+    assert_eq!(
+        http_get(port, "/").status,
+        200,
+        "sluice must still serve after garbage input"
+    );
 }

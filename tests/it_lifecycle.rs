@@ -30,7 +30,11 @@ fn assert_connection_ends(c: &mut HttpClient) {
     match c.wait_closed(WAIT) {
         Closed::Eof | Closed::Reset => {}
         Closed::Data(d) => {
-            assert!(d.starts_with(b"HTTP/1.1 5"), "unexpected data: {:?}", String::from_utf8_lossy(&d));
+            assert!(
+                d.starts_with(b"HTTP/1.1 5"),
+                "unexpected data: {:?}",
+                String::from_utf8_lossy(&d)
+            );
             let _ = c.wire.read_to_end();
         }
         Closed::StillOpen => panic!("connection still open"),
@@ -64,15 +68,22 @@ fn soft_stop_finishes_in_flight_request_then_exits_0() {
     b.wait_requests(1, WAIT);
     s.signal(Signal::SIGUSR1);
     // Listeners close: new connections are refused...
-    wait_until("listener closed after SIGUSR1", WAIT, || connect_refused(port));
+    wait_until("listener closed after SIGUSR1", WAIT, || {
+        connect_refused(port)
+    });
     // ...but the process waits for the in-flight request.
-    assert!(s.exit_status().is_none(), "sluice exited with a request in flight");
+    assert!(
+        s.exit_status().is_none(),
+        "sluice exited with a request in flight"
+    );
     gate.release(1);
     let (r, mut c) = inflight.join().unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.body_str(), "/slow");
     c.expect_closed();
-    let st = s.wait_exit(WAIT).expect("sluice did not exit after its last request");
+    let st = s
+        .wait_exit(WAIT)
+        .expect("sluice did not exit after its last request");
     assert_eq!(st.code(), Some(0), "{st:?}");
 }
 
@@ -88,7 +99,9 @@ fn soft_stop_closes_idle_keepalive_connections() {
     assert_eq!(c.get("/").status, 200);
     s.signal(Signal::SIGUSR1);
     c.expect_closed();
-    let st = s.wait_exit(WAIT).expect("an idle keep-alive connection must not hold a soft stop");
+    let st = s
+        .wait_exit(WAIT)
+        .expect("an idle keep-alive connection must not hold a soft stop");
     assert_eq!(st.code(), Some(0));
 }
 
@@ -132,9 +145,14 @@ fn hard_stop_after_bounds_a_soft_stop() {
     b.wait_requests(1, WAIT);
     let t0 = Instant::now();
     s.signal(Signal::SIGUSR1);
-    let st = s.wait_exit(WAIT).expect("hard-stop-after did not end the process");
+    let st = s
+        .wait_exit(WAIT)
+        .expect("hard-stop-after did not end the process");
     let took = t0.elapsed();
-    assert!(took >= Duration::from_millis(550), "exited after {took:?}, before hard-stop-after");
+    assert!(
+        took >= Duration::from_millis(550),
+        "exited after {took:?}, before hard-stop-after"
+    );
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(st.code(), Some(0), "{st:?}");
     assert_connection_ends(&mut c);
@@ -162,7 +180,8 @@ fn bind_inherited_fd() {
 
 #[test]
 fn bind_fd_that_is_not_a_socket_fails() {
-    let cfg = format!("{DEFAULTS_HTTP}frontend fe\n    bind fd@2\n    http-request return status 200\n");
+    let cfg =
+        format!("{DEFAULTS_HTTP}frontend fe\n    bind fd@2\n    http-request return status 200\n");
     let s = Sluice::builder(&cfg).spawn();
     let st = s.wait_exit(WAIT).expect("sluice must refuse to start");
     assert_eq!(st.code(), Some(1), "{st:?}\n{}", s.stderr.text());
@@ -276,7 +295,9 @@ fn syslog_over_udp() {
     assert_eq!(http_get(port, "/syslogged").status, 200);
     let mut buf = [0u8; 2048];
     let msg = loop {
-        let (n, _) = udp.recv_from(&mut buf).expect("no syslog datagram within 10 s");
+        let (n, _) = udp
+            .recv_from(&mut buf)
+            .expect("no syslog datagram within 10 s");
         let m = String::from_utf8_lossy(&buf[..n]).into_owned();
         if m.contains("/syslogged") {
             break m;
@@ -286,7 +307,9 @@ fn syslog_over_udp() {
         r#"^<134>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d sluice\[(\d+)\]: 127\.0\.0\.1:\d+ \[[^\]]+\] fe be/s1 [-\d/]+ 200 \d+ - - ---- [\d/]+ 0/0 "GET /syslogged HTTP/1\.1"\n?$"#,
     )
     .unwrap();
-    let caps = re.captures(&msg).unwrap_or_else(|| panic!("syslog message does not match: {msg:?}"));
+    let caps = re
+        .captures(&msg)
+        .unwrap_or_else(|| panic!("syslog message does not match: {msg:?}"));
     assert_eq!(caps[1].parse::<i32>().unwrap(), s.pid());
 }
 
@@ -309,12 +332,27 @@ fn daemon_mode_writes_pidfile_and_serves() {
         ),
     );
     let pf = dir.join("d.pid");
-    let o = run_cli(&["-D", "-p", pf.to_str().unwrap(), "-f", cfg.to_str().unwrap()]);
+    let o = run_cli(&[
+        "-D",
+        "-p",
+        pf.to_str().unwrap(),
+        "-f",
+        cfg.to_str().unwrap(),
+    ]);
     assert_eq!(o.code, 0, "the launching process exits 0: {o:?}");
-    wait_until("pidfile written", WAIT, || std::fs::read_to_string(&pf).is_ok_and(|t| t.ends_with('\n')));
-    let pid: i32 = std::fs::read_to_string(&pf).unwrap().trim().parse().unwrap();
+    wait_until("pidfile written", WAIT, || {
+        std::fs::read_to_string(&pf).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let pid: i32 = std::fs::read_to_string(&pf)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    assert!(String::from_utf8_lossy(&cmdline).contains("sluice"), "pid {pid} is not sluice");
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains("sluice"),
+        "pid {pid} is not sluice"
+    );
     let _reap = Reap(pid);
     let r = http_get(port, "/daemon");
     assert_eq!(r.status, 200);
@@ -322,7 +360,9 @@ fn daemon_mode_writes_pidfile_and_serves() {
     wait_until("daemon stopped listening", WAIT, || connect_refused(port));
     // Gone, or a zombie with no descriptors left (nobody may reap it here).
     wait_until("daemon exited", WAIT, || {
-        std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() == 0).unwrap_or(true)
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.count() == 0)
+            .unwrap_or(true)
     });
 }
 
@@ -330,13 +370,20 @@ fn daemon_mode_writes_pidfile_and_serves() {
 fn bind_failure_is_reported_and_exits_1() {
     let taken = TcpListener::bind(lo(0)).unwrap();
     let port = taken.local_addr().unwrap().port();
-    let cfg = format!("{DEFAULTS_HTTP}frontend busy\n    bind 127.0.0.1:{port}\n    http-request return status 200\n");
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend busy\n    bind 127.0.0.1:{port}\n    http-request return status 200\n"
+    );
     let s = Sluice::builder(&cfg).spawn();
-    let st = s.wait_exit(WAIT).expect("sluice must exit when it cannot bind");
+    let st = s
+        .wait_exit(WAIT)
+        .expect("sluice must exit when it cannot bind");
     assert_eq!(st.code(), Some(1));
     let err = s.stderr.text();
     assert!(err.contains("[ALERT]"), "{err}");
-    assert!(err.contains("Starting frontend busy: cannot bind socket"), "{err}");
+    assert!(
+        err.contains("Starting frontend busy: cannot bind socket"),
+        "{err}"
+    );
     assert!(err.contains(&format!("[127.0.0.1:{port}]")), "{err}");
     assert!(!err.contains(READY), "must not claim readiness: {err}");
 }
@@ -361,7 +408,10 @@ fn several_binds_and_frontends_in_one_process() {
         .map(|i| {
             std::thread::spawn(move || {
                 let mut c = HttpClient::connect(if i % 2 == 0 { p1 } else { p3 });
-                (0..10).map(|_| c.get("/").status).filter(|&s| s == 200).count()
+                (0..10)
+                    .map(|_| c.get("/").status)
+                    .filter(|&s| s == 200)
+                    .count()
             })
         })
         .collect();
@@ -385,7 +435,10 @@ fn ipv6_dual_stack_bind() {
     assert_eq!(c4.get("/over-v4").status, 200);
     // A v4 client of a dual-stack socket (HAProxy prints ::ffff:127.0.0.1).
     let l4 = s.wait_log_line(|l| l.contains("/over-v4"), WAIT);
-    assert!(l4.contains(&format!("127.0.0.1:{} ", c4.local_port())), "{l4}");
+    assert!(
+        l4.contains(&format!("127.0.0.1:{} ", c4.local_port())),
+        "{l4}"
+    );
     let l6 = s.wait_log_line(|l| l.contains("/over-v6"), WAIT);
     assert!(l6.starts_with("::1:"), "{l6}");
 }

@@ -32,7 +32,9 @@ fn start(be_extra: &str, server_opts: &str, b: &HttpBackend, defaults: &str) -> 
 fn send_bg(port: u16, path: &str) -> JoinHandle<(Response, Duration)> {
     let mut c = HttpClient::connect(port);
     let t0 = Instant::now();
-    c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"));
+    c.send(format!(
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    ));
     wait_consumed(c.tcp());
     std::thread::spawn(move || {
         let r = c.read_final(false);
@@ -48,15 +50,25 @@ fn maxconn_queues_requests_and_serves_them_in_fifo_order() {
     let first = send_bg(port, "/slow0");
     b.wait_requests(1, WAIT);
     // While /slow0 holds the only slot, four more arrive, in this order.
-    let queued: Vec<_> = (1..=4).map(|i| send_bg(port, &format!("/slow{i}"))).collect();
+    let queued: Vec<_> = (1..=4)
+        .map(|i| send_bg(port, &format!("/slow{i}")))
+        .collect();
     // None of them may reach the server while the slot is taken.
     assert_eq!(b.reqs(), 1);
-    assert_eq!(b.open_conns(), 1, "maxconn 1 means one server connection at a time");
+    assert_eq!(
+        b.open_conns(),
+        1,
+        "maxconn 1 means one server connection at a time"
+    );
     for i in 1..=5 {
         gate.release(1);
         if i < 5 {
             let reqs = b.wait_requests(i + 1, WAIT);
-            assert_eq!(reqs.len(), i + 1, "only one queued request may be dequeued per freed slot");
+            assert_eq!(
+                reqs.len(),
+                i + 1,
+                "only one queued request may be dequeued per freed slot"
+            );
         }
     }
     let (r, _) = first.join().unwrap();
@@ -67,7 +79,11 @@ fn maxconn_queues_requests_and_serves_them_in_fifo_order() {
         assert_eq!(r.body_str(), format!("/slow{}", i + 1));
     }
     let order: Vec<String> = b.requests().iter().map(|r| r.target.clone()).collect();
-    assert_eq!(order, vec!["/slow0", "/slow1", "/slow2", "/slow3", "/slow4"], "queue must be FIFO");
+    assert_eq!(
+        order,
+        vec!["/slow0", "/slow1", "/slow2", "/slow3", "/slow4"],
+        "queue must be FIFO"
+    );
 }
 
 #[test]
@@ -80,12 +96,26 @@ fn timeout_queue_answers_503() {
     let waiting = send_bg(port, "/queued");
     let (r, took) = waiting.join().unwrap();
     assert_eq!(r.status, 503);
-    assert!(r.body_str().contains("503 Service Unavailable"), "{}", r.body_str());
-    assert!(took >= Duration::from_millis(380), "503 came after {took:?}, before timeout queue");
+    assert!(
+        r.body_str().contains("503 Service Unavailable"),
+        "{}",
+        r.body_str()
+    );
+    assert!(
+        took >= Duration::from_millis(380),
+        "503 came after {took:?}, before timeout queue"
+    );
     assert!(took < Duration::from_secs(5), "503 came after {took:?}");
-    assert_eq!(b.reqs(), 1, "the timed-out request must not reach the server");
+    assert_eq!(
+        b.reqs(),
+        1,
+        "the timed-out request must not reach the server"
+    );
     let line = s.wait_log_line(|l| l.contains("/queued"), WAIT);
-    assert!(line.contains(" 503 ") && line.contains(" sQ-- "), "queue timeout is logged as sQ: {line}");
+    assert!(
+        line.contains(" 503 ") && line.contains(" sQ-- "),
+        "queue timeout is logged as sQ: {line}"
+    );
     gate.open();
     assert_eq!(first.join().unwrap().0.status, 200);
 }
@@ -112,7 +142,12 @@ fn maxqueue_rejects_beyond_the_server_queue_length() {
     // hash): with no other server to redispatch to, the request is refused.
     let gate = Gate::new();
     let b = gated("s1", &gate);
-    let (_s, port) = start("    balance uri\n    timeout queue 10s", "maxconn 1 maxqueue 1", &b, DEFAULTS_HTTP);
+    let (_s, port) = start(
+        "    balance uri\n    timeout queue 10s",
+        "maxconn 1 maxqueue 1",
+        &b,
+        DEFAULTS_HTTP,
+    );
     let first = send_bg(port, "/k?slow0");
     b.wait_requests(1, WAIT);
     let second = send_bg(port, "/k?slow1");

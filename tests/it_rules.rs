@@ -27,7 +27,12 @@ fn two_with(defaults: &str, fe_rules: &str, be_a_extra: &str) -> Two {
         a.hostport(),
         b.hostport()
     );
-    Two { s: Sluice::start(&cfg), port, a, b }
+    Two {
+        s: Sluice::start(&cfg),
+        port,
+        a,
+        b,
+    }
 }
 
 fn req(port: u16, raw_head_lines: &str) -> Response {
@@ -67,13 +72,39 @@ fn acl_on_headers_method_and_source() {
          use_backend b if m_post local",
         "",
     );
-    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: t\r\nX-Role: ADMIN\r\n").server(), "B", "-i ignores case");
-    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: t\r\nX-Role: user\r\n").server(), "A");
-    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: beta.example.com\r\n").server(), "B");
-    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: example.org\r\n").server(), "B");
-    assert_eq!(req(t.port, "GET / HTTP/1.1\r\nHost: example.com\r\n").server(), "A");
-    assert_eq!(req(t.port, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n").server(), "B");
-    assert_eq!(req(t.port, "PUT / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n").server(), "A");
+    assert_eq!(
+        req(t.port, "GET / HTTP/1.1\r\nHost: t\r\nX-Role: ADMIN\r\n").server(),
+        "B",
+        "-i ignores case"
+    );
+    assert_eq!(
+        req(t.port, "GET / HTTP/1.1\r\nHost: t\r\nX-Role: user\r\n").server(),
+        "A"
+    );
+    assert_eq!(
+        req(t.port, "GET / HTTP/1.1\r\nHost: beta.example.com\r\n").server(),
+        "B"
+    );
+    assert_eq!(
+        req(t.port, "GET / HTTP/1.1\r\nHost: example.org\r\n").server(),
+        "B"
+    );
+    assert_eq!(
+        req(t.port, "GET / HTTP/1.1\r\nHost: example.com\r\n").server(),
+        "A"
+    );
+    assert_eq!(
+        req(
+            t.port,
+            "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n"
+        )
+        .server(),
+        "B"
+    );
+    assert_eq!(
+        req(t.port, "PUT / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n").server(),
+        "A"
+    );
 }
 
 #[test]
@@ -84,7 +115,11 @@ fn acl_case_sensitivity_and_negation() {
         "",
     );
     assert_eq!(http_get(t.port, "/Api/x").server(), "B");
-    assert_eq!(http_get(t.port, "/api/x").server(), "A", "without -i matching is case-sensitive");
+    assert_eq!(
+        http_get(t.port, "/api/x").server(),
+        "A",
+        "without -i matching is case-sensitive"
+    );
     assert_eq!(http_get(t.port, "/CI/x").server(), "B");
     assert_eq!(http_get(t.port, "/x").server(), "A");
 }
@@ -100,21 +135,37 @@ fn anonymous_acls_or_and_unless() {
     assert_eq!(http_get(t.port, "/one").server(), "B");
     assert_eq!(http_get(t.port, "/two").server(), "B");
     assert_eq!(http_get(t.port, "/three").server(), "A");
-    assert_eq!(req(t.port, "GET /x HTTP/1.1\r\nHost: t\r\nX-A: 1\r\nX-B: 1\r\n").server(), "B", "AND of two terms");
-    assert_eq!(req(t.port, "GET /x HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n").server(), "A");
-    assert_eq!(req(t.port, "GET /x HTTP/1.1\r\nHost: t\r\nX-B: 1\r\n").server(), "A");
+    assert_eq!(
+        req(t.port, "GET /x HTTP/1.1\r\nHost: t\r\nX-A: 1\r\nX-B: 1\r\n").server(),
+        "B",
+        "AND of two terms"
+    );
+    assert_eq!(
+        req(t.port, "GET /x HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n").server(),
+        "A"
+    );
+    assert_eq!(
+        req(t.port, "GET /x HTTP/1.1\r\nHost: t\r\nX-B: 1\r\n").server(),
+        "A"
+    );
 }
 
 #[test]
 fn first_matching_use_backend_wins() {
-    let t = two("    use_backend a if { path_beg /x }\n    use_backend b if { path_beg / }", "");
+    let t = two(
+        "    use_backend a if { path_beg /x }\n    use_backend b if { path_beg / }",
+        "",
+    );
     assert_eq!(http_get(t.port, "/x/1").server(), "A");
     assert_eq!(http_get(t.port, "/y").server(), "B");
 }
 
 #[test]
 fn acl_with_several_patterns_matches_any() {
-    let t = two("    acl static path_end .css .js .png\n    use_backend b if static", "");
+    let t = two(
+        "    acl static path_end .css .js .png\n    use_backend b if static",
+        "",
+    );
     for p in ["/a.css", "/a.js", "/a.png"] {
         assert_eq!(http_get(t.port, p).server(), "B", "{p}");
     }
@@ -134,9 +185,21 @@ fn set_add_del_request_headers() {
     );
     assert_eq!(r.status, 200);
     let q = t.a.last_request();
-    assert_eq!(q.headers_named("x-set"), vec!["new-value"], "set-header replaces every occurrence");
-    assert_eq!(q.headers_named("x-add"), vec!["original", "added"], "add-header appends");
-    assert!(q.headers_named("x-remove").is_empty(), "del-header removes every occurrence: {:?}", q.headers);
+    assert_eq!(
+        q.headers_named("x-set"),
+        vec!["new-value"],
+        "set-header replaces every occurrence"
+    );
+    assert_eq!(
+        q.headers_named("x-add"),
+        vec!["original", "added"],
+        "add-header appends"
+    );
+    assert!(
+        q.headers_named("x-remove").is_empty(),
+        "del-header removes every occurrence: {:?}",
+        q.headers
+    );
     assert_eq!(q.header("x-cond"), Some("yes"));
     req(t.port, "GET /other HTTP/1.1\r\nHost: t\r\n");
     assert_eq!(t.a.last_request().header("x-cond"), None);
@@ -144,7 +207,10 @@ fn set_add_del_request_headers() {
 
 #[test]
 fn backend_request_rules_apply_too() {
-    let t = two("    use_backend b if { path_beg /b }", "    http-request set-header X-Backend-A 1");
+    let t = two(
+        "    use_backend b if { path_beg /b }",
+        "    http-request set-header X-Backend-A 1",
+    );
     http_get(t.port, "/a");
     assert_eq!(t.a.last_request().header("x-backend-a"), Some("1"));
     http_get(t.port, "/b");
@@ -220,9 +286,15 @@ fn redirects() {
     assert_eq!(r.status, 302, "default redirect code is 302");
     assert_eq!(r.header("location"), Some("/v2/v1/items?id=3"));
 
-    let r = req(t.port, "GET /secure/page?a=b HTTP/1.1\r\nHost: www.example.net\r\n");
+    let r = req(
+        t.port,
+        "GET /secure/page?a=b HTTP/1.1\r\nHost: www.example.net\r\n",
+    );
     assert_eq!(r.status, 302);
-    assert_eq!(r.header("location"), Some("https://www.example.net/secure/page?a=b"));
+    assert_eq!(
+        r.header("location"),
+        Some("https://www.example.net/secure/page?a=b")
+    );
 
     let r = http_get(t.port, "/tmp");
     assert_eq!((r.status, r.header("location")), (302, Some("/temp")));
@@ -263,7 +335,11 @@ fn monitor_uri_answers_directly() {
     let r = c.get("/healthz");
     assert_eq!(r.status, 200);
     assert_eq!(t.a.reqs(), 0, "monitor-uri must not reach the backend");
-    assert_eq!(c.get("/healthz?x").status, 200, "monitor-uri keeps the connection usable");
+    assert_eq!(
+        c.get("/healthz?x").status,
+        200,
+        "monitor-uri keeps the connection usable"
+    );
     assert_eq!(http_get(t.port, "/other").server(), "A");
 }
 

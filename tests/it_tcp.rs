@@ -28,7 +28,9 @@ defaults
 
 fn tcp_proxy(defaults: &str, extra: &str, servers: &[String]) -> (Sluice, u16) {
     let port = free_port();
-    let mut cfg = format!("{defaults}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n{extra}\n");
+    let mut cfg = format!(
+        "{defaults}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n{extra}\n"
+    );
     for (i, s) in servers.iter().enumerate() {
         cfg.push_str(&format!("    server s{} {s}\n", i + 1));
     }
@@ -57,7 +59,9 @@ fn read_until_closed(s: &mut TcpStream, timeout: Duration) -> (Vec<u8>, Closed) 
         match s.read(&mut b) {
             Ok(0) => return (out, Closed::Eof),
             Ok(n) => out.extend_from_slice(&b[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (out, Closed::Reset),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return (out, Closed::Reset);
+            }
             Err(_) => return (out, Closed::StillOpen),
         }
     }
@@ -68,7 +72,11 @@ fn bytes_flow_both_ways() {
     let echo = TcpBackend::echo();
     let (_s, port) = tcp_proxy(TCP_DEFAULTS, "", &[echo.hostport()]);
     let mut c = connect(port);
-    for msg in [&b"hello"[..], b"\x00\x01\x02binary\xff", b"GET / HTTP/1.1\r\n\r\n"] {
+    for msg in [
+        &b"hello"[..],
+        b"\x00\x01\x02binary\xff",
+        b"GET / HTTP/1.1\r\n\r\n",
+    ] {
         c.write_all(msg).unwrap();
         assert_eq!(read_exact_n(&mut c, msg.len()), msg);
     }
@@ -79,7 +87,9 @@ fn large_transfer_in_both_directions_at_once() {
     let echo = TcpBackend::echo();
     let (_s, port) = tcp_proxy(TCP_DEFAULTS, "", &[echo.hostport()]);
     let mut c = connect(port);
-    let data: Vec<u8> = (0..4_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    let data: Vec<u8> = (0..4_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
     let mut w = c.try_clone().unwrap();
     let d2 = data.clone();
     let writer = std::thread::spawn(move || {
@@ -127,11 +137,17 @@ fn half_close_server_side_still_accepts_client_data() {
     assert_eq!(read_exact_n(&mut c, 6), b"banner");
     // The server's FIN reaches the client...
     let mut b = [0u8; 16];
-    assert_eq!(c.read(&mut b).unwrap(), 0, "server shutdown should reach the client as EOF");
+    assert_eq!(
+        c.read(&mut b).unwrap(),
+        0,
+        "server shutdown should reach the client as EOF"
+    );
     // ...but the client can still send.
     c.write_all(b"late data").unwrap();
     c.shutdown(Shutdown::Write).unwrap();
-    let got = rx.recv_timeout(WAIT).expect("server never saw the client's EOF");
+    let got = rx
+        .recv_timeout(WAIT)
+        .expect("server never saw the client's EOF");
     assert_eq!(String::from_utf8_lossy(&got), "late data");
 }
 
@@ -173,14 +189,19 @@ fn tcplog_line_after_close() {
         r"^127\.0\.0\.1:(\d+) \[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d\.\d{3}\] fe be/s1 (\d+)/(\d+)/(\d+) (\d+) (..) (\d+)/(\d+)/(\d+)/(\d+)/(\d+) (\d+)/(\d+)$",
     )
     .unwrap();
-    let c = re.captures(&line).unwrap_or_else(|| panic!("tcplog line does not match: {line:?}"));
+    let c = re
+        .captures(&line)
+        .unwrap_or_else(|| panic!("tcplog line does not match: {line:?}"));
     assert_eq!(c[1].parse::<u16>().unwrap(), cport);
     assert_eq!(&c[5], "1234", "bytes from server to client: {line}");
     assert_eq!(&c[6], "--", "a normal close: {line}");
     // Counters at log time: this connection on the process and frontend; the server side may
     // already be closed (HAProxy logs 1/1/0/0/0 here), so backend/server are 0 or 1; no retry.
     assert_eq!((&c[7], &c[8], &c[11]), ("1", "1", "0"), "{line}");
-    assert!(["0", "1"].contains(&&c[9]) && ["0", "1"].contains(&&c[10]), "{line}");
+    assert!(
+        ["0", "1"].contains(&&c[9]) && ["0", "1"].contains(&&c[10]),
+        "{line}"
+    );
     assert_eq!((&c[12], &c[13]), ("0", "0"), "{line}");
 }
 
@@ -195,7 +216,10 @@ fn refused_server_closes_the_client_and_logs_sc() {
     assert!(got.is_empty(), "TCP mode sends nothing on failure: {got:?}");
     assert!(end.is_closed(), "{end:?}");
     let line = s.wait_log_line(|l| l.contains(&format!(":{cport} ")), WAIT);
-    assert!(line.contains(" SC "), "termination state SC expected: {line}");
+    assert!(
+        line.contains(" SC "),
+        "termination state SC expected: {line}"
+    );
 }
 
 #[test]
@@ -206,7 +230,11 @@ fn roundrobin_spreads_connections() {
     let b = TcpBackend::with_handler(|mut s, _| {
         let _ = s.write_all(b"B");
     });
-    let (_s, port) = tcp_proxy(TCP_DEFAULTS, "    balance roundrobin", &[a.hostport(), b.hostport()]);
+    let (_s, port) = tcp_proxy(
+        TCP_DEFAULTS,
+        "    balance roundrobin",
+        &[a.hostport(), b.hostport()],
+    );
     let mut seen = String::new();
     for _ in 0..6 {
         let mut c = connect(port);
@@ -226,7 +254,10 @@ fn idle_close_time(defaults: &str, extra: &str) -> Duration {
     let t0 = Instant::now();
     let (got, end) = read_until_closed(&mut c, WAIT);
     assert!(got.is_empty());
-    assert!(end.is_closed(), "idle connection not closed within {WAIT:?}: {end:?}");
+    assert!(
+        end.is_closed(),
+        "idle connection not closed within {WAIT:?}: {end:?}"
+    );
     t0.elapsed()
 }
 
@@ -236,7 +267,10 @@ fn timeout_client_closes_an_idle_connection() {
         "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 300ms\n    timeout server 10s\n",
         "",
     );
-    assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
 }
 
 #[test]
@@ -245,7 +279,10 @@ fn timeout_server_closes_an_idle_connection() {
         "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 10s\n    timeout server 300ms\n",
         "",
     );
-    assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
 }
 
 #[test]
@@ -254,7 +291,10 @@ fn timeout_tunnel_supersedes_client_and_server() {
         "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 200ms\n    timeout server 200ms\n    timeout tunnel 1200ms\n",
         "",
     );
-    assert!(took >= Duration::from_millis(1100), "closed after {took:?}: client/server timeouts applied instead of tunnel");
+    assert!(
+        took >= Duration::from_millis(1100),
+        "closed after {took:?}: client/server timeouts applied instead of tunnel"
+    );
     assert!(took < Duration::from_secs(6), "{took:?}");
 }
 
@@ -280,7 +320,10 @@ fn activity_resets_the_idle_timeout() {
 fn listen_section_in_tcp_mode() {
     let echo = TcpBackend::echo();
     let port = free_port();
-    let cfg = format!("{TCP_DEFAULTS}listen l\n    bind 127.0.0.1:{port}\n    server e {}\n", echo.hostport());
+    let cfg = format!(
+        "{TCP_DEFAULTS}listen l\n    bind 127.0.0.1:{port}\n    server e {}\n",
+        echo.hostport()
+    );
     let _s = Sluice::start(&cfg);
     let mut c = connect(port);
     c.write_all(b"via listen").unwrap();

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 fn cfg_for(defaults: &str, timeouts: &str, be: &str) -> (String, u16) {
     let port = free_port();
     (
-        format!("{defaults}frontend fe\n    bind 127.0.0.1:{port}\n{timeouts}\n    default_backend be\nbackend be\n{be}"),
+        format!(
+            "{defaults}frontend fe\n    bind 127.0.0.1:{port}\n{timeouts}\n    default_backend be\nbackend be\n{be}"
+        ),
         port,
     )
 }
@@ -21,7 +23,11 @@ fn ms(n: u64) -> Duration {
 #[test]
 fn http_request_timeout_gives_408() {
     let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(LOGGED_HTTP, "    timeout http-request 300ms", &format!("    server s1 {}\n", b.hostport()));
+    let (cfg, port) = cfg_for(
+        LOGGED_HTTP,
+        "    timeout http-request 300ms",
+        &format!("    server s1 {}\n", b.hostport()),
+    );
     let s = Sluice::start(&cfg);
     let mut c = HttpClient::connect(port);
     let t0 = Instant::now();
@@ -42,7 +48,11 @@ fn http_request_timeout_gives_408() {
 #[test]
 fn http_request_timeout_covers_a_trickling_head() {
     let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(DEFAULTS_HTTP, "    timeout http-request 400ms", &format!("    server s1 {}\n", b.hostport()));
+    let (cfg, port) = cfg_for(
+        DEFAULTS_HTTP,
+        "    timeout http-request 400ms",
+        &format!("    server s1 {}\n", b.hostport()),
+    );
     let _s = Sluice::start(&cfg);
     let mut c = HttpClient::connect(port);
     let mut w = c.tcp().try_clone().unwrap();
@@ -62,7 +72,10 @@ fn http_request_timeout_covers_a_trickling_head() {
     });
     let r = c.read_response();
     let took = t0.elapsed();
-    assert_eq!(r.status, 408, "the head never completed within timeout http-request");
+    assert_eq!(
+        r.status, 408,
+        "the head never completed within timeout http-request"
+    );
     assert!(took >= ms(380) && took < ms(2500), "408 after {took:?}");
     drop(c);
     trickle.join().unwrap();
@@ -72,7 +85,11 @@ fn http_request_timeout_covers_a_trickling_head() {
 #[test]
 fn idle_connection_without_request_gets_408_after_timeout() {
     let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(DEFAULTS_HTTP, "    timeout http-request 300ms", &format!("    server s1 {}\n", b.hostport()));
+    let (cfg, port) = cfg_for(
+        DEFAULTS_HTTP,
+        "    timeout http-request 300ms",
+        &format!("    server s1 {}\n", b.hostport()),
+    );
     let _s = Sluice::start(&cfg);
     let mut c = HttpClient::connect(port);
     let t0 = Instant::now();
@@ -85,7 +102,11 @@ fn idle_connection_without_request_gets_408_after_timeout() {
 #[test]
 fn server_timeout_gives_504() {
     let b = HttpBackend::with_handler("s1", |_| Reply::Hang);
-    let (cfg, port) = cfg_for(LOGGED_HTTP, "", &format!("    timeout server 500ms\n    server s1 {}\n", b.hostport()));
+    let (cfg, port) = cfg_for(
+        LOGGED_HTTP,
+        "",
+        &format!("    timeout server 500ms\n    server s1 {}\n", b.hostport()),
+    );
     let s = Sluice::start(&cfg);
     let mut c = HttpClient::connect(port);
     let t0 = Instant::now();
@@ -96,7 +117,10 @@ fn server_timeout_gives_504() {
     assert!(took >= ms(480) && took < ms(5000), "504 after {took:?}");
     c.expect_closed();
     let line = s.wait_log_line(|l| l.contains("/hang"), WAIT);
-    assert!(line.contains(" 504 ") && line.contains(" sH-- "), "server timeout before headers is sH: {line}");
+    assert!(
+        line.contains(" 504 ") && line.contains(" sH-- "),
+        "server timeout before headers is sH: {line}"
+    );
     // The hung server connection is closed by sluice.
     b.wait_open_conns(|n| n == 0, WAIT);
 }
@@ -122,7 +146,14 @@ fn server_timeout_is_about_inactivity_not_total_time() {
             }
         }
     });
-    let (cfg, port) = cfg_for(DEFAULTS_HTTP, "", &format!("    timeout server 500ms\n    server s1 {}\n", slow.hostport()));
+    let (cfg, port) = cfg_for(
+        DEFAULTS_HTTP,
+        "",
+        &format!(
+            "    timeout server 500ms\n    server s1 {}\n",
+            slow.hostport()
+        ),
+    );
     let _s = Sluice::start(&cfg);
     let r = http_get(port, "/");
     assert_eq!(r.status, 200);
@@ -135,7 +166,10 @@ fn connect_timeout_to_a_blackhole_gives_503() {
     let (cfg, port) = cfg_for(
         LOGGED_HTTP,
         "",
-        &format!("    timeout connect 300ms\n    retries 1\n    server s1 {}\n", hole.hostport()),
+        &format!(
+            "    timeout connect 300ms\n    retries 1\n    server s1 {}\n",
+            hole.hostport()
+        ),
     );
     let s = Sluice::start(&cfg);
     let mut c = HttpClient::connect(port);
@@ -143,11 +177,17 @@ fn connect_timeout_to_a_blackhole_gives_503() {
     let r = c.get("/blackhole");
     let took = t0.elapsed();
     assert_eq!(r.status, 503);
-    assert!(took >= ms(280), "503 after {took:?}: a connect attempt cannot have timed out yet");
+    assert!(
+        took >= ms(280),
+        "503 after {took:?}: a connect attempt cannot have timed out yet"
+    );
     assert!(took < ms(5000), "503 after {took:?}");
     c.expect_closed();
     let line = s.wait_log_line(|l| l.contains("/blackhole"), WAIT);
-    assert!(line.contains(" 503 ") && line.contains(" sC-- "), "connect timeout is logged as sC: {line}");
+    assert!(
+        line.contains(" 503 ") && line.contains(" sC-- "),
+        "connect timeout is logged as sC: {line}"
+    );
 }
 
 #[test]
@@ -169,7 +209,11 @@ fn connect_timeout_redispatches_to_a_working_server() {
 #[test]
 fn http_keep_alive_timeout_closes_idle_connection() {
     let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(DEFAULTS_HTTP, "    timeout http-keep-alive 300ms", &format!("    server s1 {}\n", b.hostport()));
+    let (cfg, port) = cfg_for(
+        DEFAULTS_HTTP,
+        "    timeout http-keep-alive 300ms",
+        &format!("    server s1 {}\n", b.hostport()),
+    );
     let _s = Sluice::start(&cfg);
     let mut c = HttpClient::connect(port);
     assert_eq!(c.get("/").status, 200);
@@ -177,14 +221,24 @@ fn http_keep_alive_timeout_closes_idle_connection() {
     let closed = c.wait_closed(WAIT);
     let took = t0.elapsed();
     assert!(closed.is_closed(), "{closed:?}");
-    assert!(took >= ms(250), "closed after {took:?}, before timeout http-keep-alive");
-    assert!(took < ms(5000), "closed after {took:?}; timeout client (10s) must not be what applied");
+    assert!(
+        took >= ms(250),
+        "closed after {took:?}, before timeout http-keep-alive"
+    );
+    assert!(
+        took < ms(5000),
+        "closed after {took:?}; timeout client (10s) must not be what applied"
+    );
 }
 
 #[test]
 fn keep_alive_timeout_does_not_cut_an_active_client() {
     let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(DEFAULTS_HTTP, "    timeout http-keep-alive 400ms", &format!("    server s1 {}\n", b.hostport()));
+    let (cfg, port) = cfg_for(
+        DEFAULTS_HTTP,
+        "    timeout http-keep-alive 400ms",
+        &format!("    server s1 {}\n", b.hostport()),
+    );
     let _s = Sluice::start(&cfg);
     let mut c = HttpClient::connect(port);
     // 8 requests 100 ms apart: each gap is below the keep-alive timeout, the total is above.
@@ -209,5 +263,9 @@ fn client_timeout_closes_idle_connection_when_no_http_timeouts() {
     let t0 = Instant::now();
     let closed = c.wait_closed(WAIT);
     assert!(closed.is_closed(), "{closed:?}");
-    assert!(t0.elapsed() >= ms(250) && t0.elapsed() < ms(5000), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= ms(250) && t0.elapsed() < ms(5000),
+        "{:?}",
+        t0.elapsed()
+    );
 }

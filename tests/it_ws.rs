@@ -25,9 +25,13 @@ fn upgrade(port: u16) -> HttpClient {
     c.send(UPGRADE_REQ);
     let r = c.read_response();
     assert_eq!(r.status, 101, "{:?}", r);
-    assert_eq!(r.header("upgrade").map(|v| v.to_ascii_lowercase()), Some("websocket".into()));
+    assert_eq!(
+        r.header("upgrade").map(|v| v.to_ascii_lowercase()),
+        Some("websocket".into())
+    );
     assert!(
-        r.header("connection").is_some_and(|v| v.to_ascii_lowercase().contains("upgrade")),
+        r.header("connection")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("upgrade")),
         "101 must carry Connection: upgrade: {:?}",
         r.headers
     );
@@ -52,9 +56,20 @@ fn upgrade_then_bidirectional_bytes() {
     let (_s, port) = proxy(DEFAULTS_HTTP, &b);
     let mut c = upgrade(port);
     let req = b.last_request();
-    assert_eq!(req.header("upgrade"), Some("websocket"), "Upgrade must reach the server: {:?}", req.headers);
-    assert!(req.header("connection").is_some_and(|v| v.to_ascii_lowercase().contains("upgrade")));
-    assert_eq!(req.header("sec-websocket-key"), Some("dGhlIHNhbXBsZSBub25jZQ=="));
+    assert_eq!(
+        req.header("upgrade"),
+        Some("websocket"),
+        "Upgrade must reach the server: {:?}",
+        req.headers
+    );
+    assert!(
+        req.header("connection")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("upgrade"))
+    );
+    assert_eq!(
+        req.header("sec-websocket-key"),
+        Some("dGhlIHNhbXBsZSBub25jZQ==")
+    );
     // Frames are opaque bytes to the proxy, including things that look like HTTP.
     echo_round(&mut c, b"\x81\x05hello");
     echo_round(&mut c, b"GET / HTTP/1.1\r\nHost: not-http-anymore\r\n\r\n");
@@ -90,7 +105,10 @@ fn refused_upgrade_stays_http() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body_str(), "plain");
     let r = c.get("/next");
-    assert_eq!(r.status, 200, "connection must still speak HTTP after a refused upgrade");
+    assert_eq!(
+        r.status, 200,
+        "connection must still speak HTTP after a refused upgrade"
+    );
 }
 
 #[test]
@@ -106,7 +124,10 @@ fn timeout_tunnel_governs_an_upgraded_connection() {
     let closed = c.wait_closed(WAIT);
     let took = t0.elapsed();
     assert!(closed.is_closed(), "{closed:?}");
-    assert!(took >= Duration::from_millis(1100), "tunnel closed after {took:?}: client/server timeout used");
+    assert!(
+        took >= Duration::from_millis(1100),
+        "tunnel closed after {took:?}: client/server timeout used"
+    );
     assert!(took < Duration::from_secs(6), "{took:?}");
 }
 
@@ -114,7 +135,13 @@ fn timeout_tunnel_governs_an_upgraded_connection() {
 fn upgrade_uses_its_own_server_connection() {
     // After a tunnel, the server connection can never be reused: a new client connection's
     // request must open a fresh one.
-    let b = HttpBackend::with_handler("ws", |r| if r.target == "/chat" { Reply::Upgrade } else { Reply::named("ws") });
+    let b = HttpBackend::with_handler("ws", |r| {
+        if r.target == "/chat" {
+            Reply::Upgrade
+        } else {
+            Reply::named("ws")
+        }
+    });
     let (_s, port) = proxy(DEFAULTS_HTTP, &b);
     let mut c = upgrade(port);
     echo_round(&mut c, b"abc");

@@ -332,7 +332,10 @@ fn find_from(hay: &[u8], pat: &[u8], from: usize, icase: bool) -> Option<usize> 
 fn match_word(s: &[u8], pat: &[u8], icase: bool, delims: &[u8]) -> bool {
     let is_delim = |c: &u8| delims.contains(c);
     let start = pat.iter().position(|c| !is_delim(c)).unwrap_or(pat.len());
-    let end = pat.iter().rposition(|c| !is_delim(c)).map_or(start, |p| p + 1);
+    let end = pat
+        .iter()
+        .rposition(|c| !is_delim(c))
+        .map_or(start, |p| p + 1);
     let pat = &pat[start..end];
     if pat.is_empty() {
         return false;
@@ -395,10 +398,12 @@ impl Matcher {
                 let v = match s {
                     Sample::Int(n) => n,
                     Sample::Bool(b) => b as i64,
-                    Sample::Str(v) => match std::str::from_utf8(v).ok().and_then(|t| t.parse().ok()) {
-                        Some(n) => n,
-                        None => return false,
-                    },
+                    Sample::Str(v) => {
+                        match std::str::from_utf8(v).ok().and_then(|t| t.parse().ok()) {
+                            Some(n) => n,
+                            None => return false,
+                        }
+                    }
                     Sample::Ip(_) => return false,
                 };
                 ranges.iter().any(|r| r.contains(v))
@@ -598,7 +603,10 @@ fn parse_fetch(word: &str) -> Result<(Fetch, &'static str), String> {
         _ => (name, None),
     };
     if suffix.is_some() && base.starts_with("req.") {
-        return Err(format!("unknown ACL criterion '{name}' (did you mean '{}'?)", &name[4..]));
+        return Err(format!(
+            "unknown ACL criterion '{name}' (did you mean '{}'?)",
+            &name[4..]
+        ));
     }
     let default_m: &'static str = match suffix {
         Some("reg") => "reg",
@@ -813,7 +821,10 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
                 "unknown matching method '{m}'{}",
                 did_you_mean(
                     m,
-                    ["found", "bool", "int", "ip", "str", "beg", "end", "sub", "reg", "dir", "dom", "len"]
+                    [
+                        "found", "bool", "int", "ip", "str", "beg", "end", "sub", "reg", "dir",
+                        "dom", "len"
+                    ]
                 )
             ));
         }
@@ -847,7 +858,12 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
         "bool" => Matcher::Bool,
         "int" => Matcher::Int(parse_int_ranges(values)?),
         "len" => Matcher::Len(parse_int_ranges(values)?),
-        "ip" => Matcher::Ip(values.iter().map(|v| parse_ipnet(v)).collect::<Result<_, _>>()?),
+        "ip" => Matcher::Ip(
+            values
+                .iter()
+                .map(|v| parse_ipnet(v))
+                .collect::<Result<_, _>>()?,
+        ),
         "reg" => {
             let mut res = Vec::with_capacity(values.len());
             for v in values {
@@ -913,7 +929,9 @@ fn predefined(name: &str) -> Option<Result<Expr, String>> {
         "METH_PUT" => mk(&["method", "PUT"]),
         "METH_TRACE" => mk(&["method", "TRACE"]),
         "HTTP_1.0" | "HTTP_1.1" | "HTTP_2.0" | "HTTP_3.0" | "RDP_COOKIE" | "REQ_CONTENT"
-        | "WAIT_END" => Err(format!("predefined ACL '{name}' is not supported by sluice")),
+        | "WAIT_END" => Err(format!(
+            "predefined ACL '{name}' is not supported by sluice"
+        )),
         _ => return None,
     })
 }
@@ -1186,7 +1204,8 @@ mod tests {
         assert!(check(&["a path_dir v1"], "if a", &r));
         assert!(check(&["a path_dir /api/v1/"], "if a", &r));
         assert!(!check(&["a path_dir v"], "if a", &r));
-        assert!(check(&["a path_len 18"], "if a", &r));
+        assert!(check(&["a path_len 13"], "if a", &r));
+        assert!(!check(&["a path_len 18"], "if a", &r));
         assert!(check(&["a path_len 10:20"], "if a", &r));
         assert!(check(&["a path -m beg /api"], "if a", &r));
         assert!(check(&["a path -m found"], "if a", &r));
@@ -1232,7 +1251,11 @@ mod tests {
         assert!(!check(&["h hdr(x-none) -m found"], "if h", &r));
         assert!(check(&["h req.hdr(host) -m reg ^www\\."], "if h", &r));
         assert!(check(&["h hdr_ip(x-forwarded-for) 10.0.0.0/8"], "if h", &r));
-        assert!(check(&["h hdr(x-forwarded-for) -m ip 192.168.0.0/16"], "if h", &r));
+        assert!(check(
+            &["h hdr(x-forwarded-for) -m ip 192.168.0.0/16"],
+            "if h",
+            &r
+        ));
         assert!(check(&["h hdr_val(content-length) ge 42"], "if h", &r));
         assert!(check(&[], "if HTTP_CONTENT", &r));
         assert!(check(&["h hdr_len(host) 15"], "if h", &r));
@@ -1279,7 +1302,12 @@ mod tests {
     #[test]
     fn logic() {
         let r = req("GET", "/api/x");
-        let acls = ["api path_beg /api", "get method GET", "post method POST", "t always_true"];
+        let acls = [
+            "api path_beg /api",
+            "get method GET",
+            "post method POST",
+            "t always_true",
+        ];
         assert!(check(&acls, "if api get", &r));
         assert!(!check(&acls, "if api post", &r));
         assert!(check(&acls, "if api post || get", &r));
@@ -1298,8 +1326,16 @@ mod tests {
         // A repeated ACL name ORs its expressions.
         let acls = ["x path_beg /nope", "x method GET"];
         assert!(check(&acls, "if x", &r));
-        let c = cond(&acls, "if x !y || TRUE");
+        let c = cond(&acls, "if x !x || TRUE");
         assert!(c.eval(&r));
+        // An ACL that was never declared is an error, as in HAProxy.
+        let mut set = AclSet::new();
+        set.add(&ws("x method GET")).unwrap();
+        assert!(
+            parse_cond(&ws("if y"), &set)
+                .unwrap_err()
+                .contains("unknown ACL 'y'")
+        );
     }
 
     #[test]
@@ -1335,7 +1371,10 @@ mod tests {
         let set = AclSet::new();
         let perr = |c: &str| parse_cond(&ws(c), &set).unwrap_err();
         assert_eq!(perr("if nope"), "unknown ACL 'nope'");
-        assert_eq!(perr("if METH_GTE"), "unknown ACL 'METH_GTE' (did you mean 'METH_GET'?)");
+        assert_eq!(
+            perr("if METH_GTE"),
+            "unknown ACL 'METH_GTE' (did you mean 'METH_GET'?)"
+        );
         assert_eq!(perr("if"), "missing condition after 'if'");
         assert!(perr("if { path_beg /a").contains("missing closing '}'"));
         assert!(perr("if TRUE ||").contains("missing ACL after 'or'"));
@@ -1344,11 +1383,23 @@ mod tests {
         assert!(perr("if !").contains("missing ACL after '!'"));
         assert!(perr("if {path_beg /a }").contains("separated by spaces"));
         assert!(perr("if { }").contains("empty anonymous ACL"));
-        assert_eq!(perr("if HTTP_1.1"), "predefined ACL 'HTTP_1.1' is not supported by sluice");
+        assert_eq!(
+            perr("if HTTP_1.1"),
+            "predefined ACL 'HTTP_1.1' is not supported by sluice"
+        );
 
-        assert_eq!(expr_err("pth_beg /a"), "unknown ACL criterion 'pth_beg' (did you mean 'path_beg'?)");
-        assert_eq!(expr_err("ssl_fc"), "ACL criterion 'ssl_fc' is not supported by sluice");
-        assert_eq!(expr_err("cook_beg(a) x"), "ACL criterion 'cook_beg' is not supported by sluice");
+        assert_eq!(
+            expr_err("pth_beg /a"),
+            "unknown ACL criterion 'pth_beg' (did you mean 'path_beg'?)"
+        );
+        assert_eq!(
+            expr_err("ssl_fc"),
+            "ACL criterion 'ssl_fc' is not supported by sluice"
+        );
+        assert_eq!(
+            expr_err("cook_beg(a) x"),
+            "ACL criterion 'cook_beg' is not supported by sluice"
+        );
         assert!(expr_err("path,lower /a").contains("converters are not supported"));
         assert!(expr_err("hdr /a").contains("requires a header name"));
         assert!(expr_err("hdr(host,1) a").contains("occurrence argument"));
@@ -1368,7 +1419,11 @@ mod tests {
         assert!(parse_expr(&ws("path -- -a")).is_ok());
 
         let mut set = AclSet::new();
-        assert!(set.add(&ws("bad!name path /")).unwrap_err().contains("invalid ACL name"));
+        assert!(
+            set.add(&ws("bad!name path /"))
+                .unwrap_err()
+                .contains("invalid ACL name")
+        );
         assert!(set.add(&ws("x")).unwrap_err().contains("missing criterion"));
         set.add(&ws("is_api path_beg /api")).unwrap();
         assert_eq!(

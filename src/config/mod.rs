@@ -210,9 +210,11 @@ impl IpNet {
     pub fn contains(&self, ip: std::net::IpAddr) -> bool {
         use std::net::IpAddr;
         // Compare v4-mapped v6 addresses as v4, as HAProxy does for `src` matching.
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
+        // A v6 network is matched against the v4-mapped form of a v4 sample.
+        let ip = match (self.addr, ip) {
+            (IpAddr::V4(_), IpAddr::V6(v6)) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            (IpAddr::V6(_), IpAddr::V4(v4)) => IpAddr::V6(v4.to_ipv6_mapped()),
+            _ => ip,
         };
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {

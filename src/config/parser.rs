@@ -258,7 +258,10 @@ impl State {
                         bad = true;
                     }
                     None => {
-                        self.err(l, format!("'{kw}': missing defaults section name after 'from'"));
+                        self.err(
+                            l,
+                            format!("'{kw}': missing defaults section name after 'from'"),
+                        );
                         bad = true;
                     }
                 }

@@ -280,9 +280,12 @@ pub fn tokenize(
                         b.taken = true;
                     }
                 },
-                ".endif" if stack.pop().is_none() => {
-                    errors.push(err(n, "'.endif' without a matching '.if'".into()));
-                }
+                // Not a match guard: a guard that pops would fall through to "unknown
+                // directive" when the pop succeeds.
+                ".endif" => match stack.pop() {
+                    Some(_) => {}
+                    None => errors.push(err(n, "'.endif' without a matching '.if'".into())),
+                },
                 ".diag" | ".notice" | ".warning" if active => {
                     eprintln!(
                         "[{}] (sluice) : config : {file}:{n}: {cond}",

@@ -353,7 +353,9 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
         if version_minor == 0 {
             return Err(err(400, "transfer-encoding in an HTTP/1.0 request"));
         }
-        if !te.chunked_last {
+        // `chunked` present but not last: the framing is broken (400, RFC 9112 §6.3). No
+        // `chunked` at all: only codings sluice does not implement (501, RFC 9112 §6.1).
+        if te.chunked_seen && !te.chunked_last {
             return Err(err(400, "chunked is not the final transfer-coding"));
         }
         if te.other {

@@ -79,7 +79,12 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
         };
         match n {
-            Ok(0) => return DirEnd::Eof,
+            Ok(0) => {
+                // Propagate the half-close at once: the peer may be waiting for our FIN
+                // before it answers (e.g. `nc -q`, request/response protocols over TCP).
+                let _ = w.shutdown().await;
+                return DirEnd::Eof;
+            }
             Ok(n) => {
                 activity.set(Instant::now());
                 if w.write_all(&buf[..n]).await.is_err() {
@@ -138,14 +143,7 @@ pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
             if c2s_end.is_some() && s2c_end.is_some() {
                 break;
             }
-            // Propagate the FIN we just saw.
         }
-    }
-    if matches!(c2s_end, Some(DirEnd::Eof)) {
-        let _ = sw.shutdown().await;
-    }
-    if matches!(s2c_end, Some(DirEnd::Eof)) {
-        let _ = cw.shutdown().await;
     }
     let term = match (&c2s_end, &s2c_end) {
         (Some(DirEnd::Timeout), _) => *b"cD",

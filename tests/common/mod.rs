@@ -11,6 +11,9 @@
 
 #![allow(dead_code)]
 
+/// Trailer fields of a chunked body.
+pub type Trailers = Vec<(String, String)>;
+
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::RawFd;
@@ -79,7 +82,10 @@ pub struct TempDir {
 impl TempDir {
     pub fn new() -> TempDir {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
         let path = std::env::temp_dir().join(format!(
             "sluice-it-{}-{}-{}",
             std::process::id(),
@@ -153,7 +159,12 @@ impl Lines {
 
     /// Waits until at least `n` lines (counted from the start) satisfy `pred`; returns them,
     /// or `None` if the stream ended or `timeout` passed first.
-    pub fn wait_n(&self, n: usize, pred: impl Fn(&str) -> bool, timeout: Duration) -> Option<Vec<String>> {
+    pub fn wait_n(
+        &self,
+        n: usize,
+        pred: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> Option<Vec<String>> {
         let deadline = Instant::now() + timeout;
         let mut g = self.inner.lock().unwrap();
         loop {
@@ -214,7 +225,10 @@ pub struct CliOutput {
 /// Runs `sluice ARGS` to completion (10 s at most) with extra environment variables.
 pub fn run_cli_env(args: &[&str], env: &[(&str, &str)]) -> CliOutput {
     let mut cmd = Command::new(sluice_bin());
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -227,7 +241,10 @@ pub fn run_cli_env(args: &[&str], env: &[(&str, &str)]) -> CliOutput {
     let out = match rx.recv_timeout(WAIT) {
         Ok(o) => o.expect("wait for sluice"),
         Err(_) => {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
             panic!("sluice {args:?} did not exit within {WAIT:?}");
         }
     };
@@ -318,14 +335,22 @@ impl SluiceBuilder {
         spawn_line_reader(child.stdout.take().unwrap(), stdout.clone());
         spawn_line_reader(child.stderr.take().unwrap(), stderr.clone());
         let pid = child.id() as i32;
-        let exit: Arc<(Mutex<Option<ExitStatus>>, Condvar)> = Arc::new((Mutex::new(None), Condvar::new()));
+        let exit: Arc<(Mutex<Option<ExitStatus>>, Condvar)> =
+            Arc::new((Mutex::new(None), Condvar::new()));
         let e2 = exit.clone();
         thread::spawn(move || {
             let st = child.wait().expect("wait sluice");
             *e2.0.lock().unwrap() = Some(st);
             e2.1.notify_all();
         });
-        Sluice { pid, dir, cfg_path, stdout, stderr, exit }
+        Sluice {
+            pid,
+            dir,
+            cfg_path,
+            stdout,
+            stderr,
+            exit,
+        }
     }
 
     /// Starts sluice and waits for its readiness line; panics (with its stderr) if it exits or
@@ -396,7 +421,9 @@ impl Sluice {
     }
 
     fn wait_ready(&self) {
-        let ok = self.stderr.wait(|l| l.contains(READY), Duration::from_secs(20));
+        let ok = self
+            .stderr
+            .wait(|l| l.contains(READY), Duration::from_secs(20));
         if ok.is_none() {
             let st = self.wait_exit(Duration::from_millis(200));
             panic!(
@@ -448,7 +475,12 @@ impl Sluice {
     }
 
     /// Waits until `n` stdout lines satisfy `pred`; returns them.
-    pub fn wait_log_lines(&self, n: usize, pred: impl Fn(&str) -> bool, timeout: Duration) -> Vec<String> {
+    pub fn wait_log_lines(
+        &self,
+        n: usize,
+        pred: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> Vec<String> {
         match self.stdout.wait_n(n, pred, timeout) {
             Some(l) => l,
             None => panic!(
@@ -463,7 +495,10 @@ impl Sluice {
     pub fn wait_stderr_line(&self, pred: impl Fn(&str) -> bool, timeout: Duration) -> String {
         match self.stderr.wait(pred, timeout) {
             Some(l) => l,
-            None => panic!("no matching stderr line within {timeout:?}.\nstderr:\n{}", self.stderr.text()),
+            None => panic!(
+                "no matching stderr line within {timeout:?}.\nstderr:\n{}",
+                self.stderr.text()
+            ),
         }
     }
 }
@@ -471,7 +506,10 @@ impl Sluice {
 impl Drop for Sluice {
     fn drop(&mut self) {
         if self.exit_status().is_none() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
             let _ = self.wait_exit(WAIT);
         }
     }
@@ -537,7 +575,10 @@ pub struct Wire<S> {
 
 impl<S: Read + Write> Wire<S> {
     pub fn new(stream: S) -> Self {
-        Wire { stream, buf: Vec::new() }
+        Wire {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     /// Reads more bytes into the buffer; Ok(0) at end of stream.
@@ -562,7 +603,10 @@ impl<S: Read + Write> Wire<S> {
                 if self.buf.is_empty() {
                     return Ok(None);
                 }
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "stream ended mid-message"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "stream ended mid-message",
+                ));
             }
         }
     }
@@ -570,7 +614,10 @@ impl<S: Read + Write> Wire<S> {
     pub fn take(&mut self, n: usize) -> io::Result<Vec<u8>> {
         while self.buf.len() < n {
             if self.fill()? == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "stream ended mid-body"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "stream ended mid-body",
+                ));
             }
         }
         Ok(self.buf.drain(..n).collect())
@@ -582,7 +629,7 @@ impl<S: Read + Write> Wire<S> {
     }
 
     /// Decodes a chunked body; returns (data, trailers).
-    pub fn read_chunked(&mut self) -> io::Result<(Vec<u8>, Vec<(String, String)>)> {
+    pub fn read_chunked(&mut self) -> io::Result<(Vec<u8>, Trailers)> {
         let mut body = Vec::new();
         loop {
             let line = self
@@ -590,15 +637,19 @@ impl<S: Read + Write> Wire<S> {
                 .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "eof in chunk size"))?;
             let s = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
             let hex = s.split(';').next().unwrap().trim();
-            let n = usize::from_str_radix(hex, 16)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad chunk size {s:?}")))?;
+            let n = usize::from_str_radix(hex, 16).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("bad chunk size {s:?}"))
+            })?;
             if n == 0 {
                 break;
             }
             body.extend(self.take(n)?);
             let crlf = self.take(2)?;
             if crlf != b"\r\n" {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "missing CRLF after chunk"));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "missing CRLF after chunk",
+                ));
             }
         }
         let mut trailers = Vec::new();
@@ -631,17 +682,24 @@ fn split_header(line: &[u8]) -> (String, String) {
 }
 
 fn get_header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    h.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    h.iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 fn get_headers<'a>(h: &'a [(String, String)], name: &str) -> Vec<&'a str> {
-    h.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect()
+    h.iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .collect()
 }
 
 /// Parses a head (start line + header lines, CRLF-terminated) into (start line, headers).
 fn parse_head(raw: &[u8]) -> (String, Vec<(String, String)>) {
     let text = &raw[..raw.len().saturating_sub(4)];
-    let mut lines = text.split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let mut lines = text
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
     let start = String::from_utf8_lossy(lines.next().unwrap_or_default()).into_owned();
     let headers = lines.filter(|l| !l.is_empty()).map(split_header).collect();
     (start, headers)
@@ -687,7 +745,9 @@ impl Response {
 
     /// Whether a `Connection` header carries `close`.
     pub fn conn_close(&self) -> bool {
-        self.headers_named("connection").iter().any(|v| v.to_ascii_lowercase().contains("close"))
+        self.headers_named("connection")
+            .iter()
+            .any(|v| v.to_ascii_lowercase().contains("close"))
     }
 }
 
@@ -721,7 +781,8 @@ impl HttpClient<TcpStream> {
     }
 
     pub fn connect_addr(addr: SocketAddr) -> Self {
-        let s = TcpStream::connect_timeout(&addr, WAIT).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        let s = TcpStream::connect_timeout(&addr, WAIT)
+            .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
         Self::from_tcp(s)
     }
 
@@ -761,7 +822,14 @@ impl HttpClient<TcpStream> {
             Ok(0) => Closed::Eof,
             Ok(n) => Closed::Data(b[..n].to_vec()),
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Closed::Reset,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Closed::StillOpen,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Closed::StillOpen
+            }
             Err(e) => panic!("read: {e}"),
         }
     }
@@ -769,14 +837,21 @@ impl HttpClient<TcpStream> {
     /// Panics unless the connection closes (FIN or RST) within [`WAIT`].
     pub fn expect_closed(&mut self) {
         let c = self.wait_closed(WAIT);
-        assert!(c.is_closed(), "expected the connection to be closed, got {c:?}");
+        assert!(
+            c.is_closed(),
+            "expected the connection to be closed, got {c:?}"
+        );
     }
 
     /// Panics unless nothing arrives and the connection stays open for `d` (a negative check:
     /// it necessarily takes `d`).
     pub fn expect_silent_for(&mut self, d: Duration) {
         let c = self.wait_closed(d);
-        assert_eq!(c, Closed::StillOpen, "expected no data and an open connection for {d:?}");
+        assert_eq!(
+            c,
+            Closed::StillOpen,
+            "expected no data and an open connection for {d:?}"
+        );
     }
 }
 
@@ -792,23 +867,36 @@ impl<S: Read + Write> HttpClient<S> {
 
     /// Reads the next response (1xx included). `head_req`: the request was HEAD (no body).
     pub fn try_read_response(&mut self, head_req: bool) -> io::Result<Response> {
-        let raw = self
-            .wire
-            .read_until(b"\r\n\r\n")?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed before a response"))?;
+        let raw = self.wire.read_until(b"\r\n\r\n")?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed before a response",
+            )
+        })?;
         let (start, headers) = parse_head(&raw);
         let mut parts = start.splitn(3, ' ');
         let version = parts.next().unwrap_or("").to_string();
-        let status: u16 = parts
-            .next()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad status line {start:?}")))?;
+        let status: u16 = parts.next().and_then(|s| s.parse().ok()).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad status line {start:?}"),
+            )
+        })?;
         let reason = parts.next().unwrap_or("").to_string();
-        let mut r = Response { version, status, reason, headers, raw_head: raw, ..Default::default() };
+        let mut r = Response {
+            version,
+            status,
+            reason,
+            headers,
+            raw_head: raw,
+            ..Default::default()
+        };
         if (100..200).contains(&status) || head_req || status == 204 || status == 304 {
             return Ok(r);
         }
-        let te = r.header("transfer-encoding").map(|v| v.to_ascii_lowercase());
+        let te = r
+            .header("transfer-encoding")
+            .map(|v| v.to_ascii_lowercase());
         if te.as_deref().is_some_and(|t| t.contains("chunked")) {
             let (b, t) = self.wire.read_chunked()?;
             r.body = b;
@@ -829,13 +917,16 @@ impl<S: Read + Write> HttpClient<S> {
 
     /// Reads the next response (1xx included); panics on error.
     pub fn read_response(&mut self) -> Response {
-        self.try_read_response(false).unwrap_or_else(|e| panic!("reading a response: {e}"))
+        self.try_read_response(false)
+            .unwrap_or_else(|e| panic!("reading a response: {e}"))
     }
 
     /// Reads responses until a final (non-1xx) one.
     pub fn read_final(&mut self, head_req: bool) -> Response {
         loop {
-            let r = self.try_read_response(head_req).unwrap_or_else(|e| panic!("reading a response: {e}"));
+            let r = self
+                .try_read_response(head_req)
+                .unwrap_or_else(|e| panic!("reading a response: {e}"));
             if r.status >= 200 || r.status == 101 {
                 return r;
             }
@@ -856,14 +947,18 @@ impl<S: Read + Write> HttpClient<S> {
 
     /// `GET path` with extra raw header lines (each ending in `\r\n`).
     pub fn get_with(&mut self, path: &str, extra_headers: &str) -> Response {
-        self.request(format!("GET {path} HTTP/1.1\r\nHost: test\r\n{extra_headers}\r\n"))
+        self.request(format!(
+            "GET {path} HTTP/1.1\r\nHost: test\r\n{extra_headers}\r\n"
+        ))
     }
 }
 
 /// One `GET path` on a fresh connection with `Connection: close`.
 pub fn http_get(port: u16, path: &str) -> Response {
     let mut c = HttpClient::connect(port);
-    c.request(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"))
+    c.request(format!(
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    ))
 }
 
 /// One raw request on a fresh connection; returns the final response.
@@ -874,12 +969,18 @@ pub fn http_raw(port: u16, raw: impl AsRef<[u8]>) -> Response {
 
 /// Connects from a chosen loopback source address (127.0.0.x), for `balance source` tests.
 pub fn connect_from(src: Ipv4Addr, dst: SocketAddr) -> TcpStream {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .unwrap();
     let s = rt
         .block_on(async {
             let sock = tokio::net::TcpSocket::new_v4()?;
             sock.bind(SocketAddr::new(src.into(), 0))?;
-            tokio::time::timeout(WAIT, sock.connect(dst)).await.map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+            tokio::time::timeout(WAIT, sock.connect(dst))
+                .await
+                .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
         })
         .unwrap_or_else(|e| panic!("connect {src} -> {dst}: {e}"));
     let s = s.into_std().unwrap();
@@ -940,7 +1041,11 @@ pub enum Reply {
     /// `status` with these headers and body; `content-length` is added unless a
     /// `content-length` or `transfer-encoding` header is given (and never for 1xx/204/304); the
     /// body is not sent for HEAD, 204 and 304.
-    Full { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
+    Full {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
     /// These bytes verbatim; the connection stays open for the next request.
     Raw(Vec<u8>),
     /// These bytes verbatim, then close.
@@ -958,13 +1063,20 @@ impl Reply {
     pub fn named(name: &str) -> Reply {
         Reply::Full {
             status: 200,
-            headers: vec![("X-Server".into(), name.into()), ("Content-Type".into(), "text/plain".into())],
+            headers: vec![
+                ("X-Server".into(), name.into()),
+                ("Content-Type".into(), "text/plain".into()),
+            ],
             body: name.as_bytes().to_vec(),
         }
     }
 
     pub fn status(status: u16, name: &str, body: impl Into<Vec<u8>>) -> Reply {
-        Reply::Full { status, headers: vec![("X-Server".into(), name.into())], body: body.into() }
+        Reply::Full {
+            status,
+            headers: vec![("X-Server".into(), name.into())],
+            body: body.into(),
+        }
     }
 
     /// 200 whose body is the request target (path + query).
@@ -1004,7 +1116,10 @@ impl HttpBackend {
         Self::with_handler(name, move |_| Reply::named(&n))
     }
 
-    pub fn with_handler(name: &str, f: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> HttpBackend {
+    pub fn with_handler(
+        name: &str,
+        f: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> HttpBackend {
         let listener = TcpListener::bind(lo(0)).expect("bind backend");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(BackendState {
@@ -1036,7 +1151,11 @@ impl HttpBackend {
                 });
             }
         });
-        HttpBackend { name: name.to_string(), addr, state }
+        HttpBackend {
+            name: name.to_string(),
+            addr,
+            state,
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -1083,7 +1202,12 @@ impl HttpBackend {
         let mut g = self.state.log.lock().unwrap();
         while g.len() < n {
             let now = Instant::now();
-            assert!(now < deadline, "backend {} got {} requests, expected {n} within {timeout:?}", self.name, g.len());
+            assert!(
+                now < deadline,
+                "backend {} got {} requests, expected {n} within {timeout:?}",
+                self.name,
+                g.len()
+            );
             g = self.state.cv.wait_timeout(g, deadline - now).unwrap().0;
         }
         g.clone()
@@ -1099,8 +1223,17 @@ impl HttpBackend {
                 return n;
             }
             let now = Instant::now();
-            assert!(now < deadline, "backend {}: open connections stuck at {n}", self.name);
-            g = self.state.cv.wait_timeout(g, (deadline - now).min(Duration::from_millis(50))).unwrap().0;
+            assert!(
+                now < deadline,
+                "backend {}: open connections stuck at {n}",
+                self.name
+            );
+            g = self
+                .state
+                .cv
+                .wait_timeout(g, (deadline - now).min(Duration::from_millis(50)))
+                .unwrap()
+                .0;
         }
     }
 }
@@ -1141,7 +1274,9 @@ fn serve_http_conn(stream: TcpStream, id: usize, st: &BackendState, h: &Handler)
             // The test dropped this backend; stop serving on old connections too.
             return Ok(());
         }
-        let Some(raw) = w.read_until(b"\r\n\r\n")? else { return Ok(()) };
+        let Some(raw) = w.read_until(b"\r\n\r\n")? else {
+            return Ok(());
+        };
         let (start, headers) = parse_head(&raw);
         let mut parts = start.splitn(3, ' ');
         let mut req = Request {
@@ -1159,13 +1294,18 @@ fn serve_http_conn(stream: TcpStream, id: usize, st: &BackendState, h: &Handler)
         if expect_continue && st.send_continue.load(SeqCst) {
             w.stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
-        let te = req.header("transfer-encoding").map(|v| v.to_ascii_lowercase());
+        let te = req
+            .header("transfer-encoding")
+            .map(|v| v.to_ascii_lowercase());
         if te.is_some_and(|t| t.contains("chunked")) {
             let (b, t) = w.read_chunked()?;
             req.body = b;
             req.trailers = t;
             req.chunked = true;
-        } else if let Some(n) = req.header("content-length").and_then(|v| v.trim().parse::<usize>().ok()) {
+        } else if let Some(n) = req
+            .header("content-length")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+        {
             req.body = w.take(n)?;
         }
         let is_head = req.method == "HEAD";
@@ -1176,7 +1316,11 @@ fn serve_http_conn(stream: TcpStream, id: usize, st: &BackendState, h: &Handler)
             st.cv.notify_all();
         }
         let keep = match h(&req) {
-            Reply::Full { status, headers, body } => {
+            Reply::Full {
+                status,
+                headers,
+                body,
+            } => {
                 let mut out = format!("HTTP/1.1 {status} {}\r\n", reason(status));
                 let no_body = (100..200).contains(&status) || status == 204 || status == 304;
                 let framed = get_header(&headers, "content-length").is_some()
@@ -1332,7 +1476,11 @@ impl Blackhole {
             sa.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
             sa.sin_port = 0;
             let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            assert_eq!(libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), len), 0, "bind");
+            assert_eq!(
+                libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), len),
+                0,
+                "bind"
+            );
             assert_eq!(libc::listen(fd, 0), 0, "listen");
             TcpListener::from_raw_fd(fd)
         };
@@ -1343,7 +1491,11 @@ impl Blackhole {
                 Ok(s) => fillers.push(s),
                 Err(_) => {
                     // This connect did not complete: the accept queue is full.
-                    return Blackhole { addr, _listener: listener, _fillers: fillers };
+                    return Blackhole {
+                        addr,
+                        _listener: listener,
+                        _fillers: fillers,
+                    };
                 }
             }
         }
@@ -1361,7 +1513,11 @@ impl Blackhole {
 
 fn proc_addr(a: SocketAddr) -> Option<String> {
     match a {
-        SocketAddr::V4(v4) => Some(format!("{:08X}:{:04X}", u32::from_ne_bytes(v4.ip().octets()), v4.port())),
+        SocketAddr::V4(v4) => Some(format!(
+            "{:08X}:{:04X}",
+            u32::from_ne_bytes(v4.ip().octets()),
+            v4.port()
+        )),
         SocketAddr::V6(_) => None,
     }
 }
@@ -1373,7 +1529,10 @@ fn proc_queues(local: &str, remote: &str) -> Option<(u64, u64)> {
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.len() > 4 && f[1] == local && f[2] == remote {
             let (tx, rx) = f[4].split_once(':')?;
-            return Some((u64::from_str_radix(tx, 16).ok()?, u64::from_str_radix(rx, 16).ok()?));
+            return Some((
+                u64::from_str_radix(tx, 16).ok()?,
+                u64::from_str_radix(rx, 16).ok()?,
+            ));
         }
     }
     None
@@ -1395,7 +1554,10 @@ pub fn wait_consumed(client: &TcpStream) {
         if let (Some((0, _)), Some((_, 0))) = (mine, theirs) {
             return;
         }
-        assert!(Instant::now() < deadline, "peer did not read our bytes within {WAIT:?} ({mine:?} / {theirs:?})");
+        assert!(
+            Instant::now() < deadline,
+            "peer did not read our bytes within {WAIT:?} ({mine:?} / {theirs:?})"
+        );
         thread::sleep(Duration::from_millis(5));
     }
 }

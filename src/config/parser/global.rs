@@ -139,7 +139,8 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             no_extra(w, 2)?;
         }
         "maxconn" => {
-            g.maxconn = Some(parse_range(arg(w, 1, "number of connections")?, 1, u32::MAX as u64)? as u32);
+            g.maxconn =
+                Some(parse_range(arg(w, 1, "number of connections")?, 1, u32::MAX as u64)? as u32);
             no_extra(w, 2)?;
         }
         "daemon" => {
@@ -378,12 +379,21 @@ mod tests {
         ]);
         assert!(e.is_empty(), "{e:?}");
         let m = &g.cpu_map;
-        assert_eq!((m[0].threads.clone(), m[0].cpus.clone(), m[0].auto), (vec![1, 2, 3, 4], vec![0, 1, 2, 3], false));
-        assert_eq!((m[1].threads.clone(), m[1].cpus.clone(), m[1].auto), (vec![1, 2], vec![4, 5], true));
+        assert_eq!(
+            (m[0].threads.clone(), m[0].cpus.clone(), m[0].auto),
+            (vec![1, 2, 3, 4], vec![0, 1, 2, 3], false)
+        );
+        assert_eq!(
+            (m[1].threads.clone(), m[1].cpus.clone(), m[1].auto),
+            (vec![1, 2], vec![4, 5], true)
+        );
         assert_eq!(m[2].threads, vec![1, 2, 3, 4]);
         assert_eq!(m[3].threads, vec![1, 3]);
         assert_eq!(m[3].cpus, vec![2, 3]);
-        assert_eq!((m[4].threads.clone(), m[4].cpus.clone()), (vec![3], vec![7]));
+        assert_eq!(
+            (m[4].threads.clone(), m[4].cpus.clone()),
+            (vec![3], vec![7])
+        );
     }
 
     #[test]
@@ -426,7 +436,10 @@ mod tests {
             "daemon",
         ]);
         assert!(e.is_empty(), "{e:?}");
-        assert_eq!((g.bufsize, g.maxrewrite, g.maxaccept), (32768, 2048, u32::MAX));
+        assert_eq!(
+            (g.bufsize, g.maxrewrite, g.maxaccept),
+            (32768, 2048, u32::MAX)
+        );
         assert!(!g.idle_pool_shared);
         assert_eq!(g.hard_stop_after, Some(std::time::Duration::from_secs(30)));
         assert_eq!(g.maxconn, Some(5000));

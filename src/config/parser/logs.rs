@@ -55,23 +55,24 @@ pub(super) fn parse_target(w: &[String]) -> Result<LogTarget, String> {
                 };
                 i += 2;
             }
-            Some("sample") => return Err("log sampling ('sample') is not supported by sluice".into()),
-            Some("profile") => return Err("log profiles ('profile') are not supported by sluice".into()),
+            Some("sample") => {
+                return Err("log sampling ('sample') is not supported by sluice".into());
+            }
+            Some("profile") => {
+                return Err("log profiles ('profile') are not supported by sluice".into());
+            }
             _ => break,
         }
     }
     let fac = w
         .get(i)
         .ok_or_else(|| format!("missing syslog facility after '{addr}' (e.g. 'local0')"))?;
-    t.facility = FACILITIES
-        .iter()
-        .position(|f| f == fac)
-        .ok_or_else(|| {
-            format!(
-                "unknown syslog facility '{fac}'{}",
-                did_you_mean(fac, FACILITIES.iter().copied())
-            )
-        })? as u8;
+    t.facility = FACILITIES.iter().position(|f| f == fac).ok_or_else(|| {
+        format!(
+            "unknown syslog facility '{fac}'{}",
+            did_you_mean(fac, FACILITIES.iter().copied())
+        )
+    })? as u8;
     if let Some(lv) = w.get(i + 1) {
         t.level = level(lv)?;
     }
@@ -112,7 +113,16 @@ fn dest(addr: &str) -> Result<LogDest, String> {
         }
         return Ok(LogDest::Unix(PathBuf::from(p)));
     }
-    for unsupported in ["fd@", "ring@", "tcp@", "tcp4@", "tcp6@", "abns@", "uxst@", "sockpair@"] {
+    for unsupported in [
+        "fd@",
+        "ring@",
+        "tcp@",
+        "tcp4@",
+        "tcp6@",
+        "abns@",
+        "uxst@",
+        "sockpair@",
+    ] {
         if addr.starts_with(unsupported) {
             return Err(format!(
                 "log address '{addr}': '{unsupported}' targets are not supported by sluice"
@@ -143,14 +153,25 @@ mod tests {
     fn targets() {
         let t = parse_target(&w("127.0.0.1 local0")).unwrap();
         assert_eq!(t.dest, LogDest::Udp("127.0.0.1:514".parse().unwrap()));
-        assert_eq!((t.facility, t.level, t.minlevel, t.maxlen), (16, 7, 0, 1024));
-        let t = parse_target(&w("udp@10.0.0.1:1514 len 4096 format rfc5424 local7 info notice"))
-            .unwrap();
+        assert_eq!(
+            (t.facility, t.level, t.minlevel, t.maxlen),
+            (16, 7, 0, 1024)
+        );
+        let t = parse_target(&w(
+            "udp@10.0.0.1:1514 len 4096 format rfc5424 local7 info notice",
+        ))
+        .unwrap();
         assert_eq!(t.dest, LogDest::Udp("10.0.0.1:1514".parse().unwrap()));
         assert_eq!(t.format, LogFormat::Rfc5424);
-        assert_eq!((t.facility, t.level, t.minlevel, t.maxlen), (23, 6, 5, 4096));
+        assert_eq!(
+            (t.facility, t.level, t.minlevel, t.maxlen),
+            (23, 6, 5, 4096)
+        );
         let t = parse_target(&w("stdout format raw daemon")).unwrap();
-        assert_eq!((t.dest, t.format, t.facility), (LogDest::Stdout, LogFormat::Raw, 3));
+        assert_eq!(
+            (t.dest, t.format, t.facility),
+            (LogDest::Stdout, LogFormat::Raw, 3)
+        );
         let t = parse_target(&w("/dev/log local2 err")).unwrap();
         assert_eq!(t.dest, LogDest::Unix("/dev/log".into()));
         assert_eq!(t.level, 3);
@@ -164,9 +185,17 @@ mod tests {
             parse_target(&w("127.0.0.1 locl0")).unwrap_err(),
             "unknown syslog facility 'locl0' (did you mean 'local0'?)"
         );
-        assert!(parse_target(&w("127.0.0.1")).unwrap_err().contains("missing syslog facility"));
+        assert!(
+            parse_target(&w("127.0.0.1"))
+                .unwrap_err()
+                .contains("missing syslog facility")
+        );
         assert!(parse_target(&w("127.0.0.1 len 10 local0")).is_err());
-        assert!(parse_target(&w("ring@buf local0")).unwrap_err().contains("not supported"));
+        assert!(
+            parse_target(&w("ring@buf local0"))
+                .unwrap_err()
+                .contains("not supported")
+        );
         assert!(parse_target(&w("127.0.0.1 local0 info err extra")).is_err());
     }
 }

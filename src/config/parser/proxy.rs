@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use super::super::acl::AclSet;
 use super::super::{
-    Balance, Cond, ConfigError, HashFunction, HashMethod, HashType, LogTarget, Mode, Origin,
-    Proxy, ProxyKind, ProxyOptions, Timeouts,
+    Balance, Cond, ConfigError, HashFunction, HashMethod, HashType, LogTarget, Mode, Origin, Proxy,
+    ProxyKind, ProxyOptions, Timeouts,
 };
 use super::values::{arg, no_extra, parse_range, parse_time, parse_u32};
 use super::{KwErr, did_you_mean, kind_name, logs, options, rules, server};
@@ -155,7 +155,8 @@ impl Draft {
                 file: l.file.clone(),
                 line: l.line,
             };
-            self.http_only.push((o, what.to_string(), reason.to_string()));
+            self.http_only
+                .push((o, what.to_string(), reason.to_string()));
         }
     }
 
@@ -390,7 +391,11 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             d.p.mode = match arg(w, 1, "mode ('tcp' or 'http')")? {
                 "tcp" => Mode::Tcp,
                 "http" => Mode::Http,
-                "health" => return Err("mode 'health' was removed in HAProxy 2.4".to_string().into()),
+                "health" => {
+                    return Err("mode 'health' was removed in HAProxy 2.4"
+                        .to_string()
+                        .into());
+                }
                 m => {
                     return Err(format!(
                         "unknown mode '{m}' (expected 'tcp' or 'http'){}",
@@ -564,7 +569,9 @@ fn balance(d: &mut Draft, l: &Line) -> Result<(), String> {
             let name = arg(w, 2, "URL parameter name")?;
             if let Some(x) = w.get(3) {
                 if x == "check_post" {
-                    return Err("'balance url_param ... check_post' is not supported by sluice".into());
+                    return Err(
+                        "'balance url_param ... check_post' is not supported by sluice".into(),
+                    );
                 }
                 return Err(format!("unexpected extra argument '{x}'"));
             }
@@ -583,7 +590,11 @@ fn balance(d: &mut Draft, l: &Line) -> Result<(), String> {
                     no_extra(w, 3)?;
                     true
                 }
-                Some(x) => return Err(format!("unexpected argument '{x}' (expected 'use_domain_only')")),
+                Some(x) => {
+                    return Err(format!(
+                        "unexpected argument '{x}' (expected 'use_domain_only')"
+                    ));
+                }
             };
             Balance::Hdr {
                 name: name.to_string(),
@@ -608,7 +619,10 @@ fn balance(d: &mut Draft, l: &Line) -> Result<(), String> {
             ));
         }
     };
-    if matches!(b, Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }) {
+    if matches!(
+        b,
+        Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }
+    ) {
         d.needs_http(l, &format!("balance {algo}"));
     }
     d.p.balance = b;

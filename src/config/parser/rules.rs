@@ -271,7 +271,15 @@ fn return_action(args: &[String]) -> Result<HttpRequestAction, String> {
                     "'return': unknown argument '{a}'{}",
                     did_you_mean(
                         a,
-                        ["status", "content-type", "string", "lf-string", "file", "lf-file", "hdr"]
+                        [
+                            "status",
+                            "content-type",
+                            "string",
+                            "lf-string",
+                            "file",
+                            "lf-file",
+                            "hdr"
+                        ]
                     )
                 ));
             }
@@ -342,7 +350,9 @@ fn redirect(args: &[String]) -> Result<HttpRequestAction, String> {
                 i += 1;
             }
             o @ ("set-cookie" | "clear-cookie" | "ignore-empty") => {
-                return Err(format!("'redirect': option '{o}' is not supported by sluice"));
+                return Err(format!(
+                    "'redirect': option '{o}' is not supported by sluice"
+                ));
             }
             o => {
                 return Err(format!(

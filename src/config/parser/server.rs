@@ -8,7 +8,14 @@ use super::values::{
 use super::{KwErr, did_you_mean};
 use crate::config::tokenizer::Line;
 
-const BIND_OPTIONS: &[&str] = &["name", "maxconn", "backlog", "defer-accept", "v4v6", "v6only"];
+const BIND_OPTIONS: &[&str] = &[
+    "name",
+    "maxconn",
+    "backlog",
+    "defer-accept",
+    "v4v6",
+    "v6only",
+];
 
 /// Real HAProxy bind options that sluice does not implement.
 const BIND_UNSUPPORTED: &[&str] = &[
@@ -77,7 +84,14 @@ const BIND_UNSUPPORTED: &[&str] = &[
 ];
 
 const SERVER_OPTIONS: &[&str] = &[
-    "weight", "maxconn", "maxqueue", "backup", "no-backup", "disabled", "enabled", "id",
+    "weight",
+    "maxconn",
+    "maxqueue",
+    "backup",
+    "no-backup",
+    "disabled",
+    "enabled",
+    "id",
 ];
 
 /// Real HAProxy server options that sluice does not implement.
@@ -264,7 +278,16 @@ fn bind_addr(a: &str) -> Result<Vec<BindAddr>, String> {
         }
         return Ok(vec![BindAddr::Unix(p.into())]);
     }
-    for unsupported in ["abns@", "sockpair@", "udp@", "udp4@", "udp6@", "quic4@", "quic6@", "uxdg@"] {
+    for unsupported in [
+        "abns@",
+        "sockpair@",
+        "udp@",
+        "udp4@",
+        "udp6@",
+        "quic4@",
+        "quic6@",
+        "uxdg@",
+    ] {
         if a.starts_with(unsupported) {
             return Err(format!(
                 "bind address '{a}': '{unsupported}' addresses are not supported by sluice"
@@ -284,7 +307,9 @@ fn bind_addr(a: &str) -> Result<Vec<BindAddr>, String> {
         }
     };
     if lo > hi {
-        return Err(format!("invalid port range '{ports}' in '{a}' (start > end)"));
+        return Err(format!(
+            "invalid port range '{ports}' in '{a}' (start > end)"
+        ));
     }
     let first = resolve_host(host, lo, family)?;
     Ok((lo..=hi)
@@ -308,8 +333,8 @@ fn server_opts(
         let val = |what: &str| arg(words, i + 1, &format!("{what} after '{opt}'"));
         match opt {
             "weight" => {
-                o.weight = parse_range(val("weight")?, 0, 256)
-                    .map_err(|e| format!("weight {e}"))? as u32;
+                o.weight =
+                    parse_range(val("weight")?, 0, 256).map_err(|e| format!("weight {e}"))? as u32;
                 i += 1;
             }
             "maxconn" => {
@@ -328,7 +353,9 @@ fn server_opts(
                 let v = parse_range(val("id")?, 1, i32::MAX as u64)? as u32;
                 match id.as_deref_mut() {
                     Some(slot) => *slot = Some(v),
-                    None => return Err("server option 'id' cannot be used in 'default-server'".into()),
+                    None => {
+                        return Err("server option 'id' cannot be used in 'default-server'".into());
+                    }
                 }
                 i += 1;
             }
@@ -391,7 +418,16 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
 }
 
 fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {
-    for unsupported in ["unix@", "abns@", "fd@", "sockpair@", "udp@", "quic4@", "quic6@", "/"] {
+    for unsupported in [
+        "unix@",
+        "abns@",
+        "fd@",
+        "sockpair@",
+        "udp@",
+        "quic4@",
+        "quic6@",
+        "/",
+    ] {
         if a.starts_with(unsupported) {
             return Err(format!(
                 "server address '{a}': only TCP (IPv4/IPv6) servers are supported by sluice"
@@ -412,7 +448,15 @@ fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {
         ));
     }
     let port = parse_port(port, a)?;
-    resolve_host(host, port, if family == Family::Any { Family::Any } else { family })
+    resolve_host(
+        host,
+        port,
+        if family == Family::Any {
+            Family::Any
+        } else {
+            family
+        },
+    )
 }
 
 #[cfg(test)]
@@ -431,15 +475,32 @@ mod tests {
         assert_eq!(bind_addr("[::]:80").unwrap(), vec![tcp("[::]:80")]);
         assert_eq!(bind_addr(":::80").unwrap(), vec![tcp("[::]:80")]);
         assert_eq!(bind_addr("ipv6@:80").unwrap(), vec![tcp("[::]:80")]);
-        assert_eq!(bind_addr("ipv4@127.0.0.1:81").unwrap(), vec![tcp("127.0.0.1:81")]);
+        assert_eq!(
+            bind_addr("ipv4@127.0.0.1:81").unwrap(),
+            vec![tcp("127.0.0.1:81")]
+        );
         assert_eq!(
             bind_addr(":8000-8002").unwrap(),
-            vec![tcp("0.0.0.0:8000"), tcp("0.0.0.0:8001"), tcp("0.0.0.0:8002")]
+            vec![
+                tcp("0.0.0.0:8000"),
+                tcp("0.0.0.0:8001"),
+                tcp("0.0.0.0:8002")
+            ]
         );
-        assert_eq!(bind_addr("unix@/run/s.sock").unwrap(), vec![BindAddr::Unix("/run/s.sock".into())]);
-        assert_eq!(bind_addr("/run/s.sock").unwrap(), vec![BindAddr::Unix("/run/s.sock".into())]);
+        assert_eq!(
+            bind_addr("unix@/run/s.sock").unwrap(),
+            vec![BindAddr::Unix("/run/s.sock".into())]
+        );
+        assert_eq!(
+            bind_addr("/run/s.sock").unwrap(),
+            vec![BindAddr::Unix("/run/s.sock".into())]
+        );
         assert_eq!(bind_addr("fd@3").unwrap(), vec![BindAddr::Fd(3)]);
-        assert!(bind_addr("1.2.3.4").unwrap_err().contains("port is required"));
+        assert!(
+            bind_addr("1.2.3.4")
+                .unwrap_err()
+                .contains("port is required")
+        );
         assert!(bind_addr(":8002-8000").is_err());
         assert!(bind_addr(":0").is_err());
         assert!(bind_addr("abns@x").unwrap_err().contains("not supported"));
@@ -447,10 +508,20 @@ mod tests {
 
     #[test]
     fn server_addresses() {
-        assert_eq!(server_addr("10.0.0.1:8080"), Ok("10.0.0.1:8080".parse().unwrap()));
+        assert_eq!(
+            server_addr("10.0.0.1:8080"),
+            Ok("10.0.0.1:8080".parse().unwrap())
+        );
         assert_eq!(server_addr("[::1]:80"), Ok("[::1]:80".parse().unwrap()));
-        assert_eq!(server_addr("ipv4@localhost:80"), Ok("127.0.0.1:80".parse().unwrap()));
-        assert!(server_addr("10.0.0.1").unwrap_err().contains("port is required"));
+        assert_eq!(
+            server_addr("ipv4@localhost:80"),
+            Ok("127.0.0.1:80".parse().unwrap())
+        );
+        assert!(
+            server_addr("10.0.0.1")
+                .unwrap_err()
+                .contains("port is required")
+        );
         assert!(server_addr(":80").is_err());
         assert!(server_addr("10.0.0.1:+1").is_err());
         assert!(server_addr("unix@/x").is_err());

@@ -25,8 +25,7 @@ pub(super) fn parse_u64(s: &str) -> Result<u64, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("'{s}' is not a valid number"));
     }
-    s.parse::<u64>()
-        .map_err(|_| format!("'{s}' is too large"))
+    s.parse::<u64>().map_err(|_| format!("'{s}' is too large"))
 }
 
 pub(super) fn parse_u32(s: &str) -> Result<u32, String> {
@@ -74,18 +73,23 @@ pub(super) fn parse_time(s: &str) -> Result<Duration, String> {
     let us = n
         .checked_mul(us_per)
         .filter(|&us| us <= (i32::MAX as u64) * 1000)
-        .ok_or_else(|| format!("time '{s}' is too large (maximum 2147483647ms, about 24.8 days)"))?;
+        .ok_or_else(|| {
+            format!("time '{s}' is too large (maximum 2147483647ms, about 24.8 days)")
+        })?;
     Ok(Duration::from_micros(us))
 }
 
 /// A size in bytes with an optional `k`, `m` or `g` suffix (powers of 1024).
 pub(super) fn parse_size(s: &str) -> Result<u64, String> {
     let digits = s.bytes().take_while(u8::is_ascii_digit).count();
-    let bad = || format!("'{s}' is not a valid size (expected a number with an optional k, m or g)");
+    let bad =
+        || format!("'{s}' is not a valid size (expected a number with an optional k, m or g)");
     if digits == 0 {
         return Err(bad());
     }
-    let n: u64 = s[..digits].parse().map_err(|_| format!("size '{s}' is too large"))?;
+    let n: u64 = s[..digits]
+        .parse()
+        .map_err(|_| format!("size '{s}' is too large"))?;
     let mult: u64 = match s[digits..].to_ascii_lowercase().as_str() {
         "" => 1,
         "k" => 1 << 10,
@@ -122,9 +126,8 @@ pub(super) fn literal_format(s: &str) -> Result<String, String> {
 /// Validates an HTTP header field name (an RFC 9110 token).
 pub(super) fn header_name(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
-        && s.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-        });
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
     if ok {
         Ok(s.to_string())
     } else {
@@ -224,7 +227,13 @@ pub(super) fn strip_family(s: &str, udp: bool) -> (Family, &str) {
             ("udp6@", Family::V6),
         ]
     } else {
-        &[("ipv4@", Family::V4), ("ipv6@", Family::V6), ("tcp@", Family::Any), ("tcp4@", Family::V4), ("tcp6@", Family::V6)]
+        &[
+            ("ipv4@", Family::V4),
+            ("ipv6@", Family::V6),
+            ("tcp@", Family::Any),
+            ("tcp4@", Family::V4),
+            ("tcp6@", Family::V6),
+        ]
     };
     for (p, f) in prefixes {
         if let Some(rest) = s.strip_prefix(p) {

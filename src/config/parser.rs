@@ -149,8 +149,6 @@ enum Section {
 /// Global-section facts needed after parsing.
 #[derive(Default)]
 pub(super) struct GlobalExtra {
-    /// Where `tune.maxrewrite` was set, if it was.
-    pub maxrewrite_at: Option<Origin>,
     /// `cpu-map` lines using `all`/`odd`/`even` threads: (index in `cpu_map`, selector).
     pub cpu_sets: Vec<(usize, global::ThreadSel)>,
 }
@@ -373,7 +371,7 @@ impl State {
     fn finish(mut self, order: &[&str]) -> Result<Config, Vec<ConfigError>> {
         self.close_section();
         let mut errors = std::mem::take(&mut self.errors);
-        global::finish(&mut self.global, &self.gx, &mut errors);
+        global::finish(&mut self.global, &self.gx);
         let proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
         if errors.is_empty() {
             return Ok(Config {
@@ -437,6 +435,15 @@ fn resolve(
             ));
         };
         let be = &drafts[i].p;
+        if be.mode == super::Mode::Http && me.p.mode == super::Mode::Tcp {
+            // HAProxy accepts this and upgrades the connection to HTTP; sluice cannot.
+            return Err(format!(
+                "{prefix}: unable to use backend '{name}' (mode http) from {} '{}' (mode tcp): \
+                 TCP-to-HTTP upgrades are not supported by sluice (set 'mode http' here too)",
+                kind_name(me.p.kind),
+                me.p.name,
+            ));
+        }
         if be.mode != me.p.mode {
             return Err(format!(
                 "{prefix}: unable to use backend '{name}' (mode {}) from {} '{}' (mode {})",
@@ -462,6 +469,13 @@ fn resolve(
         }
         if let Some((name, origin)) = &d.default_backend {
             match lookup(d, "default_backend", name) {
+                Ok(i) if i == idx => errors.push(at(
+                    origin,
+                    format!(
+                        "'default_backend' in {}: loop detected ('{name}' is this proxy itself)",
+                        d.describe()
+                    ),
+                )),
                 Ok(i) => p.default_backend = Some(i),
                 Err(m) => errors.push(at(origin, m)),
             }

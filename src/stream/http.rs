@@ -8,7 +8,7 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -267,6 +267,40 @@ struct Conn<'a, C> {
     max_head: usize,
 }
 
+/// How long an idle client connection may keep its server connection. Past this the server
+/// connection is closed so idle clients do not pin server sockets (until the cross-connection
+/// pool of DESIGN §4 takes them instead).
+const KEPT_IDLE_GRACE: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// Recycled header lists and output vectors: an idle connection holds none.
+    static SCRATCH: std::cell::RefCell<Vec<(Vec<(Hb, Hb)>, Vec<u8>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Scratch vectors kept per thread for reuse; beyond this they are freed.
+const SCRATCH_MAX: usize = 256;
+
+fn take_scratch() -> (Vec<(Hb, Hb)>, Vec<u8>) {
+    SCRATCH
+        .with(|s| s.borrow_mut().pop())
+        .unwrap_or_else(|| (Vec::with_capacity(32), Vec::with_capacity(1024)))
+}
+
+fn give_scratch(mut list: Vec<(Hb, Hb)>, mut out: Vec<u8>) {
+    if list.capacity() == 0 && out.capacity() == 0 {
+        return;
+    }
+    list.clear();
+    out.clear();
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < SCRATCH_MAX {
+            s.push((list, out));
+        }
+    });
+}
+
 pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     let shared = ctx.shared().clone();
     let fe = &shared.cfg.proxies[ctx.proxy];
@@ -287,13 +321,30 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         sbuf: BytesMut::new(),
         kept: None,
         hdrs: Headers::default(),
-        out: Vec::with_capacity(1024),
+        out: Vec::new(),
         bufsize,
         max_head,
     };
     let mut first = true;
     loop {
-        match c.transaction(first).await {
+        // The idle wait runs in this small future; the large transaction future exists only
+        // while a request is in progress (one allocation per request buys ~3.5 KiB less per
+        // idle connection).
+        let pending = if c.cbuf.is_empty() {
+            match c.wait_idle(first).await {
+                Idle::Ready => None,
+                Idle::Gone => break,
+                Idle::Fail(status, term, at) => Some((status, term, at)),
+            }
+        } else {
+            None
+        };
+        if c.out.capacity() == 0 {
+            let (list, out) = take_scratch();
+            c.hdrs.list = list;
+            c.out = out;
+        }
+        match Box::pin(c.transaction(first, pending)).await {
             Some(Next::KeepAlive) => first = false,
             None => break,
         }
@@ -302,9 +353,16 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         }
     }
     let _ = c.client.shutdown().await;
-    let w = &c.ctx.w;
-    w.give_buf(std::mem::take(&mut c.cbuf));
-    w.give_buf(std::mem::take(&mut c.sbuf));
+    c.release_idle_memory();
+}
+
+/// Outcome of waiting for the first byte of a request.
+enum Idle {
+    Ready,
+    /// Closed, idle timeout between requests, or soft stop: leave silently.
+    Gone,
+    /// Error to answer with this status (and log), then close.
+    Fail(u16, [u8; 2], Instant),
 }
 
 /// Outcome of reading a request head.
@@ -317,38 +375,83 @@ enum HeadRead {
 }
 
 impl<C: ClientIo> Conn<'_, C> {
-    /// Reads the next request head, honouring `timeout http-keep-alive` (idle between
-    /// requests), `timeout http-request` (whole head) and `timeout client`.
-    async fn read_head(&mut self, first: bool) -> HeadRead {
+    /// Gives the buffers and scratch vectors back to the thread.
+    fn release_idle_memory(&mut self) {
+        let w = &self.ctx.w;
+        w.give_buf(std::mem::take(&mut self.cbuf));
+        w.give_buf(std::mem::take(&mut self.sbuf));
+        give_scratch(
+            std::mem::take(&mut self.hdrs.list),
+            std::mem::take(&mut self.out),
+        );
+    }
+
+    /// Waits, holding no buffer, for the first byte of the next request, honouring
+    /// `timeout http-keep-alive` (idle between requests), `timeout http-request` and
+    /// `timeout client`, and soft stop (which closes idle keep-alive connections).
+    async fn wait_idle(&mut self, first: bool) -> Idle {
         let t = &self.fe.timeouts;
         let w = self.ctx.w.clone();
-        if self.cbuf.is_empty() {
-            // Idle: give the buffers back and wait for a byte without holding memory.
-            w.give_buf(std::mem::take(&mut self.cbuf));
-            w.give_buf(std::mem::take(&mut self.sbuf));
-            let idle = if first {
-                t.http_request.or(t.client)
-            } else {
-                t.http_keep_alive.or(t.http_request).or(t.client)
-            };
-            let stop = w.stop_notify.notified();
-            tokio::pin!(stop);
-            stop.as_mut().enable();
-            if w.stopping.get() && !first {
-                return HeadRead::Gone;
-            }
-            let ready = super::with_timeout(idle, self.client.wait_readable());
-            tokio::select! {
-                r = ready => match r {
-                    Some(Ok(())) => {}
-                    Some(Err(_)) => return HeadRead::Gone,
-                    None if first => return HeadRead::Fail(408, *b"cR", Instant::now()),
-                    None => return HeadRead::Gone,
-                },
-                _ = &mut stop, if !first => return HeadRead::Gone,
-            }
-            self.cbuf = w.take_buf(self.bufsize);
+        self.release_idle_memory();
+        let idle = if first {
+            t.http_request.or(t.client)
+        } else {
+            t.http_keep_alive.or(t.http_request).or(t.client)
+        };
+        let stop = w.stop_notify.notified();
+        tokio::pin!(stop);
+        stop.as_mut().enable();
+        if w.stopping.get() && !first {
+            return Idle::Gone;
         }
+        // One timer serves both the idle timeout and the kept-connection grace (each
+        // tokio timer costs ~100 bytes in every idle connection's task).
+        let now = tokio::time::Instant::now();
+        let deadline = idle.map(|d| now + d);
+        let mut grace_at = self.kept.as_ref().map(|_| now + KEPT_IDLE_GRACE);
+        let next_wake = |g: Option<tokio::time::Instant>| match (deadline, g) {
+            (Some(d), Some(g)) => d.min(g),
+            (Some(d), None) => d,
+            (None, Some(g)) => g,
+            // No timeout configured: far enough to never fire in practice.
+            (None, None) => now + Duration::from_secs(86400 * 365),
+        };
+        let timer = tokio::time::sleep_until(next_wake(grace_at));
+        tokio::pin!(timer);
+        let ready = self.client.wait_readable();
+        tokio::pin!(ready);
+        loop {
+            tokio::select! {
+                r = &mut ready => match r {
+                    Ok(()) => break,
+                    Err(_) => return Idle::Gone,
+                },
+                _ = &mut timer => {
+                    if grace_at.is_some_and(|g| tokio::time::Instant::now() >= g) {
+                        self.kept = None;
+                        grace_at = None;
+                        timer.as_mut().reset(next_wake(None));
+                        continue;
+                    }
+                    if first {
+                        return Idle::Fail(408, *b"cR", Instant::now());
+                    }
+                    return Idle::Gone;
+                }
+                _ = &mut stop, if !first => return Idle::Gone,
+            }
+        }
+        self.cbuf = w.take_buf(self.bufsize);
+        Idle::Ready
+    }
+
+    /// Reads the rest of a request head whose first byte has arrived, honouring
+    /// `timeout http-request` (whole head) and `timeout client`.
+    async fn read_head(&mut self, pending: Option<(u16, [u8; 2], Instant)>) -> HeadRead {
+        if let Some((status, term, at)) = pending {
+            return HeadRead::Fail(status, term, at);
+        }
+        let t = &self.fe.timeouts;
         let start = Instant::now();
         let deadline = t.http_request.map(|d| start + d);
         loop {
@@ -383,8 +486,12 @@ impl<C: ClientIo> Conn<'_, C> {
     }
 
     /// One request/response exchange. `None` = the connection is done.
-    async fn transaction(&mut self, first: bool) -> Option<Next> {
-        let (head, start) = match self.read_head(first).await {
+    async fn transaction(
+        &mut self,
+        first: bool,
+        pending: Option<(u16, [u8; 2], Instant)>,
+    ) -> Option<Next> {
+        let (head, start) = match self.read_head(pending).await {
             HeadRead::Got(h, s) => (h, s),
             HeadRead::Gone => return None,
             HeadRead::Fail(status, term, start) => {

@@ -52,8 +52,9 @@ pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission) 
         _adm: adm,
     };
     match (client, p.mode) {
-        (Client::Tcp(s, _), Mode::Tcp) => tcp::serve(ctx, s).await,
-        (Client::Unix(s), Mode::Tcp) => tcp::serve(ctx, s).await,
+        // Boxed: the tunnel future is large and would size every HTTP connection's task too.
+        (Client::Tcp(s, _), Mode::Tcp) => Box::pin(tcp::serve(ctx, s)).await,
+        (Client::Unix(s), Mode::Tcp) => Box::pin(tcp::serve(ctx, s)).await,
         (Client::Tcp(s, _), Mode::Http) => http::serve(ctx, s).await,
         (Client::Unix(s), Mode::Http) => http::serve(ctx, s).await,
     }

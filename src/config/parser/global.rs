@@ -1,6 +1,6 @@
 //! The `global` section (repeatable; every occurrence adds to the same settings).
 
-use super::super::{ConfigError, CpuMap, Global, Origin};
+use super::super::{CpuMap, Global};
 use super::values::{arg, no_extra, parse_range, parse_size, parse_time};
 use super::{GlobalExtra, KwErr, did_you_mean, logs};
 use crate::config::tokenizer::Line;
@@ -172,10 +172,6 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             let v = parse_size(arg(w, 1, "size")?)?;
             no_extra(w, 2)?;
             g.maxrewrite = usize::try_from(v).map_err(|_| format!("'{v}' is too large"))?;
-            gx.maxrewrite_at = Some(Origin {
-                file: l.file.clone(),
-                line: l.line,
-            });
         }
         "tune.maxaccept" => {
             let v = arg(w, 1, "number")?;
@@ -300,21 +296,11 @@ fn parse_set(s: &str, min: u64, max: u64, what: &str) -> Result<Vec<usize>, Stri
 }
 
 /// Checks that need the whole global section, and `cpu-map all|odd|even` expansion.
-pub(super) fn finish(g: &mut Global, gx: &GlobalExtra, errors: &mut Vec<ConfigError>) {
-    match &gx.maxrewrite_at {
-        Some(o) if g.maxrewrite >= g.bufsize / 2 => errors.push(ConfigError {
-            file: o.file.clone(),
-            line: o.line,
-            message: format!(
-                "'tune.maxrewrite' in 'global' section: {} must be less than half of \
-                 tune.bufsize ({})",
-                g.maxrewrite, g.bufsize
-            ),
-        }),
-        Some(_) => {}
-        // The default shrinks with a small buffer, as in HAProxy.
-        None if g.maxrewrite >= g.bufsize / 2 => g.maxrewrite = g.bufsize / 4,
-        None => {}
+pub(super) fn finish(g: &mut Global, gx: &GlobalExtra) {
+    // As in HAProxy, `tune.maxrewrite` (set or default) is "automatically readjusted to half
+    // of bufsize if it is larger than that", whatever the order of the two keywords.
+    if g.maxrewrite >= g.bufsize / 2 {
+        g.maxrewrite = g.bufsize / 2;
     }
     let n = g.nbthread.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -361,9 +347,7 @@ mod tests {
                 Err(KwErr::Full(m)) => errs.push(m),
             }
         }
-        let mut ce = Vec::new();
-        finish(&mut g, &gx, &mut ce);
-        errs.extend(ce.into_iter().map(|e| e.message));
+        finish(&mut g, &gx);
         (g, errs)
     }
 
@@ -418,9 +402,10 @@ mod tests {
             e[9],
             "unknown keyword 'maxcon' in 'global' section (did you mean 'maxconn'?)"
         );
-        let (_, e) = run(&["tune.bufsize 4096", "tune.maxrewrite 2048"]);
-        assert_eq!(e.len(), 1);
-        assert!(e[0].contains("less than half"), "{e:?}");
+        // Readjusted to half of bufsize, as HAProxy documents (not an error).
+        let (g, e) = run(&["tune.bufsize 4096", "tune.maxrewrite 2048"]);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(g.maxrewrite, 2048);
     }
 
     #[test]
@@ -444,6 +429,6 @@ mod tests {
         assert_eq!(g.hard_stop_after, Some(std::time::Duration::from_secs(30)));
         assert_eq!(g.maxconn, Some(5000));
         let (g, _) = run(&["tune.bufsize 1024"]);
-        assert!(g.maxrewrite < 512);
+        assert_eq!(g.maxrewrite, 512);
     }
 }

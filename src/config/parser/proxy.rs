@@ -90,6 +90,7 @@ impl Draft {
         let mut p = blank_proxy(name, kind, origin);
         let mut logs = Vec::new();
         let mut default_server = ServerOpts::default();
+        let mut default_backend = None;
         if let Some(b) = base {
             p.mode = b.p.mode;
             p.maxconn = b.p.maxconn;
@@ -102,6 +103,12 @@ impl Draft {
             p.errorfiles = b.p.errorfiles.clone();
             logs = b.logs.clone();
             default_server = b.default_server.clone();
+            // Frontend-side settings `defaults` may carry (HAProxy copies them only to proxies
+            // with a frontend; a `defaults` draft is a listen).
+            if kind.has_frontend() {
+                p.monitor_uri = b.p.monitor_uri.clone();
+                default_backend = b.default_backend.clone();
+            }
         }
         Draft {
             p,
@@ -109,7 +116,7 @@ impl Draft {
             logs,
             default_server,
             acls: AclSet::new(),
-            default_backend: None,
+            default_backend,
             use_backends: Vec::new(),
             id_at: None,
             http_only: Vec::new(),
@@ -182,6 +189,8 @@ impl Draft {
             opts.tcplog = true;
         }
         opts.forwardfor = None;
+        // An inherited `monitor-uri` only applies to HTTP (an explicit one was reported above).
+        self.p.monitor_uri = None;
         if matches!(
             self.p.balance,
             Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }
@@ -204,7 +213,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("balance", D | B),
     ("bind", F),
     ("default-server", D | B),
-    ("default_backend", F),
+    ("default_backend", D | F),
     ("description", F | B),
     ("enabled", D | F | B),
     ("errorfile", D | F | B),
@@ -215,7 +224,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("log", D | F | B),
     ("maxconn", D | F),
     ("mode", D | F | B),
-    ("monitor-uri", F),
+    ("monitor-uri", D | F),
     ("no", D | F | B),
     ("option", D | F | B),
     ("retries", D | B),

@@ -178,6 +178,23 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         );
     }
 
+    // The control loop and its signal handlers exist before any worker accepts: a SIGUSR1
+    // sent as soon as sluice serves must find its handler, not the default action (exit).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the control loop: {e}"))?;
+    let (mut sigint, mut sigterm, mut sigusr1) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let _enter = rt.enter();
+        let h = |k: SignalKind| signal(k).map_err(|e| format!("cannot handle signals: {e}"));
+        (
+            h(SignalKind::interrupt())?,
+            h(SignalKind::terminate())?,
+            h(SignalKind::user_defined1())?,
+        )
+    };
+
     let (state_tx, state_rx) = watch::channel(RunState::Running);
     // Hand each thread its socket of every bind.
     let mut per_thread: Vec<Vec<_>> = (0..nbthread).map(|_| Vec::new()).collect();
@@ -198,16 +215,8 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     }
     drop(state_rx);
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the control loop: {e}"))?;
     let hard_stop_after = cfg.global.hard_stop_after;
     rt.block_on(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
-        let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        let mut sigusr1 = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler");
         let done = tokio::task::spawn_blocking(move || {
             for h in handles {
                 let _ = h.join();

@@ -163,3 +163,52 @@ fn maxqueue_rejects_beyond_the_server_queue_length() {
     assert_eq!((r.status, r.body_str()), (200, "/k?slow1".to_string()));
     assert!(b.requests().iter().all(|r| r.target != "/k?third"));
 }
+
+/// `option abortonclose`: a queued request whose client closes is dropped (logged `CQ`) and
+/// never reaches the server; without it, a half-closed client still gets its response.
+#[test]
+fn abortonclose_drops_a_queued_request_whose_client_left() {
+    let gate = Gate::new();
+    let b = gated("s1", &gate);
+    let (s, port) = start("    option abortonclose", "maxconn 1", &b, LOGGED_HTTP);
+    let first = send_bg(port, "/slow0");
+    b.wait_requests(1, WAIT);
+    let mut c = HttpClient::connect(port);
+    c.send("GET /gone HTTP/1.1\r\nHost: t\r\n\r\n");
+    wait_consumed(c.tcp());
+    c.shutdown_write();
+    let line = s.wait_log_line(|l| l.contains("/gone"), WAIT);
+    assert!(
+        line.contains(" CQ-- "),
+        "aborted in queue is logged as CQ: {line}"
+    );
+    assert!(
+        matches!(c.wait_closed(WAIT), Closed::Eof),
+        "sluice closes the client"
+    );
+    gate.open();
+    assert_eq!(first.join().unwrap().0.status, 200);
+    // A later request proves the slot was released and /gone never went out.
+    let after = send_bg(port, "/after");
+    assert_eq!(after.join().unwrap().0.status, 200);
+    let order: Vec<String> = b.requests().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(order, vec!["/slow0", "/after"]);
+}
+
+#[test]
+fn without_abortonclose_a_half_closed_client_still_gets_its_response() {
+    let gate = Gate::new();
+    let b = gated("s1", &gate);
+    let (_s, port) = start("", "maxconn 1", &b, DEFAULTS_HTTP);
+    let first = send_bg(port, "/slow0");
+    b.wait_requests(1, WAIT);
+    let mut c = HttpClient::connect(port);
+    c.send("GET /kept HTTP/1.1\r\nHost: t\r\n\r\n");
+    wait_consumed(c.tcp());
+    c.shutdown_write();
+    gate.open();
+    assert_eq!(first.join().unwrap().0.status, 200);
+    let r = c.read_final(false);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_str(), "/kept");
+}

@@ -16,6 +16,8 @@ mod options;
 mod proxy;
 mod rules;
 mod server;
+#[cfg(test)]
+mod tests;
 mod values;
 
 use std::collections::HashMap;

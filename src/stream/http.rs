@@ -272,16 +272,18 @@ struct Conn<'a, C> {
 /// pool of DESIGN §4 takes them instead).
 const KEPT_IDLE_GRACE: Duration = Duration::from_secs(1);
 
+/// A header list and an output vector, recycled between connections of a thread.
+type Scratch = (Vec<(Hb, Hb)>, Vec<u8>);
+
 thread_local! {
     /// Recycled header lists and output vectors: an idle connection holds none.
-    static SCRATCH: std::cell::RefCell<Vec<(Vec<(Hb, Hb)>, Vec<u8>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Scratch vectors kept per thread for reuse; beyond this they are freed.
 const SCRATCH_MAX: usize = 256;
 
-fn take_scratch() -> (Vec<(Hb, Hb)>, Vec<u8>) {
+fn take_scratch() -> Scratch {
     SCRATCH
         .with(|s| s.borrow_mut().pop())
         .unwrap_or_else(|| (Vec::with_capacity(32), Vec::with_capacity(1024)))
@@ -354,6 +356,21 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     }
     let _ = c.client.shutdown().await;
     c.release_idle_memory();
+}
+
+/// Completes when the client has closed its side (EOF or error). Bytes that arrive meanwhile
+/// (request body, pipelined requests) are kept in `buf`, up to `room` bytes; past that the
+/// client is no longer watched.
+async fn client_closed<C: ClientIo>(client: &mut C, buf: &mut BytesMut, room: usize) {
+    loop {
+        if buf.len() >= room || buf.capacity() == buf.len() {
+            std::future::pending::<()>().await;
+        }
+        match client.read_buf(buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// Outcome of waiting for the first byte of a request.
@@ -784,7 +801,22 @@ impl<C: ClientIo> Conn<'_, C> {
             uri: &uri_owned,
             hdr: hdr_val.as_deref(),
         };
-        let slot = match backend::acquire(&shared, be_idx, &input, None).await {
+        // `option abortonclose`: a client that closes while its request waits for a server
+        // slot or a connection gives up the request (HAProxy's CQ / CC).
+        let abort = bp.options.abortonclose;
+        let room = self.bufsize;
+        let acquired = if abort {
+            tokio::select! {
+                r = backend::acquire(&shared, be_idx, &input, None) => r,
+                _ = client_closed(&mut self.client, &mut self.cbuf, room) => {
+                    txn.term = *b"CQ";
+                    return None;
+                }
+            }
+        } else {
+            backend::acquire(&shared, be_idx, &input, None).await
+        };
+        let slot = match acquired {
             Ok(s) => s,
             Err(e) => {
                 let ce = ConnectError::Pick(e);
@@ -797,7 +829,18 @@ impl<C: ClientIo> Conn<'_, C> {
                 txn.t_connect = 0;
                 (k.stream, slot, true)
             }
-            _ => match connect_with_slot(self.ctx, be_idx, &input, slot).await {
+            _ => match if abort {
+                let ctx = self.ctx;
+                tokio::select! {
+                    r = connect_with_slot(ctx, be_idx, &input, slot) => r,
+                    _ = client_closed(&mut self.client, &mut self.cbuf, room) => {
+                        txn.term = *b"CC";
+                        return None;
+                    }
+                }
+            } else {
+                connect_with_slot(self.ctx, be_idx, &input, slot).await
+            } {
                 Ok(sc) => {
                     txn.t_connect = sc.connect_ms as i64;
                     txn.retries = sc.retries;

@@ -112,9 +112,17 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             }
             "tcplog" => o.tcplog = false,
             "redispatch" => o.redispatch = false,
-            // Disabling a connection mode returns to the default one.
+            // As in HAProxy, `no option X` returns to the default connection mode only if X is
+            // the current one (`option httpclose` + `no option http-server-close` keeps close).
             "http-server-close" | "httpclose" | "http-keep-alive" => {
-                o.http_conn_mode = HttpConnMode::KeepAlive
+                let m = match name {
+                    "http-server-close" => HttpConnMode::ServerClose,
+                    "httpclose" => HttpConnMode::Close,
+                    _ => HttpConnMode::KeepAlive,
+                };
+                if o.http_conn_mode == m {
+                    o.http_conn_mode = HttpConnMode::KeepAlive;
+                }
             }
             _ => unreachable!(),
         }

@@ -1,0 +1,3244 @@
+//! End-to-end tests of the configuration parser through [`load`]: every supported keyword with
+//! its HAProxy 2.6 semantics and defaults, `defaults` inheritance, cross-proxy resolution, and
+//! the error messages (`file:line: 'keyword' in <section>: reason`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::load;
+use crate::config::{
+    Balance, Bind, BindAddr, Config, ConfigError, CpuMap, HashFunction, HashMethod, HashType,
+    HeaderAction, HttpConnMode, HttpRequestAction, HttpView, LogDest, LogFormat, LogTarget, Mode,
+    Proxy, ProxyKind, Redirect, RedirectKind,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// Joins lines with `\n`, so that `lines[i]` is line `i + 1` of the file.
+fn cfg(lines: &[&str]) -> String {
+    let mut s = lines.join("\n");
+    s.push('\n');
+    s
+}
+
+fn parse(lines: &[&str]) -> Result<Config, Vec<ConfigError>> {
+    load(&[("t.cfg".to_string(), cfg(lines))], &|_| None)
+}
+
+fn ok(lines: &[&str]) -> Config {
+    match parse(lines) {
+        Ok(c) => c,
+        Err(e) => panic!("unexpected errors:\n{}", render(&e)),
+    }
+}
+
+fn render(e: &[ConfigError]) -> String {
+    e.iter().map(|e| format!("  {e}\n")).collect()
+}
+
+/// All errors, rendered as `file:line: message`.
+fn errs(lines: &[&str]) -> Vec<String> {
+    match parse(lines) {
+        Ok(_) => panic!("expected errors, the configuration loaded:\n{}", cfg(lines)),
+        Err(e) => e.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// The only error, rendered; checks it contains every one of `parts`.
+fn err1(lines: &[&str], parts: &[&str]) -> String {
+    let e = errs(lines);
+    assert_eq!(e.len(), 1, "expected exactly one error, got {e:#?}");
+    has(&e[0], parts);
+    e.into_iter().next().unwrap()
+}
+
+fn has(msg: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(msg.contains(p), "{msg:?} does not contain {p:?}");
+    }
+}
+
+fn px<'a>(c: &'a Config, name: &str) -> &'a Proxy {
+    c.proxies
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no proxy '{name}'"))
+}
+
+fn idx(c: &Config, name: &str) -> usize {
+    c.proxy_by_name(name).unwrap()
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn tcp(s: &str) -> BindAddr {
+    BindAddr::Tcp(sa(s))
+}
+
+fn ms(n: u64) -> Option<Duration> {
+    Some(Duration::from_millis(n))
+}
+
+/// A minimal request view to evaluate parsed conditions.
+struct Req {
+    method: &'static str,
+    uri: &'static str,
+    headers: Vec<(&'static str, &'static str)>,
+    src: Option<IpAddr>,
+}
+
+impl Req {
+    fn get(uri: &'static str) -> Req {
+        Req {
+            method: "GET",
+            uri,
+            headers: Vec::new(),
+            src: Some("192.0.2.1".parse().unwrap()),
+        }
+    }
+}
+
+impl HttpView for Req {
+    fn method(&self) -> &[u8] {
+        self.method.as_bytes()
+    }
+    fn uri(&self) -> &[u8] {
+        self.uri.as_bytes()
+    }
+    fn for_each_header(&self, name: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+            .any(|(_, v)| f(v.as_bytes()))
+    }
+    fn src(&self) -> Option<IpAddr> {
+        self.src
+    }
+}
+
+/// A file in the temporary directory, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(tag: &str, content: &[u8]) -> TempFile {
+        let p = std::env::temp_dir().join(format!(
+            "sluice-parser-test-{}-{tag}.http",
+            std::process::id()
+        ));
+        std::fs::write(&p, content).unwrap();
+        TempFile(p)
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// global
+
+#[test]
+fn global_defaults_without_global_section() {
+    let c = ok(&["listen l", "  bind :80"]);
+    let g = &c.global;
+    assert_eq!(g.nbthread, None);
+    assert_eq!(g.maxconn, None);
+    assert!(!g.daemon);
+    assert_eq!(g.pidfile, None);
+    assert!(g.logs.is_empty());
+    assert!(g.cpu_map.is_empty());
+    assert_eq!((g.bufsize, g.maxrewrite, g.maxaccept), (16384, 1024, 64));
+    assert!(g.idle_pool_shared);
+    assert_eq!(g.hard_stop_after, None);
+}
+
+#[test]
+fn global_keywords() {
+    let c = ok(&[
+        "global",
+        "  nbthread 4",
+        "  maxconn 20000",
+        "  daemon",
+        "  pidfile /run/sluice.pid",
+        "  tune.bufsize 32768",
+        "  tune.maxrewrite 4096",
+        "  tune.maxaccept 16",
+        "  tune.idle-pool.shared off",
+        "  hard-stop-after 5m",
+    ]);
+    let g = &c.global;
+    assert_eq!(g.nbthread, Some(4));
+    assert_eq!(g.maxconn, Some(20000));
+    assert!(g.daemon);
+    assert_eq!(g.pidfile, Some(PathBuf::from("/run/sluice.pid")));
+    assert_eq!((g.bufsize, g.maxrewrite, g.maxaccept), (32768, 4096, 16));
+    assert!(!g.idle_pool_shared);
+    assert_eq!(g.hard_stop_after, Some(Duration::from_secs(300)));
+
+    let c = ok(&[
+        "global",
+        "  tune.bufsize 64k",
+        "  tune.maxaccept -1",
+        "  tune.idle-pool.shared on",
+        "  hard-stop-after 1h",
+    ]);
+    assert_eq!(c.global.bufsize, 65536);
+    assert_eq!(c.global.maxaccept, u32::MAX);
+    assert!(c.global.idle_pool_shared);
+    assert_eq!(c.global.hard_stop_after, Some(Duration::from_secs(3600)));
+    assert!(c.proxies.is_empty());
+}
+
+#[test]
+fn global_maxrewrite_is_readjusted_to_half_of_bufsize() {
+    // HAProxy: "It is automatically readjusted to half of bufsize if it is larger than that."
+    let c = ok(&["global", "  tune.bufsize 4096", "  tune.maxrewrite 3000"]);
+    assert_eq!(c.global.maxrewrite, 2048);
+    // Order does not matter: the check runs once the whole section is known.
+    let c = ok(&["global", "  tune.maxrewrite 3000", "  tune.bufsize 4096"]);
+    assert_eq!(c.global.maxrewrite, 2048);
+    // The default (1024) too.
+    let c = ok(&["global", "  tune.bufsize 1024"]);
+    assert_eq!(c.global.maxrewrite, 512);
+    let c = ok(&["global", "  tune.bufsize 16k", "  tune.maxrewrite 0"]);
+    assert_eq!(c.global.maxrewrite, 0);
+}
+
+#[test]
+fn several_global_sections_merge() {
+    let c = ok(&[
+        "global",
+        "  nbthread 2",
+        "  log stdout format raw local0",
+        "defaults",
+        "  mode http",
+        "global",
+        "  maxconn 100",
+        "  log stderr local1",
+        "  nbthread 3",
+    ]);
+    assert_eq!(c.global.nbthread, Some(3), "a later value wins");
+    assert_eq!(c.global.maxconn, Some(100));
+    assert_eq!(c.global.logs.len(), 2);
+    assert_eq!(c.global.logs[0].dest, LogDest::Stdout);
+    assert_eq!(c.global.logs[1].dest, LogDest::Stderr);
+
+    // Across files as well.
+    let c = load(
+        &[
+            ("a.cfg".into(), cfg(&["global", "  daemon"])),
+            ("b.cfg".into(), cfg(&["global", "  maxconn 7"])),
+        ],
+        &|_| None,
+    )
+    .unwrap();
+    assert!(c.global.daemon);
+    assert_eq!(c.global.maxconn, Some(7));
+}
+
+#[test]
+fn global_log_targets() {
+    let c = ok(&[
+        "global",
+        "  log stdout format raw local0",
+        "  log stderr format short daemon info",
+        "  log 127.0.0.1 local0",
+        "  log 10.0.0.1:1514 len 4096 format rfc5424 local7 info notice",
+        "  log udp@192.0.2.10:5140 format rfc3164 user err",
+        "  log [::1]:515 len 80 kern emerg",
+        "  log /dev/log local2 debug",
+        "  log unix@/run/log.sock format short auth",
+        "  log fd@1 local0",
+        "  log fd@2 local0",
+        "  log ipv6@127.0.0.1 local0",
+    ]);
+    let l = &c.global.logs;
+    assert_eq!(
+        l[0],
+        LogTarget {
+            dest: LogDest::Stdout,
+            format: LogFormat::Raw,
+            facility: 16,
+            level: 7,
+            minlevel: 0,
+            maxlen: 1024,
+        }
+    );
+    assert_eq!(
+        (&l[1].dest, l[1].format, l[1].facility, l[1].level),
+        (&LogDest::Stderr, LogFormat::Short, 3, 6)
+    );
+    // Defaults: UDP port 514, RFC3164, every level, 1024 bytes.
+    assert_eq!(
+        l[2],
+        LogTarget {
+            dest: LogDest::Udp(sa("127.0.0.1:514")),
+            format: LogFormat::Rfc3164,
+            facility: 16,
+            level: 7,
+            minlevel: 0,
+            maxlen: 1024,
+        }
+    );
+    assert_eq!(
+        l[3],
+        LogTarget {
+            dest: LogDest::Udp(sa("10.0.0.1:1514")),
+            format: LogFormat::Rfc5424,
+            facility: 23,
+            level: 6,
+            minlevel: 5,
+            maxlen: 4096,
+        }
+    );
+    assert_eq!(l[4].dest, LogDest::Udp(sa("192.0.2.10:5140")));
+    assert_eq!(
+        (l[4].format, l[4].facility, l[4].level),
+        (LogFormat::Rfc3164, 1, 3)
+    );
+    assert_eq!(l[5].dest, LogDest::Udp(sa("[::1]:515")));
+    assert_eq!((l[5].maxlen, l[5].facility, l[5].level), (80, 0, 0));
+    assert_eq!(l[6].dest, LogDest::Unix("/dev/log".into()));
+    assert_eq!((l[6].facility, l[6].level), (18, 7));
+    assert_eq!(l[7].dest, LogDest::Unix("/run/log.sock".into()));
+    assert_eq!((l[7].format, l[7].facility), (LogFormat::Short, 4));
+    assert_eq!(l[8].dest, LogDest::Stdout);
+    assert_eq!(l[9].dest, LogDest::Stderr);
+    assert_eq!(l[10].dest, LogDest::Udp(sa("[::ffff:127.0.0.1]:514")));
+}
+
+#[test]
+fn global_cpu_map() {
+    let c = ok(&[
+        "global",
+        "  nbthread 4",
+        "  cpu-map 1/1-4 0-3",
+        "  cpu-map auto:1/1-2 4 5",
+        "  cpu-map all 0-1",
+        "  cpu-map odd 2,3",
+        "  cpu-map even 6",
+        "  cpu-map auto:1/all 8-9",
+        "  cpu-map 3 7",
+    ]);
+    let m = &c.global.cpu_map;
+    assert_eq!(
+        m[0],
+        CpuMap {
+            threads: vec![1, 2, 3, 4],
+            cpus: vec![0, 1, 2, 3],
+            auto: false
+        }
+    );
+    assert_eq!(
+        m[1],
+        CpuMap {
+            threads: vec![1, 2],
+            cpus: vec![4, 5],
+            auto: true
+        }
+    );
+    assert_eq!(m[2].threads, vec![1, 2, 3, 4]);
+    assert_eq!(
+        (m[3].threads.clone(), m[3].cpus.clone()),
+        (vec![1, 3], vec![2, 3])
+    );
+    assert_eq!(m[4].threads, vec![2, 4]);
+    // auto: with more threads than CPUs: the extra threads keep no binding.
+    assert_eq!((m[5].threads.clone(), m[5].auto), (vec![1, 2], true));
+    assert_eq!(
+        (m[6].threads.clone(), m[6].cpus.clone()),
+        (vec![3], vec![7])
+    );
+}
+
+#[test]
+fn global_errors() {
+    let e = errs(&[
+        "global",                             // 1
+        "  nbthread 0",                       // 2
+        "  nbthreads 4",                      // 3
+        "  maxconn lots",                     // 4
+        "  daemon yes",                       // 5
+        "  user haproxy",                     // 6
+        "  stats socket /run/admin.sock",     // 7
+        "  tune.ssl.default-dh-param 2048",   // 8
+        "  nbproc 2",                         // 9
+        "  log global",                       // 10
+        "  log 127.0.0.1 locl0",              // 11
+        "  log 127.0.0.1 format iso local0",  // 12
+        "  log 127.0.0.1 len 10 local0",      // 13
+        "  tune.idle-pool.shared maybe",      // 14
+        "  hard-stop-after 1m30s",            // 15
+        "  hard-stop-after 30d",              // 16
+        "  tune.bufsize 512",                 // 17
+        "  cpu-map 2/1 0",                    // 18
+        "  cpu-map auto:1-3 0-1",             // 19
+        "  pidfile",                          // 20
+        "  log ring@buf local0",              // 21
+        "  log 127.0.0.1 local0 info chatty", // 22
+        "  log 127.0.0.1:99999 local0",       // 23
+        "  tune.maxaccept 0",                 // 24
+    ]);
+    assert_eq!(e.len(), 23, "{e:#?}");
+    let find = |line: usize| -> &str {
+        let prefix = format!("t.cfg:{line}: ");
+        e.iter()
+            .find(|m| m.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
+    };
+    has(
+        find(2),
+        &[
+            "'nbthread' in 'global' section",
+            "'0' is out of range (expected 1 to 1024)",
+        ],
+    );
+    has(
+        find(3),
+        &[
+            "unknown keyword 'nbthreads' in 'global' section",
+            "(did you mean 'nbthread'?)",
+        ],
+    );
+    has(
+        find(4),
+        &[
+            "'maxconn' in 'global' section",
+            "'lots' is not a valid number",
+        ],
+    );
+    has(
+        find(5),
+        &[
+            "'daemon' in 'global' section",
+            "unexpected extra argument 'yes'",
+        ],
+    );
+    has(
+        find(6),
+        &["keyword 'user' in 'global' section is not supported by sluice"],
+    );
+    has(
+        find(7),
+        &["keyword 'stats' in 'global' section is not supported by sluice"],
+    );
+    has(
+        find(8),
+        &["'tune.ssl.default-dh-param'", "not supported by sluice"],
+    );
+    has(
+        find(9),
+        &["'nbproc'", "'global' section", "not supported", "nbthread"],
+    );
+    has(
+        find(10),
+        &[
+            "'log' in 'global' section",
+            "'log global' can only be used in proxies",
+        ],
+    );
+    has(
+        find(11),
+        &[
+            "'log' in 'global' section",
+            "unknown syslog facility 'locl0'",
+            "did you mean 'local0'",
+        ],
+    );
+    has(find(12), &["log format 'iso' is not supported by sluice"]);
+    has(
+        find(13),
+        &["log line length", "out of range (expected 80 to 65535)"],
+    );
+    has(
+        find(14),
+        &[
+            "'tune.idle-pool.shared'",
+            "expected 'on' or 'off', got 'maybe'",
+        ],
+    );
+    has(find(15), &["'hard-stop-after'", "only one unit is allowed"]);
+    has(find(16), &["'hard-stop-after'", "too large"]);
+    has(find(17), &["'tune.bufsize'", "512 is out of range"]);
+    has(find(18), &["'cpu-map'", "only process/group '1'"]);
+    has(find(19), &["'cpu-map'", "must have the same size"]);
+    has(
+        find(20),
+        &["'pidfile' in 'global' section: missing file name"],
+    );
+    has(find(21), &["'ring@' targets are not supported by sluice"]);
+    has(find(22), &["unknown log level 'chatty'"]);
+    has(find(23), &["invalid port '99999'"]);
+    has(find(24), &["'tune.maxaccept'", "or -1 for unlimited"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sections, defaults and inheritance
+
+#[test]
+fn proxy_defaults_without_defaults_section() {
+    let c = ok(&[
+        "frontend fe",
+        "  bind :80",
+        "backend be",
+        "listen li",
+        "  bind :81",
+    ]);
+    assert_eq!(c.proxies.len(), 3);
+    let fe = px(&c, "fe");
+    assert_eq!(fe.kind, ProxyKind::Frontend);
+    assert_eq!(fe.origin.file, "t.cfg");
+    assert_eq!(fe.origin.line, 1);
+    assert_eq!(fe.mode, Mode::Tcp, "HAProxy's default mode is tcp");
+    assert_eq!(fe.maxconn, None);
+    assert_eq!(fe.backlog, None);
+    assert_eq!(fe.timeouts, Default::default());
+    assert_eq!(
+        fe.default_backend, None,
+        "a frontend has no implicit backend"
+    );
+    assert!(fe.logs.is_empty());
+    assert_eq!(fe.id, None);
+    let be = px(&c, "be");
+    assert_eq!(be.kind, ProxyKind::Backend);
+    assert_eq!(be.retries, 3);
+    assert_eq!(be.balance, Balance::RoundRobin);
+    assert_eq!(be.hash_type, HashType::default());
+    assert_eq!(
+        (
+            be.hash_type.method,
+            be.hash_type.function,
+            be.hash_type.avalanche
+        ),
+        (HashMethod::MapBased, HashFunction::Sdbm, false)
+    );
+    assert_eq!(be.default_backend, None);
+    let o = &be.options;
+    assert!(!o.httplog && !o.tcplog && !o.dontlognull && !o.redispatch && !o.abortonclose);
+    assert!(o.forwardfor.is_none());
+    assert_eq!(o.http_conn_mode, HttpConnMode::KeepAlive);
+    // A listen without default_backend uses itself.
+    let li = px(&c, "li");
+    assert_eq!(li.kind, ProxyKind::Listen);
+    assert_eq!(li.default_backend, Some(idx(&c, "li")));
+    // Declaration order is kept.
+    let names: Vec<&str> = c.proxies.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["fe", "be", "li"]);
+}
+
+#[test]
+fn anonymous_defaults_are_inherited() {
+    let c = ok(&[
+        "global",
+        "  log 127.0.0.1 local0",
+        "defaults",
+        "  mode http",
+        "  maxconn 500",
+        "  backlog 64",
+        "  timeout connect 5s",
+        "  timeout client 30s",
+        "  timeout server 30s",
+        "  retries 5",
+        "  balance leastconn",
+        "  hash-type consistent djb2",
+        "  option httplog",
+        "  option dontlognull",
+        "  option forwardfor",
+        "  option http-server-close",
+        "  option redispatch",
+        "  log global",
+        "  default-server weight 10 maxconn 50",
+        "  monitor-uri /health",
+        "frontend fe",
+        "  bind :80",
+        "  default_backend be",
+        "backend be",
+        "  server s1 10.0.0.1:80",
+        "  server s2 10.0.0.2:80 weight 20",
+    ]);
+    for p in &c.proxies {
+        assert_eq!(p.mode, Mode::Http, "{}", p.name);
+        assert_eq!(p.maxconn, Some(500));
+        assert_eq!(p.backlog, Some(64));
+        assert_eq!(p.timeouts.connect, Some(Duration::from_secs(5)));
+        assert_eq!(p.timeouts.client, Some(Duration::from_secs(30)));
+        assert_eq!(p.timeouts.server, Some(Duration::from_secs(30)));
+        assert_eq!(p.retries, 5);
+        assert_eq!(p.balance, Balance::LeastConn);
+        assert_eq!(p.hash_type.method, HashMethod::Consistent);
+        assert_eq!(p.hash_type.function, HashFunction::Djb2);
+        assert!(p.options.httplog && p.options.dontlognull && p.options.redispatch);
+        assert_eq!(p.options.http_conn_mode, HttpConnMode::ServerClose);
+        assert!(p.options.forwardfor.is_some());
+        assert_eq!(p.logs, c.global.logs, "'log global' expanded");
+    }
+    assert_eq!(px(&c, "fe").monitor_uri.as_deref(), Some("/health"));
+    assert_eq!(
+        px(&c, "be").monitor_uri,
+        None,
+        "monitor-uri is a frontend setting"
+    );
+    let be = px(&c, "be");
+    assert_eq!((be.servers[0].weight, be.servers[0].maxconn), (10, 50));
+    assert_eq!((be.servers[1].weight, be.servers[1].maxconn), (20, 50));
+    assert_eq!(px(&c, "fe").default_backend, Some(idx(&c, "be")));
+}
+
+#[test]
+fn proxy_settings_override_defaults() {
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        "  timeout client 30s",
+        "  option httplog",
+        "  retries 2",
+        "frontend fe",
+        "  mode tcp",
+        "  timeout client 10s",
+        "  option tcplog",
+        "  bind :80",
+        "backend be",
+        "  retries 0",
+    ]);
+    let fe = px(&c, "fe");
+    assert_eq!(fe.mode, Mode::Tcp);
+    assert_eq!(fe.timeouts.client, Some(Duration::from_secs(10)));
+    assert!(fe.options.tcplog && !fe.options.httplog);
+    assert_eq!(px(&c, "be").retries, 0);
+}
+
+#[test]
+fn later_defaults_replace_earlier_ones() {
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        "  timeout connect 1s",
+        "  retries 7",
+        "backend a",
+        "defaults",
+        "  timeout server 2s",
+        "backend b",
+    ]);
+    let a = px(&c, "a");
+    assert_eq!(
+        (a.mode, a.timeouts.connect, a.retries),
+        (Mode::Http, ms(1000), 7)
+    );
+    // A new `defaults` section starts from scratch (no implicit merge with the previous one).
+    let b = px(&c, "b");
+    assert_eq!(b.mode, Mode::Tcp);
+    assert_eq!(b.timeouts.connect, None);
+    assert_eq!(b.timeouts.server, ms(2000));
+    assert_eq!(b.retries, 3);
+}
+
+#[test]
+fn defaults_apply_across_files_but_sections_do_not_continue() {
+    let c = load(
+        &[
+            (
+                "a.cfg".into(),
+                cfg(&["defaults", "  mode http", "backend x"]),
+            ),
+            (
+                "b.cfg".into(),
+                cfg(&["  server s1 10.0.0.1:80", "backend y"]),
+            ),
+        ],
+        &|_| None,
+    );
+    let e = c.unwrap_err();
+    assert_eq!(e.len(), 1, "{}", render(&e));
+    has(
+        &e[0].to_string(),
+        &["b.cfg:1:", "'server'", "appears before any section"],
+    );
+    let c = load(
+        &[
+            ("a.cfg".into(), cfg(&["defaults", "  mode http"])),
+            ("b.cfg".into(), cfg(&["backend y"])),
+        ],
+        &|_| None,
+    )
+    .unwrap();
+    assert_eq!(c.proxies[0].mode, Mode::Http);
+    assert_eq!(c.proxies[0].origin.file, "b.cfg");
+}
+
+#[test]
+fn named_defaults_and_from() {
+    let c = ok(&[
+        "defaults base",
+        "  mode http",
+        "  timeout connect 3s",
+        "defaults child from base",
+        "  timeout server 4s",
+        "defaults other",
+        "  timeout connect 9s",
+        "backend uses_last",
+        "backend uses_base from base",
+        "backend uses_child from child",
+    ]);
+    // Without `from`, the last defaults section applies (here 'other', which has no 'from').
+    let p = px(&c, "uses_last");
+    assert_eq!((p.mode, p.timeouts.connect), (Mode::Tcp, ms(9000)));
+    let p = px(&c, "uses_base");
+    assert_eq!(
+        (p.mode, p.timeouts.connect, p.timeouts.server),
+        (Mode::Http, ms(3000), None)
+    );
+    let p = px(&c, "uses_child");
+    assert_eq!(
+        (p.mode, p.timeouts.connect, p.timeouts.server),
+        (Mode::Http, ms(3000), ms(4000))
+    );
+
+    err1(
+        &["defaults base", "backend b from bsae"],
+        &[
+            "t.cfg:2: ",
+            "'backend'",
+            "unknown defaults section 'bsae'",
+            "(did you mean 'base'?)",
+        ],
+    );
+    err1(
+        &["defaults d from d"],
+        &["t.cfg:1: ", "unknown defaults section 'd'"],
+    );
+    err1(
+        &["backend b from"],
+        &["t.cfg:1: ", "missing defaults section name after 'from'"],
+    );
+    // A proxy cannot inherit from a frontend or backend.
+    err1(
+        &["backend x", "backend y from x"],
+        &["t.cfg:2: ", "unknown defaults section 'x'"],
+    );
+}
+
+#[test]
+fn section_header_errors() {
+    err1(
+        &["frontend"],
+        &["t.cfg:1: ", "'frontend' section requires a name"],
+    );
+    err1(
+        &["backend bad/name"],
+        &["t.cfg:1: ", "'backend'", "invalid name 'bad/name'"],
+    );
+    err1(
+        &["listen web 0.0.0.0:80"],
+        &[
+            "t.cfg:1: ",
+            "'listen'",
+            "unexpected argument '0.0.0.0:80'",
+            "'bind'",
+        ],
+    );
+    err1(
+        &["global extra"],
+        &[
+            "t.cfg:1: ",
+            "'global' section takes no argument (got 'extra')",
+        ],
+    );
+    err1(
+        &["  mode http", "frontend fe"],
+        &["t.cfg:1: ", "keyword 'mode' appears before any section"],
+    );
+    // The body of an unnamed section is still checked.
+    let e = errs(&["backend", "  balanse roundrobin"]);
+    assert_eq!(e.len(), 2, "{e:#?}");
+    has(&e[1], &["t.cfg:2: ", "unknown keyword 'balanse'"]);
+    // Unsupported sections are reported once, and their content is skipped.
+    err1(
+        &[
+            "userlist admins",
+            "  user admin password x",
+            "frontend fe",
+            "  bind :80",
+        ],
+        &["t.cfg:1: ", "section 'userlist' is not supported by sluice"],
+    );
+    err1(
+        &["resolvers dns", "  nameserver ns1 1.1.1.1:53"],
+        &["section 'resolvers' is not supported by sluice"],
+    );
+}
+
+#[test]
+fn listen_default_backend_and_loops() {
+    let c = ok(&[
+        "listen li",
+        "  bind :80",
+        "  default_backend other",
+        "listen plain",
+        "  bind :81",
+        "backend other",
+    ]);
+    assert_eq!(px(&c, "li").default_backend, Some(idx(&c, "other")));
+    assert_eq!(px(&c, "plain").default_backend, Some(idx(&c, "plain")));
+    // HAProxy: "loop detected for default_backend".
+    err1(
+        &["listen li", "  bind :80", "  default_backend li"],
+        &[
+            "t.cfg:3: ",
+            "'default_backend' in listen 'li'",
+            "loop detected",
+        ],
+    );
+}
+
+#[test]
+fn default_backend_and_monitor_uri_in_defaults() {
+    // HAProxy allows both in `defaults` ("defaults yes | frontend yes | listen yes | backend no").
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        "  default_backend app",
+        "  monitor-uri /alive",
+        "frontend fe",
+        "  bind :80",
+        "frontend fe2",
+        "  bind :81",
+        "  default_backend other",
+        "  monitor-uri /ping",
+        "backend app",
+        "backend other",
+    ]);
+    assert_eq!(px(&c, "fe").default_backend, Some(idx(&c, "app")));
+    assert_eq!(px(&c, "fe").monitor_uri.as_deref(), Some("/alive"));
+    assert_eq!(px(&c, "fe2").default_backend, Some(idx(&c, "other")));
+    assert_eq!(px(&c, "fe2").monitor_uri.as_deref(), Some("/ping"));
+    assert_eq!(px(&c, "app").default_backend, None);
+    assert_eq!(px(&c, "app").monitor_uri, None);
+
+    // A tcp frontend inheriting from a tcp defaults section: monitor-uri is HTTP-only and
+    // inherited silently dropped; an explicit one is an error.
+    let c = ok(&[
+        "defaults",
+        "  monitor-uri /alive",
+        "frontend fe",
+        "  bind :80",
+    ]);
+    assert_eq!(px(&c, "fe").monitor_uri, None);
+    err1(
+        &["frontend fe", "  bind :80", "  monitor-uri /alive"],
+        &[
+            "t.cfg:3: ",
+            "'monitor-uri' in frontend 'fe'",
+            "requires 'mode http'",
+        ],
+    );
+    // An unknown inherited default backend is reported where it was written.
+    err1(
+        &[
+            "defaults",
+            "  default_backend nope",
+            "frontend fe",
+            "  bind :80",
+        ],
+        &[
+            "t.cfg:2: ",
+            "'default_backend' in frontend 'fe'",
+            "unknown backend 'nope'",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// mode, bind, maxconn, backlog
+
+#[test]
+fn modes() {
+    let c = ok(&[
+        "backend a",
+        "  mode http",
+        "backend b",
+        "  mode tcp",
+        "backend c",
+    ]);
+    assert_eq!(px(&c, "a").mode, Mode::Http);
+    assert_eq!(px(&c, "b").mode, Mode::Tcp);
+    assert_eq!(px(&c, "c").mode, Mode::Tcp);
+    err1(
+        &["backend a", "  mode htp"],
+        &[
+            "t.cfg:2: ",
+            "'mode' in backend 'a'",
+            "unknown mode 'htp'",
+            "did you mean 'http'",
+        ],
+    );
+    err1(
+        &["backend a", "  mode health"],
+        &["'mode' in backend 'a'", "removed in HAProxy 2.4"],
+    );
+    err1(
+        &["backend a", "  mode"],
+        &["'mode' in backend 'a': missing mode"],
+    );
+    err1(
+        &["backend a", "  mode http tcp"],
+        &["unexpected extra argument 'tcp'"],
+    );
+}
+
+#[test]
+fn bind_addresses() {
+    let c = ok(&[
+        "frontend fe",
+        "  bind 1.2.3.4:80",
+        "  bind *:81",
+        "  bind :82",
+        "  bind [::]:83",
+        "  bind :::84",
+        "  bind ipv4@:85",
+        "  bind ipv6@:86",
+        "  bind ipv4@127.0.0.1:87",
+        "  bind ipv6@[::1]:88",
+        "  bind unix@/run/sluice.sock",
+        "  bind /run/other.sock",
+        "  bind fd@3",
+        "  bind :8000-8002",
+        "  bind 127.0.0.1:90,127.0.0.2:91",
+        "  bind [::1]:92",
+    ]);
+    let addrs: Vec<BindAddr> = px(&c, "fe").binds.iter().map(|b| b.addr.clone()).collect();
+    assert_eq!(
+        addrs,
+        vec![
+            tcp("1.2.3.4:80"),
+            tcp("0.0.0.0:81"),
+            tcp("0.0.0.0:82"),
+            tcp("[::]:83"),
+            tcp("[::]:84"),
+            tcp("0.0.0.0:85"),
+            tcp("[::]:86"),
+            tcp("127.0.0.1:87"),
+            tcp("[::1]:88"),
+            BindAddr::Unix("/run/sluice.sock".into()),
+            BindAddr::Unix("/run/other.sock".into()),
+            BindAddr::Fd(3),
+            tcp("0.0.0.0:8000"),
+            tcp("0.0.0.0:8001"),
+            tcp("0.0.0.0:8002"),
+            tcp("127.0.0.1:90"),
+            tcp("127.0.0.2:91"),
+            tcp("[::1]:92"),
+        ]
+    );
+    let b = &px(&c, "fe").binds;
+    assert_eq!((b[0].origin.file.as_str(), b[0].origin.line), ("t.cfg", 2));
+    assert_eq!(
+        b[14].origin.line, 14,
+        "every port of a range shares the line"
+    );
+    // Bind defaults.
+    assert_eq!(
+        b[0],
+        Bind {
+            addr: tcp("1.2.3.4:80"),
+            origin: b[0].origin.clone(),
+            name: None,
+            maxconn: None,
+            backlog: None,
+            defer_accept: false,
+            v4v6: false,
+            v6only: false,
+        }
+    );
+}
+
+#[test]
+fn bind_options() {
+    let c = ok(&[
+        "listen li",
+        "  bind :80 name web maxconn 100 backlog 50 defer-accept",
+        "  bind [::]:81 v4v6",
+        "  bind [::]:82 v6only name v6",
+        "  bind :83,:84 name pair",
+    ]);
+    let b = &px(&c, "li").binds;
+    assert_eq!(b[0].name.as_deref(), Some("web"));
+    assert_eq!(
+        (b[0].maxconn, b[0].backlog, b[0].defer_accept),
+        (Some(100), Some(50), true)
+    );
+    assert!(b[1].v4v6 && !b[1].v6only);
+    assert!(b[2].v6only && !b[2].v4v6);
+    assert_eq!(b[2].name.as_deref(), Some("v6"));
+    assert_eq!(b[3].name.as_deref(), Some("pair"));
+    assert_eq!(
+        b[4].name.as_deref(),
+        Some("pair"),
+        "options apply to every address"
+    );
+}
+
+#[test]
+fn bind_errors() {
+    let e = errs(&[
+        "frontend fe",               // 1
+        "  bind 1.2.3.4",            // 2
+        "  bind :0",                 // 3
+        "  bind :70000",             // 4
+        "  bind :8002-8000",         // 5
+        "  bind :80 ssl crt /x.pem", // 6
+        "  bind :80 nmae web",       // 7
+        "  bind :80 v4v6 v6only",    // 8
+        "  bind :80 maxconn many",   // 9
+        "  bind abns@foo",           // 10
+        "  bind",                    // 11
+        "  bind bad_host!:80",       // 12
+        "  bind [::1:80",            // 13
+        "  bind ipv4@[::1]:80",      // 14
+        "  bind :80 name",           // 15
+        "  bind fd@x",               // 16
+        "  bind :80,",               // 17
+        "  bind udp@:53",            // 18
+        "  bind unix@",              // 19
+        "backend be",                // 20
+        "  bind :80",                // 21
+    ]);
+    assert_eq!(e.len(), 19, "{e:#?}");
+    let find = |line: usize| -> &str {
+        let prefix = format!("t.cfg:{line}: ");
+        e.iter()
+            .find(|m| m.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
+    };
+    for line in 2..=19 {
+        has(find(line), &["'bind' in frontend 'fe': "]);
+    }
+    has(find(2), &["port is required in bind address '1.2.3.4'"]);
+    has(find(3), &["invalid port '0'"]);
+    has(find(4), &["invalid port '70000'"]);
+    has(find(5), &["invalid port range '8002-8000'", "start > end"]);
+    has(find(6), &["bind option 'ssl' is not supported by sluice"]);
+    has(
+        find(7),
+        &["unknown bind option 'nmae'", "(did you mean 'name'?)"],
+    );
+    has(find(8), &["'v4v6' and 'v6only' cannot be used together"]);
+    has(find(9), &["'many' is not a valid number"]);
+    has(find(10), &["'abns@' addresses are not supported by sluice"]);
+    has(find(11), &["missing address"]);
+    has(find(12), &["invalid address 'bad_host!'"]);
+    has(find(13), &["missing ']'"]);
+    has(find(14), &["not an IPv4 address"]);
+    has(find(15), &["missing name after 'name'"]);
+    has(find(16), &["'fd@x'"]);
+    has(find(17), &["empty bind address"]);
+    has(find(18), &["'udp@' addresses are not supported by sluice"]);
+    has(find(19), &["missing socket path"]);
+    has(
+        find(21),
+        &[
+            "keyword 'bind' is not allowed in backend 'be'",
+            "(only in frontend and listen sections)",
+        ],
+    );
+}
+
+#[test]
+fn maxconn_backlog_retries() {
+    let c = ok(&[
+        "defaults",
+        "  maxconn 1000",
+        "  backlog 10",
+        "  retries 1",
+        "frontend fe",
+        "  bind :80",
+        "  maxconn 2000",
+        "  backlog 20",
+        "backend be",
+        "  retries 9",
+    ]);
+    let fe = px(&c, "fe");
+    assert_eq!((fe.maxconn, fe.backlog), (Some(2000), Some(20)));
+    assert_eq!(px(&c, "be").retries, 9);
+
+    let e = errs(&[
+        "frontend fe",           // 1
+        "  maxconn -1",          // 2
+        "  backlog 1e3",         // 3
+        "  maxconn 99999999999", // 4
+        "  retries 3",           // 5
+        "backend be",            // 6
+        "  maxconn 10",          // 7
+        "  backlog 10",          // 8
+        "  retries x",           // 9
+        "  retries",             // 10
+    ]);
+    assert_eq!(e.len(), 8, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:2: ",
+            "'maxconn' in frontend 'fe'",
+            "'-1' is not a valid number",
+        ],
+    );
+    has(
+        &e[1],
+        &[
+            "t.cfg:3: ",
+            "'backlog' in frontend 'fe'",
+            "'1e3' is not a valid number",
+        ],
+    );
+    has(&e[2], &["t.cfg:4: ", "'maxconn'", "too large"]);
+    has(
+        &e[3],
+        &[
+            "t.cfg:5: ",
+            "keyword 'retries' is not allowed in frontend 'fe'",
+            "defaults, backend and listen",
+        ],
+    );
+    has(
+        &e[4],
+        &[
+            "t.cfg:7: ",
+            "keyword 'maxconn' is not allowed in backend 'be'",
+        ],
+    );
+    has(
+        &e[5],
+        &[
+            "t.cfg:8: ",
+            "keyword 'backlog' is not allowed in backend 'be'",
+        ],
+    );
+    has(
+        &e[6],
+        &[
+            "t.cfg:9: ",
+            "'retries' in backend 'be'",
+            "'x' is not a valid number",
+        ],
+    );
+    has(
+        &e[7],
+        &[
+            "t.cfg:10: ",
+            "'retries' in backend 'be': missing number of retries",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// timeouts
+
+#[test]
+fn every_timeout_and_unit() {
+    let c = ok(&[
+        "defaults",
+        "  timeout connect 5000",
+        "  timeout client 30s",
+        "  timeout server 2m",
+        "  timeout http-request 10ms",
+        "  timeout http-keep-alive 1h",
+        "  timeout queue 1d",
+        "  timeout tunnel 1500us",
+        "  timeout client-fin 0",
+        "  timeout server-fin 3s",
+        "  timeout check 2s",
+        "listen li",
+        "  bind :80",
+    ]);
+    let t = &px(&c, "li").timeouts;
+    assert_eq!(t.connect, ms(5000), "no unit means milliseconds");
+    assert_eq!(t.client, Some(Duration::from_secs(30)));
+    assert_eq!(t.server, Some(Duration::from_secs(120)));
+    assert_eq!(t.http_request, ms(10));
+    assert_eq!(t.http_keep_alive, Some(Duration::from_secs(3600)));
+    assert_eq!(t.queue, Some(Duration::from_secs(86400)));
+    assert_eq!(t.tunnel, Some(Duration::from_micros(1500)));
+    assert_eq!(t.client_fin, None, "0 means no timeout");
+    assert_eq!(t.server_fin, Some(Duration::from_secs(3)));
+    assert_eq!(t.check, Some(Duration::from_secs(2)));
+
+    // 0 in a proxy removes an inherited timeout.
+    let c = ok(&[
+        "defaults",
+        "  timeout server 5s",
+        "backend be",
+        "  timeout server 0s",
+    ]);
+    assert_eq!(px(&c, "be").timeouts.server, None);
+    // The maximum, 2^31-1 ms.
+    let c = ok(&["backend be", "  timeout server 2147483647"]);
+    assert_eq!(px(&c, "be").timeouts.server, ms(2147483647));
+    // Side-specific timeouts are accepted where they apply.
+    ok(&[
+        "frontend fe",
+        "  timeout client 1s",
+        "  timeout client-fin 1s",
+        "  timeout http-request 1s",
+        "  timeout http-keep-alive 1s",
+        "backend be",
+        "  timeout connect 1s",
+        "  timeout server 1s",
+        "  timeout server-fin 1s",
+        "  timeout queue 1s",
+        "  timeout tunnel 1s",
+        "  timeout check 1s",
+        "  timeout http-request 1s",
+        "  timeout http-keep-alive 1s",
+    ]);
+}
+
+#[test]
+fn timeout_errors() {
+    let e = errs(&[
+        "frontend fe",             // 1
+        "  timeout server 1s",     // 2
+        "  timeout connect 1s",    // 3
+        "  timeout queue 1s",      // 4
+        "  timeout clinet 1s",     // 5
+        "  timeout tarpit 1s",     // 6
+        "  timeout client",        // 7
+        "  timeout client 1m30s",  // 8
+        "  timeout client 10x",    // 9
+        "  timeout client 25d",    // 10
+        "  timeout client -1",     // 11
+        "  timeout",               // 12
+        "  timeout client 1s 2s",  // 13
+        "backend be",              // 14
+        "  timeout client 1s",     // 15
+        "  timeout client-fin 1s", // 16
+        "  timeout connect 1.5s",  // 17
+    ]);
+    assert_eq!(e.len(), 15, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:2: ",
+            "'timeout' in frontend 'fe'",
+            "'timeout server' cannot be used in a frontend",
+        ],
+    );
+    has(
+        &e[1],
+        &[
+            "t.cfg:3: ",
+            "'timeout connect' cannot be used in a frontend",
+        ],
+    );
+    has(
+        &e[2],
+        &["t.cfg:4: ", "'timeout queue' cannot be used in a frontend"],
+    );
+    has(
+        &e[3],
+        &[
+            "t.cfg:5: ",
+            "unknown timeout 'clinet'",
+            "(did you mean 'client'?)",
+        ],
+    );
+    has(
+        &e[4],
+        &["t.cfg:6: ", "'timeout tarpit' is not supported by sluice"],
+    );
+    has(&e[5], &["t.cfg:7: ", "missing time value"]);
+    has(&e[6], &["t.cfg:8: ", "only one unit is allowed"]);
+    has(&e[7], &["t.cfg:9: ", "invalid unit 'x'"]);
+    has(&e[8], &["t.cfg:10: ", "too large"]);
+    has(&e[9], &["t.cfg:11: ", "'-1' is not a valid time"]);
+    has(&e[10], &["t.cfg:12: ", "missing timeout name"]);
+    has(&e[11], &["t.cfg:13: ", "unexpected extra argument '2s'"]);
+    has(
+        &e[12],
+        &[
+            "t.cfg:15: ",
+            "'timeout' in backend 'be'",
+            "'timeout client' cannot be used in a backend",
+        ],
+    );
+    has(
+        &e[13],
+        &[
+            "t.cfg:16: ",
+            "'timeout client-fin' cannot be used in a backend",
+        ],
+    );
+    has(
+        &e[14],
+        &[
+            "t.cfg:17: ",
+            "'timeout' in backend 'be'",
+            "invalid unit '.5s'",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// default_backend, use_backend, acl
+
+#[test]
+fn use_backend_rules() {
+    let c = ok(&[
+        "frontend fe",
+        "  mode http",
+        "  bind :80",
+        "  acl is_api path_beg /api",
+        "  acl is_local src 127.0.0.1 ::1",
+        "  use_backend api if is_api",
+        "  use_backend static unless is_api || is_local",
+        "  use_backend always",
+        "  use_backend anon if { hdr(host) -i example.com }",
+        "  default_backend web",
+        "backend api",
+        "  mode http",
+        "backend static",
+        "  mode http",
+        "backend always",
+        "  mode http",
+        "backend anon",
+        "  mode http",
+        "backend web",
+        "  mode http",
+    ]);
+    let fe = px(&c, "fe");
+    assert_eq!(fe.default_backend, Some(idx(&c, "web")));
+    let ub = &fe.use_backends;
+    assert_eq!(ub.len(), 4);
+    assert_eq!(ub[0].backend, idx(&c, "api"));
+    assert_eq!(ub[1].backend, idx(&c, "static"));
+    assert_eq!(ub[2].backend, idx(&c, "always"));
+    assert!(ub[2].cond.is_none());
+    let api = ub[0].cond.as_ref().unwrap();
+    assert!(!api.is_unless());
+    assert!(api.eval(&Req::get("/api/v1")));
+    assert!(!api.eval(&Req::get("/www")));
+    let st = ub[1].cond.as_ref().unwrap();
+    assert!(st.is_unless());
+    assert!(st.eval(&Req::get("/www")));
+    assert!(!st.eval(&Req::get("/api")));
+    let mut local = Req::get("/www");
+    local.src = Some("127.0.0.1".parse().unwrap());
+    assert!(!st.eval(&local));
+    let anon = ub[3].cond.as_ref().unwrap();
+    let mut r = Req::get("/");
+    r.headers.push(("Host", "EXAMPLE.com"));
+    assert!(anon.eval(&r));
+    assert!(!anon.eval(&Req::get("/")));
+
+    // In mode tcp, conditions on the source address are fine.
+    let c = ok(&[
+        "frontend fe",
+        "  bind :80",
+        "  acl internal src 10.0.0.0/8",
+        "  use_backend priv if internal",
+        "  default_backend pub",
+        "backend priv",
+        "backend pub",
+    ]);
+    assert_eq!(px(&c, "fe").use_backends[0].backend, idx(&c, "priv"));
+}
+
+#[test]
+fn use_backend_errors() {
+    let e = errs(&[
+        "frontend fe",                    // 1
+        "  bind :80",                     // 2
+        "  acl is_api path_beg /api",     // 3
+        "  use_backend api if is_api",    // 4  HTTP condition in tcp
+        "  use_backend api if nope",      // 5  unknown ACL
+        "  use_backend",                  // 6
+        "  use_backend api extra",        // 7
+        "  use_backend %[req.hdr(host)]", // 8
+        "  use_backend apii",             // 9  unknown backend (resolution)
+        "  use_backend fe2",              // 10 a frontend
+        "  default_backend api other",    // 11
+        "  use_backend api if",           // 12
+        "frontend fe2",                   // 13
+        "backend api",                    // 14
+        "  use_backend api",              // 15 wrong section
+        "  default_backend api",          // 16 wrong section
+        "  acl x path /",                 // 17 fine
+    ]);
+    assert_eq!(e.len(), 11, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:4: ",
+            "'use_backend' in frontend 'fe'",
+            "HTTP samples",
+            "mode http",
+        ],
+    );
+    has(
+        &e[1],
+        &[
+            "t.cfg:5: ",
+            "'use_backend' in frontend 'fe'",
+            "unknown ACL 'nope'",
+        ],
+    );
+    has(&e[2], &["t.cfg:6: ", "missing backend name"]);
+    has(&e[3], &["t.cfg:7: ", "unexpected argument 'extra'"]);
+    has(
+        &e[4],
+        &[
+            "t.cfg:8: ",
+            "dynamic backend name",
+            "not supported by sluice",
+        ],
+    );
+    has(
+        &e[5],
+        &[
+            "t.cfg:9: ",
+            "'use_backend' in frontend 'fe'",
+            "unknown backend 'apii'",
+            "(did you mean 'api'?)",
+        ],
+    );
+    has(
+        &e[6],
+        &[
+            "t.cfg:10: ",
+            "'fe2' is a frontend, it cannot be used as a backend",
+        ],
+    );
+    has(
+        &e[7],
+        &[
+            "t.cfg:11: ",
+            "'default_backend' in frontend 'fe'",
+            "unexpected extra argument 'other'",
+        ],
+    );
+    has(&e[8], &["t.cfg:12: ", "missing condition after 'if'"]);
+    has(
+        &e[9],
+        &[
+            "t.cfg:15: ",
+            "keyword 'use_backend' is not allowed in backend 'api'",
+        ],
+    );
+    has(
+        &e[10],
+        &[
+            "t.cfg:16: ",
+            "keyword 'default_backend' is not allowed in backend 'api'",
+        ],
+    );
+}
+
+#[test]
+fn mode_mismatch_between_frontend_and_backend() {
+    err1(
+        &[
+            "frontend fe",
+            "  mode http",
+            "  bind :80",
+            "  default_backend be",
+            "backend be",
+        ],
+        &[
+            "t.cfg:4: ",
+            "'default_backend' in frontend 'fe'",
+            "unable to use backend 'be' (mode tcp) from frontend 'fe' (mode http)",
+        ],
+    );
+    err1(
+        &[
+            "frontend fe",
+            "  mode http",
+            "  bind :80",
+            "  use_backend be if TRUE",
+            "  default_backend ok",
+            "backend be",
+            "backend ok",
+            "  mode http",
+        ],
+        &[
+            "t.cfg:4: ",
+            "'use_backend' in frontend 'fe'",
+            "unable to use backend 'be' (mode tcp)",
+        ],
+    );
+    // HAProxy upgrades a tcp frontend to HTTP for an http backend; sluice says it cannot.
+    err1(
+        &[
+            "frontend fe",
+            "  bind :80",
+            "  default_backend be",
+            "backend be",
+            "  mode http",
+        ],
+        &[
+            "t.cfg:3: ",
+            "'default_backend' in frontend 'fe'",
+            "unable to use backend 'be' (mode http) from frontend 'fe' (mode tcp)",
+            "not supported by sluice",
+        ],
+    );
+    // Listen sections too.
+    err1(
+        &[
+            "listen li",
+            "  mode http",
+            "  bind :80",
+            "  default_backend be",
+            "backend be",
+        ],
+        &[
+            "t.cfg:4: ",
+            "'default_backend' in listen 'li'",
+            "from listen 'li' (mode http)",
+        ],
+    );
+}
+
+#[test]
+fn unknown_default_backend() {
+    err1(
+        &[
+            "frontend fe",
+            "  bind :80",
+            "  default_backend appp",
+            "backend app",
+        ],
+        &[
+            "t.cfg:3: ",
+            "'default_backend' in frontend 'fe'",
+            "unknown backend 'appp'",
+            "(did you mean 'app'?)",
+        ],
+    );
+    let m = err1(
+        &[
+            "frontend fe",
+            "  bind :80",
+            "  default_backend zzzzzz",
+            "backend app",
+        ],
+        &["unknown backend 'zzzzzz'"],
+    );
+    assert!(!m.contains("did you mean"), "{m}");
+    // A listen is a backend too.
+    let c = ok(&[
+        "frontend fe",
+        "  bind :80",
+        "  default_backend li",
+        "listen li",
+        "  bind :81",
+    ]);
+    assert_eq!(px(&c, "fe").default_backend, Some(idx(&c, "li")));
+}
+
+#[test]
+fn acl_errors() {
+    let e = errs(&[
+        "frontend fe",                    // 1
+        "  mode http",                    // 2
+        "  acl",                          // 3
+        "  acl bad!name path /",          // 4
+        "  acl x",                        // 5
+        "  acl x no_such_fetch foo",      // 6
+        "  http-request deny if missing", // 7
+        "defaults",                       // 8
+        "  acl x path /",                 // 9
+    ]);
+    assert_eq!(e.len(), 6, "{e:#?}");
+    has(
+        &e[0],
+        &["t.cfg:3: ", "'acl' in frontend 'fe'", "missing ACL name"],
+    );
+    has(&e[1], &["t.cfg:4: ", "invalid ACL name 'bad!name'"]);
+    has(&e[2], &["t.cfg:5: ", "missing criterion for ACL 'x'"]);
+    has(
+        &e[3],
+        &["t.cfg:6: ", "'acl' in frontend 'fe'", "no_such_fetch"],
+    );
+    has(
+        &e[4],
+        &[
+            "t.cfg:7: ",
+            "'http-request' in frontend 'fe'",
+            "unknown ACL 'missing'",
+        ],
+    );
+    has(
+        &e[5],
+        &[
+            "t.cfg:9: ",
+            "keyword 'acl' is not allowed in 'defaults' section",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// servers
+
+#[test]
+fn servers_and_default_server() {
+    let c = ok(&[
+        "defaults",
+        "  default-server maxqueue 7",
+        "backend be",
+        "  server s1 10.0.0.1:80",
+        "  default-server weight 50 maxconn 10",
+        "  server s2 10.0.0.2:8080 weight 0 maxconn 0 maxqueue 0 id 12",
+        "  server s3 [2001:db8::1]:443 backup disabled",
+        "  server s4 ipv4@127.0.0.1:81 id 4",
+        "  default-server backup disabled",
+        "  server s5 10.0.0.5:80 no-backup enabled",
+        "  server s6 10.0.0.6:80 weight 256",
+    ]);
+    let s = &px(&c, "be").servers;
+    assert_eq!(s.len(), 6);
+    assert_eq!(s[0].name, "s1");
+    assert_eq!(s[0].addr, sa("10.0.0.1:80"));
+    assert_eq!((s[0].origin.file.as_str(), s[0].origin.line), ("t.cfg", 4));
+    // HAProxy defaults: weight 1, no limits, not backup, enabled; default-server from defaults
+    // applies, a later default-server does not apply to earlier servers.
+    assert_eq!(
+        (
+            s[0].weight,
+            s[0].maxconn,
+            s[0].maxqueue,
+            s[0].backup,
+            s[0].disabled,
+            s[0].id
+        ),
+        (1, 0, 7, false, false, None)
+    );
+    assert_eq!(
+        (s[1].weight, s[1].maxconn, s[1].maxqueue, s[1].id),
+        (0, 0, 0, Some(12))
+    );
+    assert_eq!(s[1].addr, sa("10.0.0.2:8080"));
+    assert_eq!(s[2].addr, sa("[2001:db8::1]:443"));
+    assert_eq!(
+        (
+            s[2].weight,
+            s[2].maxconn,
+            s[2].maxqueue,
+            s[2].backup,
+            s[2].disabled
+        ),
+        (50, 10, 7, true, true)
+    );
+    assert_eq!(s[3].addr, sa("127.0.0.1:81"));
+    assert_eq!(s[3].id, Some(4));
+    assert!(
+        !s[4].backup && !s[4].disabled,
+        "no-backup / enabled override default-server"
+    );
+    assert_eq!(s[5].weight, 256);
+    assert!(s[5].backup && s[5].disabled);
+    // A listen accepts servers too.
+    let c = ok(&["listen li", "  bind :80", "  server s 10.0.0.1:80"]);
+    assert_eq!(px(&c, "li").servers.len(), 1);
+}
+
+#[test]
+fn server_errors() {
+    let e = errs(&[
+        "backend be",                              // 1
+        "  server s1 10.0.0.1:80 check",           // 2
+        "  server s2 10.0.0.2:80 ssl verify none", // 3
+        "  server s3 10.0.0.3:80 wieght 2",        // 4
+        "  server s4 10.0.0.4:80 weight 257",      // 5
+        "  server s5 10.0.0.5",                    // 6
+        "  server s6 unix@/run/app.sock",          // 7
+        "  server s7 10.0.0.7:+1",                 // 8
+        "  server s8 10.0.0.8:80 id 5",            // 9
+        "  server s9 10.0.0.9:80 id 5",            // 10
+        "  server s8 10.0.0.10:80",                // 11
+        "  server s10",                            // 12
+        "  server",                                // 13
+        "  default-server id 3",                   // 14
+        "  default-server inter 2s",               // 15
+        "  server s11 10.0.0.11:80 maxconn",       // 16
+        "  server s12 :80",                        // 17
+        "  server s13 10.0.0.13:80 id 0",          // 18
+        "frontend fe",                             // 19
+        "  server s 10.0.0.1:80",                  // 20
+        "  default-server weight 2",               // 21
+    ]);
+    assert_eq!(e.len(), 18, "{e:#?}");
+    let find = |line: usize| -> &str {
+        let prefix = format!("t.cfg:{line}: ");
+        e.iter()
+            .find(|m| m.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
+    };
+    for line in [2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 16, 17, 18] {
+        has(find(line), &["'server' in backend 'be': "]);
+    }
+    has(
+        find(2),
+        &["server option 'check' is not supported by sluice"],
+    );
+    has(find(3), &["server option 'ssl' is not supported by sluice"]);
+    has(
+        find(4),
+        &["unknown server option 'wieght'", "(did you mean 'weight'?)"],
+    );
+    has(
+        find(5),
+        &["weight '257' is out of range (expected 0 to 256)"],
+    );
+    has(find(6), &["port is required in server address '10.0.0.5'"]);
+    has(
+        find(7),
+        &["only TCP (IPv4/IPv6) servers are supported by sluice"],
+    );
+    has(find(8), &["relative ports", "not supported by sluice"]);
+    has(find(10), &["server id 5 is already used by server 's8'"]);
+    has(find(11), &["server 's8' is already defined at t.cfg:9"]);
+    has(find(12), &["missing server address"]);
+    has(find(13), &["missing server name"]);
+    has(
+        find(14),
+        &[
+            "'default-server' in backend 'be'",
+            "'id' cannot be used in 'default-server'",
+        ],
+    );
+    has(
+        find(15),
+        &[
+            "'default-server' in backend 'be'",
+            "server option 'inter' is not supported by sluice",
+        ],
+    );
+    has(find(16), &["missing number after 'maxconn'"]);
+    has(find(17), &["missing host in server address ':80'"]);
+    has(find(18), &["'0' is out of range"]);
+    has(
+        find(20),
+        &[
+            "keyword 'server' is not allowed in frontend 'fe'",
+            "(only in backend and listen sections)",
+        ],
+    );
+    has(
+        find(21),
+        &["keyword 'default-server' is not allowed in frontend 'fe'"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// balance and hash-type
+
+#[test]
+fn balance_algorithms() {
+    let algos: &[(&str, Balance)] = &[
+        ("roundrobin", Balance::RoundRobin),
+        ("static-rr", Balance::StaticRr),
+        ("leastconn", Balance::LeastConn),
+        ("first", Balance::First),
+        ("source", Balance::Source),
+        ("random", Balance::Random { draws: 2 }),
+        ("random(5)", Balance::Random { draws: 5 }),
+        ("random(1)", Balance::Random { draws: 1 }),
+        (
+            "uri",
+            Balance::Uri {
+                whole: false,
+                len: None,
+                depth: None,
+                path_only: false,
+            },
+        ),
+        (
+            "uri whole",
+            Balance::Uri {
+                whole: true,
+                len: None,
+                depth: None,
+                path_only: false,
+            },
+        ),
+        (
+            "uri len 10 depth 3",
+            Balance::Uri {
+                whole: false,
+                len: Some(10),
+                depth: Some(3),
+                path_only: false,
+            },
+        ),
+        (
+            "uri path-only depth 2 whole",
+            Balance::Uri {
+                whole: true,
+                len: None,
+                depth: Some(2),
+                path_only: true,
+            },
+        ),
+        (
+            "url_param userid",
+            Balance::UrlParam {
+                name: "userid".into(),
+            },
+        ),
+        (
+            "hdr(Host)",
+            Balance::Hdr {
+                name: "Host".into(),
+                use_domain_only: false,
+            },
+        ),
+        (
+            "hdr(host) use_domain_only",
+            Balance::Hdr {
+                name: "host".into(),
+                use_domain_only: true,
+            },
+        ),
+    ];
+    for (text, want) in algos {
+        let line = format!("  balance {text}");
+        let c = ok(&["backend be", "  mode http", &line]);
+        assert_eq!(&px(&c, "be").balance, want, "balance {text}");
+    }
+    // A later balance line replaces an earlier one.
+    let c = ok(&["backend be", "  balance source", "  balance first"]);
+    assert_eq!(px(&c, "be").balance, Balance::First);
+    // Layer-4 algorithms are fine in mode tcp.
+    let c = ok(&["backend be", "  balance source"]);
+    assert_eq!(px(&c, "be").balance, Balance::Source);
+}
+
+#[test]
+fn balance_errors() {
+    let e = errs(&[
+        "backend be",                        // 1
+        "  mode http",                       // 2
+        "  balance roundrobn",               // 3
+        "  balance hash req.cookie(id)",     // 4
+        "  balance rdp-cookie",              // 5
+        "  balance random(0)",               // 6
+        "  balance random(x)",               // 7
+        "  balance hdr()",                   // 8
+        "  balance hdr(host) use_domain",    // 9
+        "  balance url_param id check_post", // 10
+        "  balance url_param",               // 11
+        "  balance uri hole",                // 12
+        "  balance uri len",                 // 13
+        "  balance roundrobin extra",        // 14
+        "  balance",                         // 15
+        "frontend fe",                       // 16
+        "  balance roundrobin",              // 17
+    ]);
+    assert_eq!(e.len(), 14, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:3: ",
+            "'balance' in backend 'be'",
+            "unknown load-balancing algorithm 'roundrobn'",
+            "(did you mean 'roundrobin'?)",
+        ],
+    );
+    has(
+        &e[1],
+        &["t.cfg:4: ", "algorithm 'hash' is not supported by sluice"],
+    );
+    has(
+        &e[2],
+        &[
+            "t.cfg:5: ",
+            "algorithm 'rdp-cookie' is not supported by sluice",
+        ],
+    );
+    has(&e[3], &["t.cfg:6: ", "'random(0)'", "out of range"]);
+    has(&e[4], &["t.cfg:7: ", "'random(x)'"]);
+    has(&e[5], &["t.cfg:8: ", "'hdr()'", "header name"]);
+    has(
+        &e[6],
+        &[
+            "t.cfg:9: ",
+            "unexpected argument 'use_domain'",
+            "use_domain_only",
+        ],
+    );
+    has(
+        &e[7],
+        &["t.cfg:10: ", "check_post", "not supported by sluice"],
+    );
+    has(&e[8], &["t.cfg:11: ", "missing URL parameter name"]);
+    has(
+        &e[9],
+        &[
+            "t.cfg:12: ",
+            "unknown 'balance uri' option 'hole'",
+            "(did you mean 'whole'?)",
+        ],
+    );
+    has(&e[10], &["t.cfg:13: ", "missing value after 'len'"]);
+    has(&e[11], &["t.cfg:14: ", "unexpected extra argument 'extra'"]);
+    has(&e[12], &["t.cfg:15: ", "missing load-balancing algorithm"]);
+    has(
+        &e[13],
+        &[
+            "t.cfg:17: ",
+            "keyword 'balance' is not allowed in frontend 'fe'",
+        ],
+    );
+}
+
+#[test]
+fn layer7_balance_in_tcp_mode() {
+    // Explicit: an error. Inherited from defaults: HAProxy falls back to roundrobin.
+    for algo in ["uri", "url_param id", "hdr(host)"] {
+        let line = format!("  balance {algo}");
+        let e = err1(
+            &["backend be", &line],
+            &["t.cfg:2: ", "requires 'mode http'"],
+        );
+        has(
+            &e,
+            &[&format!(
+                "'balance {}' in backend 'be'",
+                algo.split(' ').next().unwrap()
+            )],
+        );
+        let c = ok(&["defaults", &line, "backend be"]);
+        assert_eq!(px(&c, "be").balance, Balance::RoundRobin, "{algo}");
+        let c = ok(&["defaults", &line, "  mode http", "backend be"]);
+        assert_ne!(px(&c, "be").balance, Balance::RoundRobin, "{algo}");
+    }
+    // `mode http` given after the balance line is fine (checked at the end of the section).
+    ok(&["backend be", "  balance uri", "  mode http"]);
+}
+
+#[test]
+fn hash_types() {
+    let cases: &[(&str, HashMethod, HashFunction, bool)] = &[
+        ("map-based", HashMethod::MapBased, HashFunction::Sdbm, false),
+        (
+            "consistent",
+            HashMethod::Consistent,
+            HashFunction::Sdbm,
+            false,
+        ),
+        (
+            "consistent sdbm",
+            HashMethod::Consistent,
+            HashFunction::Sdbm,
+            false,
+        ),
+        (
+            "consistent djb2",
+            HashMethod::Consistent,
+            HashFunction::Djb2,
+            false,
+        ),
+        (
+            "map-based wt6",
+            HashMethod::MapBased,
+            HashFunction::Wt6,
+            false,
+        ),
+        (
+            "map-based crc32 avalanche",
+            HashMethod::MapBased,
+            HashFunction::Crc32,
+            true,
+        ),
+        (
+            "consistent avalanche",
+            HashMethod::Consistent,
+            HashFunction::Sdbm,
+            true,
+        ),
+    ];
+    for (text, method, function, avalanche) in cases {
+        let line = format!("  hash-type {text}");
+        let c = ok(&["backend be", "  balance source", &line]);
+        let want = HashType {
+            method: *method,
+            function: *function,
+            avalanche: *avalanche,
+        };
+        assert_eq!(px(&c, "be").hash_type, want, "hash-type {text}");
+    }
+    let e = errs(&[
+        "backend be",
+        "  hash-type consistant",
+        "  hash-type consistent md5",
+        "  hash-type consistent none",
+        "  hash-type map-based sdbm djb2",
+        "  hash-type",
+        "frontend fe",
+        "  hash-type consistent",
+    ]);
+    assert_eq!(e.len(), 6, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:2: ",
+            "'hash-type' in backend 'be'",
+            "unknown hash method 'consistant'",
+            "(did you mean 'consistent'?)",
+        ],
+    );
+    has(&e[1], &["t.cfg:3: ", "unknown hash function 'md5'"]);
+    has(
+        &e[2],
+        &[
+            "t.cfg:4: ",
+            "hash function 'none' is not supported by sluice",
+        ],
+    );
+    has(&e[3], &["t.cfg:5: ", "unexpected argument 'djb2'"]);
+    has(&e[4], &["t.cfg:6: ", "missing hash method"]);
+    has(
+        &e[5],
+        &[
+            "t.cfg:8: ",
+            "keyword 'hash-type' is not allowed in frontend 'fe'",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// options
+
+#[test]
+fn options() {
+    let c = ok(&[
+        "frontend fe",
+        "  mode http",
+        "  bind :80",
+        "  option httplog",
+        "  option dontlognull",
+        "  option forwardfor",
+        "  option http-server-close",
+        "backend be",
+        "  mode http",
+        "  option redispatch",
+        "  option abortonclose",
+        "  option httpclose",
+        "  option forwardfor except 127.0.0.0/8 header X-Client-IP if-none",
+        "frontend fe2",
+        "  mode http",
+        "  bind :81",
+        "  option httplog clf",
+        "  option http-server-close",
+        "  option http-keep-alive",
+        "  option forwardfor if-none except ::1",
+        "frontend fe3",
+        "  bind :82",
+        "  option tcplog",
+    ]);
+    let o = &px(&c, "fe").options;
+    assert!(o.httplog && !o.httplog_clf && !o.tcplog && o.dontlognull);
+    let ff = o.forwardfor.as_ref().unwrap();
+    assert_eq!(ff.header, "X-Forwarded-For");
+    assert_eq!(ff.except, None);
+    assert!(!ff.if_none);
+    assert_eq!(o.http_conn_mode, HttpConnMode::ServerClose);
+
+    let o = &px(&c, "be").options;
+    assert!(o.redispatch && o.abortonclose);
+    assert_eq!(o.http_conn_mode, HttpConnMode::Close);
+    let ff = o.forwardfor.as_ref().unwrap();
+    assert_eq!(ff.header, "X-Client-IP");
+    assert!(ff.if_none);
+    let net = ff.except.unwrap();
+    assert_eq!((net.addr, net.prefix), ("127.0.0.0".parse().unwrap(), 8));
+    assert!(net.contains("127.1.2.3".parse().unwrap()));
+
+    let o = &px(&c, "fe2").options;
+    assert!(o.httplog && o.httplog_clf);
+    assert_eq!(
+        o.http_conn_mode,
+        HttpConnMode::KeepAlive,
+        "the last connection mode wins"
+    );
+    let ff = o.forwardfor.as_ref().unwrap();
+    assert!(ff.if_none);
+    assert_eq!(ff.except.unwrap().prefix, 128);
+
+    let o = &px(&c, "fe3").options;
+    assert!(o.tcplog && !o.httplog);
+}
+
+#[test]
+fn no_option() {
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        "  option httplog clf",
+        "  option dontlognull",
+        "  option forwardfor",
+        "  option httpclose",
+        "  option redispatch",
+        "  option abortonclose",
+        "  option tcplog",
+        "frontend fe",
+        "  bind :80",
+        "  no option dontlognull",
+        "  no option forwardfor",
+        "  no option httpclose",
+        "  no option tcplog",
+        "backend be",
+        "  no option redispatch",
+        "  no option abortonclose",
+        "  no option http-server-close",
+        "frontend fe2",
+        "  bind :81",
+        "  option httplog",
+        "  no option httplog",
+    ]);
+    let o = &px(&c, "fe").options;
+    assert!(!o.dontlognull && o.forwardfor.is_none() && !o.tcplog);
+    assert!(!o.httplog, "'option tcplog' replaced httplog");
+    assert_eq!(o.http_conn_mode, HttpConnMode::KeepAlive);
+    let o = &px(&c, "be").options;
+    assert!(!o.redispatch && !o.abortonclose);
+    // HAProxy clears the connection mode only if the negated one is the current one.
+    assert_eq!(o.http_conn_mode, HttpConnMode::Close);
+    let o = &px(&c, "fe2").options;
+    assert!(!o.httplog && !o.httplog_clf);
+}
+
+#[test]
+fn no_option_connection_modes() {
+    let modes = [
+        ("http-keep-alive", HttpConnMode::KeepAlive),
+        ("http-server-close", HttpConnMode::ServerClose),
+        ("httpclose", HttpConnMode::Close),
+    ];
+    for (set, set_mode) in modes {
+        for (neg, neg_mode) in modes {
+            let a = format!("  option {set}");
+            let b = format!("  no option {neg}");
+            let c = ok(&["backend be", "  mode http", &a, &b]);
+            let want = if set_mode == neg_mode {
+                HttpConnMode::KeepAlive
+            } else {
+                set_mode
+            };
+            assert_eq!(
+                px(&c, "be").options.http_conn_mode,
+                want,
+                "{set} then no {neg}"
+            );
+        }
+    }
+}
+
+#[test]
+fn http_options_in_tcp_mode() {
+    // Explicit HTTP-only options in a tcp proxy are errors...
+    for opt in [
+        "httplog",
+        "forwardfor",
+        "http-server-close",
+        "httpclose",
+        "http-keep-alive",
+    ] {
+        let line = format!("  option {opt}");
+        err1(
+            &["frontend fe", "  bind :80", &line],
+            &[
+                "t.cfg:3: ",
+                &format!("'option {opt}' in frontend 'fe'"),
+                "requires 'mode http'",
+            ],
+        );
+    }
+    // ...but `no option X` is harmless.
+    ok(&[
+        "frontend fe",
+        "  bind :80",
+        "  no option httplog",
+        "  no option forwardfor",
+    ]);
+    // Inherited from defaults, they fall back as in HAProxy: httplog becomes tcplog and
+    // forwardfor is dropped.
+    let c = ok(&[
+        "defaults",
+        "  option httplog",
+        "  option forwardfor",
+        "frontend fe",
+        "  bind :80",
+    ]);
+    let o = &px(&c, "fe").options;
+    assert!(!o.httplog && o.tcplog && o.forwardfor.is_none());
+}
+
+#[test]
+fn option_errors() {
+    let e = errs(&[
+        "frontend fe",                           // 1
+        "  mode http",                           // 2
+        "  bind :80",                            // 3
+        "  option httpchk GET /",                // 4
+        "  option httplgo",                      // 5
+        "  option forceclose",                   // 6
+        "  option redispatch",                   // 7 backend-only
+        "  option forwardfor header bad:name",   // 8
+        "  option forwardfor except not-a-net",  // 9
+        "  option forwardfor expect 10.0.0.0/8", // 10
+        "  option httplog json",                 // 11
+        "  option dontlognull yes",              // 12
+        "  option",                              // 13
+        "  no option tcplog extra",              // 14
+        "  no stats",                            // 15
+        "  no",                                  // 16
+        "backend be",                            // 17
+        "  option dontlognull",                  // 18 frontend-only
+        "  option tcplog",                       // 19 frontend-only
+        "  option http-tunnel",                  // 20
+    ]);
+    assert_eq!(e.len(), 16, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:4: ",
+            "keyword 'option httpchk' in frontend 'fe' is not supported by sluice",
+        ],
+    );
+    has(
+        &e[1],
+        &[
+            "t.cfg:5: ",
+            "'option' in frontend 'fe'",
+            "unknown option 'httplgo'",
+            "(did you mean 'httplog'?)",
+        ],
+    );
+    has(
+        &e[2],
+        &[
+            "t.cfg:6: ",
+            "unknown option 'forceclose'",
+            "use 'option httpclose'",
+        ],
+    );
+    has(
+        &e[3],
+        &[
+            "t.cfg:7: ",
+            "'option redispatch' cannot be used in a frontend",
+        ],
+    );
+    has(
+        &e[4],
+        &["t.cfg:8: ", "'bad:name' is not a valid header name"],
+    );
+    has(&e[5], &["t.cfg:9: ", "not-a-net"]);
+    has(
+        &e[6],
+        &[
+            "t.cfg:10: ",
+            "unknown 'option forwardfor' argument 'expect'",
+            "(did you mean 'except'?)",
+        ],
+    );
+    has(
+        &e[7],
+        &["t.cfg:11: ", "unexpected argument 'json' (expected 'clf')"],
+    );
+    has(&e[8], &["t.cfg:12: ", "unexpected extra argument 'yes'"]);
+    has(
+        &e[9],
+        &[
+            "t.cfg:13: ",
+            "'option' in frontend 'fe': missing option name",
+        ],
+    );
+    has(
+        &e[10],
+        &[
+            "t.cfg:14: ",
+            "'no' in frontend 'fe'",
+            "unexpected extra argument 'extra'",
+        ],
+    );
+    has(
+        &e[11],
+        &[
+            "t.cfg:15: ",
+            "'no stats'",
+            "'no' only applies to 'option' and 'log'",
+        ],
+    );
+    has(&e[12], &["t.cfg:16: ", "missing keyword after 'no'"]);
+    has(
+        &e[13],
+        &[
+            "t.cfg:18: ",
+            "'option' in backend 'be'",
+            "'option dontlognull' cannot be used in a backend",
+        ],
+    );
+    has(
+        &e[14],
+        &["t.cfg:19: ", "'option tcplog' cannot be used in a backend"],
+    );
+    has(
+        &e[15],
+        &[
+            "t.cfg:20: ",
+            "unknown option 'http-tunnel'",
+            "removed in HAProxy 2.1",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// log, monitor-uri, errorfile, id, description
+
+#[test]
+fn proxy_logs() {
+    let c = ok(&[
+        "global",
+        "  log 127.0.0.1 local0",
+        "  log stdout format raw daemon",
+        "defaults",
+        "  log global",
+        "frontend inherits",
+        "  bind :80",
+        "frontend adds",
+        "  bind :81",
+        "  log 10.0.0.1:514 local1 info",
+        "frontend silent",
+        "  bind :82",
+        "  no log",
+        "frontend replaces",
+        "  bind :83",
+        "  no log",
+        "  log stderr local2",
+        "  log global",
+    ]);
+    let g = &c.global.logs;
+    assert_eq!(px(&c, "inherits").logs, *g);
+    let a = &px(&c, "adds").logs;
+    assert_eq!(a.len(), 3);
+    assert_eq!(&a[..2], &g[..]);
+    assert_eq!(a[2].dest, LogDest::Udp(sa("10.0.0.1:514")));
+    assert_eq!((a[2].facility, a[2].level), (17, 6));
+    assert!(px(&c, "silent").logs.is_empty());
+    let r = &px(&c, "replaces").logs;
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0].dest, LogDest::Stderr);
+    assert_eq!(&r[1..], &g[..]);
+
+    // `log global` with no global log targets means no logging.
+    let c = ok(&["frontend fe", "  bind :80", "  log global"]);
+    assert!(px(&c, "fe").logs.is_empty());
+
+    let e = errs(&[
+        "frontend fe",
+        "  log global extra",
+        "  log",
+        "  log 127.0.0.1 local9",
+        "  no log now",
+    ]);
+    assert_eq!(e.len(), 4, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:2: ",
+            "'log' in frontend 'fe'",
+            "unexpected extra argument 'extra'",
+        ],
+    );
+    has(
+        &e[1],
+        &["t.cfg:3: ", "'log' in frontend 'fe': missing log address"],
+    );
+    has(&e[2], &["t.cfg:4: ", "unknown syslog facility 'local9'"]);
+    has(
+        &e[3],
+        &[
+            "t.cfg:5: ",
+            "'no' in frontend 'fe'",
+            "unexpected extra argument 'now'",
+        ],
+    );
+}
+
+#[test]
+fn monitor_uri_errorfile_id_description() {
+    let page = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 4\r\n\r\ndown";
+    let f = TempFile::new("503", page);
+    let errorfile = format!("  errorfile 503 {}", f.path());
+    let errorfile_be = format!("  errorfile 404 {}", f.path());
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        &errorfile,
+        "frontend fe",
+        "  bind :80",
+        "  monitor-uri /haproxy_test",
+        "  id 10",
+        "  description my front end",
+        "  enabled",
+        "backend be",
+        &errorfile_be,
+        "  id 11",
+    ]);
+    let fe = px(&c, "fe");
+    assert_eq!(fe.monitor_uri.as_deref(), Some("/haproxy_test"));
+    assert_eq!(fe.id, Some(10));
+    assert_eq!(fe.errorfiles.get(&503).map(Vec::as_slice), Some(&page[..]));
+    let be = px(&c, "be");
+    assert_eq!(be.id, Some(11));
+    assert_eq!(be.errorfiles.len(), 2, "inherited 503 plus its own 404");
+    assert_eq!(be.errorfiles.get(&404).map(Vec::as_slice), Some(&page[..]));
+
+    let missing = "  errorfile 503 /nonexistent/sluice/503.http";
+    let bad_code = format!("  errorfile 302 {}", f.path());
+    let e = errs(&[
+        "frontend fe",
+        missing,
+        &bad_code,
+        "  errorfile 503",
+        "  id 0",
+        "  id abc",
+        "  monitor-uri",
+        "defaults",
+        "  id 3",
+    ]);
+    assert_eq!(e.len(), 7, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:2: ",
+            "'errorfile' in frontend 'fe'",
+            "cannot read '/nonexistent/sluice/503.http'",
+        ],
+    );
+    has(
+        &e[1],
+        &["t.cfg:3: ", "status code '302' cannot be customized"],
+    );
+    has(&e[2], &["t.cfg:4: ", "missing file name"]);
+    has(
+        &e[3],
+        &["t.cfg:5: ", "'id' in frontend 'fe'", "'0' is out of range"],
+    );
+    has(&e[4], &["t.cfg:6: ", "'abc' is not a valid number"]);
+    has(
+        &e[5],
+        &["t.cfg:7: ", "'monitor-uri' in frontend 'fe': missing URI"],
+    );
+    has(
+        &e[6],
+        &[
+            "t.cfg:9: ",
+            "keyword 'id' is not allowed in 'defaults' section",
+        ],
+    );
+}
+
+#[test]
+fn duplicate_ids() {
+    err1(
+        &["frontend a", "  bind :80", "  id 5", "backend b", "  id 5"],
+        &[
+            "t.cfg:5: ",
+            "'id' in backend 'b'",
+            "id 5 is already used by frontend 'a' (at t.cfg:1)",
+        ],
+    );
+    ok(&["frontend a", "  bind :80", "  id 5", "backend b", "  id 6"]);
+    // Server ids are per backend.
+    ok(&[
+        "backend a",
+        "  server s 10.0.0.1:80 id 1",
+        "backend b",
+        "  server s 10.0.0.1:80 id 1",
+    ]);
+}
+
+#[test]
+fn duplicate_proxy_names() {
+    // A frontend and a backend may share a name (their capabilities do not overlap).
+    let c = ok(&[
+        "frontend app",
+        "  bind :80",
+        "  default_backend app",
+        "backend app",
+    ]);
+    assert_eq!(c.proxies.len(), 2);
+    assert_eq!(c.proxies[0].default_backend, Some(1));
+    err1(
+        &["backend app", "backend app"],
+        &[
+            "t.cfg:2: ",
+            "backend 'app' has the same name as backend 'app' declared at t.cfg:1",
+        ],
+    );
+    err1(
+        &["frontend app", "  bind :80", "listen app", "  bind :81"],
+        &[
+            "t.cfg:3: ",
+            "listen 'app' has the same name as frontend 'app' declared at t.cfg:1",
+        ],
+    );
+    err1(
+        &["listen app", "  bind :80", "backend app"],
+        &[
+            "t.cfg:3: ",
+            "backend 'app' has the same name as listen 'app'",
+        ],
+    );
+    // Across files, with the file of the first declaration.
+    let e = load(
+        &[
+            ("a.cfg".into(), cfg(&["frontend fe", "  bind :80"])),
+            ("b.cfg".into(), cfg(&["frontend fe", "  bind :81"])),
+        ],
+        &|_| None,
+    )
+    .unwrap_err();
+    assert_eq!(e.len(), 1);
+    has(&e[0].to_string(), &["b.cfg:1: ", "declared at a.cfg:1"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// http-request / http-response
+
+#[test]
+fn http_request_rules() {
+    let c = ok(&[
+        "frontend fe",
+        "  mode http",
+        "  bind :80",
+        "  acl blocked src 203.0.113.0/24",
+        "  http-request set-header X-Proxy sluice",
+        "  http-request add-header X-Via \"sluice 1.0\"",
+        "  http-request del-header X-Secret",
+        "  http-request deny if blocked",
+        "  http-request deny deny_status 429 unless blocked",
+        "  http-request return",
+        "  http-request return status 503 content-type text/plain string \"gone fishing\" hdr X-A b",
+        "  http-request redirect location https://example.com/",
+        "  http-request redirect prefix /new code 301 drop-query append-slash",
+        "  http-request redirect scheme https code 308 if !blocked",
+        "  http-request set-header X-Pct 100%%",
+        "  http-response set-header X-Server sluice",
+        "  http-response add-header Cache-Control no-cache",
+        "  http-response del-header Server if blocked",
+    ]);
+    let fe = px(&c, "fe");
+    let r: Vec<&HttpRequestAction> = fe.http_request.iter().map(|r| &r.action).collect();
+    assert_eq!(r.len(), 11);
+    assert_eq!(
+        *r[0],
+        HttpRequestAction::Header(HeaderAction::SetHeader {
+            name: "X-Proxy".into(),
+            value: "sluice".into()
+        })
+    );
+    assert_eq!(
+        *r[1],
+        HttpRequestAction::Header(HeaderAction::AddHeader {
+            name: "X-Via".into(),
+            value: "sluice 1.0".into()
+        })
+    );
+    assert_eq!(
+        *r[2],
+        HttpRequestAction::Header(HeaderAction::DelHeader {
+            name: "X-Secret".into()
+        })
+    );
+    assert_eq!(
+        *r[3],
+        HttpRequestAction::Deny { status: 403 },
+        "default deny status"
+    );
+    assert_eq!(*r[4], HttpRequestAction::Deny { status: 429 });
+    assert_eq!(
+        *r[5],
+        HttpRequestAction::Return {
+            status: 200,
+            content_type: None,
+            body: Vec::new(),
+            headers: Vec::new()
+        }
+    );
+    assert_eq!(
+        *r[6],
+        HttpRequestAction::Return {
+            status: 503,
+            content_type: Some("text/plain".into()),
+            body: b"gone fishing".to_vec(),
+            headers: vec![("X-A".into(), "b".into())]
+        }
+    );
+    assert_eq!(
+        *r[7],
+        HttpRequestAction::Redirect(Redirect {
+            kind: RedirectKind::Location,
+            target: "https://example.com/".into(),
+            code: 302,
+            drop_query: false,
+            append_slash: false
+        })
+    );
+    assert_eq!(
+        *r[8],
+        HttpRequestAction::Redirect(Redirect {
+            kind: RedirectKind::Prefix,
+            target: "/new".into(),
+            code: 301,
+            drop_query: true,
+            append_slash: true
+        })
+    );
+    assert_eq!(
+        *r[9],
+        HttpRequestAction::Redirect(Redirect {
+            kind: RedirectKind::Scheme,
+            target: "https".into(),
+            code: 308,
+            drop_query: false,
+            append_slash: false
+        })
+    );
+    assert_eq!(
+        *r[10],
+        HttpRequestAction::Header(HeaderAction::SetHeader {
+            name: "X-Pct".into(),
+            value: "100%".into()
+        })
+    );
+    // Conditions and origins.
+    let rules = &fe.http_request;
+    assert!(rules[0].cond.is_none());
+    assert_eq!(
+        (rules[0].origin.file.as_str(), rules[0].origin.line),
+        ("t.cfg", 5)
+    );
+    let mut bad = Req::get("/");
+    bad.src = Some("203.0.113.9".parse().unwrap());
+    assert!(rules[3].cond.as_ref().unwrap().eval(&bad));
+    assert!(!rules[3].cond.as_ref().unwrap().eval(&Req::get("/")));
+    assert!(rules[4].cond.as_ref().unwrap().is_unless());
+    assert!(!rules[9].cond.as_ref().unwrap().eval(&bad));
+
+    let resp: Vec<&HeaderAction> = fe.http_response.iter().map(|r| &r.action).collect();
+    assert_eq!(
+        resp,
+        [
+            &HeaderAction::SetHeader {
+                name: "X-Server".into(),
+                value: "sluice".into()
+            },
+            &HeaderAction::AddHeader {
+                name: "Cache-Control".into(),
+                value: "no-cache".into()
+            },
+            &HeaderAction::DelHeader {
+                name: "Server".into()
+            },
+        ]
+    );
+    assert!(fe.http_response[2].cond.is_some());
+
+    // `return file`: the body is read at load time.
+    let f = TempFile::new("return", b"<h1>maintenance</h1>");
+    let line = format!(
+        "  http-request return status 503 content-type text/html file {}",
+        f.path()
+    );
+    let c = ok(&["backend be", "  mode http", &line]);
+    match &px(&c, "be").http_request[0].action {
+        HttpRequestAction::Return { status, body, .. } => {
+            assert_eq!(
+                (*status, body.as_slice()),
+                (503, &b"<h1>maintenance</h1>"[..])
+            );
+        }
+        a => panic!("{a:?}"),
+    }
+}
+
+#[test]
+fn http_rule_errors() {
+    let e = errs(&[
+        "frontend fe",                                                       // 1
+        "  mode http",                                                       // 2
+        "  bind :80",                                                        // 3
+        "  http-request set-header X-Src %[src]",                            // 4
+        "  http-request set-hedaer X-A b",                                   // 5
+        "  http-request tarpit",                                             // 6
+        "  http-request",                                                    // 7
+        "  http-request set-header X-A",                                     // 8
+        "  http-request set-header X-A b c",                                 // 9
+        "  http-request set-header Bad:Name v",                              // 10
+        "  http-request deny deny_status 99",                                // 11
+        "  http-request deny status 403",                                    // 12
+        "  http-request return string hi",                                   // 13
+        "  http-request return status 204 content-type text/plain string x", // 14
+        "  http-request return content-type text/plain",                     // 15
+        "  http-request return hdr Content-Length 3",                        // 16
+        "  http-request redirect location /x code 200",                      // 17
+        "  http-request redirect to /x",                                     // 18
+        "  http-request redirect location",                                  // 19
+        "  http-request redirect location /x set-cookie a=b",                // 20
+        "  http-response deny",                                              // 21
+        "  http-response return status 200",                                 // 22
+        "  http-response set-header X-A",                                    // 23
+        "  http-request del-header X-A -m beg",                              // 24
+        "  http-request return file /nonexistent/sluice/body",               // 25
+    ]);
+    assert_eq!(e.len(), 22, "{e:#?}");
+    let find = |line: usize| -> &str {
+        let prefix = format!("t.cfg:{line}: ");
+        e.iter()
+            .find(|m| m.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
+    };
+    for line in (4..=20).chain([24, 25]) {
+        has(find(line), &["'http-request' in frontend 'fe': "]);
+    }
+    for line in 21..=23 {
+        has(find(line), &["'http-response' in frontend 'fe': "]);
+    }
+    has(
+        find(4),
+        &["log-format expressions are not supported by sluice"],
+    );
+    has(
+        find(5),
+        &[
+            "unknown action 'set-hedaer'",
+            "(did you mean 'set-header'?)",
+        ],
+    );
+    has(find(6), &["action 'tarpit' is not supported by sluice"]);
+    has(find(7), &["missing action"]);
+    has(find(8), &["'set-header' expects a header name and a value"]);
+    has(find(9), &["unexpected argument 'c'", "quote values"]);
+    has(find(10), &["'Bad:Name' is not a valid header name"]);
+    has(find(11), &["'99' is out of range (expected 200 to 599)"]);
+    has(find(12), &["'deny': unsupported argument 'status'"]);
+    has(find(13), &["a 'content-type' is required with a body"]);
+    has(find(14), &["status 204 cannot have a body"]);
+    has(
+        find(15),
+        &["'content-type' given without 'string' or 'file'"],
+    );
+    has(
+        find(16),
+        &["header 'Content-Length' cannot be set with 'hdr'"],
+    );
+    has(find(17), &["code 200 is not a redirect"]);
+    has(find(18), &["'redirect': unknown type 'to'"]);
+    has(find(19), &["'redirect location' expects a target"]);
+    has(
+        find(20),
+        &["option 'set-cookie' is not supported by sluice"],
+    );
+    has(find(21), &["action 'deny' is not supported by sluice"]);
+    has(find(22), &["unknown action 'return'"]);
+    has(
+        find(23),
+        &["'set-header' expects a header name and a value"],
+    );
+    has(
+        find(24),
+        &["'del-header ... -m' matching methods are not supported by sluice"],
+    );
+    has(find(25), &["cannot read file '/nonexistent/sluice/body'"]);
+}
+
+#[test]
+fn http_rules_require_mode_http() {
+    let e = errs(&[
+        "frontend fe",
+        "  bind :80",
+        "  http-request deny",
+        "  http-response del-header Server",
+        "backend be",
+        "  http-request set-header X-A b",
+        "defaults",
+        "  http-request deny",
+    ]);
+    assert_eq!(e.len(), 4, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:3: ",
+            "'http-request' in frontend 'fe'",
+            "requires 'mode http' (this proxy is in mode tcp)",
+        ],
+    );
+    has(
+        &e[1],
+        &[
+            "t.cfg:4: ",
+            "'http-response' in frontend 'fe'",
+            "requires 'mode http'",
+        ],
+    );
+    has(
+        &e[2],
+        &[
+            "t.cfg:6: ",
+            "'http-request' in backend 'be'",
+            "requires 'mode http'",
+        ],
+    );
+    has(
+        &e[3],
+        &[
+            "t.cfg:8: ",
+            "keyword 'http-request' is not allowed in 'defaults' section",
+        ],
+    );
+    // Inherited `mode http` is enough.
+    ok(&[
+        "defaults",
+        "  mode http",
+        "frontend fe",
+        "  bind :80",
+        "  http-request deny",
+    ]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error reporting
+
+#[test]
+fn unknown_keywords_suggest_the_nearest() {
+    err1(
+        &[
+            "frontend fe",
+            "  bind :80",
+            "  defualt_backend be",
+            "backend be",
+        ],
+        &[
+            "t.cfg:3: ",
+            "unknown keyword 'defualt_backend' in frontend 'fe'",
+            "(did you mean 'default_backend'?)",
+        ],
+    );
+    err1(
+        &["backend be", "  servr s 10.0.0.1:80"],
+        &[
+            "t.cfg:2: ",
+            "unknown keyword 'servr' in backend 'be'",
+            "(did you mean 'server'?)",
+        ],
+    );
+    err1(
+        &["defaults", "  tiemout connect 5s"],
+        &[
+            "t.cfg:2: ",
+            "unknown keyword 'tiemout' in 'defaults' section",
+            "(did you mean 'timeout'?)",
+        ],
+    );
+    err1(
+        &["defaults web", "  mdoe http"],
+        &[
+            "t.cfg:2: ",
+            "unknown keyword 'mdoe' in defaults 'web'",
+            "(did you mean 'mode'?)",
+        ],
+    );
+    let m = err1(
+        &["listen li", "  frobnicate 1"],
+        &["unknown keyword 'frobnicate' in listen 'li'"],
+    );
+    assert!(!m.contains("did you mean"), "{m}");
+    err1(
+        &["globl"],
+        &[
+            "t.cfg:1: ",
+            "keyword 'globl' appears before any section",
+            "(did you mean 'global'?)",
+        ],
+    );
+}
+
+#[test]
+fn unsupported_haproxy_keywords() {
+    for kw in [
+        "stats enable",
+        "http-reuse safe",
+        "stick-table type ip size 1m",
+        "stick on src",
+        "cookie SRV insert",
+        "compression algo gzip",
+        "tcp-request content accept",
+        "http-check send meth GET",
+        "capture request header Host len 20",
+        "log-format %ci",
+        "redirect prefix /x",
+    ] {
+        let line = format!("  {kw}");
+        let name = kw.split(' ').next().unwrap();
+        err1(
+            &["listen li", "  bind :80", &line],
+            &[
+                "t.cfg:3: ",
+                &format!("keyword '{name}' in listen 'li' is not supported by sluice"),
+            ],
+        );
+    }
+    // Removed keywords say what to use instead.
+    err1(
+        &["backend be", "  contimeout 5000"],
+        &[
+            "t.cfg:2: ",
+            "keyword 'contimeout' in backend 'be' is not supported",
+            "use 'timeout connect' instead",
+        ],
+    );
+    err1(
+        &["frontend fe", "  reqadd X-A:\\ b"],
+        &[
+            "keyword 'reqadd' in frontend 'fe'",
+            "removed in HAProxy 2.1",
+            "'http-request'",
+        ],
+    );
+}
+
+#[test]
+fn keywords_in_the_wrong_section() {
+    let e = errs(&[
+        "defaults",               // 1
+        "  bind :80",             // 2
+        "  server s 10.0.0.1:80", // 3
+        "  use_backend be",       // 4
+        "frontend fe",            // 5
+        "  server s 10.0.0.1:80", // 6
+        "  balance roundrobin",   // 7
+        "  retries 2",            // 8
+        "  default_backend be",   // 9
+        "backend be",             // 10
+        "  bind :80",             // 11
+        "  monitor-uri /x",       // 12
+        "  option httplog",       // 13
+        "global",                 // 14
+        "  mode http",            // 15
+        "  bind :80",             // 16
+    ]);
+    assert_eq!(e.len(), 11, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:2: ",
+            "keyword 'bind' is not allowed in 'defaults' section",
+            "(only in frontend and listen sections)",
+        ],
+    );
+    has(
+        &e[1],
+        &[
+            "t.cfg:3: ",
+            "keyword 'server' is not allowed in 'defaults' section",
+            "(only in backend and listen sections)",
+        ],
+    );
+    has(
+        &e[2],
+        &[
+            "t.cfg:4: ",
+            "keyword 'use_backend' is not allowed in 'defaults' section",
+        ],
+    );
+    has(
+        &e[3],
+        &[
+            "t.cfg:6: ",
+            "keyword 'server' is not allowed in frontend 'fe'",
+        ],
+    );
+    has(
+        &e[4],
+        &[
+            "t.cfg:7: ",
+            "keyword 'balance' is not allowed in frontend 'fe'",
+            "(only in defaults, backend and listen sections)",
+        ],
+    );
+    has(
+        &e[5],
+        &[
+            "t.cfg:8: ",
+            "keyword 'retries' is not allowed in frontend 'fe'",
+        ],
+    );
+    has(
+        &e[6],
+        &[
+            "t.cfg:11: ",
+            "keyword 'bind' is not allowed in backend 'be'",
+        ],
+    );
+    has(
+        &e[7],
+        &[
+            "t.cfg:12: ",
+            "keyword 'monitor-uri' is not allowed in backend 'be'",
+            "(only in defaults, frontend and listen sections)",
+        ],
+    );
+    has(
+        &e[8],
+        &["t.cfg:13: ", "'option httplog' cannot be used in a backend"],
+    );
+    has(
+        &e[9],
+        &["t.cfg:15: ", "unknown keyword 'mode' in 'global' section"],
+    );
+    has(
+        &e[10],
+        &["t.cfg:16: ", "unknown keyword 'bind' in 'global' section"],
+    );
+}
+
+#[test]
+fn every_error_has_file_line_keyword_and_section() {
+    let lines = [
+        "global",                           // 1
+        "  nbthread x",                     // 2
+        "defaults",                         // 3
+        "  timeout connect forever",        // 4
+        "frontend fe",                      // 5
+        "  bind :80 bogus",                 // 6
+        "  maxconn x",                      // 7
+        "  default_backend missing",        // 8
+        "backend be",                       // 9
+        "  server s1 10.0.0.1:80 weight x", // 10
+        "  balance nope",                   // 11
+    ];
+    let e = parse(&lines).unwrap_err();
+    let want: &[(usize, &str, &str)] = &[
+        (2, "'nbthread'", "'global' section"),
+        (4, "'timeout'", "'defaults' section"),
+        (6, "'bind'", "frontend 'fe'"),
+        (7, "'maxconn'", "frontend 'fe'"),
+        (8, "'default_backend'", "frontend 'fe'"),
+        (10, "'server'", "backend 'be'"),
+        (11, "'balance'", "backend 'be'"),
+    ];
+    assert_eq!(e.len(), want.len(), "{}", render(&e));
+    for (err, (line, kw, section)) in e.iter().zip(want) {
+        assert_eq!(err.file, "t.cfg");
+        assert_eq!(err.line, *line, "{err}");
+        let s = err.to_string();
+        assert!(s.starts_with(&format!("t.cfg:{line}: ")), "{s}");
+        has(&s, &[kw, section]);
+        // A reason follows the keyword and section.
+        let reason = s.rsplit(": ").next().unwrap();
+        assert!(reason.len() > 5, "no reason in {s:?}");
+    }
+}
+
+#[test]
+fn all_errors_are_reported_in_file_and_line_order() {
+    // Resolution errors (found last) and section errors are merged and sorted.
+    let e = load(
+        &[
+            (
+                "first.cfg".into(),
+                cfg(&[
+                    "frontend fe",           // 1
+                    "  bind :80",            // 2
+                    "  use_backend nowhere", // 3  resolution
+                    "  http-request deny",   // 4  end-of-section (mode tcp)
+                    "  balance roundrobin",  // 5  wrong section
+                    "backend dup",           // 6
+                    "backend dup",           // 7  duplicate
+                ]),
+            ),
+            (
+                "second.cfg".into(),
+                cfg(&[
+                    "global",                    // 1
+                    "  nbthread 0",              // 2
+                    "frontend fe2",              // 3
+                    "  bind :81",                // 4
+                    "  default_backend nowhere", // 5 resolution
+                    "  option htplog",           // 6
+                ]),
+            ),
+        ],
+        &|_| None,
+    )
+    .unwrap_err();
+    let at: Vec<(String, usize)> = e.iter().map(|e| (e.file.clone(), e.line)).collect();
+    assert_eq!(
+        at,
+        [
+            ("first.cfg".to_string(), 3),
+            ("first.cfg".to_string(), 4),
+            ("first.cfg".to_string(), 5),
+            ("first.cfg".to_string(), 7),
+            ("second.cfg".to_string(), 2),
+            ("second.cfg".to_string(), 5),
+            ("second.cfg".to_string(), 6),
+        ],
+        "{}",
+        render(&e)
+    );
+}
+
+#[test]
+fn tokenizer_errors_are_reported_with_parser_errors() {
+    let e = errs(&[
+        "frontend fe",
+        "  bind :80",
+        "  http-request set-header X-A \"unterminated",
+        "  mdoe tcp",
+    ]);
+    assert_eq!(e.len(), 2, "{e:#?}");
+    assert!(e[0].starts_with("t.cfg:3: "), "{e:#?}");
+    has(&e[1], &["t.cfg:4: ", "unknown keyword 'mdoe'"]);
+}
+
+#[test]
+fn environment_variables_and_quotes() {
+    let env = |k: &str| match k {
+        "PORT" => Some("8080".to_string()),
+        "BACKEND" => Some("app".to_string()),
+        _ => None,
+    };
+    let text = cfg(&[
+        "frontend fe",
+        "  bind \":${PORT}\"",
+        "  default_backend \"$BACKEND\"",
+        "backend app",
+        "  server s1 '10.0.0.1:80' # a comment",
+    ]);
+    let c = load(&[("env.cfg".into(), text)], &env).unwrap();
+    assert_eq!(px(&c, "fe").binds[0].addr, tcp("0.0.0.0:8080"));
+    assert_eq!(px(&c, "fe").default_backend, Some(idx(&c, "app")));
+    assert_eq!(px(&c, "app").servers[0].addr, sa("10.0.0.1:80"));
+}
+
+#[test]
+fn odd_input_never_panics() {
+    let lines = [
+        "frontend",
+        "backend",
+        "listen",
+        "defaults",
+        "global",
+        "frontend a from",
+        "defaults from",
+        "option",
+        "no",
+        "no option",
+        "no log",
+        "log",
+        "log global",
+        "timeout",
+        "timeout client",
+        "bind",
+        "bind ,",
+        "bind :",
+        "bind [",
+        "bind []:80",
+        "bind [::1]x",
+        "bind ::1",
+        "bind fd@",
+        "bind ipv6@",
+        "bind :1-",
+        "bind :-1",
+        "server",
+        "server s",
+        "server s :",
+        "server s [::1]",
+        "default-server",
+        "default-server weight",
+        "balance",
+        "balance hdr(",
+        "balance random(",
+        "balance random()",
+        "balance uri len",
+        "hash-type",
+        "use_backend",
+        "use_backend if",
+        "use_backend x unless",
+        "default_backend",
+        "acl",
+        "acl a",
+        "acl a path_beg",
+        "http-request",
+        "http-request deny deny_status",
+        "http-request return status",
+        "http-request return hdr",
+        "http-request return hdr a",
+        "http-request redirect",
+        "http-request redirect scheme",
+        "http-request set-header",
+        "http-request del-header",
+        "http-response",
+        "errorfile",
+        "errorfile 503",
+        "id",
+        "mode",
+        "monitor-uri",
+        "maxconn",
+        "backlog",
+        "retries",
+        "cpu-map",
+        "cpu-map 1/",
+        "cpu-map auto:",
+        "cpu-map 1",
+        "cpu-map 1-",
+        "cpu-map , 0",
+        "nbthread",
+        "log stdout format",
+        "log stdout len",
+        "log udp@ local0",
+        "log unix@ local0",
+        "tune.bufsize 99999999999999999999k",
+        "hard-stop-after 99999999999999999999999d",
+        "timeout client 18446744073709551615us",
+        "\"\"",
+        "''",
+        "option forwardfor except",
+        "option forwardfor header",
+        "http-request set-header X-A \"\"",
+        "use_backend x if !",
+        "use_backend x if { path",
+        "use_backend x if || a",
+        "\u{e9}t\u{e9} 1",
+        "bind :80 name \u{e9}",
+    ];
+    let sections = [
+        "",
+        "global",
+        "defaults",
+        "frontend f",
+        "backend b",
+        "listen l",
+    ];
+    for s in sections {
+        for l in lines {
+            for mode in ["", "  mode http"] {
+                let text = cfg(&[s, mode, &format!("  {l}")]);
+                let _ = load(&[("odd.cfg".into(), text)], &|_| None);
+            }
+        }
+    }
+}

@@ -1096,17 +1096,40 @@ impl<C: ClientIo> Conn<'_, C> {
         };
         self.out.extend_from_slice(&self.sbuf[..n]);
         self.sbuf.advance(n);
-        if self.client.write_all(&self.out).await.is_err() {
+        let w = if rsp_body.done() {
+            self.client.write_all(&self.out).await
+        } else {
+            self.client.write_all_more(&self.out).await
+        };
+        if w.is_err() {
             txn.term = *b"CD";
             return None;
         }
         txn.bytes_out = self.out.len() as u64;
         while !rsp_body.done() {
             if self.sbuf.is_empty() {
-                if self.sbuf.capacity() < self.bufsize / 2 {
-                    self.sbuf.reserve(self.bufsize);
-                }
-                match super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)).await {
+                // Wait for the server without holding a buffer, then read into one taken
+                // from the thread's pool: while many responses stream at once, only the few
+                // buffers actually in use stay allocated and hot in cache (HAProxy's
+                // release-empty-buffers rule).
+                let w = &self.ctx.w;
+                w.give_buf(std::mem::take(&mut self.sbuf));
+                let got = loop {
+                    match super::with_timeout(t_server, stream.readable()).await {
+                        Some(Ok(())) => {}
+                        Some(Err(_)) => break Some(Err(())),
+                        None => break None,
+                    }
+                    if self.sbuf.capacity() == 0 {
+                        self.sbuf = w.take_buf(self.bufsize);
+                    }
+                    match stream.try_read_buf(&mut self.sbuf) {
+                        Ok(n) => break Some(Ok(n)),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        Err(_) => break Some(Err(())),
+                    }
+                };
+                match got {
                     Some(Ok(n)) if n > 0 => {}
                     Some(Ok(_)) if rsp_body.kind == BodyKind::CloseDelimited => break,
                     Some(_) => {
@@ -1126,7 +1149,13 @@ impl<C: ClientIo> Conn<'_, C> {
                     return None;
                 }
             };
-            match super::with_timeout(t_client, self.client.write_all(&self.sbuf[..n])).await {
+            let piece = &self.sbuf[..n];
+            let w = if rsp_body.done() {
+                super::with_timeout(t_client, self.client.write_all(piece)).await
+            } else {
+                super::with_timeout(t_client, self.client.write_all_more(piece)).await
+            };
+            match w {
                 Some(Ok(())) => {}
                 Some(Err(_)) => {
                     txn.term = *b"CD";

@@ -205,17 +205,47 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + 'static {
     /// Resolves when the socket has data (or EOF) to read, without reading it: lets an idle
     /// connection wait without holding a buffer.
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>>;
+
+    /// Writes all of `buf` telling the kernel that more follows at once (`MSG_MORE`), as
+    /// HAProxy does while a body is unfinished: a response streamed in buffer-sized pieces
+    /// then leaves in full segments, with fewer wake-ups of the receiver. The last piece of
+    /// a message is always written without it.
+    fn write_all_more(
+        &mut self,
+        buf: &[u8],
+    ) -> impl std::future::Future<Output = std::io::Result<()>>;
 }
 
 impl ClientIo for TcpStream {
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> {
         self.readable()
     }
+
+    async fn write_all_more(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        let s: &TcpStream = self;
+        let mut off = 0;
+        while off < buf.len() {
+            let r = s.try_io(tokio::io::Interest::WRITABLE, || {
+                socket2::SockRef::from(s)
+                    .send_with_flags(&buf[off..], libc::MSG_MORE | libc::MSG_NOSIGNAL)
+            });
+            match r {
+                Ok(n) => off += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => s.writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
 impl ClientIo for UnixStream {
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> {
         self.readable()
+    }
+
+    async fn write_all_more(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        tokio::io::AsyncWriteExt::write_all(self, buf).await
     }
 }
 

@@ -329,3 +329,76 @@ fn listen_section_in_tcp_mode() {
     c.write_all(b"via listen").unwrap();
     assert_eq!(read_exact_n(&mut c, 10), b"via listen");
 }
+
+/// `timeout client-fin`: once the client has half-closed, the session may stay idle only that
+/// long (instead of `timeout client`/`server`, 10 s here) before sluice closes it.
+#[test]
+fn client_fin_timeout_bounds_a_half_closed_session() {
+    // The server reads to EOF and then never answers nor closes (until the test ends).
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let tx = std::sync::Mutex::new(tx);
+    // Holds the server's socket open until the test ends (drops `hold`).
+    let (hold, held) = std::sync::mpsc::channel::<()>();
+    let held = std::sync::Mutex::new(held);
+    let srv = TcpBackend::with_handler(move |mut s, _| {
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        let _ = tx.lock().unwrap().send(());
+        let _ = held.lock().unwrap().recv_timeout(Duration::from_secs(30));
+        drop(s);
+    });
+    let defaults = format!("{TCP_DEFAULTS}    timeout client-fin 300ms\n");
+    let (_s, port) = tcp_proxy(&defaults, "", &[srv.hostport()]);
+    let mut c = connect(port);
+    c.write_all(b"hello").unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    rx.recv_timeout(WAIT)
+        .expect("the server saw the client's FIN");
+    let t0 = Instant::now();
+    let (_, end) = read_until_closed(&mut c, Duration::from_secs(8));
+    let took = t0.elapsed();
+    assert_ne!(end, Closed::StillOpen, "session not closed by client-fin");
+    assert!(
+        took < Duration::from_secs(5),
+        "closed after {took:?}, not by client-fin"
+    );
+    assert!(
+        took >= Duration::from_millis(250),
+        "closed after only {took:?}"
+    );
+    drop(hold);
+}
+
+/// `timeout server-fin`: once the server has half-closed, the session may stay idle only that
+/// long before sluice closes it (the server sees its connection end well before the 10 s of
+/// `timeout client`).
+#[test]
+fn server_fin_timeout_bounds_a_half_closed_session() {
+    let (tx, rx) = std::sync::mpsc::channel::<Duration>();
+    let tx = std::sync::Mutex::new(tx);
+    let srv = TcpBackend::with_handler(move |mut s, _| {
+        let _ = s.write_all(b"bye");
+        let _ = s.shutdown(Shutdown::Write);
+        let t0 = Instant::now();
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        let _ = tx.lock().unwrap().send(t0.elapsed());
+    });
+    let defaults = format!("{TCP_DEFAULTS}    timeout server-fin 300ms\n");
+    let (_s, port) = tcp_proxy(&defaults, "", &[srv.hostport()]);
+    let mut c = connect(port);
+    assert_eq!(read_exact_n(&mut c, 3), b"bye");
+    let (_, end) = read_until_closed(&mut c, WAIT);
+    assert_eq!(end, Closed::Eof, "the server's FIN is forwarded");
+    let took = rx
+        .recv_timeout(WAIT)
+        .expect("sluice closed the server side");
+    assert!(
+        took < Duration::from_secs(5),
+        "closed after {took:?}, not by server-fin"
+    );
+    assert!(
+        took >= Duration::from_millis(250),
+        "closed after only {took:?}"
+    );
+}

@@ -50,6 +50,7 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     timeout: &Cell<Option<Duration>>,
     activity: &Cell<Instant>,
     bytes: &Cell<u64>,
+    changed: &tokio::sync::Notify,
     bufsize: usize,
 ) -> DirEnd {
     if !initial.is_empty() {
@@ -64,16 +65,24 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             let to = timeout.get();
             let read = r.read(&mut buf);
             match to {
-                None => break read.await,
+                None => {
+                    tokio::select! {
+                        res = read => break res,
+                        _ = changed.notified() => continue,
+                    }
+                }
                 Some(d) => {
                     let since = activity.get().elapsed();
                     let left = d.saturating_sub(since);
                     if left.is_zero() {
                         return DirEnd::Timeout;
                     }
-                    match tokio::time::timeout(left, read).await {
-                        Ok(r) => break r,
-                        Err(_) => continue, // re-check: the other direction may have moved
+                    tokio::select! {
+                        res = read => break res,
+                        // Re-check: the other direction may have moved meanwhile.
+                        _ = tokio::time::sleep(left) => continue,
+                        // A half-close switched this direction to a `*-fin` timeout.
+                        _ = changed.notified() => continue,
                     }
                 }
             }
@@ -115,12 +124,15 @@ pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
     let down = Cell::new(0u64);
     let up_to = Cell::new(t.client);
     let down_to = Cell::new(t.server);
+    let changed = tokio::sync::Notify::new();
     let mut c2s_end: Option<DirEnd> = None;
     let mut s2c_end: Option<DirEnd> = None;
     {
-        let c2s = pump(&mut cr, &mut sw, to_server, &up_to, &activity, &up, bufsize);
+        let c2s = pump(
+            &mut cr, &mut sw, to_server, &up_to, &activity, &up, &changed, bufsize,
+        );
         let s2c = pump(
-            &mut sr, &mut cw, to_client, &down_to, &activity, &down, bufsize,
+            &mut sr, &mut cw, to_client, &down_to, &activity, &down, &changed, bufsize,
         );
         tokio::pin!(c2s);
         tokio::pin!(s2c);
@@ -131,13 +143,19 @@ pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
                     c2s_end = Some(e);
                     if !eof || s2c_end.is_some() { break; }
                     // Client half-closed: the server side now runs under client-fin if set.
-                    if t.client_fin.is_some() { down_to.set(t.client_fin); }
+                    if t.client_fin.is_some() {
+                        down_to.set(t.client_fin);
+                        changed.notify_waiters();
+                    }
                 }
                 e = &mut s2c, if s2c_end.is_none() => {
                     let eof = matches!(e, DirEnd::Eof);
                     s2c_end = Some(e);
                     if !eof || c2s_end.is_some() { break; }
-                    if t.server_fin.is_some() { up_to.set(t.server_fin); }
+                    if t.server_fin.is_some() {
+                        up_to.set(t.server_fin);
+                        changed.notify_waiters();
+                    }
                 }
             }
             if c2s_end.is_some() && s2c_end.is_some() {

@@ -12,6 +12,7 @@ pub mod http;
 pub mod lb;
 pub mod listener;
 pub mod log;
+pub mod pool;
 pub mod runtime;
 pub mod stream;
 pub mod sys;

@@ -40,6 +40,8 @@ pub struct Worker {
     /// Recycled I/O buffers: an idle connection holds none (HAProxy's buffer pools idea), so
     /// 10,000 idle keep-alive clients cost sockets, not 16 KiB each.
     bufs: std::cell::RefCell<Vec<bytes::BytesMut>>,
+    /// This thread's idle server connections (DESIGN §4).
+    pub pool: crate::pool::ThreadPool,
 }
 
 /// Buffers kept for reuse per thread; beyond this they go back to the allocator.
@@ -138,7 +140,19 @@ pub fn spawn(
                     active: Cell::new(0),
                     idle_notify: Notify::new(),
                     bufs: std::cell::RefCell::new(Vec::new()),
+                    pool: crate::pool::ThreadPool::default(),
                 });
+                if let Some(every) = crate::pool::purge_interval(&w.shared.cfg) {
+                    let w = w.clone();
+                    tokio::task::spawn_local(async move {
+                        let mut tick = tokio::time::interval(every);
+                        tick.tick().await;
+                        loop {
+                            tick.tick().await;
+                            w.pool.purge();
+                        }
+                    });
+                }
                 let (accept_stop_tx, accept_stop_rx) = watch::channel(false);
                 for (pidx, bl, sock) in listeners {
                     let w = w.clone();

@@ -239,6 +239,16 @@ impl IpNet {
     }
 }
 
+/// `http-reuse` (default `safe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpReuse {
+    Never,
+    #[default]
+    Safe,
+    Aggressive,
+    Always,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct ProxyOptions {
     pub httplog: bool,
@@ -250,6 +260,8 @@ pub struct ProxyOptions {
     pub http_conn_mode: HttpConnMode,
     pub abortonclose: bool,
     pub redispatch: bool,
+    /// `http-reuse` (a backend setting).
+    pub http_reuse: HttpReuse,
 }
 
 /// A `frontend`, `backend` or `listen` section, with its `defaults` applied.
@@ -327,6 +339,12 @@ pub struct Server {
     pub backup: bool,
     pub disabled: bool,
     pub id: Option<u32>,
+    /// `pool-max-conn` (`None` = unlimited, HAProxy's -1; `Some(0)` disables pooling).
+    pub pool_max_conn: Option<u32>,
+    /// `pool-purge-delay` (default 5 s).
+    pub pool_purge_delay: std::time::Duration,
+    /// `max-reuse` (`None` = unlimited).
+    pub max_reuse: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -18,13 +18,17 @@ use super::tcp::{TunnelTimeouts, tunnel};
 use super::{ClientIo, ConnectError, SessionCtx, connect_with_slot};
 use crate::backend::{self, PickInput, Slot};
 use crate::config::{
-    HeaderAction, HttpConnMode, HttpRequestAction, HttpView, Proxy, Redirect, RedirectKind,
+    HeaderAction, HttpConnMode, HttpRequestAction, HttpReuse, HttpView, Proxy, Redirect,
+    RedirectKind,
 };
 use crate::http::{
     BodyKind, ChunkedState, HttpError, Parsed, RequestHead, ResponseHead, has_token, header_eq,
     is_hop_by_hop, parse_request, parse_response,
 };
 use crate::log::{Entry, LEVEL_INFO};
+use crate::pool::{IdleConn, Limits};
+use crate::worker::Worker;
+use std::rc::Rc;
 
 /// `HttpView` for contexts that only know the client address (`mode tcp`).
 pub struct SrcView(pub Option<IpAddr>);
@@ -196,18 +200,77 @@ impl HttpView for RspView<'_> {
     }
 }
 
-/// A server connection kept between requests of one client connection.
+/// Methods whose request can be sent twice without harm (RFC 9110 §9.2.2).
+fn is_idempotent(method: &[u8]) -> bool {
+    matches!(
+        method,
+        b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE"
+    )
+}
+
+/// Accounts a server connection in its thread's pool while it carries a request: dropping
+/// the guard says the connection is gone (closed), `keep` gives it back to the pool. Unarmed
+/// under `http-reuse never`, where connections stay private to their client connection.
+struct PoolGuard {
+    w: Option<Rc<Worker>>,
+    key: crate::pool::Key,
+    limits: Limits,
+}
+
+impl PoolGuard {
+    fn new(w: &Rc<Worker>, reuse: HttpReuse, bp: &Proxy, be: usize, server: usize) -> PoolGuard {
+        let srv = &bp.servers[server];
+        PoolGuard {
+            w: (reuse != HttpReuse::Never).then(|| w.clone()),
+            key: (be, server),
+            limits: Limits {
+                max_idle: srv.pool_max_conn,
+                max_reuse: srv.max_reuse,
+            },
+        }
+    }
+
+    /// Returns the connection to the pool (if pooling applies; otherwise it closes).
+    fn keep(mut self, stream: TcpStream, uses: u32) {
+        if let Some(w) = self.w.take() {
+            w.pool
+                .release(self.key, Some(IdleConn { stream, uses }), self.limits);
+        }
+    }
+}
+
+impl Drop for PoolGuard {
+    fn drop(&mut self) {
+        if let Some(w) = self.w.take() {
+            w.pool.release(self.key, None, self.limits);
+        }
+    }
+}
+
+/// The server side of a request in progress.
+struct ServerSide {
+    stream: TcpStream,
+    slot: Slot,
+    /// Requests this connection carried before the current one.
+    uses: u32,
+    guard: PoolGuard,
+}
+
+/// A server connection kept between requests of one client connection (`http-reuse never`).
 struct Kept {
     be: usize,
     server: usize,
     stream: TcpStream,
+    uses: u32,
 }
 
 impl Kept {
     /// An idle server connection is usable only if it has neither closed nor sent anything.
     fn alive(&self) -> bool {
-        let mut b = [0u8; 1];
-        matches!(self.stream.try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        let r = socket2::SockRef::from(&self.stream)
+            .recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT);
+        matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 }
 
@@ -261,6 +324,11 @@ struct Conn<'a, C> {
     cbuf: BytesMut,
     sbuf: BytesMut,
     kept: Option<Kept>,
+    /// Set by `exchange` when a reused server connection failed before any response byte:
+    /// the slot to replay the request with.
+    replay: Option<Slot>,
+    /// This is the first request of the client connection (`http-reuse safe`).
+    first: bool,
     hdrs: Headers,
     out: Vec<u8>,
     bufsize: usize,
@@ -322,6 +390,8 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         cbuf: BytesMut::new(),
         sbuf: BytesMut::new(),
         kept: None,
+        replay: None,
+        first: true,
         hdrs: Headers::default(),
         out: Vec::new(),
         bufsize,
@@ -346,6 +416,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             c.hdrs.list = list;
             c.out = out;
         }
+        c.first = first;
         match Box::pin(c.transaction(first, pending)).await {
             Some(Next::KeepAlive) => first = false,
             None => break,
@@ -824,12 +895,41 @@ impl<C: ClientIo> Conn<'_, C> {
             }
         };
         txn.t_wait = slot.queued_ms as i64;
-        let (mut stream, slot, reused) = match self.kept.take() {
-            Some(k) if k.be == be_idx && k.server == slot.server && k.alive() => {
+        // A server connection: this client's private one (`http-reuse never`), an idle one
+        // from the thread's pool as `http-reuse` allows, or a new one.
+        let reuse = bp.options.http_reuse;
+        let replayable = is_idempotent(head.method.of(&self.cbuf)) && head.body == BodyKind::None;
+        let min_uses = match reuse {
+            HttpReuse::Never => None,
+            HttpReuse::Always => Some(1),
+            // Beyond HAProxy: a first request that sluice can replay itself may use a pooled
+            // connection (it is replayed on a new one if the reused one fails unanswered).
+            HttpReuse::Safe if self.first && !replayable => None,
+            HttpReuse::Safe => Some(1),
+            HttpReuse::Aggressive if self.first && !replayable => Some(2),
+            HttpReuse::Aggressive => Some(1),
+        };
+        let pool = &self.ctx.w.pool;
+        let mut got: Option<(TcpStream, u32)> = None;
+        if let Some(k) = self.kept.take()
+            && k.be == be_idx
+            && k.server == slot.server
+            && k.alive()
+        {
+            got = Some((k.stream, k.uses));
+        }
+        if got.is_none()
+            && let Some(m) = min_uses
+            && let Some(c) = pool.take((be_idx, slot.server), m)
+        {
+            got = Some((c.stream, c.uses));
+        }
+        let (stream, slot, uses, reused) = match got {
+            Some((stream, uses)) => {
                 txn.t_connect = 0;
-                (k.stream, slot, true)
+                (stream, slot, uses, true)
             }
-            _ => match if abort {
+            None => match if abort {
                 let ctx = self.ctx;
                 tokio::select! {
                     r = connect_with_slot(ctx, be_idx, &input, slot) => r,
@@ -845,7 +945,10 @@ impl<C: ClientIo> Conn<'_, C> {
                     txn.t_connect = sc.connect_ms as i64;
                     txn.retries = sc.retries;
                     txn.redispatched = sc.redispatched;
-                    (sc.stream, sc.slot, false)
+                    if reuse != HttpReuse::Never {
+                        pool.opened((be_idx, sc.slot.server));
+                    }
+                    (sc.stream, sc.slot, 0, false)
                 }
                 Err(e) => {
                     if let ConnectError::Failed { retries, .. } = e {
@@ -869,30 +972,71 @@ impl<C: ClientIo> Conn<'_, C> {
             Err(e) => return self.error_response_after_head(txn, e.status).await,
         };
         self.out.extend_from_slice(&self.cbuf[..initial]);
-        let head_bytes_len = self.out.len();
-        let sent_at = Instant::now();
-        if stream.write_all(&self.out).await.is_err() {
-            if reused && initial == 0 && head_bytes_len > 0 {
-                // A kept connection closed under us before any response: reconnect once.
-                match connect_with_slot(self.ctx, be_idx, &input, slot).await {
-                    Ok(sc) => {
-                        return self
-                            .exchange(
-                                head, txn, bp, sc.stream, sc.slot, req_body, initial, client_ka,
-                                server_ka, sent_at,
-                            )
-                            .await;
+        let mut conn = ServerSide {
+            stream,
+            guard: PoolGuard::new(&self.ctx.w, reuse, bp, be_idx, slot.server),
+            slot,
+            uses,
+        };
+        let mut reused = reused;
+        loop {
+            let sent_at = Instant::now();
+            let slot = if conn.stream.write_all(&self.out).await.is_err() {
+                if !(reused && replayable) {
+                    txn.term = *b"SH";
+                    return self.error_response_after_head(txn, 502).await;
+                }
+                conn.slot
+            } else {
+                let req_body = std::mem::replace(&mut req_body, BodyTracker::new(head.body));
+                let next = self
+                    .exchange(
+                        head,
+                        txn,
+                        bp,
+                        conn,
+                        req_body,
+                        initial,
+                        client_ka,
+                        server_ka,
+                        sent_at,
+                        reused && replayable,
+                    )
+                    .await;
+                match self.replay.take() {
+                    Some(slot) => slot,
+                    None => return next,
+                }
+            };
+            // The reused connection failed before any response byte: replay the request
+            // (idempotent, no body) on a new connection, as HAProxy's `retry-on conn-failure
+            // empty-response` would, so a server closing an idle connection never becomes a
+            // 502 for a GET.
+            let counters = &self.ctx.w.pool.counters;
+            counters.replayed.set(counters.replayed.get() + 1);
+            match connect_with_slot(self.ctx, be_idx, &input, slot).await {
+                Ok(sc) => {
+                    txn.t_connect = sc.connect_ms as i64;
+                    txn.retries += 1 + sc.retries;
+                    let server = sc.slot.server;
+                    txn.server = Some(server);
+                    conn = ServerSide {
+                        stream: sc.stream,
+                        guard: PoolGuard::new(&self.ctx.w, reuse, bp, be_idx, server),
+                        slot: sc.slot,
+                        uses: 0,
+                    };
+                    if reuse != HttpReuse::Never {
+                        self.ctx.w.pool.opened((be_idx, server));
                     }
-                    Err(_e) => return self.error_response_after_head(txn, 503).await,
+                    reused = false;
+                }
+                Err(e) => {
+                    txn.term = e.term();
+                    return self.error_response_after_head(txn, 503).await;
                 }
             }
-            txn.term = *b"SH";
-            return self.error_response_after_head(txn, 502).await;
         }
-        self.exchange(
-            head, txn, bp, stream, slot, req_body, initial, client_ka, server_ka, sent_at,
-        )
-        .await
     }
 
     async fn error_response_after_head(&mut self, txn: &mut Txn, status: u16) -> Option<Next> {
@@ -913,14 +1057,21 @@ impl<C: ClientIo> Conn<'_, C> {
         head: &RequestHead,
         txn: &mut Txn,
         bp: &Proxy,
-        mut stream: TcpStream,
-        slot: Slot,
+        conn: ServerSide,
         mut req_body: BodyTracker,
         initial: usize,
         client_ka: bool,
         server_ka: bool,
         sent_at: Instant,
+        replay_ok: bool,
     ) -> Option<Next> {
+        let ServerSide {
+            mut stream,
+            slot,
+            uses,
+            guard,
+        } = conn;
+        let mut interim_sent = false;
         let shared = self.ctx.shared().clone();
         let srv_counters = &slot.server_state().counters;
         srv_counters
@@ -964,6 +1115,7 @@ impl<C: ClientIo> Conn<'_, C> {
                                 txn.term = *b"CD";
                                 return None;
                             }
+                            interim_sent = true;
                             self.sbuf.advance(n);
                             continue;
                         }
@@ -992,6 +1144,12 @@ impl<C: ClientIo> Conn<'_, C> {
                 },
                 r = super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)) => match r {
                     Some(Ok(n)) if n > 0 => {}
+                    Some(_) if replay_ok && self.sbuf.is_empty() && !interim_sent => {
+                        // Closed (or reset) unanswered: the reused connection raced with the
+                        // server's idle close. The caller replays the request.
+                        self.replay = Some(slot);
+                        return None;
+                    }
                     Some(_) => {
                         srv_counters.resp_errors.fetch_add(1, Relaxed);
                         txn.term = *b"SH";
@@ -1182,7 +1340,16 @@ impl<C: ClientIo> Conn<'_, C> {
         let (be, server) = (bp_index(&shared, bp), slot.server);
         drop(slot);
         if server_keep && self.sbuf.is_empty() {
-            self.kept = Some(Kept { be, server, stream });
+            if guard.w.is_some() {
+                guard.keep(stream, uses + 1);
+            } else {
+                self.kept = Some(Kept {
+                    be,
+                    server,
+                    stream,
+                    uses: uses + 1,
+                });
+            }
         }
         if client_keep {
             Some(Next::KeepAlive)

@@ -33,14 +33,19 @@ pub enum Client {
 pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission) {
     let accepted_at = std::time::SystemTime::now();
     let p = &w.shared.cfg.proxies[proxy];
-    let (peer, local) = match &client {
+    let peer = match &client {
         Client::Tcp(s, a) => {
             let _ = s.set_nodelay(true);
-            (Some(*a), s.local_addr().ok())
+            Some(*a)
         }
-        Client::Unix(_) => (None, None),
+        Client::Unix(_) => None,
     };
     if !p.options.httplog && !p.options.tcplog && !p.logs.is_empty() {
+        // getsockname() only when this log line needs it: it is a syscall per connection.
+        let local = match &client {
+            Client::Tcp(s, _) => s.local_addr().ok(),
+            Client::Unix(_) => None,
+        };
         let line = crate::log::connect_line(peer, local, &p.name, p.mode == Mode::Http);
         w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);
     }

@@ -153,6 +153,20 @@ impl Lines {
         self.inner.lock().unwrap().0.clone()
     }
 
+    /// Waits until the stream has ended (the reader thread saw EOF), up to `timeout`.
+    pub fn wait_end(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut g = self.inner.lock().unwrap();
+        while !g.1 {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = self.cv.wait_timeout(g, deadline - now).unwrap().0;
+        }
+        true
+    }
+
     pub fn text(&self) -> String {
         self.snapshot().join("\n")
     }
@@ -451,6 +465,13 @@ impl Sluice {
         let mut g = self.exit.0.lock().unwrap();
         loop {
             if let Some(s) = *g {
+                drop(g);
+                // The process is gone; its output is complete once the readers hit EOF (a
+                // daemonised child may keep the pipes open, so this wait is bounded).
+                let left = deadline.saturating_duration_since(Instant::now());
+                let left = left.min(Duration::from_secs(2));
+                self.stdout.wait_end(left);
+                self.stderr.wait_end(left);
                 return Some(s);
             }
             let now = Instant::now();

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use super::super::acl::AclSet;
 use super::super::{
-    Balance, Cond, ConfigError, HashFunction, HashMethod, HashType, LogTarget, Mode, Origin, Proxy,
-    ProxyKind, ProxyOptions, Timeouts,
+    Balance, Cond, ConfigError, HashFunction, HashMethod, HashType, HttpReuse, LogTarget, Mode,
+    Origin, Proxy, ProxyKind, ProxyOptions, Timeouts,
 };
 use super::values::{arg, no_extra, parse_range, parse_time, parse_u32};
 use super::{KwErr, did_you_mean, kind_name, logs, options, rules, server};
@@ -28,6 +28,9 @@ pub(super) struct ServerOpts {
     pub maxqueue: u32,
     pub backup: bool,
     pub disabled: bool,
+    pub pool_max_conn: Option<u32>,
+    pub pool_purge_delay: std::time::Duration,
+    pub max_reuse: Option<u32>,
 }
 
 impl Default for ServerOpts {
@@ -38,6 +41,9 @@ impl Default for ServerOpts {
             maxqueue: 0,
             backup: false,
             disabled: false,
+            pool_max_conn: None,
+            pool_purge_delay: std::time::Duration::from_secs(5),
+            max_reuse: None,
         }
     }
 }
@@ -219,6 +225,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("errorfile", D | F | B),
     ("hash-type", D | B),
     ("http-request", F | B),
+    ("http-reuse", D | B),
     ("http-response", F | B),
     ("id", F | B),
     ("log", D | F | B),
@@ -239,7 +246,6 @@ const UNSUPPORTED: &[&str] = &[
     "stick",
     "stick-store-request",
     "stick-store-response",
-    "http-reuse",
     "stats",
     "http-check",
     "tcp-check",
@@ -414,6 +420,24 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                 }
             };
             no_extra(w, 2)?;
+        }
+        "http-reuse" => {
+            d.p.options.http_reuse =
+                match arg(w, 1, "mode ('never', 'safe', 'aggressive' or 'always')")? {
+                    "never" => HttpReuse::Never,
+                    "safe" => HttpReuse::Safe,
+                    "aggressive" => HttpReuse::Aggressive,
+                    "always" => HttpReuse::Always,
+                    m => {
+                        return Err(format!(
+                        "unknown mode '{m}' (expected 'never', 'safe', 'aggressive' or 'always'){}",
+                        did_you_mean(m, ["never", "safe", "aggressive", "always"])
+                    )
+                    .into());
+                    }
+                };
+            no_extra(w, 2)?;
+            d.needs_http(l, "http-reuse");
         }
         "monitor-uri" => {
             let uri = arg(w, 1, "URI")?;

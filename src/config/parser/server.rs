@@ -3,7 +3,8 @@
 use super::super::{Bind, BindAddr, Origin, Server};
 use super::proxy::{Draft, ServerOpts};
 use super::values::{
-    Family, arg, parse_port, parse_range, parse_u32, resolve_host, split_host_port, strip_family,
+    Family, arg, parse_port, parse_range, parse_time, parse_u32, resolve_host, split_host_port,
+    strip_family,
 };
 use super::{KwErr, did_you_mean};
 use crate::config::tokenizer::Line;
@@ -92,6 +93,9 @@ const SERVER_OPTIONS: &[&str] = &[
     "disabled",
     "enabled",
     "id",
+    "pool-max-conn",
+    "pool-purge-delay",
+    "max-reuse",
 ];
 
 /// Real HAProxy server options that sluice does not implement.
@@ -167,10 +171,7 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "ssl-reuse",
     "no-ssl-reuse",
     "tfo",
-    "pool-max-conn",
-    "pool-purge-delay",
     "pool-low-conn",
-    "max-reuse",
     "namespace",
     "socks4",
     "tcp-ut",
@@ -345,6 +346,25 @@ fn server_opts(
                 o.maxqueue = parse_u32(val("number")?)?;
                 i += 1;
             }
+            // HAProxy's -1 means unlimited for both.
+            "pool-max-conn" => {
+                let v = val("number")?;
+                o.pool_max_conn = if v == "-1" { None } else { Some(parse_u32(v)?) };
+                i += 1;
+            }
+            "max-reuse" => {
+                let v = val("number")?;
+                o.max_reuse = if v == "-1" { None } else { Some(parse_u32(v)?) };
+                i += 1;
+            }
+            "pool-purge-delay" => {
+                let t = parse_time(val("time")?)?;
+                if t.is_zero() {
+                    return Err("'pool-purge-delay' must be greater than 0".into());
+                }
+                o.pool_purge_delay = t;
+                i += 1;
+            }
             "backup" => o.backup = true,
             "no-backup" => o.backup = false,
             "disabled" => o.disabled = true,
@@ -413,6 +433,9 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         backup: o.backup,
         disabled: o.disabled,
         id,
+        pool_max_conn: o.pool_max_conn,
+        pool_purge_delay: o.pool_purge_delay,
+        max_reuse: o.max_reuse,
     });
     Ok(())
 }

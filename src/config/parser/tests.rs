@@ -2876,10 +2876,41 @@ fn unknown_keywords_suggest_the_nearest() {
 }
 
 #[test]
+fn http_reuse_and_pool_server_options() {
+    let cfg = ok(&[
+        "defaults",
+        "  mode http",
+        "  http-reuse always",
+        "backend b",
+        "  server s 127.0.0.1:1 pool-max-conn 10 pool-purge-delay 2s max-reuse 100",
+        "  server t 127.0.0.1:2 pool-max-conn -1 max-reuse -1",
+        "backend c",
+        "  http-reuse never",
+        "  server s 127.0.0.1:1",
+    ]);
+    let b = &cfg.proxies[0];
+    assert_eq!(b.options.http_reuse, crate::config::HttpReuse::Always);
+    assert_eq!(b.servers[0].pool_max_conn, Some(10));
+    assert_eq!(
+        b.servers[0].pool_purge_delay,
+        std::time::Duration::from_secs(2)
+    );
+    assert_eq!(b.servers[0].max_reuse, Some(100));
+    assert_eq!(b.servers[1].pool_max_conn, None);
+    assert_eq!(b.servers[1].max_reuse, None);
+    assert_eq!(
+        b.servers[1].pool_purge_delay,
+        std::time::Duration::from_secs(5)
+    );
+    assert_eq!(
+        cfg.proxies[1].options.http_reuse,
+        crate::config::HttpReuse::Never
+    );
+}
+
+#[test]
 fn unsupported_haproxy_keywords() {
     for kw in [
-        "stats enable",
-        "http-reuse safe",
         "stick-table type ip size 1m",
         "stick on src",
         "cookie SRV insert",

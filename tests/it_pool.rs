@@ -1,0 +1,192 @@
+//! Server connection pools: `http-reuse never|safe|aggressive|always`, replay of idempotent
+//! requests whose reused connection failed unanswered, `pool-max-conn`, the idle cap.
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// One worker thread: pools are per thread, and which thread accepts a connection is the
+/// kernel's choice (SO_REUSEPORT), so reuse across client connections is deterministic only
+/// with one.
+fn proxy(b: &HttpBackend, be_extra: &str, server_opts: &str) -> (Sluice, u16) {
+    let port = free_port();
+    let global = LOGGED_HTTP.replacen("global\n", "global\n    nbthread 1\n", 1);
+    let cfg = format!(
+        "{global}    retries 2\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n{be_extra}\n    server s1 {} {server_opts}\n",
+        b.hostport()
+    );
+    (Sluice::start(&cfg), port)
+}
+
+fn post(port: u16, path: &str) -> Response {
+    http_raw(
+        port,
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
+        ),
+    )
+}
+
+/// Server connection ids of the requests the backend saw, in order.
+fn conn_ids(b: &HttpBackend) -> Vec<usize> {
+    b.requests().iter().map(|r| r.conn_id).collect()
+}
+
+#[test]
+fn safe_reuses_for_replayable_first_requests_only() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "", "");
+    // Three `Connection: close` clients in turn, each with one GET: one server connection.
+    for i in 0..3 {
+        assert_eq!(http_get(port, &format!("/g{i}")).status, 200);
+    }
+    assert_eq!(
+        conn_ids(&b),
+        vec![0, 0, 0],
+        "GETs share the pooled connection"
+    );
+    // A first request with a body cannot be replayed: never on a connection that served
+    // another client (HAProxy's `safe` rule).
+    assert_eq!(post(port, "/p").status, 200);
+    assert_ne!(b.last_request().conn_id, 0);
+    assert_eq!(b.conns(), 2);
+}
+
+#[test]
+fn never_keeps_server_connections_private() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "    http-reuse never", "");
+    for i in 0..3 {
+        assert_eq!(http_get(port, &format!("/g{i}")).status, 200);
+    }
+    assert_eq!(conn_ids(&b), vec![0, 1, 2]);
+    // Within one client connection the server connection is still kept.
+    let mut c = HttpClient::connect(port);
+    for i in 0..3 {
+        let r = c.request(format!("GET /k{i} HTTP/1.1\r\nHost: t\r\n\r\n"));
+        assert_eq!(r.status, 200);
+    }
+    let ids = conn_ids(&b);
+    assert_eq!(&ids[3..], &[3, 3, 3]);
+}
+
+#[test]
+fn always_reuses_even_for_a_first_post() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "    http-reuse always", "");
+    assert_eq!(http_get(port, "/g").status, 200);
+    assert_eq!(post(port, "/p").status, 200);
+    assert_eq!(conn_ids(&b), vec![0, 0]);
+}
+
+#[test]
+fn aggressive_needs_a_connection_that_proved_reusable_for_a_first_post() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "    http-reuse aggressive", "");
+    assert_eq!(http_get(port, "/g0").status, 200);
+    // The pooled connection has carried one request only: a first POST opens a new one.
+    assert_eq!(post(port, "/p0").status, 200);
+    assert_eq!(conn_ids(&b), vec![0, 1]);
+    // Only one connection was ever in use at once, so only one stays idle (conn 0; conn 1 was
+    // closed as surplus). A GET reuses it: it has now carried two requests...
+    assert_eq!(http_get(port, "/g1").status, 200);
+    assert_eq!(b.last_request().conn_id, 0);
+    // ...so a first POST may use it.
+    assert_eq!(post(port, "/p1").status, 200);
+    assert_eq!(b.last_request().conn_id, 0);
+    assert_eq!(b.conns(), 2);
+}
+
+#[test]
+fn pool_max_conn_zero_disables_pooling() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "", "pool-max-conn 0");
+    for i in 0..3 {
+        assert_eq!(http_get(port, &format!("/g{i}")).status, 200);
+    }
+    assert_eq!(conn_ids(&b), vec![0, 1, 2]);
+}
+
+#[test]
+fn max_reuse_retires_a_connection() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "", "max-reuse 2");
+    for i in 0..5 {
+        assert_eq!(http_get(port, &format!("/g{i}")).status, 200);
+    }
+    assert_eq!(conn_ids(&b), vec![0, 0, 1, 1, 2]);
+}
+
+/// The close race: the server drops a reused connection without answering. The GET is
+/// replayed on a new connection and the client never sees an error.
+#[test]
+fn get_on_a_connection_the_server_closed_is_replayed() {
+    let served: Arc<Mutex<HashMap<usize, usize>>> = Arc::default();
+    let s2 = served.clone();
+    let b = HttpBackend::with_handler("s1", move |r| {
+        let mut m = s2.lock().unwrap();
+        let n = m.entry(r.conn_id).or_insert(0);
+        *n += 1;
+        if *n > 1 {
+            Reply::Close
+        } else {
+            Reply::echo_target("s1", r)
+        }
+    });
+    let (s, port) = proxy(&b, "", "");
+    assert_eq!(http_get(port, "/first").status, 200);
+    let r = http_get(port, "/second");
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    assert_eq!(r.body_str(), "/second");
+    let targets: Vec<(usize, String)> = b
+        .requests()
+        .iter()
+        .map(|r| (r.conn_id, r.target.clone()))
+        .collect();
+    assert_eq!(
+        targets,
+        vec![
+            (0, "/first".to_string()),
+            (0, "/second".to_string()),
+            (1, "/second".to_string())
+        ]
+    );
+    let line = s.wait_log_line(|l| l.contains("/second"), WAIT);
+    assert!(line.contains(" 200 "), "{line}");
+}
+
+/// Under `always`, a POST that a reused connection loses cannot be replayed: 502, as HAProxy.
+#[test]
+fn post_lost_on_a_reused_connection_is_not_replayed() {
+    let served: Arc<Mutex<HashMap<usize, usize>>> = Arc::default();
+    let s2 = served.clone();
+    let b = HttpBackend::with_handler("s1", move |r| {
+        let mut m = s2.lock().unwrap();
+        let n = m.entry(r.conn_id).or_insert(0);
+        *n += 1;
+        if *n > 1 {
+            Reply::Close
+        } else {
+            Reply::echo_target("s1", r)
+        }
+    });
+    let (_s, port) = proxy(&b, "    http-reuse always", "");
+    assert_eq!(http_get(port, "/first").status, 200);
+    assert_eq!(post(port, "/p").status, 502);
+    assert_eq!(b.reqs(), 2, "the POST was sent once");
+}
+
+/// Idle connections never outnumber what was in use at once: sequential `Connection: close`
+/// clients keep one server connection, not one per request.
+#[test]
+fn sequential_close_clients_keep_one_server_connection() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "", "");
+    for i in 0..20 {
+        assert_eq!(http_get(port, &format!("/r{i}")).status, 200);
+    }
+    assert_eq!(b.conns(), 1);
+    assert_eq!(b.open_conns(), 1);
+}

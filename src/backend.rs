@@ -32,6 +32,14 @@ pub struct ServerState {
     pub maxqueue: u32,
     /// Administrative maintenance (`disabled`, `set server ... state maint`).
     pub maint: AtomicBool,
+    /// Administrative drain (`set server ... state drain`): effective weight 0, no new traffic.
+    pub drain: AtomicBool,
+    /// Configured weight (`get weight` reports it as "initial").
+    pub iweight: u32,
+    /// Unix time (seconds) of the last state change (stats `lastchg`).
+    pub last_change: AtomicU64,
+    /// Highest `queued` seen (stats `qmax`).
+    pub max_queued: AtomicU32,
     /// Operational state (health checks); true until checks say otherwise.
     pub up: AtomicBool,
     /// Requests currently being served (HAProxy's `served`, stats `scur`).
@@ -42,10 +50,30 @@ pub struct ServerState {
     pub counters: Counters,
 }
 
-/// Cumulative counters (stats plane reads them).
+/// Cumulative counters (stats plane reads them). Writers only ever `fetch_add(_, Relaxed)`.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Sessions: accepted connections (frontend), requests routed (backend), requests given a
+    /// slot (server) — HAProxy's `stot`.
     pub sessions_total: AtomicU64,
+    /// HTTP responses by status class: 1xx, 2xx, 3xx, 4xx, 5xx, other (`hrsp_*`).
+    pub hrsp: [AtomicU64; 6],
+    /// HTTP requests (`req_tot`); for a TCP frontend, sessions (for `CumReq`).
+    pub req_total: AtomicU64,
+    /// Times a server was picked by the load balancer (`lbtot`).
+    pub lbtot: AtomicU64,
+    /// Requests denied by rules (`dreq`).
+    pub denied_req: AtomicU64,
+    /// Invalid or timed-out requests (`ereq`).
+    pub req_errors: AtomicU64,
+    /// Transfers aborted by the client / by the server (`cli_abrt`, `srv_abrt`).
+    pub cli_aborts: AtomicU64,
+    pub srv_aborts: AtomicU64,
+    /// Server connection attempts (`connect`) and reuses of a kept connection (`reuse`).
+    pub connects: AtomicU64,
+    pub reuses: AtomicU64,
+    /// Requests answered by sluice itself: monitor-uri, stats (`intercepted`).
+    pub intercepted: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub conn_errors: AtomicU64,
@@ -84,18 +112,32 @@ pub struct BackendState {
     queue: Mutex<Queue>,
     pub queue_timeout: Option<Duration>,
     pub counters: Counters,
+    /// Slots held right now by requests of this backend, and the most ever (`scur`, `smax`).
+    pub cur_conns: AtomicU32,
+    pub max_conns: AtomicU32,
+    /// Highest number of requests queued without a server (`qmax`).
+    pub max_queued: AtomicU32,
+    /// Unix time of the last UP/DOWN change (`lastchg`), seconds spent DOWN before it, and
+    /// whether it is DOWN now (no usable server).
+    pub last_change: AtomicU64,
+    pub down_total: AtomicU64,
+    pub down: AtomicBool,
 }
 
 /// Per-frontend run-time state.
 #[derive(Debug, Default)]
 pub struct FrontendState {
     pub cur_conns: AtomicU32,
+    /// Highest `cur_conns` seen (stats `smax`).
+    pub max_conns: AtomicU32,
     pub maxconn: AtomicU32,
     pub counters: Counters,
 }
 
 /// Run-time state of every proxy, indexed like `Config::proxies`.
 pub struct ProxyState {
+    /// HAProxy's proxy id (`iid`): explicit `id`, else the lowest free number in order.
+    pub uuid: u32,
     pub fe: FrontendState,
     pub be: Option<BackendState>,
 }
@@ -138,6 +180,18 @@ pub struct Shared {
     pub global_conns: AtomicU32,
     /// Signalled whenever a client connection closes (listeners paused on maxconn wait on it).
     pub conn_freed: tokio::sync::Notify,
+    /// When the process started (`show info` uptime).
+    pub started: std::time::SystemTime,
+    /// Set once a soft stop began (`show info` `Stopping`).
+    pub stopping: AtomicBool,
+}
+
+/// Current Unix time in seconds (for `lastchg`-style fields).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 impl ServerState {
@@ -151,6 +205,10 @@ impl ServerState {
             maxconn: AtomicU32::new(s.maxconn),
             maxqueue: s.maxqueue,
             maint: AtomicBool::new(s.disabled),
+            drain: AtomicBool::new(false),
+            iweight: s.weight,
+            last_change: AtomicU64::new(unix_now()),
+            max_queued: AtomicU32::new(0),
             up: AtomicBool::new(true),
             served: AtomicU32::new(0),
             max_served: AtomicU32::new(0),
@@ -161,6 +219,15 @@ impl ServerState {
 
     pub fn usable(&self) -> bool {
         !self.maint.load(Relaxed) && self.up.load(Relaxed)
+    }
+
+    /// Effective weight: the user weight, or 0 while draining.
+    pub fn eweight(&self) -> u32 {
+        if self.drain.load(Relaxed) {
+            0
+        } else {
+            self.weight.load(Relaxed)
+        }
     }
 
     fn has_room(&self) -> bool {
@@ -231,6 +298,12 @@ impl BackendState {
             queue: Mutex::new(Queue::default()),
             queue_timeout: p.timeouts.queue.or(p.timeouts.connect),
             counters: Counters::default(),
+            cur_conns: AtomicU32::new(0),
+            max_conns: AtomicU32::new(0),
+            max_queued: AtomicU32::new(0),
+            last_change: AtomicU64::new(unix_now()),
+            down_total: AtomicU64::new(0),
+            down: AtomicBool::new(false),
         };
         be.rebuild_tables();
         be
@@ -246,17 +319,65 @@ impl BackendState {
                 .filter(|(_, s)| s.backup == backup && s.usable())
                 .map(|(i, s)| Candidate {
                     idx: i,
-                    weight: s.weight.load(Relaxed),
+                    weight: s.eweight(),
                     puid: s.puid,
                 })
                 .collect()
         };
-        self.active
-            .store(Arc::new(Tables::build(&cand(false), consistent)));
+        let active = cand(false);
         // Without `option allbackups`, HAProxy uses only the first usable backup.
         let mut b = cand(true);
         b.truncate(1);
+        let down = active.is_empty() && b.is_empty();
+        self.active
+            .store(Arc::new(Tables::build(&active, consistent)));
         self.backup.store(Arc::new(Tables::build(&b, consistent)));
+        // UP/DOWN bookkeeping for the stats plane (`lastchg`, `downtime`).
+        if self.down.swap(down, Relaxed) != down {
+            let now = unix_now();
+            let was = self.last_change.swap(now, Relaxed);
+            if !down {
+                self.down_total.fetch_add(now.saturating_sub(was), Relaxed);
+            }
+        }
+    }
+
+    /// Total seconds this backend has had no usable server.
+    pub fn downtime(&self) -> u64 {
+        let mut t = self.down_total.load(Relaxed);
+        if self.down.load(Relaxed) {
+            t += unix_now().saturating_sub(self.last_change.load(Relaxed));
+        }
+        t
+    }
+
+    /// Whether the algorithm accepts any weight at run time (HAProxy's `BE_LB_PROP_DYN`):
+    /// static-rr and map-based hashing only take 0% or 100%.
+    pub fn dynamic_weights(&self) -> bool {
+        let hashed = matches!(
+            self.balance,
+            Balance::Source | Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }
+        );
+        match self.balance {
+            Balance::StaticRr => false,
+            _ if hashed => self.hash_method == HashMethod::Consistent,
+            _ => true,
+        }
+    }
+
+    /// Name of the `balance` algorithm as the stats `algo` column shows it.
+    pub fn algo_name(&self) -> &'static str {
+        match self.balance {
+            Balance::RoundRobin => "roundrobin",
+            Balance::StaticRr => "static-rr",
+            Balance::LeastConn => "leastconn",
+            Balance::First => "first",
+            Balance::Source => "source",
+            Balance::Uri { .. } => "uri",
+            Balance::UrlParam { .. } => "url_param",
+            Balance::Hdr { .. } => "hdr",
+            Balance::Random { .. } => "random",
+        }
     }
 
     /// The tables in force: active servers, or backups when no active server is usable.
@@ -318,15 +439,15 @@ impl BackendState {
                 .servers
                 .iter()
                 .map(|&i| i as usize)
-                .filter(|&i| ok(i))
+                .filter(|&i| ok(i) && self.servers[i].eweight() > 0)
                 .min_by_key(|&i| self.servers[i].puid)
                 .filter(|&i| self.servers[i].try_take())
                 .or_else(|| {
                     let mut by_id: Vec<usize> = t.servers.iter().map(|&i| i as usize).collect();
                     by_id.sort_by_key(|&i| self.servers[i].puid);
-                    by_id
-                        .into_iter()
-                        .find(|&i| ok(i) && self.servers[i].try_take())
+                    by_id.into_iter().find(|&i| {
+                        ok(i) && self.servers[i].eweight() > 0 && self.servers[i].try_take()
+                    })
                 }),
             Balance::LeastConn => {
                 // Lowest served/weight; the cursor rotates the start so ties spread.
@@ -339,7 +460,7 @@ impl BackendState {
                 for k in 0..n {
                     let i = t.servers[(start + k) % n] as usize;
                     let s = &self.servers[i];
-                    let w = s.weight.load(Relaxed) as u64;
+                    let w = s.eweight() as u64;
                     if w == 0 || !ok(i) || !s.has_room() {
                         continue;
                     }
@@ -366,8 +487,8 @@ impl BackendState {
                     if !ok(i) || !s.has_room() {
                         continue;
                     }
-                    let load = (s.served.load(Relaxed) as u64 + 1) * 256
-                        / s.weight.load(Relaxed).max(1) as u64;
+                    let load =
+                        (s.served.load(Relaxed) as u64 + 1) * 256 / s.eweight().max(1) as u64;
                     if best.is_none_or(|(b, _)| load < b) {
                         best = Some((load, i));
                     }
@@ -416,11 +537,14 @@ fn domain_only(v: &[u8]) -> &[u8] {
 
 impl Shared {
     pub fn new(cfg: Arc<Config>, global_maxconn: u32) -> Shared {
+        let uuids = assign_ids(&cfg.proxies.iter().map(|p| p.id).collect::<Vec<_>>());
         let proxies = cfg
             .proxies
             .iter()
             .enumerate()
-            .map(|(i, p)| ProxyState {
+            .zip(uuids)
+            .map(|((i, p), uuid)| ProxyState {
+                uuid,
                 fe: FrontendState {
                     maxconn: AtomicU32::new(p.maxconn.unwrap_or(global_maxconn)),
                     ..Default::default()
@@ -437,6 +561,8 @@ impl Shared {
             global_maxconn,
             global_conns: AtomicU32::new(0),
             conn_freed: tokio::sync::Notify::new(),
+            started: std::time::SystemTime::now(),
+            stopping: AtomicBool::new(false),
         }
     }
 
@@ -471,14 +597,18 @@ pub async fn acquire(
     } else {
         None
     };
-    let slot_q = |server, queued_ms| Slot {
+    // A slot handed over from the queue was counted by `dispatch_queue`.
+    let slot_q = |server: usize, queued_ms| Slot {
         be: shared.clone(),
         proxy: be_idx,
         server,
         queued_ms,
         released: false,
     };
-    let slot = |server| slot_q(server, 0);
+    let slot = |server| {
+        be.took_slot(server);
+        slot_q(server, 0)
+    };
     // Fast path: nobody queued ahead of us and a server has room.
     if be.queued.load(SeqCst) == 0 {
         if let Some(p) = preferred {
@@ -504,9 +634,13 @@ pub async fn acquire(
                     None => Err(PickError::QueueFull),
                 };
             }
-            s.queued.fetch_add(1, SeqCst);
+            let n = s.queued.fetch_add(1, SeqCst) + 1;
+            s.max_queued.fetch_max(n, Relaxed);
         }
-        be.queued.fetch_add(1, SeqCst);
+        let n = be.queued.fetch_add(1, SeqCst) + 1;
+        if preferred.is_none() {
+            be.max_queued.fetch_max(n, Relaxed);
+        }
         // Re-check under the lock: a slot released before we became visible must not be lost.
         let got = if q.waiters.is_empty() {
             match preferred {
@@ -580,9 +714,42 @@ impl Drop for Slot {
 fn release(shared: &Arc<Shared>, be_idx: usize, server: usize) {
     let be = shared.backend(be_idx);
     be.servers[server].served.fetch_sub(1, SeqCst);
+    be.cur_conns.fetch_sub(1, Relaxed);
     if be.queued.load(SeqCst) == 0 {
         return;
     }
+    dispatch_queue(be, Some(server));
+}
+
+impl BackendState {
+    /// Counts a slot handed to a request (lbtot, stot, current/max sessions).
+    fn took_slot(&self, server: usize) {
+        let s = &self.servers[server];
+        s.counters.lbtot.fetch_add(1, Relaxed);
+        s.counters.sessions_total.fetch_add(1, Relaxed);
+        self.counters.lbtot.fetch_add(1, Relaxed);
+        let n = self.cur_conns.fetch_add(1, Relaxed) + 1;
+        self.max_conns.fetch_max(n, Relaxed);
+    }
+
+    /// After a run-time change that may free room (more `maxconn`, a server back from
+    /// maintenance, a new weight): rebuild the tables and give queued requests every slot
+    /// that is now free.
+    pub fn changed(&self) {
+        self.rebuild_tables();
+        while self.queued.load(SeqCst) > 0 {
+            let before = self.queued.load(SeqCst);
+            dispatch_queue(self, None);
+            if self.queued.load(SeqCst) >= before {
+                break;
+            }
+        }
+    }
+}
+
+/// Hands free slots to queued requests, oldest first. `freed`: the server whose slot was just
+/// released (tried first for requests that can go anywhere); `None` = any server.
+fn dispatch_queue(be: &BackendState, freed: Option<usize>) {
     let mut q = be.queue.lock().unwrap_or_else(|e| e.into_inner());
     let t = be.tables();
     let mut i = 0;
@@ -590,13 +757,10 @@ fn release(shared: &Arc<Shared>, be_idx: usize, server: usize) {
         let target = q.waiters[i].server;
         let got = match target {
             Some(p) => be.servers[p].try_take().then_some(p),
-            None => {
-                if be.servers[server].usable() && be.servers[server].try_take() {
-                    Some(server)
-                } else {
-                    be.pick_free(&t, None)
-                }
-            }
+            None => match freed {
+                Some(f) if be.servers[f].usable() && be.servers[f].try_take() => Some(f),
+                _ => be.pick_free(&t, None),
+            },
         };
         match got {
             Some(s) => {
@@ -605,14 +769,16 @@ fn release(shared: &Arc<Shared>, be_idx: usize, server: usize) {
                 if let Some(p) = w.server {
                     be.servers[p].queued.fetch_sub(1, SeqCst);
                 }
+                be.took_slot(s);
                 if let Err(s) = w.tx.send(s) {
                     // The waiter gave up at the same moment: give the slot back and go on.
                     be.servers[s].served.fetch_sub(1, SeqCst);
+                    be.cur_conns.fetch_sub(1, Relaxed);
                     continue;
                 }
                 // One slot was freed: at most one hand-off is needed, unless the waiter was
                 // bound to a different server that happened to have room.
-                if target.is_none() || target == Some(server) {
+                if freed.is_some() && (target.is_none() || target == freed) {
                     return;
                 }
             }

@@ -2,9 +2,11 @@
 //!
 //! Map (see DESIGN.md): `config` reads haproxy.cfg; `listener` binds and admits; `worker` runs
 //! one event loop per thread; `stream` carries a connection (`tcp` tunnel or `http`
-//! transactions); `backend` + `lb` pick servers and queue; `log` writes access logs.
+//! transactions); `backend` + `lb` pick servers and queue; `log` writes access logs; `stats`
+//! renders counters (CSV, `show info`) and `cli` serves the `stats socket` commands.
 
 pub mod backend;
+pub mod cli;
 pub mod cli_args;
 pub mod config;
 pub mod errorfile;
@@ -14,6 +16,7 @@ pub mod listener;
 pub mod log;
 pub mod pool;
 pub mod runtime;
+pub mod stats;
 pub mod stream;
 pub mod sys;
 pub mod util;

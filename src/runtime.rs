@@ -127,6 +127,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     let shared = Arc::new(Shared::new(cfg.clone(), maxconn));
     let listeners =
         crate::listener::bind_all(&cfg, nbthread).map_err(|e| e.join("\n[ALERT] (sluice) : "))?;
+    let cli_listeners = crate::cli::bind_all(&cfg.global.stats_sockets)?;
     if opts.debug {
         for l in &listeners {
             let p = &cfg.proxies[l.proxy];
@@ -195,6 +196,12 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         )
     };
 
+    // The stats socket CLI runs on this control thread, never on a worker.
+    let cli_paths = {
+        let _enter = rt.enter();
+        crate::cli::spawn_all(cli_listeners, shared.clone(), nbthread)
+            .map_err(|e| format!("cannot start the stats socket: {e}"))?
+    };
     let (state_tx, state_rx) = watch::channel(RunState::Running);
     // Hand each thread its socket of every bind.
     let mut per_thread: Vec<Vec<_>> = (0..nbthread).map(|_| Vec::new()).collect();
@@ -216,6 +223,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     drop(state_rx);
 
     let hard_stop_after = cfg.global.hard_stop_after;
+    let shared_ctl = shared.clone();
     rt.block_on(async move {
         let done = tokio::task::spawn_blocking(move || {
             for h in handles {
@@ -238,6 +246,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
                 _ = sigusr1.recv() => {
                     if *state_tx.borrow() == RunState::Running {
                         eprintln!("[WARNING] ({}) : soft stop requested (SIGUSR1): closing listeners, finishing in-flight requests.", pid());
+                        shared_ctl.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
                         let _ = state_tx.send(RunState::SoftStop);
                         if let Some(d) = hard_stop_after {
                             hard_deadline = Some(tokio::time::Instant::now() + d);
@@ -253,6 +262,9 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         }
     });
     // Remove unix socket files we created.
+    for p in &cli_paths {
+        let _ = std::fs::remove_file(p);
+    }
     for p in &cfg.proxies {
         for b in &p.binds {
             if let crate::config::BindAddr::Unix(path) = &b.addr {

@@ -120,6 +120,30 @@ pub struct Global {
     /// `tune.idle-pool.shared on|off` (default on).
     pub idle_pool_shared: bool,
     pub hard_stop_after: Option<Duration>,
+    /// `stats socket` lines, in order.
+    pub stats_sockets: Vec<StatsSocket>,
+    /// `stats timeout` (default 10s): idle time allowed on a CLI connection.
+    pub stats_timeout: Duration,
+}
+
+/// Privilege of a CLI socket (`level`), ordered: each level can do what the lower ones can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CliLevel {
+    User,
+    Operator,
+    Admin,
+}
+
+/// `stats socket PATH|IP:PORT [level L] [mode OCTAL]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsSocket {
+    /// `BindAddr::Unix` or `BindAddr::Tcp`.
+    pub addr: BindAddr,
+    pub origin: Origin,
+    /// Default `operator`, as in HAProxy.
+    pub level: CliLevel,
+    /// `mode` of a UNIX socket file.
+    pub mode: Option<u32>,
 }
 
 impl Default for Global {
@@ -136,6 +160,8 @@ impl Default for Global {
             maxaccept: 64,
             idle_pool_shared: true,
             hard_stop_after: None,
+            stats_sockets: Vec::new(),
+            stats_timeout: Duration::from_secs(10),
         }
     }
 }

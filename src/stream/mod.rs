@@ -33,6 +33,8 @@ pub enum Client {
 pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission) {
     let accepted_at = std::time::SystemTime::now();
     let p = &w.shared.cfg.proxies[proxy];
+    let fe = &w.shared.proxies[proxy].fe;
+    fe.max_conns.fetch_max(fe.cur_conns.load(Relaxed), Relaxed);
     let peer = match &client {
         Client::Tcp(s, a) => {
             let _ = s.set_nodelay(true);
@@ -144,10 +146,9 @@ pub async fn connect_with_slot(
     loop {
         let addr = **slot.server_state().addr.load();
         let started = Instant::now();
+        slot.server_state().counters.connects.fetch_add(1, Relaxed);
         match connect_one(addr, bp.timeouts.connect).await {
             Ok(stream) => {
-                let srv = slot.server_state();
-                srv.counters.sessions_total.fetch_add(1, Relaxed);
                 return Ok(ServerConn {
                     stream,
                     connect_ms: started.elapsed().as_millis() as u64,

@@ -182,11 +182,16 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     let shared = ctx.shared().clone();
     let fe = &shared.cfg.proxies[ctx.proxy];
     let start = Instant::now();
+    let fc = &shared.proxies[ctx.proxy].fe.counters;
+    fc.sessions_total.fetch_add(1, Relaxed);
+    fc.req_total.fetch_add(1, Relaxed);
     let Some(be_idx) = select_backend(&ctx) else {
         log_tcp(&ctx, None, "<NOSRV>", -1, -1, start, *b"SC", 0, 0, false);
         return;
     };
     let bp = &shared.cfg.proxies[be_idx];
+    let bc = &shared.backend(be_idx).counters;
+    bc.sessions_total.fetch_add(1, Relaxed);
     let input = PickInput {
         src: ctx.peer.map(|a| a.ip()),
         uri: b"",
@@ -236,6 +241,10 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     let srv = conn.slot.server_state();
     srv.counters.bytes_in.fetch_add(end.up, Relaxed);
     srv.counters.bytes_out.fetch_add(end.down, Relaxed);
+    for c in [fc, bc] {
+        c.bytes_in.fetch_add(end.up, Relaxed);
+        c.bytes_out.fetch_add(end.down, Relaxed);
+    }
     let name = srv.name.clone();
     let (retries, redisp) = (conn.retries, conn.redispatched);
     drop(conn);

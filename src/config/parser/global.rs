@@ -17,6 +17,7 @@ const KEYWORDS: &[&str] = &[
     "tune.maxaccept",
     "tune.idle-pool.shared",
     "hard-stop-after",
+    "stats",
 ];
 
 /// Real HAProxy global keywords that sluice does not implement.
@@ -26,7 +27,6 @@ const UNSUPPORTED: &[&str] = &[
     "uid",
     "gid",
     "chroot",
-    "stats",
     "ca-base",
     "crt-base",
     "key-base",
@@ -191,6 +191,7 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             };
             no_extra(w, 2)?;
         }
+        "stats" => stats(g, l)?,
         "hard-stop-after" => {
             g.hard_stop_after = Some(parse_time(arg(w, 1, "time")?)?);
             no_extra(w, 2)?;
@@ -217,6 +218,90 @@ fn unknown(kw: &str) -> String {
         return unsupported;
     }
     format!("unknown keyword '{kw}' in 'global' section{hint}")
+}
+
+/// `stats socket ADDR [level user|operator|admin] [mode OCTAL]` and `stats timeout T`.
+fn stats(g: &mut Global, l: &Line) -> Result<(), KwErr> {
+    use crate::config::{BindAddr, CliLevel, Origin, StatsSocket};
+    let w = &l.words;
+    match w.get(1).map(String::as_str) {
+        Some("socket") => {
+            let a = arg(w, 2, "socket address (path or IP:PORT)")?;
+            if a.starts_with("fd@") {
+                return Err("'stats socket fd@N' is not supported by sluice yet"
+                    .to_string()
+                    .into());
+            }
+            let mut addrs = super::server::bind_addr(a)?;
+            if addrs.len() != 1 {
+                return Err(format!("'{a}': a stats socket takes one address, not a range").into());
+            }
+            let addr = addrs.remove(0);
+            let mut sock = StatsSocket {
+                addr,
+                origin: Origin {
+                    file: l.file.clone(),
+                    line: l.line,
+                },
+                level: CliLevel::Operator,
+                mode: None,
+            };
+            let mut i = 3;
+            while i < w.len() {
+                match w[i].as_str() {
+                    "level" => {
+                        sock.level = match arg(w, i + 1, "level")? {
+                            "user" => CliLevel::User,
+                            "operator" => CliLevel::Operator,
+                            "admin" => CliLevel::Admin,
+                            x => {
+                                return Err(format!(
+                                    "'level' only supports 'user', 'operator', and 'admin' (got '{x}')"
+                                )
+                                .into());
+                            }
+                        };
+                    }
+                    "mode" => {
+                        let m = arg(w, i + 1, "octal mode")?;
+                        let v = u32::from_str_radix(m, 8)
+                            .ok()
+                            .filter(|v| *v <= 0o7777)
+                            .ok_or_else(|| format!("'mode' expects an octal mode, got '{m}'"))?;
+                        if !matches!(sock.addr, BindAddr::Unix(_)) {
+                            return Err("'mode' only applies to UNIX socket paths"
+                                .to_string()
+                                .into());
+                        }
+                        sock.mode = Some(v);
+                    }
+                    x => {
+                        return Err(format!(
+                            "'stats socket' option '{x}' is not supported by sluice (supported: \
+                             'level', 'mode')"
+                        )
+                        .into());
+                    }
+                }
+                i += 2;
+            }
+            g.stats_sockets.push(sock);
+        }
+        Some("timeout") => {
+            g.stats_timeout = parse_time(arg(w, 2, "timeout")?)?;
+            no_extra(w, 3)?;
+        }
+        Some(x) => {
+            return Err(KwErr::Full(format!(
+                "keyword 'stats {x}' in 'global' section is not supported by sluice (supported: \
+                 'stats socket', 'stats timeout')"
+            )));
+        }
+        None => {
+            return Err("expects 'socket' or 'timeout'".to_string().into());
+        }
+    }
+    Ok(())
 }
 
 /// `cpu-map [auto:]THREADS CPUS...` with THREADS one of `N`, `N-M`, lists of those, `all`,
@@ -406,6 +491,35 @@ mod tests {
         let (g, e) = run(&["tune.bufsize 4096", "tune.maxrewrite 2048"]);
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(g.maxrewrite, 2048);
+    }
+
+    #[test]
+    fn stats_keywords() {
+        use crate::config::{BindAddr, CliLevel};
+        let (g, e) = run(&[
+            "stats socket /run/s.sock mode 600 level admin",
+            "stats socket 127.0.0.1:9999 level user",
+            "stats socket unix@/run/t.sock",
+            "stats timeout 1m",
+        ]);
+        assert!(e.is_empty(), "{e:?}");
+        let s = &g.stats_sockets;
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].addr, BindAddr::Unix("/run/s.sock".into()));
+        assert_eq!((s[0].level, s[0].mode), (CliLevel::Admin, Some(0o600)));
+        assert_eq!(s[1].level, CliLevel::User);
+        assert_eq!(s[2].level, CliLevel::Operator);
+        assert_eq!(g.stats_timeout, std::time::Duration::from_secs(60));
+        let (_, e) = run(&[
+            "stats socket /x level root",
+            "stats socket /x mode 999",
+            "stats socket 127.0.0.1:1 mode 600",
+            "stats socket /x expose-fd listeners",
+            "stats maxconn 10",
+            "stats",
+        ]);
+        assert_eq!(e.len(), 6, "{e:?}");
+        assert!(e[4].contains("'stats maxconn' in 'global' section is not supported"));
     }
 
     #[test]

@@ -261,7 +261,7 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
 
 /// One bind address: `IP:PORT`, `*:PORT`, `:PORT`, `[V6]:PORT`, `:::PORT`, port ranges
 /// `:8000-8002`, `ipv4@`/`ipv6@` prefixes, `unix@PATH` or `/path`, `fd@N`.
-fn bind_addr(a: &str) -> Result<Vec<BindAddr>, String> {
+pub(super) fn bind_addr(a: &str) -> Result<Vec<BindAddr>, String> {
     if a.is_empty() {
         return Err("empty bind address".into());
     }

@@ -369,7 +369,7 @@ fn global_errors() {
         "  maxconn lots",                     // 4
         "  daemon yes",                       // 5
         "  user haproxy",                     // 6
-        "  stats socket /run/admin.sock",     // 7
+        "  stats maxconn 10",                 // 7
         "  tune.ssl.default-dh-param 2048",   // 8
         "  nbproc 2",                         // 9
         "  log global",                       // 10
@@ -429,7 +429,7 @@ fn global_errors() {
     );
     has(
         find(7),
-        &["keyword 'stats' in 'global' section is not supported by sluice"],
+        &["keyword 'stats maxconn' in 'global' section is not supported by sluice"],
     );
     has(
         find(8),

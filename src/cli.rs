@@ -1,0 +1,607 @@
+//! `cli`: the runtime command line on `stats socket` (HAProxy's "master-less" CLI): one
+//! command line per connection — or several `;`-separated commands — answered with
+//! HAProxy's output formats and error texts, each reply ending with an empty line; `prompt`
+//! switches to interactive mode.
+//!
+//! It owns the socket listeners (run on the control thread, never on a worker), command
+//! parsing, permission levels, and applying run-time changes to `backend` state (weights,
+//! maintenance, maxconn), after which it rebuilds the LB tables so traffic follows at once.
+//! It must not touch connections or sockets of the data path.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+
+use crate::backend::{ServerState, Shared, unix_now};
+use crate::config::{BindAddr, CliLevel, StatsSocket};
+
+/// Longest command line accepted (HAProxy's is bounded by its buffer size too).
+const MAX_LINE: usize = 16384;
+
+pub const PERMISSION_DENIED: &str = "Permission denied\n";
+
+/// State of one CLI connection.
+pub struct Session {
+    pub level: CliLevel,
+    pub interactive: bool,
+    /// Worker threads (for `show info`).
+    pub nbthread: usize,
+}
+
+/// What the connection does after a command.
+#[derive(Debug, PartialEq, Eq)]
+pub enum After {
+    Continue,
+    Quit,
+}
+
+/// Commands listed by `help` and in "Unknown command" replies: (usage, description, level).
+const COMMANDS: &[(&str, &str, CliLevel)] = &[
+    (
+        "help [<command>]",
+        "list matching or all commands",
+        CliLevel::User,
+    ),
+    (
+        "prompt",
+        "toggle interactive mode with prompt",
+        CliLevel::User,
+    ),
+    ("quit", "disconnect", CliLevel::User),
+    (
+        "show info",
+        "report information about the running process",
+        CliLevel::User,
+    ),
+    (
+        "show stat [{<iid>|<px>} <type> <sid>]",
+        "report counters for each proxy and server",
+        CliLevel::User,
+    ),
+    (
+        "get weight <bk>/<srv>",
+        "report a server's current weight",
+        CliLevel::User,
+    ),
+    (
+        "set weight <bk>/<srv> (<w>|<w>%)",
+        "change a server's weight (deprecated)",
+        CliLevel::Admin,
+    ),
+    (
+        "set server <bk>/<srv> [opts]",
+        "change a server's state or weight (state ready|drain|maint, weight <w>)",
+        CliLevel::Admin,
+    ),
+    (
+        "enable server <bk>/<srv>",
+        "enable a disabled server (use 'set server' instead)",
+        CliLevel::Admin,
+    ),
+    (
+        "disable server <bk>/<srv>",
+        "disable a server for maintenance (use 'set server' instead)",
+        CliLevel::Admin,
+    ),
+    (
+        "set maxconn server <bk>/<srv>",
+        "change a server's maxconn setting",
+        CliLevel::Admin,
+    ),
+];
+
+fn usage(level: CliLevel, head: &str) -> String {
+    let mut s = String::from(head);
+    for (u, d, l) in COMMANDS {
+        if *l <= level {
+            s.push_str(&format!("  {u:<40}: {d}\n"));
+        }
+    }
+    s
+}
+
+/// Splits a line into commands at unescaped `;`, and each command into words (spaces and
+/// tabs separate; a backslash escapes the next character), as HAProxy's CLI does.
+pub fn split_commands(line: &str) -> Vec<Vec<String>> {
+    let mut cmds = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                    in_word = true;
+                }
+            }
+            ' ' | '\t' => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            ';' => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+                cmds.push(std::mem::take(&mut words));
+            }
+            c => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    cmds.push(words);
+    cmds
+}
+
+/// Runs one command (already split into words) and returns its output.
+pub fn execute(shared: &Shared, sess: &mut Session, args: &[String]) -> (String, After) {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = match a.as_slice() {
+        [] => String::new(),
+        ["help", ..] => usage(
+            sess.level,
+            "The following commands are valid at this level:\n",
+        ),
+        ["prompt", ..] => {
+            sess.interactive = !sess.interactive;
+            String::new()
+        }
+        ["quit", ..] => return (String::new(), After::Quit),
+        ["show", "info", ..] => crate::stats::info(shared, sess.nbthread),
+        ["show", "stat", rest @ ..] => show_stat(shared, rest),
+        ["get", "weight", rest @ ..] => get_weight(shared, rest),
+        ["set", "weight", rest @ ..] => admin(sess, || {
+            let Some(srv) = rest.first() else {
+                return "Require 'backend/server' and 'weight' or 'weight%'.\n".into();
+            };
+            with_server(shared, srv, |be, s| {
+                set_weight(be, s, rest.get(1).copied().unwrap_or(""))
+            })
+        }),
+        ["set", "server", rest @ ..] => admin(sess, || set_server(shared, rest)),
+        ["enable", "server", rest @ ..] => admin(sess, || {
+            with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
+                set_state(be, s, State::Ready);
+                String::new()
+            })
+        }),
+        ["disable", "server", rest @ ..] => admin(sess, || {
+            with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
+                set_state(be, s, State::Maint);
+                String::new()
+            })
+        }),
+        ["set", "maxconn", "server", rest @ ..] => admin(sess, || {
+            with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
+                set_maxconn(be, s, rest.get(1).copied().unwrap_or(""))
+            })
+        }),
+        ["set", "maxconn", ..] => admin(sess, || {
+            "'set maxconn' only supports 'server' in sluice (HAProxy also has 'frontend' and \
+             'global').\n"
+                .into()
+        }),
+        [first, ..] => usage(
+            sess.level,
+            &format!(
+                "Unknown command: '{first}'. Please enter one of the following commands only:\n"
+            ),
+        ),
+    };
+    (out, After::Continue)
+}
+
+fn admin(sess: &Session, f: impl FnOnce() -> String) -> String {
+    if sess.level < CliLevel::Admin {
+        return PERMISSION_DENIED.into();
+    }
+    f()
+}
+
+/// Finds `BACKEND/SERVER` (by name, or `#ID` for either part, as HAProxy allows).
+fn find_server<'a>(
+    shared: &'a Shared,
+    spec: &str,
+) -> Result<(&'a crate::backend::BackendState, &'a ServerState), &'static str> {
+    let (bname, sname) = spec.split_once('/').unwrap_or(("", spec));
+    let by = |name: &str, id: u32, want: &str| match want.strip_prefix('#') {
+        Some(n) => n.parse::<u32>().is_ok_and(|n| n == id),
+        None => name == want,
+    };
+    let be = shared
+        .cfg
+        .proxies
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| shared.proxies[*i].be.is_some())
+        .find(|(i, p)| by(&p.name, shared.proxies[*i].uuid, bname))
+        .and_then(|(i, _)| shared.proxies[i].be.as_ref());
+    let Some(be) = be else {
+        return Err("No such backend.\n");
+    };
+    match be.servers.iter().find(|s| by(&s.name, s.puid, sname)) {
+        Some(s) => Ok((be, s)),
+        None => Err("No such server.\n"),
+    }
+}
+
+fn with_server(
+    shared: &Shared,
+    spec: &str,
+    f: impl FnOnce(&crate::backend::BackendState, &ServerState) -> String,
+) -> String {
+    if spec.is_empty() {
+        return "Require 'backend/server'.\n".into();
+    }
+    match find_server(shared, spec) {
+        Ok((be, s)) => f(be, s),
+        Err(e) => e.into(),
+    }
+}
+
+fn get_weight(shared: &Shared, rest: &[&str]) -> String {
+    let Some(spec) = rest.first() else {
+        return "Require 'backend/server'.\n".into();
+    };
+    match find_server(shared, spec) {
+        Ok((_, s)) => format!("{} (initial {})\n", s.weight.load(Relaxed), s.iweight),
+        Err("No such backend.\n") => "Can't find backend.\n".into(),
+        Err(_) => "Can't find server.\n".into(),
+    }
+}
+
+/// HAProxy's `server_parse_weight_change_request`: `W` (0..=256) or `W%` of the initial weight.
+fn set_weight(be: &crate::backend::BackendState, s: &ServerState, w: &str) -> String {
+    if w.is_empty() {
+        return "Require <weight> or <weight%>.\n".into();
+    }
+    let digits = w
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+        .map_or(w.len(), |(i, _)| i);
+    let Ok(n) = w[..digits].parse::<i64>() else {
+        return "Empty weight string empty or preceded by garbage".into();
+    };
+    let rest = &w[digits..];
+    let v = if rest == "%" {
+        if n < 0 {
+            return "Relative weight must be positive.\n".into();
+        }
+        (s.iweight as i64 * n / 100).min(256)
+    } else if !(0..=256).contains(&n) {
+        return "Absolute weight can only be between 0 and 256 inclusive.\n".into();
+    } else if !rest.is_empty() {
+        return "Trailing garbage in weight string".into();
+    } else {
+        n
+    };
+    let v = v as u32;
+    if v != 0 && v != s.iweight && !be.dynamic_weights() {
+        return "Backend is using a static LB algorithm and only accepts weights '0%' and '100%'.\n"
+            .into();
+    }
+    s.weight.store(v, Relaxed);
+    be.changed();
+    String::new()
+}
+
+#[derive(Clone, Copy)]
+enum State {
+    Ready,
+    Drain,
+    Maint,
+}
+
+fn set_state(be: &crate::backend::BackendState, s: &ServerState, st: State) {
+    let (maint, drain) = match st {
+        State::Ready => (false, false),
+        State::Drain => (false, true),
+        State::Maint => (true, false),
+    };
+    let was_maint = s.maint.swap(maint, Relaxed);
+    let was_drain = s.drain.swap(drain, Relaxed);
+    if was_maint != maint || was_drain != drain {
+        s.last_change.store(unix_now(), Relaxed);
+    }
+    be.changed();
+}
+
+fn set_server(shared: &Shared, rest: &[&str]) -> String {
+    let spec = rest.first().copied().unwrap_or("");
+    with_server(shared, spec, |be, s| match rest.get(1).copied() {
+        Some("state") => match rest.get(2).copied() {
+            Some("ready") => {
+                set_state(be, s, State::Ready);
+                String::new()
+            }
+            Some("drain") => {
+                set_state(be, s, State::Drain);
+                String::new()
+            }
+            Some("maint") => {
+                set_state(be, s, State::Maint);
+                String::new()
+            }
+            _ => "'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n".into(),
+        },
+        Some("weight") => set_weight(be, s, rest.get(2).copied().unwrap_or("")),
+        Some("maxconn") => set_maxconn(be, s, rest.get(2).copied().unwrap_or("")),
+        _ => "'set server <srv>' only supports 'state', 'weight' and 'maxconn' in sluice \
+              (HAProxy also has 'agent', 'health', 'addr', 'fqdn', 'check-addr', 'check-port' \
+              and 'ssl').\n"
+            .into(),
+    })
+}
+
+fn set_maxconn(be: &crate::backend::BackendState, s: &ServerState, v: &str) -> String {
+    if v.is_empty() {
+        return "Require <maxconn>.\n".into();
+    }
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    if digits == 0 {
+        return "maxconn string empty or preceded by garbage".into();
+    }
+    if digits != v.len() {
+        return "Trailing garbage in maxconn string".into();
+    }
+    let Ok(n) = v.parse::<u32>() else {
+        return "maxconn string empty or preceded by garbage".into();
+    };
+    s.maxconn.store(n, SeqCst);
+    // More room may let queued requests go now.
+    be.changed();
+    String::new()
+}
+
+fn show_stat(shared: &Shared, rest: &[&str]) -> String {
+    use crate::stats::Filter;
+    let mut f = Filter::all();
+    let mut words = rest;
+    // Optional `domain proxy` (HAProxy's only domain with stats).
+    if let ["domain", d, more @ ..] = words {
+        if *d != "proxy" {
+            return "Unknown domain\n".into();
+        }
+        words = more;
+    }
+    let mut filt: Vec<&str> = Vec::new();
+    for w in words {
+        match *w {
+            "typed" | "json" | "desc" => {
+                return format!("'show stat {w}' is not supported by sluice yet.\n");
+            }
+            "up" | "no-maint" => {
+                return format!("'show stat ... {w}' is not supported by sluice yet.\n");
+            }
+            x => filt.push(x),
+        }
+    }
+    match filt.as_slice() {
+        [] => {}
+        [px, ty, sid] => {
+            if *px != "-1" {
+                let idx = match px.parse::<u32>() {
+                    Ok(id) => shared.proxies.iter().position(|p| p.uuid == id),
+                    Err(_) => shared.cfg.proxy_by_name(px),
+                };
+                match idx {
+                    Some(i) => f.proxy = Some(i),
+                    None => return "No such proxy.\n".into(),
+                }
+            }
+            f.types = match ty.parse::<i64>() {
+                Ok(-1) => 7,
+                Ok(n) if n >= 0 => (n & 7) as u32,
+                _ => return "Invalid type\n".into(),
+            };
+            f.sid = match sid.parse::<i64>() {
+                Ok(-1) => None,
+                Ok(n) if n >= 0 => Some(n as u32),
+                _ => return "Invalid server id\n".into(),
+            };
+        }
+        _ => return "Require 3 arguments: {<iid>|<proxy>} <type> <sid>\n".into(),
+    }
+    crate::stats::csv(shared, f)
+}
+
+/// Serves one CLI connection until it quits, times out, or (non-interactive) after one line.
+pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: Arc<Shared>,
+    stream: S,
+    level: CliLevel,
+    nbthread: usize,
+) {
+    let timeout = shared.cfg.global.stats_timeout;
+    let (r, mut w) = tokio::io::split(stream);
+    let mut r = BufReader::new(r);
+    let mut sess = Session {
+        level,
+        interactive: false,
+        nbthread,
+    };
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = tokio::time::timeout(
+            timeout.max(Duration::from_millis(1)),
+            (&mut r)
+                .take(MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut line),
+        )
+        .await;
+        match read {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+            Ok(Ok(_)) => {}
+        }
+        if line.len() > MAX_LINE {
+            let _ = w.write_all(b"Command line too long.\n\n").await;
+            return;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        let mut quit = false;
+        for cmd in split_commands(text) {
+            let (mut out, after) = execute(&shared, &mut sess, &cmd);
+            if after == After::Quit {
+                quit = true;
+                break;
+            }
+            out.push_str(if sess.interactive { "\n> " } else { "\n" });
+            if w.write_all(out.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        let _ = w.flush().await;
+        if quit || !sess.interactive {
+            let _ = w.shutdown().await;
+            return;
+        }
+    }
+}
+
+/// A bound CLI socket, not yet serving.
+pub enum CliListener {
+    Unix(std::os::unix::net::UnixListener, std::path::PathBuf),
+    Tcp(std::net::TcpListener),
+}
+
+/// Binds every `stats socket` (before workers start, so errors stop start-up).
+pub fn bind_all(socks: &[StatsSocket]) -> Result<Vec<(CliListener, CliLevel)>, String> {
+    let mut out = Vec::new();
+    for s in socks {
+        let where_ = format!("{}:{}", s.origin.file, s.origin.line);
+        let l = match &s.addr {
+            BindAddr::Unix(path) => {
+                // A stale socket file from a previous run would make bind() fail.
+                if std::fs::symlink_metadata(path)
+                    .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+                {
+                    let _ = std::fs::remove_file(path);
+                }
+                let l = std::os::unix::net::UnixListener::bind(path).map_err(|e| {
+                    format!(
+                        "stats socket at {where_}: cannot bind UNIX socket '{}': {e}",
+                        path.display()
+                    )
+                })?;
+                if let Some(m) = s.mode {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(m)).map_err(
+                        |e| {
+                            format!(
+                                "stats socket at {where_}: cannot chmod '{}': {e}",
+                                path.display()
+                            )
+                        },
+                    )?;
+                }
+                CliListener::Unix(l, path.clone())
+            }
+            BindAddr::Tcp(a) => CliListener::Tcp(
+                std::net::TcpListener::bind(a)
+                    .map_err(|e| format!("stats socket at {where_}: cannot bind {a}: {e}"))?,
+            ),
+            BindAddr::Fd(_) => return Err(format!("stats socket at {where_}: fd@ not supported")),
+        };
+        out.push((l, s.level));
+    }
+    Ok(out)
+}
+
+/// Starts serving bound CLI sockets on the current (control) runtime. Returns the UNIX socket
+/// paths to remove at exit.
+pub fn spawn_all(
+    listeners: Vec<(CliListener, CliLevel)>,
+    shared: Arc<Shared>,
+    nbthread: usize,
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut paths = Vec::new();
+    for (l, level) in listeners {
+        let shared = shared.clone();
+        match l {
+            CliListener::Unix(l, path) => {
+                l.set_nonblocking(true)?;
+                let l = tokio::net::UnixListener::from_std(l)?;
+                paths.push(path);
+                tokio::spawn(async move {
+                    loop {
+                        match l.accept().await {
+                            Ok((s, _)) => {
+                                tokio::spawn(serve_conn(shared.clone(), s, level, nbthread));
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        }
+                    }
+                });
+            }
+            CliListener::Tcp(l) => {
+                l.set_nonblocking(true)?;
+                let l = tokio::net::TcpListener::from_std(l)?;
+                tokio::spawn(async move {
+                    loop {
+                        match l.accept().await {
+                            Ok((s, _)) => {
+                                tokio::spawn(serve_conn(shared.clone(), s, level, nbthread));
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        }
+                    }
+                });
+            }
+        }
+    }
+    Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_like_haproxy() {
+        assert_eq!(
+            split_commands("show info; show  stat\t-1 7 -1"),
+            vec![
+                vec!["show".to_string(), "info".into()],
+                vec![
+                    "show".into(),
+                    "stat".into(),
+                    "-1".into(),
+                    "7".into(),
+                    "-1".into()
+                ],
+            ]
+        );
+        assert_eq!(
+            split_commands(r"set server a\;b/s state ready"),
+            vec![vec![
+                "set".to_string(),
+                "server".into(),
+                "a;b/s".into(),
+                "state".into(),
+                "ready".into()
+            ]]
+        );
+        assert_eq!(split_commands(""), vec![Vec::<String>::new()]);
+    }
+
+    #[test]
+    fn help_lists_only_allowed_commands() {
+        let u = usage(CliLevel::User, "");
+        assert!(u.contains("show stat") && !u.contains("set weight"));
+        let a = usage(CliLevel::Admin, "");
+        assert!(a.contains("set weight") && a.contains("disable server"));
+    }
+}

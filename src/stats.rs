@@ -1,0 +1,549 @@
+//! `stats`: HAProxy 2.6's statistics as text — the CSV of `show stat` (and, later, `;csv` on
+//! the stats page) and the `Key: value` lines of `show info`.
+//!
+//! It owns the column list and what sluice puts in each column. It only *reads* the shared
+//! run-time state (`backend::Shared`); it must not change it and must not be called on the
+//! request path (it allocates freely). Columns sluice cannot fill are left empty, never
+//! removed, so tools that index columns by position keep working.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::backend::{BackendState, Counters, ServerState, Shared, unix_now};
+use crate::config::{Mode, Proxy};
+
+/// Every column of HAProxy 2.6's CSV, in documented order (management.txt §9.1).
+pub const CSV_FIELDS: &[&str] = &[
+    "pxname",
+    "svname",
+    "qcur",
+    "qmax",
+    "scur",
+    "smax",
+    "slim",
+    "stot",
+    "bin",
+    "bout",
+    "dreq",
+    "dresp",
+    "ereq",
+    "econ",
+    "eresp",
+    "wretr",
+    "wredis",
+    "status",
+    "weight",
+    "act",
+    "bck",
+    "chkfail",
+    "chkdown",
+    "lastchg",
+    "downtime",
+    "qlimit",
+    "pid",
+    "iid",
+    "sid",
+    "throttle",
+    "lbtot",
+    "tracked",
+    "type",
+    "rate",
+    "rate_lim",
+    "rate_max",
+    "check_status",
+    "check_code",
+    "check_duration",
+    "hrsp_1xx",
+    "hrsp_2xx",
+    "hrsp_3xx",
+    "hrsp_4xx",
+    "hrsp_5xx",
+    "hrsp_other",
+    "hanafail",
+    "req_rate",
+    "req_rate_max",
+    "req_tot",
+    "cli_abrt",
+    "srv_abrt",
+    "comp_in",
+    "comp_out",
+    "comp_byp",
+    "comp_rsp",
+    "lastsess",
+    "last_chk",
+    "last_agt",
+    "qtime",
+    "ctime",
+    "rtime",
+    "ttime",
+    "agent_status",
+    "agent_code",
+    "agent_duration",
+    "check_desc",
+    "agent_desc",
+    "check_rise",
+    "check_fall",
+    "check_health",
+    "agent_rise",
+    "agent_fall",
+    "agent_health",
+    "addr",
+    "cookie",
+    "mode",
+    "algo",
+    "conn_rate",
+    "conn_rate_max",
+    "conn_tot",
+    "intercepted",
+    "dcon",
+    "dses",
+    "wrew",
+    "connect",
+    "reuse",
+    "cache_lookups",
+    "cache_hits",
+    "srv_icur",
+    "src_ilim",
+    "qtime_max",
+    "ctime_max",
+    "rtime_max",
+    "ttime_max",
+    "eint",
+    "idle_conn_cur",
+    "safe_conn_cur",
+    "used_conn_cur",
+    "need_conn_est",
+    "uweight",
+    "agg_server_status",
+    "agg_server_check_status",
+    "agg_check_status",
+];
+
+/// Object types, as the `type` column and `show stat`'s type mask number them.
+pub const TYPE_FRONTEND: u32 = 0;
+pub const TYPE_BACKEND: u32 = 1;
+pub const TYPE_SERVER: u32 = 2;
+
+/// One CSV line under construction: every column starts empty.
+struct Row(Vec<String>);
+
+impl Row {
+    fn new() -> Row {
+        Row(vec![String::new(); CSV_FIELDS.len()])
+    }
+
+    fn set(&mut self, name: &str, v: impl std::fmt::Display) {
+        match CSV_FIELDS.iter().position(|f| *f == name) {
+            Some(i) => {
+                self.0[i].clear();
+                let _ = write!(self.0[i], "{v}");
+            }
+            None => debug_assert!(false, "unknown stats column {name}"),
+        }
+    }
+
+    fn write_to(&self, out: &mut String) {
+        for f in &self.0 {
+            push_csv(out, f);
+            out.push(',');
+        }
+        out.push('\n');
+    }
+}
+
+/// A CSV field, quoted only when it must be (names cannot contain commas, but be safe).
+fn push_csv(out: &mut String, f: &str) {
+    if f.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&f.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(f);
+    }
+}
+
+/// The header line, `# pxname,svname,...,` as HAProxy prints it.
+pub fn csv_header() -> String {
+    let mut s = String::from("# ");
+    for f in CSV_FIELDS {
+        s.push_str(f);
+        s.push(',');
+    }
+    s.push('\n');
+    s
+}
+
+/// Which rows `show stat [{<iid>|<proxy>} <type> <sid>]` asks for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Filter {
+    /// Proxy index in the config (`None` = every proxy).
+    pub proxy: Option<usize>,
+    /// Bit mask: 1 frontends, 2 backends, 4 servers.
+    pub types: u32,
+    /// Server id (`None` = every server).
+    pub sid: Option<u32>,
+}
+
+impl Filter {
+    pub fn all() -> Filter {
+        Filter {
+            proxy: None,
+            types: 7,
+            sid: None,
+        }
+    }
+}
+
+fn u(c: &std::sync::atomic::AtomicU64) -> u64 {
+    c.load(Relaxed)
+}
+
+/// The whole CSV (header and one line per object), in HAProxy's order: for each proxy in
+/// declaration order, its FRONTEND, then its servers, then its BACKEND.
+pub fn csv(shared: &Shared, filter: Filter) -> String {
+    let mut out = csv_header();
+    for (i, p) in shared.cfg.proxies.iter().enumerate() {
+        if filter.proxy.is_some_and(|f| f != i) {
+            continue;
+        }
+        if p.kind.has_frontend() && filter.types & 1 != 0 {
+            frontend_row(shared, i, p).write_to(&mut out);
+        }
+        let Some(be) = shared.proxies[i].be.as_ref() else {
+            continue;
+        };
+        if filter.types & 4 != 0 {
+            for s in &be.servers {
+                if filter.sid.is_some_and(|sid| sid != s.puid) {
+                    continue;
+                }
+                server_row(shared, i, p, be, s).write_to(&mut out);
+            }
+        }
+        if filter.types & 2 != 0 {
+            backend_row(shared, i, p, be).write_to(&mut out);
+        }
+    }
+    out
+}
+
+fn mode_name(p: &Proxy) -> &'static str {
+    match p.mode {
+        Mode::Http => "http",
+        Mode::Tcp => "tcp",
+    }
+}
+
+/// Columns every row has: names, process number, ids, type, mode.
+fn common(shared: &Shared, idx: usize, p: &Proxy, svname: &str, ty: u32, sid: u32) -> Row {
+    let mut r = Row::new();
+    r.set("pxname", &p.name);
+    r.set("svname", svname);
+    r.set("pid", 1);
+    r.set("iid", shared.proxies[idx].uuid);
+    r.set("sid", sid);
+    r.set("type", ty);
+    r.set("mode", mode_name(p));
+    r
+}
+
+fn http_counters(r: &mut Row, c: &Counters) {
+    for (i, name) in [
+        "hrsp_1xx",
+        "hrsp_2xx",
+        "hrsp_3xx",
+        "hrsp_4xx",
+        "hrsp_5xx",
+        "hrsp_other",
+    ]
+    .iter()
+    .enumerate()
+    {
+        r.set(name, u(&c.hrsp[i]));
+    }
+    r.set("req_tot", u(&c.req_total));
+}
+
+fn frontend_row(shared: &Shared, idx: usize, p: &Proxy) -> Row {
+    let fe = &shared.proxies[idx].fe;
+    let c = &fe.counters;
+    let mut r = common(shared, idx, p, "FRONTEND", TYPE_FRONTEND, 0);
+    r.set("scur", fe.cur_conns.load(Relaxed));
+    r.set("smax", fe.max_conns.load(Relaxed));
+    r.set("slim", fe.maxconn.load(Relaxed));
+    r.set("stot", u(&c.sessions_total));
+    r.set("bin", u(&c.bytes_in));
+    r.set("bout", u(&c.bytes_out));
+    r.set("dreq", u(&c.denied_req));
+    r.set("dresp", 0);
+    r.set("ereq", u(&c.req_errors));
+    let status = if shared.stopping.load(Relaxed) {
+        "STOP"
+    } else {
+        "OPEN"
+    };
+    r.set("status", status);
+    r.set("rate_lim", 0);
+    if p.mode == Mode::Http {
+        http_counters(&mut r, c);
+        for f in ["comp_in", "comp_out", "comp_byp", "comp_rsp"] {
+            r.set(f, 0);
+        }
+        r.set("intercepted", u(&c.intercepted));
+        r.set("cache_lookups", 0);
+        r.set("cache_hits", 0);
+    }
+    r.set("conn_tot", u(&c.sessions_total));
+    r.set("dcon", 0);
+    r.set("dses", 0);
+    r.set("wrew", 0);
+    r.set("eint", 0);
+    r
+}
+
+/// HAProxy's server status text for a server without health checks.
+pub fn server_status(s: &ServerState) -> &'static str {
+    if s.maint.load(Relaxed) {
+        "MAINT"
+    } else if !s.up.load(Relaxed) {
+        "DOWN"
+    } else if s.drain.load(Relaxed) {
+        "DRAIN"
+    } else {
+        // sluice has no health checks yet: HAProxy shows this for an unchecked UP server.
+        "no check"
+    }
+}
+
+fn server_row(shared: &Shared, idx: usize, p: &Proxy, _be: &BackendState, s: &ServerState) -> Row {
+    let c = &s.counters;
+    let mut r = common(shared, idx, p, &s.name, TYPE_SERVER, s.puid);
+    r.set("qcur", s.queued.load(Relaxed));
+    r.set("qmax", s.max_queued.load(Relaxed));
+    r.set("scur", s.served.load(Relaxed));
+    r.set("smax", s.max_served.load(Relaxed));
+    let maxconn = s.maxconn.load(Relaxed);
+    if maxconn != 0 {
+        r.set("slim", maxconn);
+    }
+    r.set("stot", u(&c.sessions_total));
+    r.set("bin", u(&c.bytes_in));
+    r.set("bout", u(&c.bytes_out));
+    r.set("dresp", 0);
+    r.set("econ", u(&c.conn_errors));
+    r.set("eresp", u(&c.resp_errors));
+    r.set("wretr", u(&c.retries));
+    r.set("wredis", u(&c.redispatches));
+    r.set("status", server_status(s));
+    r.set("weight", s.eweight());
+    r.set("act", u8::from(!s.backup));
+    r.set("bck", u8::from(s.backup));
+    r.set(
+        "lastchg",
+        unix_now().saturating_sub(s.last_change.load(Relaxed)),
+    );
+    if s.maxqueue != 0 {
+        r.set("qlimit", s.maxqueue);
+    }
+    r.set("lbtot", u(&c.lbtot));
+    if p.mode == Mode::Http {
+        http_counters(&mut r, c);
+    }
+    r.set("cli_abrt", u(&c.cli_aborts));
+    r.set("srv_abrt", u(&c.srv_aborts));
+    r.set("addr", **s.addr.load());
+    r.set("wrew", 0);
+    r.set("connect", u(&c.connects));
+    r.set("reuse", u(&c.reuses));
+    r.set("eint", 0);
+    r.set("uweight", s.weight.load(Relaxed));
+    r
+}
+
+fn backend_row(shared: &Shared, idx: usize, p: &Proxy, be: &BackendState) -> Row {
+    let c = &be.counters;
+    let mut r = common(shared, idx, p, "BACKEND", TYPE_BACKEND, 0);
+    let srv_queued: u32 = be.servers.iter().map(|s| s.queued.load(Relaxed)).sum();
+    r.set("qcur", be.queued.load(Relaxed).saturating_sub(srv_queued));
+    r.set("qmax", be.max_queued.load(Relaxed));
+    r.set("scur", be.cur_conns.load(Relaxed));
+    r.set("smax", be.max_conns.load(Relaxed));
+    r.set("stot", u(&c.sessions_total));
+    r.set("bin", u(&c.bytes_in));
+    r.set("bout", u(&c.bytes_out));
+    r.set("dreq", u(&c.denied_req));
+    r.set("dresp", 0);
+    // Connection-level errors and retries are counted per server; the backend shows the sum.
+    let sum = |f: fn(&Counters) -> &std::sync::atomic::AtomicU64| -> u64 {
+        be.servers.iter().map(|s| u(f(&s.counters))).sum()
+    };
+    r.set("econ", sum(|c| &c.conn_errors));
+    r.set("eresp", sum(|c| &c.resp_errors));
+    r.set("wretr", sum(|c| &c.retries));
+    r.set("wredis", sum(|c| &c.redispatches));
+    let usable = |backup: bool| {
+        be.servers
+            .iter()
+            .filter(move |s| s.backup == backup && s.usable())
+    };
+    let act = usable(false).count();
+    let bck = usable(true).count();
+    r.set("status", if act + bck > 0 { "UP" } else { "DOWN" });
+    // HAProxy shows the active servers' total weight, or the backups' when no active is up.
+    let weight: u32 = if act > 0 {
+        usable(false).map(|s| s.eweight()).sum()
+    } else {
+        usable(true).map(|s| s.eweight()).sum()
+    };
+    r.set("weight", weight);
+    r.set("act", act);
+    r.set("bck", bck);
+    r.set("chkdown", 0);
+    r.set(
+        "lastchg",
+        unix_now().saturating_sub(be.last_change.load(Relaxed)),
+    );
+    r.set("downtime", be.downtime());
+    r.set("lbtot", u(&c.lbtot));
+    if p.mode == Mode::Http {
+        http_counters(&mut r, c);
+        for f in ["comp_in", "comp_out", "comp_byp", "comp_rsp"] {
+            r.set(f, 0);
+        }
+        r.set("cache_lookups", 0);
+        r.set("cache_hits", 0);
+    }
+    r.set("cli_abrt", u(&c.cli_aborts));
+    r.set("srv_abrt", u(&c.srv_aborts));
+    r.set("algo", be.algo_name());
+    r.set("wrew", 0);
+    r.set("connect", sum(|c| &c.connects));
+    r.set("reuse", sum(|c| &c.reuses));
+    r.set("eint", 0);
+    let uweight: u32 = usable(false).map(|s| s.weight.load(Relaxed)).sum();
+    r.set("uweight", uweight);
+    r.set("agg_server_status", 0);
+    r.set("agg_server_check_status", 0);
+    r.set("agg_check_status", 0);
+    r
+}
+
+/// `Uptime` as HAProxy writes it: `1d 2h03m04s`.
+pub fn uptime_string(secs: u64) -> String {
+    format!(
+        "{}d {}h{:02}m{:02}s",
+        secs / 86400,
+        (secs % 86400) / 3600,
+        (secs % 3600) / 60,
+        secs % 60
+    )
+}
+
+/// `show info`: HAProxy's process fields that sluice can fill, `Name: value` per line.
+/// Fields it cannot fill are left out, as HAProxy leaves out empty ones.
+pub fn info(shared: &Shared, nbthread: usize) -> String {
+    let up = shared.started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
+    let start = shared
+        .started
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (mut cum_conns, mut cum_req, mut bytes_out) = (0u64, 0u64, 0u64);
+    for p in &shared.proxies {
+        cum_conns += u(&p.fe.counters.sessions_total);
+        cum_req += u(&p.fe.counters.req_total);
+        bytes_out += u(&p.fe.counters.bytes_out);
+    }
+    let ulimit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map(|(soft, _)| soft)
+        .unwrap_or(0);
+    let listeners: usize = shared.cfg.proxies.iter().map(|p| p.binds.len()).sum();
+    let cur = shared.global_conns.load(Relaxed);
+    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let fields: Vec<(&str, String)> = vec![
+        ("Name", "sluice".into()),
+        ("Version", env!("CARGO_PKG_VERSION").into()),
+        ("Nbthread", nbthread.to_string()),
+        ("Nbproc", "1".into()),
+        ("Process_num", "1".into()),
+        ("Pid", std::process::id().to_string()),
+        ("Uptime", uptime_string(up)),
+        ("Uptime_sec", up.to_string()),
+        ("Ulimit-n", ulimit.to_string()),
+        ("Maxconn", shared.global_maxconn.to_string()),
+        ("Hard_maxconn", shared.global_maxconn.to_string()),
+        ("CurrConns", cur.to_string()),
+        ("CumConns", cum_conns.to_string()),
+        ("CumReq", cum_req.to_string()),
+        ("node", node),
+        (
+            "Stopping",
+            u8::from(shared.stopping.load(Relaxed)).to_string(),
+        ),
+        ("Jobs", (cur as usize + listeners).to_string()),
+        ("Unstoppable Jobs", "0".into()),
+        ("Listeners", listeners.to_string()),
+        ("TotalBytesOut", bytes_out.to_string()),
+        ("Start_time_sec", start.to_string()),
+        ("Tainted", "0".into()),
+    ];
+    let mut out = String::new();
+    for (k, v) in fields {
+        let _ = writeln!(out, "{k}: {v}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_matches_haproxy_2_6() {
+        let h = csv_header();
+        assert!(h.starts_with(
+            "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,\
+             wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,\
+             sid,throttle,lbtot,tracked,type,rate,rate_lim,rate_max,check_status,check_code,\
+             check_duration,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other,hanafail,"
+        ));
+        assert!(h.ends_with(
+            "need_conn_est,uweight,agg_server_status,agg_server_check_status,agg_check_status,\n"
+        ));
+        assert_eq!(CSV_FIELDS.len(), 103);
+        // Documented positions (management.txt numbers the columns from 0).
+        for (i, name) in [
+            (17, "status"),
+            (27, "iid"),
+            (32, "type"),
+            (48, "req_tot"),
+            (73, "addr"),
+            (79, "conn_tot"),
+            (99, "uweight"),
+        ] {
+            assert_eq!(CSV_FIELDS[i], name);
+        }
+    }
+
+    #[test]
+    fn rows_have_every_column_and_quote_when_needed() {
+        let mut r = Row::new();
+        r.set("pxname", "a,b");
+        r.set("status", "no check");
+        let mut s = String::new();
+        r.write_to(&mut s);
+        assert!(s.starts_with("\"a,b\",,"));
+        // 103 fields each followed by a comma: 103 commas outside the quotes.
+        let unquoted = s.replacen("\"a,b\"", "x", 1);
+        assert_eq!(unquoted.matches(',').count(), CSV_FIELDS.len());
+        assert!(s.ends_with(",\n"));
+    }
+
+    #[test]
+    fn uptime_format() {
+        assert_eq!(uptime_string(0), "0d 0h00m00s");
+        assert_eq!(uptime_string(93784), "1d 2h03m04s");
+    }
+}

@@ -48,6 +48,25 @@ pub struct ServerState {
     /// Requests waiting in this server's own queue.
     pub queued: AtomicU32,
     pub counters: Counters,
+    /// Connection pool gauges, summed over threads (each thread's pool updates them).
+    pub pool: PoolGauges,
+}
+
+/// A server's connection pool state across all threads: what `show pools` and the stats
+/// columns `srv_icur`, `idle_conn_cur`, `safe_conn_cur`, `used_conn_cur` show. Written by the
+/// worker threads' pools with relaxed atomics only.
+#[derive(Debug, Default)]
+pub struct PoolGauges {
+    /// Idle connections that carried one request so far.
+    pub idle: AtomicU32,
+    /// Idle connections that carried two or more (proved reusable: HAProxy's "safe").
+    pub safe: AtomicU32,
+    /// Pooled connections currently carrying a request.
+    pub used: AtomicU32,
+    /// Idle connections closed by the purge or found dead when taken.
+    pub purged: AtomicU64,
+    /// Requests replayed on a new connection after a reused one failed unanswered.
+    pub replayed: AtomicU64,
 }
 
 /// Cumulative counters (stats plane reads them). Writers only ever `fetch_add(_, Relaxed)`.
@@ -206,6 +225,7 @@ impl ServerState {
             maxqueue: s.maxqueue,
             maint: AtomicBool::new(s.disabled),
             drain: AtomicBool::new(false),
+            pool: PoolGauges::default(),
             iweight: s.weight,
             last_change: AtomicU64::new(unix_now()),
             max_queued: AtomicU32::new(0),

@@ -61,6 +61,11 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
         CliLevel::User,
     ),
     (
+        "show pools",
+        "report the server connection pools (idle, safe, used, reuse counters)",
+        CliLevel::User,
+    ),
+    (
         "get weight <bk>/<srv>",
         "report a server's current weight",
         CliLevel::User,
@@ -160,6 +165,7 @@ pub fn execute(shared: &Shared, sess: &mut Session, args: &[String]) -> (String,
         ["quit", ..] => return (String::new(), After::Quit),
         ["show", "info", ..] => crate::stats::info(shared, sess.nbthread),
         ["show", "stat", rest @ ..] => show_stat(shared, rest),
+        ["show", "pools"] => crate::stats::show_pools(shared),
         ["get", "weight", rest @ ..] => get_weight(shared, rest),
         ["set", "weight", rest @ ..] => admin(sess, || {
             let Some(srv) = rest.first() else {

@@ -16,6 +16,9 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
+use crate::backend::PoolGauges;
+use std::sync::atomic::Ordering::Relaxed;
+
 /// Pool key: backend (proxy index) and server index within it.
 pub type Key = (usize, usize);
 
@@ -77,6 +80,11 @@ fn bump(c: &Cell<u64>) {
     c.set(c.get() + 1);
 }
 
+/// The shared idle gauge a connection with `uses` requests behind it counts in.
+fn idle_gauge(g: &PoolGauges, uses: u32) -> &std::sync::atomic::AtomicU32 {
+    if uses >= 2 { &g.safe } else { &g.idle }
+}
+
 /// One worker thread's idle server connections.
 #[derive(Default)]
 pub struct ThreadPool {
@@ -87,7 +95,7 @@ pub struct ThreadPool {
 impl ThreadPool {
     /// Takes the most recent live idle connection to `key` that has carried at least
     /// `min_uses` requests, and counts it as used. Dead ones met on the way are closed.
-    pub fn take(&self, key: Key, min_uses: u32) -> Option<IdleConn> {
+    pub fn take(&self, key: Key, min_uses: u32, g: &PoolGauges) -> Option<IdleConn> {
         let mut m = self.servers.borrow_mut();
         let sp = m.get_mut(&key)?;
         let mut i = sp.idle.len();
@@ -97,13 +105,16 @@ impl ThreadPool {
                 continue;
             }
             let c = sp.idle.swap_remove(i);
+            idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
             if !c.alive() {
                 bump(&self.counters.purged);
+                g.purged.fetch_add(1, Relaxed);
                 i = i.min(sp.idle.len());
                 continue;
             }
             sp.used += 1;
             sp.max_used = sp.max_used.max(sp.used);
+            g.used.fetch_add(1, Relaxed);
             bump(&self.counters.reused);
             return Some(c);
         }
@@ -111,20 +122,22 @@ impl ThreadPool {
     }
 
     /// A new connection to `key` starts carrying a request.
-    pub fn opened(&self, key: Key) {
+    pub fn opened(&self, key: Key, g: &PoolGauges) {
         let mut m = self.servers.borrow_mut();
         let sp = m.entry(key).or_default();
         sp.used += 1;
         sp.max_used = sp.max_used.max(sp.used);
+        g.used.fetch_add(1, Relaxed);
         bump(&self.counters.new_conns);
     }
 
     /// A connection to `key` stops carrying a request: pooled if `conn` is given and the
     /// limits allow, closed otherwise.
-    pub fn release(&self, key: Key, conn: Option<IdleConn>, limits: Limits) {
+    pub fn release(&self, key: Key, conn: Option<IdleConn>, limits: Limits, g: &PoolGauges) {
         let mut m = self.servers.borrow_mut();
         let sp = m.entry(key).or_default();
         sp.used = sp.used.saturating_sub(1);
+        g.used.fetch_sub(1, Relaxed);
         let Some(c) = conn else { return };
         let cap = match limits.max_idle {
             Some(n) => n.min(sp.max_used),
@@ -132,6 +145,7 @@ impl ThreadPool {
         };
         let worn = limits.max_reuse.is_some_and(|n| c.uses >= n);
         if !worn && (sp.idle.len() as u32) < cap {
+            idle_gauge(g, c.uses).fetch_add(1, Relaxed);
             sp.idle.push(c);
         }
     }
@@ -143,20 +157,30 @@ impl ThreadPool {
 
     /// Closes dead idle connections, then half of each server's surplus (idle connections
     /// beyond what the peak use since the last purge needed), and starts a new period.
-    pub fn purge(&self) {
+    /// `gauges` gives each server's shared gauges.
+    pub fn purge<'a>(&self, gauges: impl Fn(Key) -> &'a PoolGauges) {
         let mut m = self.servers.borrow_mut();
-        for sp in m.values_mut() {
+        for (key, sp) in m.iter_mut() {
+            let g = gauges(*key);
             let before = sp.idle.len();
-            sp.idle.retain(IdleConn::alive);
             let needed = sp.max_used.saturating_sub(sp.used) as usize;
-            let surplus = sp.idle.len().saturating_sub(needed);
+            let mut kept = Vec::with_capacity(sp.idle.len());
+            for c in sp.idle.drain(..) {
+                if c.alive() {
+                    kept.push(c);
+                } else {
+                    idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
+                }
+            }
+            let surplus = kept.len().saturating_sub(needed);
             // Oldest first (the front of the LIFO list).
-            let close = surplus.div_ceil(2);
-            sp.idle.drain(..close);
-            let gone = before - sp.idle.len();
-            self.counters
-                .purged
-                .set(self.counters.purged.get() + gone as u64);
+            for c in kept.drain(..surplus.div_ceil(2)) {
+                idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
+            }
+            sp.idle = kept;
+            let gone = (before - sp.idle.len()) as u64;
+            self.counters.purged.set(self.counters.purged.get() + gone);
+            g.purged.fetch_add(gone, Relaxed);
             sp.max_used = sp.used;
         }
     }
@@ -179,6 +203,10 @@ pub use crate::config::HttpReuse;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn g() -> &'static PoolGauges {
+        Box::leak(Box::default())
+    }
 
     const NO_LIMIT: Limits = Limits {
         max_idle: None,
@@ -203,6 +231,7 @@ mod tests {
         rt().block_on(async {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let p = ThreadPool::default();
+            let gg = g();
             let key = (0, 0);
             // Two connections in use at once, then three released: only two may stay.
             let mut peers = Vec::new();
@@ -212,8 +241,8 @@ mod tests {
                 peers.push(s);
                 conns.push(c);
             }
-            p.opened(key);
-            p.opened(key);
+            p.opened(key, gg);
+            p.opened(key, gg);
             p.release(
                 key,
                 Some(IdleConn {
@@ -221,8 +250,9 @@ mod tests {
                     uses: 1,
                 }),
                 NO_LIMIT,
+                gg,
             );
-            p.opened(key);
+            p.opened(key, gg);
             p.release(
                 key,
                 Some(IdleConn {
@@ -230,6 +260,7 @@ mod tests {
                     uses: 1,
                 }),
                 NO_LIMIT,
+                gg,
             );
             p.release(
                 key,
@@ -238,12 +269,13 @@ mod tests {
                     uses: 1,
                 }),
                 NO_LIMIT,
+                gg,
             );
             assert_eq!(p.idle_count(), 2);
             // The cap kept c2 and c1 and closed c0. The server now closes c2 and c1 (peers 2
             // and 1): taking finds both dead and closes them.
             peers.truncate(1);
-            let c = p.take(key, 1);
+            let c = p.take(key, 1, gg);
             assert!(c.is_none());
             assert_eq!(p.counters.purged.get(), 2);
             assert_eq!(p.idle_count(), 0);
@@ -255,11 +287,12 @@ mod tests {
         rt().block_on(async {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let p = ThreadPool::default();
+            let gg = g();
             let key = (1, 2);
             let (c1, _s1) = pair(&l).await;
             let (c2, _s2) = pair(&l).await;
-            p.opened(key);
-            p.opened(key);
+            p.opened(key, gg);
+            p.opened(key, gg);
             let off = Limits {
                 max_idle: Some(0),
                 max_reuse: None,
@@ -271,6 +304,7 @@ mod tests {
                     uses: 1,
                 }),
                 off,
+                gg,
             );
             assert_eq!(p.idle_count(), 0, "pool-max-conn 0 disables pooling");
             let worn = Limits {
@@ -284,10 +318,11 @@ mod tests {
                     uses: 3,
                 }),
                 worn,
+                gg,
             );
             assert_eq!(p.idle_count(), 0, "max-reuse reached");
             let (c3, _s3) = pair(&l).await;
-            p.opened(key);
+            p.opened(key, gg);
             p.release(
                 key,
                 Some(IdleConn {
@@ -295,9 +330,10 @@ mod tests {
                     uses: 1,
                 }),
                 NO_LIMIT,
+                gg,
             );
-            assert!(p.take(key, 2).is_none(), "not yet proved reusable");
-            let c = p.take(key, 1).expect("usable");
+            assert!(p.take(key, 2, gg).is_none(), "not yet proved reusable");
+            let c = p.take(key, 1, gg).expect("usable");
             assert_eq!(c.uses, 1);
             assert_eq!(p.counters.reused.get(), 1);
         });
@@ -308,6 +344,7 @@ mod tests {
         rt().block_on(async {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let p = ThreadPool::default();
+            let gg = g();
             let key = (0, 0);
             let mut keep = Vec::new();
             let mut conns = Vec::new();
@@ -315,21 +352,21 @@ mod tests {
                 let (c, s) = pair(&l).await;
                 keep.push(s);
                 conns.push(c);
-                p.opened(key);
+                p.opened(key, gg);
             }
             for c in conns {
-                p.release(key, Some(IdleConn { stream: c, uses: 1 }), NO_LIMIT);
+                p.release(key, Some(IdleConn { stream: c, uses: 1 }), NO_LIMIT, gg);
             }
             assert_eq!(p.idle_count(), 4);
             // Period 1 peaked at 4 in use: nothing is surplus yet.
-            p.purge();
+            p.purge(|_| gg);
             assert_eq!(p.idle_count(), 4);
             // Period 2 used none: all 4 are surplus, half go.
-            p.purge();
+            p.purge(|_| gg);
             assert_eq!(p.idle_count(), 2);
-            p.purge();
+            p.purge(|_| gg);
             assert_eq!(p.idle_count(), 1);
-            p.purge();
+            p.purge(|_| gg);
             assert_eq!(p.idle_count(), 0);
         });
     }

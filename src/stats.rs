@@ -356,8 +356,57 @@ fn server_row(shared: &Shared, idx: usize, p: &Proxy, _be: &BackendState, s: &Se
     r.set("connect", u(&c.connects));
     r.set("reuse", u(&c.reuses));
     r.set("eint", 0);
+    if p.mode == Mode::Http {
+        let g = &s.pool;
+        let (idle, safe) = (g.idle.load(Relaxed), g.safe.load(Relaxed));
+        r.set("srv_icur", idle + safe);
+        if let Some(n) = p
+            .servers
+            .iter()
+            .find(|c| c.name == s.name)
+            .and_then(|c| c.pool_max_conn)
+        {
+            r.set("src_ilim", n);
+        }
+        r.set("idle_conn_cur", idle);
+        r.set("safe_conn_cur", safe);
+        r.set("used_conn_cur", g.used.load(Relaxed));
+    }
     r.set("uweight", s.weight.load(Relaxed));
     r
+}
+
+/// `show pools`: sluice's server connection pools, one line per server of each HTTP backend.
+pub fn show_pools(shared: &Shared) -> String {
+    let mut out = String::from(
+        "# backend/server: idle safe used new reused purged replayed (idle = carried one \
+         request, safe = carried two or more; summed over threads)\n",
+    );
+    for (i, p) in shared.cfg.proxies.iter().enumerate() {
+        let Some(be) = shared.proxies[i].be.as_ref() else {
+            continue;
+        };
+        if p.mode != Mode::Http {
+            continue;
+        }
+        for s in &be.servers {
+            let g = &s.pool;
+            let c = &s.counters;
+            out.push_str(&format!(
+                "{}/{}: idle={} safe={} used={} new={} reused={} purged={} replayed={}\n",
+                p.name,
+                s.name,
+                g.idle.load(Relaxed),
+                g.safe.load(Relaxed),
+                g.used.load(Relaxed),
+                c.connects.load(Relaxed),
+                c.reuses.load(Relaxed),
+                g.purged.load(Relaxed),
+                g.replayed.load(Relaxed),
+            ));
+        }
+    }
+    out
 }
 
 fn backend_row(shared: &Shared, idx: usize, p: &Proxy, be: &BackendState) -> Row {

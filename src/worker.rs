@@ -149,7 +149,7 @@ pub fn spawn(
                         tick.tick().await;
                         loop {
                             tick.tick().await;
-                            w.pool.purge();
+                            w.pool.purge(|(b, s)| &w.shared.server(b, s).pool);
                         }
                     });
                 }

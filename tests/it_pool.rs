@@ -190,3 +190,59 @@ fn sequential_close_clients_keep_one_server_connection() {
     assert_eq!(b.conns(), 1);
     assert_eq!(b.open_conns(), 1);
 }
+
+/// One command on the stats socket; the reply up to the connection's close.
+fn cli(path: &std::path::Path, line: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(path).expect("stats socket");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The pools are visible: `show pools` and the CSV's idle-connection columns.
+#[test]
+fn pool_state_is_visible_on_the_stats_socket() {
+    let b = HttpBackend::start("s1");
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {} pool-max-conn 8\n",
+        sock.display(),
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    for i in 0..3 {
+        assert_eq!(http_get(port, &format!("/r{i}")).status, 200);
+    }
+    // Counters are updated after the response is sent: poll until the last one is in.
+    let mut out = String::new();
+    wait_until("show pools counts 3 requests", WAIT, || {
+        out = cli(&sock, "show pools");
+        out.contains("be/s1: idle=0 safe=1 used=0 new=1 reused=2 ")
+    });
+    assert!(out.contains("replayed=0"), "{out}");
+    let csv = cli(&sock, "show stat");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap()
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let row: Vec<&str> = lines
+        .find(|l| l.starts_with("be,s1,"))
+        .expect("server row")
+        .split(',')
+        .collect();
+    let col = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!(col("srv_icur"), "1");
+    assert_eq!(col("src_ilim"), "8");
+    assert_eq!(col("safe_conn_cur"), "1");
+    assert_eq!(col("idle_conn_cur"), "0");
+    assert_eq!(col("used_conn_cur"), "0");
+    assert_eq!(col("reuse"), "2");
+}

@@ -233,8 +233,9 @@ impl PoolGuard {
     /// Returns the connection to the pool (if pooling applies; otherwise it closes).
     fn keep(mut self, stream: TcpStream, uses: u32) {
         if let Some(w) = self.w.take() {
+            let g = &w.shared.server(self.key.0, self.key.1).pool;
             w.pool
-                .release(self.key, Some(IdleConn { stream, uses }), self.limits);
+                .release(self.key, Some(IdleConn { stream, uses }), self.limits, g);
         }
     }
 }
@@ -242,7 +243,8 @@ impl PoolGuard {
 impl Drop for PoolGuard {
     fn drop(&mut self) {
         if let Some(w) = self.w.take() {
-            w.pool.release(self.key, None, self.limits);
+            let g = &w.shared.server(self.key.0, self.key.1).pool;
+            w.pool.release(self.key, None, self.limits, g);
         }
     }
 }
@@ -996,7 +998,11 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         if got.is_none()
             && let Some(m) = min_uses
-            && let Some(c) = pool.take((be_idx, slot.server), m)
+            && let Some(c) = pool.take(
+                (be_idx, slot.server),
+                m,
+                &shared.server(be_idx, slot.server).pool,
+            )
         {
             got = Some((c.stream, c.uses));
         }
@@ -1023,7 +1029,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     txn.retries = sc.retries;
                     txn.redispatched = sc.redispatched;
                     if reuse != HttpReuse::Never {
-                        pool.opened((be_idx, sc.slot.server));
+                        pool.opened((be_idx, sc.slot.server), &sc.slot.server_state().pool);
                     }
                     (sc.stream, sc.slot, 0, false)
                 }
@@ -1092,6 +1098,7 @@ impl<C: ClientIo> Conn<'_, C> {
             // 502 for a GET.
             let counters = &self.ctx.w.pool.counters;
             counters.replayed.set(counters.replayed.get() + 1);
+            slot.server_state().pool.replayed.fetch_add(1, Relaxed);
             match connect_with_slot(self.ctx, be_idx, &input, slot).await {
                 Ok(sc) => {
                     txn.t_connect = sc.connect_ms as i64;
@@ -1105,7 +1112,10 @@ impl<C: ClientIo> Conn<'_, C> {
                         uses: 0,
                     };
                     if reuse != HttpReuse::Never {
-                        self.ctx.w.pool.opened((be_idx, server));
+                        self.ctx
+                            .w
+                            .pool
+                            .opened((be_idx, server), &conn.slot.server_state().pool);
                     }
                     reused = false;
                 }

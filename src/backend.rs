@@ -50,6 +50,8 @@ pub struct ServerState {
     pub counters: Counters,
     /// Connection pool gauges, summed over threads (each thread's pool updates them).
     pub pool: PoolGauges,
+    /// Health-check state, for servers with `check`.
+    pub check: Option<crate::check::CheckState>,
 }
 
 /// A server's connection pool state across all threads: what `show pools` and the stats
@@ -226,6 +228,7 @@ impl ServerState {
             maint: AtomicBool::new(s.disabled),
             drain: AtomicBool::new(false),
             pool: PoolGauges::default(),
+            check: s.check.as_ref().map(crate::check::CheckState::new),
             iweight: s.weight,
             last_change: AtomicU64::new(unix_now()),
             max_queued: AtomicU32::new(0),

@@ -6,6 +6,7 @@
 //! renders counters (CSV, `show info`) and `cli` serves the `stats socket` commands.
 
 pub mod backend;
+pub mod check;
 pub mod cli;
 pub mod cli_args;
 pub mod config;

@@ -216,7 +216,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     let mut handles = Vec::new();
     for (t, ls) in per_thread.into_iter().enumerate() {
         let cpus = cpus_for_thread(&cfg, t + 1);
-        let h = worker::spawn(t, shared.clone(), ls, cpus, state_rx.clone())
+        let h = worker::spawn(t, nbthread, shared.clone(), ls, cpus, state_rx.clone())
             .map_err(|e| format!("cannot start thread {}: {e}", t + 1))?;
         handles.push(h);
     }

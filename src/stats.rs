@@ -309,8 +309,10 @@ pub fn server_status(s: &ServerState) -> &'static str {
         "DOWN"
     } else if s.drain.load(Relaxed) {
         "DRAIN"
+    } else if s.check.is_some() {
+        "UP"
     } else {
-        // sluice has no health checks yet: HAProxy shows this for an unchecked UP server.
+        // HAProxy shows this for an UP server without health checks.
         "no check"
     }
 }
@@ -356,6 +358,24 @@ fn server_row(shared: &Shared, idx: usize, p: &Proxy, _be: &BackendState, s: &Se
     r.set("connect", u(&c.connects));
     r.set("reuse", u(&c.reuses));
     r.set("eint", 0);
+    if let Some(ck) = &s.check {
+        if !s.maint.load(Relaxed) && !s.drain.load(Relaxed) {
+            r.set("status", ck.status_text());
+        }
+        r.set("chkfail", u(&ck.failed));
+        r.set("chkdown", u(&ck.downs));
+        let st = ck.status();
+        r.set("check_status", st.code());
+        let code = ck.last_code.load(Relaxed);
+        if code != 0 {
+            r.set("check_code", code);
+        }
+        r.set("check_duration", ck.last_duration_ms.load(Relaxed));
+        r.set("last_chk", st.code());
+        r.set("check_rise", ck.rise);
+        r.set("check_fall", ck.fall);
+        r.set("check_health", ck.health.load(Relaxed));
+    }
     if p.mode == Mode::Http {
         let g = &s.pool;
         let (idle, safe) = (g.idle.load(Relaxed), g.safe.load(Relaxed));

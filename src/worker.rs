@@ -95,6 +95,7 @@ impl Drop for ActiveGuard {
 /// Starts one worker thread serving its share of `listeners`.
 pub fn spawn(
     id: usize,
+    nbthread: usize,
     shared: Arc<Shared>,
     listeners: Vec<(usize, Arc<BoundListener>, StdListener)>,
     cpus: Option<Vec<usize>>,
@@ -142,6 +143,7 @@ pub fn spawn(
                     bufs: std::cell::RefCell::new(Vec::new()),
                     pool: crate::pool::ThreadPool::default(),
                 });
+                crate::check::spawn_checks(&w, id, nbthread);
                 if let Some(every) = crate::pool::purge_interval(&w.shared.cfg) {
                     let w = w.clone();
                     tokio::task::spawn_local(async move {

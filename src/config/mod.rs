@@ -288,6 +288,51 @@ pub struct ProxyOptions {
     pub redispatch: bool,
     /// `http-reuse` (a backend setting).
     pub http_reuse: HttpReuse,
+    /// `option httpchk [METHOD] [URI] [VERSION]`: HTTP health checks instead of TCP connects.
+    pub httpchk: Option<HttpChk>,
+    /// `http-check expect ...` (default: a 2xx or 3xx status).
+    pub http_check_expect: Option<HttpCheckExpect>,
+    /// `option log-health-checks`.
+    pub log_health_checks: bool,
+}
+
+/// `option httpchk`: the request line of HTTP checks (defaults `OPTIONS / HTTP/1.0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpChk {
+    pub method: String,
+    pub uri: String,
+    pub version: String,
+}
+
+/// `http-check expect [!] status CODES | rstatus RE | string S | rstring RE`.
+#[derive(Debug, Clone)]
+pub struct HttpCheckExpect {
+    pub negate: bool,
+    pub kind: ExpectKind,
+}
+
+#[derive(Debug, Clone)]
+pub enum ExpectKind {
+    /// Status codes or ranges (`200`, `200-399`, `200,302`).
+    Status(Vec<(u16, u16)>),
+    RStatus(regex::Regex),
+    String(String),
+    RString(regex::Regex),
+}
+
+/// Health-check settings of a `server` line (`check` and its timings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckCfg {
+    /// `inter` (default 2 s), `fastinter` and `downinter` (default: `inter`).
+    pub inter: std::time::Duration,
+    pub fastinter: std::time::Duration,
+    pub downinter: std::time::Duration,
+    /// `rise` (default 2) and `fall` (default 3).
+    pub rise: u32,
+    pub fall: u32,
+    /// `port` / `addr`: where checks go (default: the server's address).
+    pub port: Option<u16>,
+    pub addr: Option<std::net::IpAddr>,
 }
 
 /// A `frontend`, `backend` or `listen` section, with its `defaults` applied.
@@ -371,6 +416,8 @@ pub struct Server {
     pub pool_purge_delay: std::time::Duration,
     /// `max-reuse` (`None` = unlimited).
     pub max_reuse: Option<u32>,
+    /// `check` (with its timings), `None` without it.
+    pub check: Option<CheckCfg>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -10,6 +10,7 @@
 //! `proxy` (proxy keywords and `defaults` inheritance), `server` (`bind`, `server`,
 //! `default-server`), `rules` (`http-request`, `http-response`, `use_backend`).
 
+mod checks;
 mod global;
 mod logs;
 mod options;

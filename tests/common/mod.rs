@@ -1142,6 +1142,21 @@ impl HttpBackend {
         f: impl Fn(&Request) -> Reply + Send + Sync + 'static,
     ) -> HttpBackend {
         let listener = TcpListener::bind(lo(0)).expect("bind backend");
+        Self::serve(name, listener, f)
+    }
+
+    /// Serves [`Reply::named`] on an already bound listener (a server that comes back on a
+    /// port that was closed).
+    pub fn from_listener(name: &str, listener: TcpListener) -> HttpBackend {
+        let n = name.to_string();
+        Self::serve(name, listener, move |_| Reply::named(&n))
+    }
+
+    fn serve(
+        name: &str,
+        listener: TcpListener,
+        f: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> HttpBackend {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(BackendState {
             conns: AtomicUsize::new(0),

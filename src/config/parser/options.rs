@@ -15,7 +15,9 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("http-keep-alive", D | F | B, true),
     ("http-server-close", D | F | B, true),
     ("httpclose", D | F | B, true),
+    ("httpchk", D | B, true),
     ("httplog", D | F, true),
+    ("log-health-checks", D | B, false),
     ("redispatch", D | B, false),
     ("tcplog", D | F, false),
 ];
@@ -40,12 +42,10 @@ const UNSUPPORTED: &[&str] = &[
     "http-restrict-req-hdr-names",
     "http-use-proxy-header",
     "http_proxy",
-    "httpchk",
     "httpslog",
     "idle-close-on-response",
     "independent-streams",
     "ldap-check",
-    "log-health-checks",
     "log-separate-errors",
     "logasap",
     "mysql-check",
@@ -112,6 +112,8 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             }
             "tcplog" => o.tcplog = false,
             "redispatch" => o.redispatch = false,
+            "httpchk" => o.httpchk = None,
+            "log-health-checks" => o.log_health_checks = false,
             // As in HAProxy, `no option X` returns to the default connection mode only if X is
             // the current one (`option httpclose` + `no option http-server-close` keeps close).
             "http-server-close" | "httpclose" | "http-keep-alive" => {
@@ -142,6 +144,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             o.tcplog = false;
         }
         "forwardfor" => o.forwardfor = Some(forwardfor(words)?),
+        "httpchk" => o.httpchk = Some(super::checks::httpchk(&words[1..])?),
         _ => {
             no_extra(words, 1)?;
             match name {
@@ -153,6 +156,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                     o.httplog_clf = false;
                 }
                 "redispatch" => o.redispatch = true,
+                "log-health-checks" => o.log_health_checks = true,
                 "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,
                 "httpclose" => o.http_conn_mode = HttpConnMode::Close,
                 "http-keep-alive" => o.http_conn_mode = HttpConnMode::KeepAlive,

@@ -31,6 +31,14 @@ pub(super) struct ServerOpts {
     pub pool_max_conn: Option<u32>,
     pub pool_purge_delay: std::time::Duration,
     pub max_reuse: Option<u32>,
+    pub check: bool,
+    pub inter: std::time::Duration,
+    pub fastinter: Option<std::time::Duration>,
+    pub downinter: Option<std::time::Duration>,
+    pub rise: u32,
+    pub fall: u32,
+    pub check_port: Option<u16>,
+    pub check_addr: Option<std::net::IpAddr>,
 }
 
 impl Default for ServerOpts {
@@ -44,6 +52,14 @@ impl Default for ServerOpts {
             pool_max_conn: None,
             pool_purge_delay: std::time::Duration::from_secs(5),
             max_reuse: None,
+            check: false,
+            inter: std::time::Duration::from_secs(2),
+            fastinter: None,
+            downinter: None,
+            rise: 2,
+            fall: 3,
+            check_port: None,
+            check_addr: None,
         }
     }
 }
@@ -226,6 +242,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("hash-type", D | B),
     ("http-request", F | B),
     ("http-reuse", D | B),
+    ("http-check", D | B),
     ("http-response", F | B),
     ("id", F | B),
     ("log", D | F | B),
@@ -247,7 +264,6 @@ const UNSUPPORTED: &[&str] = &[
     "stick-store-request",
     "stick-store-response",
     "stats",
-    "http-check",
     "tcp-check",
     "tcp-request",
     "tcp-response",
@@ -439,6 +455,7 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             no_extra(w, 2)?;
             d.needs_http(l, "http-reuse");
         }
+        "http-check" => super::checks::http_check(d, l)?,
         "monitor-uri" => {
             let uri = arg(w, 1, "URI")?;
             no_extra(w, 2)?;

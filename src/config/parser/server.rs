@@ -1,6 +1,6 @@
 //! `bind`, `server` and `default-server`.
 
-use super::super::{Bind, BindAddr, Origin, Server};
+use super::super::{Bind, BindAddr, CheckCfg, Origin, Server};
 use super::proxy::{Draft, ServerOpts};
 use super::values::{
     Family, arg, parse_port, parse_range, parse_time, parse_u32, resolve_host, split_host_port,
@@ -96,10 +96,6 @@ const SERVER_OPTIONS: &[&str] = &[
     "pool-max-conn",
     "pool-purge-delay",
     "max-reuse",
-];
-
-/// Real HAProxy server options that sluice does not implement.
-const SERVER_UNSUPPORTED: &[&str] = &[
     "check",
     "no-check",
     "inter",
@@ -107,6 +103,12 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "downinter",
     "rise",
     "fall",
+    "port",
+    "addr",
+];
+
+/// Real HAProxy server options that sluice does not implement.
+const SERVER_UNSUPPORTED: &[&str] = &[
     "ssl",
     "no-ssl",
     "verify",
@@ -153,8 +155,6 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "check-proto",
     "check-send-proxy",
     "check-via-socks4",
-    "port",
-    "addr",
     "no-tls-tickets",
     "no-sslv3",
     "no-tlsv10",
@@ -365,6 +365,43 @@ fn server_opts(
                 o.pool_purge_delay = t;
                 i += 1;
             }
+            "check" => o.check = true,
+            "no-check" => o.check = false,
+            "inter" | "fastinter" | "downinter" => {
+                let t = parse_time(val("time")?)?;
+                if t.is_zero() {
+                    return Err(format!("'{opt}' must be greater than 0"));
+                }
+                match opt {
+                    "inter" => o.inter = t,
+                    "fastinter" => o.fastinter = Some(t),
+                    _ => o.downinter = Some(t),
+                }
+                i += 1;
+            }
+            "rise" | "fall" => {
+                let v = parse_range(val("number")?, 1, 1_000_000)
+                    .map_err(|e| format!("'{opt}': {e}"))? as u32;
+                if opt == "rise" {
+                    o.rise = v;
+                } else {
+                    o.fall = v;
+                }
+                i += 1;
+            }
+            "port" => {
+                let v = val("port")?;
+                o.check_port = Some(parse_port(v, v)?);
+                i += 1;
+            }
+            "addr" => {
+                let v = val("address")?;
+                o.check_addr = Some(
+                    v.parse()
+                        .map_err(|_| format!("'addr': invalid IP address '{v}'"))?,
+                );
+                i += 1;
+            }
             "backup" => o.backup = true,
             "no-backup" => o.backup = false,
             "disabled" => o.disabled = true,
@@ -436,6 +473,15 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         pool_max_conn: o.pool_max_conn,
         pool_purge_delay: o.pool_purge_delay,
         max_reuse: o.max_reuse,
+        check: o.check.then(|| CheckCfg {
+            inter: o.inter,
+            fastinter: o.fastinter.unwrap_or(o.inter),
+            downinter: o.downinter.unwrap_or(o.inter),
+            rise: o.rise,
+            fall: o.fall,
+            port: o.check_port,
+            addr: o.check_addr,
+        }),
     });
     Ok(())
 }

@@ -1653,7 +1653,7 @@ fn servers_and_default_server() {
 fn server_errors() {
     let e = errs(&[
         "backend be",                              // 1
-        "  server s1 10.0.0.1:80 check",           // 2
+        "  server s1 10.0.0.1:80 check-ssl",       // 2
         "  server s2 10.0.0.2:80 ssl verify none", // 3
         "  server s3 10.0.0.3:80 wieght 2",        // 4
         "  server s4 10.0.0.4:80 weight 257",      // 5
@@ -1666,7 +1666,7 @@ fn server_errors() {
         "  server s10",                            // 12
         "  server",                                // 13
         "  default-server id 3",                   // 14
-        "  default-server inter 2s",               // 15
+        "  default-server agent-inter 2s",         // 15
         "  server s11 10.0.0.11:80 maxconn",       // 16
         "  server s12 :80",                        // 17
         "  server s13 10.0.0.13:80 id 0",          // 18
@@ -1686,7 +1686,7 @@ fn server_errors() {
     }
     has(
         find(2),
-        &["server option 'check' is not supported by sluice"],
+        &["server option 'check-ssl' is not supported by sluice"],
     );
     has(find(3), &["server option 'ssl' is not supported by sluice"]);
     has(
@@ -1718,7 +1718,7 @@ fn server_errors() {
         find(15),
         &[
             "'default-server' in backend 'be'",
-            "server option 'inter' is not supported by sluice",
+            "server option 'agent-inter' is not supported by sluice",
         ],
     );
     has(find(16), &["missing number after 'maxconn'"]);
@@ -2211,7 +2211,7 @@ fn option_errors() {
         &e[0],
         &[
             "t.cfg:4: ",
-            "keyword 'option httpchk' in frontend 'fe' is not supported by sluice",
+            "'option httpchk' cannot be used in a frontend (it has no server side)",
         ],
     );
     has(
@@ -2916,7 +2916,7 @@ fn unsupported_haproxy_keywords() {
         "cookie SRV insert",
         "compression algo gzip",
         "tcp-request content accept",
-        "http-check send meth GET",
+        "tcp-check connect",
         "capture request header Host len 20",
         "log-format %ci",
         "redirect prefix /x",

@@ -19,20 +19,9 @@ defaults
     timeout check 1s
 ";
 
-/// One command on the stats socket.
-fn cli(path: &std::path::Path, line: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(path).expect("stats socket");
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    s.write_all(format!("{line}\n").as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 /// A column of the server row `be,NAME` in `show stat`.
 fn stat_col(sock: &std::path::Path, srv: &str, col: &str) -> String {
-    let csv = cli(sock, "show stat");
+    let csv = stats_cli(sock, "show stat");
     let mut lines = csv.lines();
     let header: Vec<&str> = lines
         .next()

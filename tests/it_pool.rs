@@ -119,14 +119,12 @@ fn max_reuse_retires_a_connection() {
     assert_eq!(conn_ids(&b), vec![0, 0, 1, 1, 2]);
 }
 
-/// The close race: the server drops a reused connection without answering. The GET is
-/// replayed on a new connection and the client never sees an error.
-#[test]
-fn get_on_a_connection_the_server_closed_is_replayed() {
+/// A server that answers the first request of each connection and closes the connection,
+/// unanswered, on the next one (the idle-close race, made certain).
+fn closes_reused_connections() -> HttpBackend {
     let served: Arc<Mutex<HashMap<usize, usize>>> = Arc::default();
-    let s2 = served.clone();
-    let b = HttpBackend::with_handler("s1", move |r| {
-        let mut m = s2.lock().unwrap();
+    HttpBackend::with_handler("s1", move |r| {
+        let mut m = served.lock().unwrap();
         let n = m.entry(r.conn_id).or_insert(0);
         *n += 1;
         if *n > 1 {
@@ -134,7 +132,14 @@ fn get_on_a_connection_the_server_closed_is_replayed() {
         } else {
             Reply::echo_target("s1", r)
         }
-    });
+    })
+}
+
+/// The close race: the server drops a reused connection without answering. The GET is
+/// replayed on a new connection and the client never sees an error.
+#[test]
+fn get_on_a_connection_the_server_closed_is_replayed() {
+    let b = closes_reused_connections();
     let (s, port) = proxy(&b, "", "");
     assert_eq!(http_get(port, "/first").status, 200);
     let r = http_get(port, "/second");
@@ -160,18 +165,7 @@ fn get_on_a_connection_the_server_closed_is_replayed() {
 /// Under `always`, a POST that a reused connection loses cannot be replayed: 502, as HAProxy.
 #[test]
 fn post_lost_on_a_reused_connection_is_not_replayed() {
-    let served: Arc<Mutex<HashMap<usize, usize>>> = Arc::default();
-    let s2 = served.clone();
-    let b = HttpBackend::with_handler("s1", move |r| {
-        let mut m = s2.lock().unwrap();
-        let n = m.entry(r.conn_id).or_insert(0);
-        *n += 1;
-        if *n > 1 {
-            Reply::Close
-        } else {
-            Reply::echo_target("s1", r)
-        }
-    });
+    let b = closes_reused_connections();
     let (_s, port) = proxy(&b, "    http-reuse always", "");
     assert_eq!(http_get(port, "/first").status, 200);
     assert_eq!(post(port, "/p").status, 502);
@@ -189,17 +183,6 @@ fn sequential_close_clients_keep_one_server_connection() {
     }
     assert_eq!(b.conns(), 1);
     assert_eq!(b.open_conns(), 1);
-}
-
-/// One command on the stats socket; the reply up to the connection's close.
-fn cli(path: &std::path::Path, line: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(path).expect("stats socket");
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    s.write_all(format!("{line}\n").as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 /// The pools are visible: `show pools` and the CSV's idle-connection columns.
@@ -221,11 +204,11 @@ fn pool_state_is_visible_on_the_stats_socket() {
     // Counters are updated after the response is sent: poll until the last one is in.
     let mut out = String::new();
     wait_until("show pools counts 3 requests", WAIT, || {
-        out = cli(&sock, "show pools");
+        out = stats_cli(&sock, "show pools");
         out.contains("be/s1: idle=0 safe=1 used=0 new=1 reused=2 ")
     });
     assert!(out.contains("replayed=0"), "{out}");
-    let csv = cli(&sock, "show stat");
+    let csv = stats_cli(&sock, "show stat");
     let mut lines = csv.lines();
     let header: Vec<&str> = lines
         .next()

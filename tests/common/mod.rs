@@ -1627,6 +1627,17 @@ pub const DEFAULTS_HTTP: &str = "defaults
     timeout server 10s
 ";
 
+/// Sends one command line to a `stats socket` and returns the reply, read until sluice
+/// closes the connection.
+pub fn stats_cli(path: &Path, line: &str) -> String {
+    let mut s = std::os::unix::net::UnixStream::connect(path).expect("connect to stats socket");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read reply");
+    out
+}
+
 /// `global` + `defaults` with HAProxy-format access logs on stdout.
 pub const LOGGED_HTTP: &str = "global
     log stdout format raw local0

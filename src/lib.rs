@@ -18,6 +18,7 @@ pub mod log;
 pub mod pool;
 pub mod runtime;
 pub mod stats;
+pub mod stats_page;
 pub mod stream;
 pub mod sys;
 pub mod util;

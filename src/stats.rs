@@ -124,10 +124,21 @@ pub const TYPE_FRONTEND: u32 = 0;
 pub const TYPE_BACKEND: u32 = 1;
 pub const TYPE_SERVER: u32 = 2;
 
-/// One CSV line under construction: every column starts empty.
-struct Row(Vec<String>);
+/// One CSV line: every column starts empty.
+pub struct Row(Vec<String>);
 
 impl Row {
+    /// The value of column `name` (empty when sluice cannot fill it).
+    pub fn get(&self, name: &str) -> &str {
+        match CSV_FIELDS.iter().position(|f| *f == name) {
+            Some(i) => &self.0[i],
+            None => {
+                debug_assert!(false, "unknown stats column {name}");
+                ""
+            }
+        }
+    }
+
     fn new() -> Row {
         Row(vec![String::new(); CSV_FIELDS.len()])
     }
@@ -182,6 +193,8 @@ pub struct Filter {
     pub types: u32,
     /// Server id (`None` = every server).
     pub sid: Option<u32>,
+    /// Hide servers in maintenance or down (the stats page's `;up`).
+    pub up_only: bool,
 }
 
 impl Filter {
@@ -190,6 +203,7 @@ impl Filter {
             proxy: None,
             types: 7,
             sid: None,
+            up_only: false,
         }
     }
 }
@@ -202,12 +216,23 @@ fn u(c: &std::sync::atomic::AtomicU64) -> u64 {
 /// declaration order, its FRONTEND, then its servers, then its BACKEND.
 pub fn csv(shared: &Shared, filter: Filter) -> String {
     let mut out = csv_header();
+    for_each_row(shared, filter, |_, row| row.write_to(&mut out));
+    out
+}
+
+/// Appends the CSV lines (no header) of the rows `filter` selects.
+pub fn csv_rows(shared: &Shared, filter: Filter, out: &mut String) {
+    for_each_row(shared, filter, |_, row| row.write_to(out));
+}
+
+/// Calls `f(proxy index, row)` for every row `filter` selects, in HAProxy's order.
+pub fn for_each_row(shared: &Shared, filter: Filter, mut f: impl FnMut(usize, Row)) {
     for (i, p) in shared.cfg.proxies.iter().enumerate() {
         if filter.proxy.is_some_and(|f| f != i) {
             continue;
         }
         if p.kind.has_frontend() && filter.types & 1 != 0 {
-            frontend_row(shared, i, p).write_to(&mut out);
+            f(i, frontend_row(shared, i, p));
         }
         let Some(be) = shared.proxies[i].be.as_ref() else {
             continue;
@@ -217,14 +242,16 @@ pub fn csv(shared: &Shared, filter: Filter) -> String {
                 if filter.sid.is_some_and(|sid| sid != s.puid) {
                     continue;
                 }
-                server_row(shared, i, p, be, s).write_to(&mut out);
+                if filter.up_only && (s.maint.load(Relaxed) || !s.up.load(Relaxed)) {
+                    continue;
+                }
+                f(i, server_row(shared, i, p, be, s));
             }
         }
         if filter.types & 2 != 0 {
-            backend_row(shared, i, p, be).write_to(&mut out);
+            f(i, backend_row(shared, i, p, be));
         }
     }
-    out
 }
 
 fn mode_name(p: &Proxy) -> &'static str {

@@ -366,6 +366,47 @@ pub struct Proxy {
     pub errorfiles: HashMap<u16, Vec<u8>>,
     pub http_request: Vec<HttpRequestRule>,
     pub http_response: Vec<HttpResponseRule>,
+    /// `stats ...`: the HTTP stats page this proxy serves (any `stats` keyword enables it).
+    pub stats: Option<StatsPage>,
+}
+
+/// HAProxy's default `stats uri`.
+pub const DEFAULT_STATS_URI: &str = "/haproxy?stats";
+/// HAProxy's default `stats realm`.
+pub const DEFAULT_STATS_REALM: &str = "HAProxy Statistics";
+
+/// The stats page of a proxy (`stats enable`, `stats uri`, `stats auth`, ...).
+#[derive(Debug, Clone)]
+pub struct StatsPage {
+    /// URI prefix that selects the page (`stats uri`, default `/haproxy?stats`).
+    pub uri: String,
+    /// `stats realm` (default `HAProxy Statistics`).
+    pub realm: String,
+    /// `stats auth USER:PASS`, as `USER:PASS` strings; empty = no authentication.
+    pub auth: Vec<String>,
+    /// `stats refresh`, in seconds (0 = none).
+    pub refresh: u32,
+    /// `stats scope NAME`: proxies shown (empty = all; `.` = the serving proxy).
+    pub scope: Vec<String>,
+    pub show_legends: bool,
+    pub hide_version: bool,
+    /// `stats admin if|unless COND`.
+    pub admin: Option<Cond>,
+}
+
+impl Default for StatsPage {
+    fn default() -> Self {
+        StatsPage {
+            uri: DEFAULT_STATS_URI.to_string(),
+            realm: DEFAULT_STATS_REALM.to_string(),
+            auth: Vec::new(),
+            refresh: 0,
+            scope: Vec::new(),
+            show_legends: false,
+            hide_version: false,
+            admin: None,
+        }
+    }
 }
 
 /// `use_backend NAME [if|unless COND]`.

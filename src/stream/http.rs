@@ -808,6 +808,12 @@ impl<C: ClientIo> Conn<'_, C> {
         if let Some(r) = self.run_request_rules(self.fe, head, src) {
             return self.act_final(head, txn, r).await;
         }
+        // The stats page, after the proxy's http-request rules as in HAProxy.
+        if self.fe.stats.is_some()
+            && let Some(next) = self.stats_page(self.ctx.proxy, head, txn, src).await
+        {
+            return next;
+        }
         // use_backend / default_backend.
         let be_idx = {
             let view = ReqView {
@@ -828,12 +834,50 @@ impl<C: ClientIo> Conn<'_, C> {
         };
         txn.be = Some(be_idx);
         let bp = &shared.cfg.proxies[be_idx];
-        if be_idx != self.ctx.proxy
-            && let Some(r) = self.run_request_rules(bp, head, src)
-        {
-            return self.act_final(head, txn, r).await;
+        if be_idx != self.ctx.proxy {
+            if let Some(r) = self.run_request_rules(bp, head, src) {
+                return self.act_final(head, txn, r).await;
+            }
+            if bp.stats.is_some()
+                && let Some(next) = self.stats_page(be_idx, head, txn, src).await
+            {
+                return next;
+            }
         }
         self.forward(head, txn, be_idx).await
+    }
+
+    /// Answers the stats page of proxy `px` if the request is for it (`None`: it is not).
+    async fn stats_page(
+        &mut self,
+        px: usize,
+        head: &RequestHead,
+        txn: &mut Txn,
+        src: Option<IpAddr>,
+    ) -> Option<Option<Next>> {
+        use crate::stats_page as sp;
+        let shared = self.ctx.shared().clone();
+        let page = shared.cfg.proxies[px].stats.as_ref()?;
+        let rest = sp::matches(page, head.method.of(&self.cbuf), head.uri.of(&self.cbuf))?;
+        let rest = rest.to_vec();
+        txn.flags.intercepted = true;
+        let auth = self.hdrs.first(&self.cbuf, b"authorization");
+        let (status, resp) = if !sp::authorized(page, auth) {
+            (401, sp::unauthorized(page, head.is_head))
+        } else if head.method.of(&self.cbuf) == b"POST" {
+            let admin = page.admin.as_ref().is_some_and(|c| {
+                c.eval(&ReqView {
+                    buf: &self.cbuf,
+                    head,
+                    hdrs: &self.hdrs,
+                    src,
+                })
+            });
+            (303, sp::post_redirect(page, &rest, admin))
+        } else {
+            (200, sp::render(&shared, page, px, &rest, head.is_head))
+        };
+        Some(self.local_response(head, txn, &resp, status, true).await)
     }
 
     /// Applies header edits and returns the first final action (deny/return/redirect).

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::super::acl::AclSet;
 use super::super::{
     Balance, Cond, ConfigError, HashFunction, HashMethod, HashType, HttpReuse, LogTarget, Mode,
-    Origin, Proxy, ProxyKind, ProxyOptions, Timeouts,
+    Origin, Proxy, ProxyKind, ProxyOptions, StatsPage, Timeouts,
 };
 use super::values::{arg, no_extra, parse_range, parse_time, parse_u32};
 use super::{KwErr, did_you_mean, kind_name, logs, options, rules, server};
@@ -79,6 +79,8 @@ pub(super) struct Draft {
     /// Explicit uses of HTTP-only features: (where, keyword, reason) — errors unless the
     /// proxy ends up in `mode http`.
     pub http_only: Vec<(Origin, String, String)>,
+    /// Whether `p.stats` came from this section's own `stats` lines (not from `defaults`).
+    pub stats_own: bool,
 }
 
 fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
@@ -104,6 +106,7 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         errorfiles: HashMap::new(),
         http_request: Vec::new(),
         http_response: Vec::new(),
+        stats: None,
     }
 }
 
@@ -123,6 +126,9 @@ impl Draft {
             p.balance = b.p.balance.clone();
             p.hash_type = b.p.hash_type;
             p.errorfiles = b.p.errorfiles.clone();
+            // HAProxy shares the defaults' stats settings with every proxy until the proxy
+            // has a `stats` line of its own (which then starts from scratch).
+            p.stats = b.p.stats.clone();
             logs = b.logs.clone();
             default_server = b.default_server.clone();
             // Frontend-side settings `defaults` may carry (HAProxy copies them only to proxies
@@ -142,6 +148,7 @@ impl Draft {
             use_backends: Vec::new(),
             id_at: None,
             http_only: Vec::new(),
+            stats_own: false,
         }
     }
 
@@ -213,6 +220,8 @@ impl Draft {
         opts.forwardfor = None;
         // An inherited `monitor-uri` only applies to HTTP (an explicit one was reported above).
         self.p.monitor_uri = None;
+        // Likewise an inherited stats page (an explicit `stats` line was reported above).
+        self.p.stats = None;
         if matches!(
             self.p.balance,
             Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }
@@ -253,6 +262,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("option", D | F | B),
     ("retries", D | B),
     ("server", B),
+    ("stats", D | F | B),
     ("timeout", D | F | B),
     ("use_backend", F),
 ];
@@ -263,7 +273,6 @@ const UNSUPPORTED: &[&str] = &[
     "stick",
     "stick-store-request",
     "stick-store-response",
-    "stats",
     "tcp-check",
     "tcp-request",
     "tcp-response",
@@ -463,6 +472,7 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             d.needs_http(l, "monitor-uri");
         }
         "timeout" => timeout(d, w)?,
+        "stats" => stats(d, l)?,
         "balance" => balance(d, l)?,
         "hash-type" => d.p.hash_type = hash_type(w)?,
         "errorfile" => errorfile(d, w)?,
@@ -739,5 +749,130 @@ fn errorfile(d: &mut Draft, w: &[String]) -> Result<(), String> {
     };
     let body = std::fs::read(path).map_err(|e| format!("cannot read '{path}': {e}"))?;
     d.p.errorfiles.insert(code, body);
+    Ok(())
+}
+
+/// `stats` sub-keywords sluice implements in proxies.
+const STATS_KEYWORDS: &[&str] = &[
+    "admin",
+    "auth",
+    "enable",
+    "hide-version",
+    "realm",
+    "refresh",
+    "scope",
+    "show-legends",
+    "uri",
+];
+
+/// `stats ...` in a proxy or defaults section: the HTTP stats page. Any of these lines enables
+/// the page, as in HAProxy.
+fn stats(d: &mut Draft, l: &Line) -> Result<(), String> {
+    let w = &l.words;
+    let Some(sub) = w.get(1).map(String::as_str) else {
+        return Err(format!(
+            "missing keyword after 'stats' (expected one of {})",
+            STATS_KEYWORDS.join(", ")
+        ));
+    };
+    if !STATS_KEYWORDS.contains(&sub) {
+        return Err(match sub {
+            "socket" | "timeout" | "maxconn" | "bind-process" => {
+                format!("'stats {sub}' is only allowed in the 'global' section")
+            }
+            "http-request" | "show-desc" | "show-node" | "show-modules" => {
+                format!("'stats {sub}' is not supported by sluice")
+            }
+            _ => format!(
+                "unknown keyword 'stats {sub}'{}",
+                did_you_mean(sub, STATS_KEYWORDS.iter().copied())
+            ),
+        });
+    }
+    if sub == "admin" && d.is_defaults {
+        return Err(
+            "'stats admin' is not allowed in 'defaults' sections (only in frontend, \
+                    backend and listen sections)"
+                .into(),
+        );
+    }
+    // The first own `stats` line detaches the proxy from the defaults' stats settings.
+    if !d.is_defaults && !d.stats_own {
+        d.p.stats = None;
+        d.stats_own = true;
+    }
+    let mut st = d.p.stats.take().unwrap_or_default();
+    let r = stats_sub(d, &mut st, sub, w);
+    d.p.stats = Some(st);
+    r?;
+    d.needs_http_because(l, "stats", "the stats page requires 'mode http'");
+    Ok(())
+}
+
+fn stats_sub(d: &Draft, st: &mut StatsPage, sub: &str, w: &[String]) -> Result<(), String> {
+    match sub {
+        "enable" => no_extra(w, 2)?,
+        "hide-version" => {
+            no_extra(w, 2)?;
+            st.hide_version = true;
+        }
+        "show-legends" => {
+            no_extra(w, 2)?;
+            st.show_legends = true;
+        }
+        "uri" => {
+            let uri = arg(w, 2, "URI prefix")?;
+            no_extra(w, 3)?;
+            st.uri = uri.to_string();
+        }
+        "realm" => {
+            let realm = arg(w, 2, "realm (spaces escaped with a backslash)")?;
+            no_extra(w, 3)?;
+            if realm.contains(['"', '\\']) {
+                return Err(format!(
+                    "realm '{realm}' must not contain double quotes or backslashes"
+                ));
+            }
+            st.realm = realm.to_string();
+        }
+        "refresh" => {
+            let v = arg(w, 2, "refresh interval (in seconds unless a unit is given)")?;
+            no_extra(w, 3)?;
+            let secs = if v.bytes().all(|b| b.is_ascii_digit()) {
+                parse_u32(v)?
+            } else {
+                let t = parse_time(v)?;
+                t.as_secs().max(u64::from(!t.is_zero())) as u32
+            };
+            st.refresh = secs;
+        }
+        "auth" => {
+            let a = arg(w, 2, "'user:password' account")?;
+            no_extra(w, 3)?;
+            if !a.contains(':') || a.starts_with(':') {
+                return Err(format!("'{a}': expected 'user:password'"));
+            }
+            st.auth.push(a.to_string());
+        }
+        "scope" => {
+            let name = arg(w, 2, "proxy name (or '.' for this one)")?;
+            no_extra(w, 3)?;
+            st.scope.push(name.to_string());
+        }
+        "admin" => {
+            match w.get(2).map(String::as_str) {
+                Some("if" | "unless") => {}
+                _ => {
+                    return Err(
+                        "'stats admin' requires either 'if' or 'unless' followed by a \
+                                condition"
+                            .into(),
+                    );
+                }
+            }
+            st.admin = Some(super::super::acl::parse_cond(&w[2..], &d.acls)?);
+        }
+        _ => unreachable!("stats keyword table and handlers disagree on '{sub}'"),
+    }
     Ok(())
 }

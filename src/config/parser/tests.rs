@@ -3273,3 +3273,53 @@ fn odd_input_never_panics() {
         }
     }
 }
+
+#[test]
+fn stats_page_keywords_and_inheritance() {
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        "  stats auth a:b",
+        "  stats refresh 2m",
+        "frontend fe",
+        "  bind :80",
+        "  default_backend app",
+        "backend app",
+        "  stats uri /s",
+        "  stats scope .",
+        "  stats scope fe",
+        "  stats realm My\\ Realm",
+        "  acl local src 127.0.0.1",
+        "  stats admin if local",
+    ]);
+    // Inherited as is.
+    let fe = px(&c, "fe").stats.as_ref().unwrap();
+    assert_eq!(fe.uri, "/haproxy?stats");
+    assert_eq!(fe.auth, vec!["a:b".to_string()]);
+    assert_eq!(fe.refresh, 120);
+    // An own `stats` line starts from scratch, as in HAProxy.
+    let be = px(&c, "app").stats.as_ref().unwrap();
+    assert_eq!(be.uri, "/s");
+    assert!(be.auth.is_empty());
+    assert_eq!(be.refresh, 0);
+    assert_eq!(be.scope, vec![".".to_string(), "fe".into()]);
+    assert_eq!(be.realm, "My Realm");
+    assert!(be.admin.is_some());
+
+    err1(
+        &["listen l", "  bind :80", "  mode http", "  stats urii /x"],
+        &["unknown keyword 'stats urii'", "did you mean 'uri'"],
+    );
+    err1(
+        &["listen l", "  bind :80", "  stats enable"],
+        &["'stats'", "requires 'mode http'"],
+    );
+    err1(
+        &["defaults", "  mode http", "  stats admin if TRUE"],
+        &["'stats admin' is not allowed in 'defaults'"],
+    );
+    err1(
+        &["listen l", "  bind :80", "  mode http", "  stats uri"],
+        &["missing URI prefix"],
+    );
+}

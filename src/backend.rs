@@ -24,6 +24,8 @@ pub struct ServerState {
     pub name: String,
     /// Current address (`set server addr` may change it later).
     pub addr: ArcSwap<SocketAddr>,
+    /// Bumped by each address change, so pooled connections to an old address are dropped.
+    pub addr_gen: AtomicU32,
     pub puid: u32,
     pub backup: bool,
     /// Current user weight.
@@ -220,6 +222,7 @@ impl ServerState {
         ServerState {
             name: s.name.clone(),
             addr: ArcSwap::from_pointee(s.addr),
+            addr_gen: AtomicU32::new(0),
             puid,
             backup: s.backup,
             weight: AtomicU32::new(s.weight),

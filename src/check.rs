@@ -96,6 +96,8 @@ pub struct CheckState {
     /// Failed checks (`chkfail`) and UP -> DOWN transitions (`chkdown`).
     pub failed: AtomicU64,
     pub downs: AtomicU64,
+    /// `disable health` stops the checks (the server then counts as UP) until `enable health`.
+    pub enabled: std::sync::atomic::AtomicBool,
 }
 
 impl CheckState {
@@ -110,6 +112,7 @@ impl CheckState {
             last_duration_ms: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             downs: AtomicU64::new(0),
+            enabled: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -169,6 +172,10 @@ async fn run(w: Rc<Worker>, pi: usize, si: usize, cfg: CheckCfg) {
     loop {
         if w.stopping.get() {
             return;
+        }
+        if !st.enabled.load(Relaxed) {
+            tokio::time::sleep(cfg.inter).await;
+            continue;
         }
         let start = Instant::now();
         let base = **srv.addr.load();
@@ -232,6 +239,29 @@ pub fn apply(st: &CheckState, ok: bool) -> Option<bool> {
         st.health.store(0, Relaxed);
         None
     }
+}
+
+/// `set server B/S health up|down` and `enable|disable health`: forces the health counter
+/// and the server's state at once. Returns whether the server's state changed.
+pub fn force(
+    srv: &crate::backend::ServerState,
+    be: &crate::backend::BackendState,
+    up: bool,
+) -> bool {
+    let Some(st) = srv.check.as_ref() else {
+        return false;
+    };
+    st.health
+        .store(if up { st.rise + st.fall - 1 } else { 0 }, Relaxed);
+    let changed = srv.up.swap(up, Relaxed) != up;
+    if changed {
+        if !up {
+            st.downs.fetch_add(1, Relaxed);
+        }
+        srv.last_change.store(unix_now(), Relaxed);
+        be.changed();
+    }
+    changed
 }
 
 /// Applies a transition to the server and logs it; logs each check with

@@ -77,7 +77,18 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
     ),
     (
         "set server <bk>/<srv> [opts]",
-        "change a server's state or weight (state ready|drain|maint, weight <w>)",
+        "change a server's state, weight, maxconn, health or address (state ready|drain|maint, \
+         weight <w>, maxconn <n>, health up|stopping|down, addr <ip> [port <p>])",
+        CliLevel::Admin,
+    ),
+    (
+        "enable health <bk>/<srv>",
+        "enable health checks on a server",
+        CliLevel::Admin,
+    ),
+    (
+        "disable health <bk>/<srv>",
+        "disable health checks on a server (it then counts as UP)",
         CliLevel::Admin,
     ),
     (
@@ -176,6 +187,16 @@ pub fn execute(shared: &Shared, sess: &mut Session, args: &[String]) -> (String,
             })
         }),
         ["set", "server", rest @ ..] => admin(sess, || set_server(shared, rest)),
+        ["enable", "health", rest @ ..] => admin(sess, || {
+            with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
+                health_enable(be, s, true)
+            })
+        }),
+        ["disable", "health", rest @ ..] => admin(sess, || {
+            with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
+                health_enable(be, s, false)
+            })
+        }),
         ["enable", "server", rest @ ..] => admin(sess, || {
             with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
                 set_state(be, s, State::Ready);
@@ -343,11 +364,87 @@ fn set_server(shared: &Shared, rest: &[&str]) -> String {
         },
         Some("weight") => set_weight(be, s, rest.get(2).copied().unwrap_or("")),
         Some("maxconn") => set_maxconn(be, s, rest.get(2).copied().unwrap_or("")),
-        _ => "'set server <srv>' only supports 'state', 'weight' and 'maxconn' in sluice \
-              (HAProxy also has 'agent', 'health', 'addr', 'fqdn', 'check-addr', 'check-port' \
+        Some("health") => {
+            if s.check.is_none() {
+                return "Health checks are not enabled on this server.\n".into();
+            }
+            match rest.get(2).copied() {
+                Some("up") => {
+                    crate::check::force(s, be, true);
+                    String::new()
+                }
+                Some("down") => {
+                    crate::check::force(s, be, false);
+                    String::new()
+                }
+                // NOLB: up, but no new load-balanced traffic (sluice's drain).
+                Some("stopping") => {
+                    crate::check::force(s, be, true);
+                    set_state(be, s, State::Drain);
+                    String::new()
+                }
+                _ => "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n".into(),
+            }
+        }
+        Some("addr") => set_addr(be, s, &rest[2..]),
+        _ => "'set server <srv>' only supports 'state', 'weight', 'maxconn', 'health' and \
+              'addr' in sluice (HAProxy also has 'agent', 'fqdn', 'check-addr', 'check-port' \
               and 'ssl').\n"
             .into(),
     })
+}
+
+/// `set server B/S addr IP [port PORT]`: new connections go to the new address at once.
+fn set_addr(be: &crate::backend::BackendState, s: &ServerState, args: &[&str]) -> String {
+    let Some(ip) = args.first() else {
+        return "set server <b>/<s> addr requires an address and optionally a port.\n".into();
+    };
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return format!("Invalid addr '{ip}'.\n");
+    };
+    let old = **s.addr.load();
+    let port = match args.get(1..) {
+        None | Some([]) => old.port(),
+        Some(["port", p]) => match p.parse::<u16>() {
+            Ok(p) if p > 0 => p,
+            _ => return format!("Invalid port '{p}'.\n"),
+        },
+        Some(_) => {
+            return "set server <b>/<s> addr requires an address and optionally a port.\n".into();
+        }
+    };
+    let new = std::net::SocketAddr::new(ip, port);
+    s.addr.store(std::sync::Arc::new(new));
+    // Idle pooled connections to the old address are closed when next met.
+    s.addr_gen.fetch_add(1, SeqCst);
+    let _ = be;
+    let mut msg = String::new();
+    if new.ip() != old.ip() {
+        msg.push_str(&format!("IP changed from '{}' to '{}'", old.ip(), new.ip()));
+    } else {
+        msg.push_str("no need to change the addr");
+    }
+    if new.port() != old.port() {
+        msg.push_str(&format!(
+            ", port changed from '{}' to '{}'",
+            old.port(),
+            new.port()
+        ));
+    }
+    msg.push_str(" by 'stats socket command'\n");
+    msg
+}
+
+/// `enable|disable health B/S`: a server whose checks are disabled counts as UP (HAProxy).
+fn health_enable(be: &crate::backend::BackendState, s: &ServerState, on: bool) -> String {
+    let Some(ck) = s.check.as_ref() else {
+        return "Health checks are not enabled on this server.\n".into();
+    };
+    ck.enabled.store(on, SeqCst);
+    if !on {
+        crate::check::force(s, be, true);
+    }
+    String::new()
 }
 
 fn set_maxconn(be: &crate::backend::BackendState, s: &ServerState, v: &str) -> String {

@@ -28,6 +28,9 @@ pub struct IdleConn {
     /// Requests it has carried so far (at least 1 once pooled). A connection with 2 or more
     /// has proved that the server keeps it open between requests.
     pub uses: u32,
+    /// The server's address generation when it was opened (`set server addr` bumps it: a
+    /// connection to the old address is never reused).
+    pub epoch: u32,
 }
 
 impl IdleConn {
@@ -95,7 +98,7 @@ pub struct ThreadPool {
 impl ThreadPool {
     /// Takes the most recent live idle connection to `key` that has carried at least
     /// `min_uses` requests, and counts it as used. Dead ones met on the way are closed.
-    pub fn take(&self, key: Key, min_uses: u32, g: &PoolGauges) -> Option<IdleConn> {
+    pub fn take(&self, key: Key, min_uses: u32, g: &PoolGauges, epoch: u32) -> Option<IdleConn> {
         let mut m = self.servers.borrow_mut();
         let sp = m.get_mut(&key)?;
         let mut i = sp.idle.len();
@@ -106,7 +109,7 @@ impl ThreadPool {
             }
             let c = sp.idle.swap_remove(i);
             idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
-            if !c.alive() {
+            if c.epoch != epoch || !c.alive() {
                 bump(&self.counters.purged);
                 g.purged.fetch_add(1, Relaxed);
                 i = i.min(sp.idle.len());
@@ -248,6 +251,7 @@ mod tests {
                 Some(IdleConn {
                     stream: conns.pop().unwrap(),
                     uses: 1,
+                    epoch: 0,
                 }),
                 NO_LIMIT,
                 gg,
@@ -258,6 +262,7 @@ mod tests {
                 Some(IdleConn {
                     stream: conns.pop().unwrap(),
                     uses: 1,
+                    epoch: 0,
                 }),
                 NO_LIMIT,
                 gg,
@@ -267,6 +272,7 @@ mod tests {
                 Some(IdleConn {
                     stream: conns.pop().unwrap(),
                     uses: 1,
+                    epoch: 0,
                 }),
                 NO_LIMIT,
                 gg,
@@ -275,7 +281,7 @@ mod tests {
             // The cap kept c2 and c1 and closed c0. The server now closes c2 and c1 (peers 2
             // and 1): taking finds both dead and closes them.
             peers.truncate(1);
-            let c = p.take(key, 1, gg);
+            let c = p.take(key, 1, gg, 0);
             assert!(c.is_none());
             assert_eq!(p.counters.purged.get(), 2);
             assert_eq!(p.idle_count(), 0);
@@ -302,6 +308,7 @@ mod tests {
                 Some(IdleConn {
                     stream: c1,
                     uses: 1,
+                    epoch: 0,
                 }),
                 off,
                 gg,
@@ -316,6 +323,7 @@ mod tests {
                 Some(IdleConn {
                     stream: c2,
                     uses: 3,
+                    epoch: 0,
                 }),
                 worn,
                 gg,
@@ -328,12 +336,13 @@ mod tests {
                 Some(IdleConn {
                     stream: c3,
                     uses: 1,
+                    epoch: 0,
                 }),
                 NO_LIMIT,
                 gg,
             );
-            assert!(p.take(key, 2, gg).is_none(), "not yet proved reusable");
-            let c = p.take(key, 1, gg).expect("usable");
+            assert!(p.take(key, 2, gg, 0).is_none(), "not yet proved reusable");
+            let c = p.take(key, 1, gg, 0).expect("usable");
             assert_eq!(c.uses, 1);
             assert_eq!(p.counters.reused.get(), 1);
         });
@@ -355,7 +364,16 @@ mod tests {
                 p.opened(key, gg);
             }
             for c in conns {
-                p.release(key, Some(IdleConn { stream: c, uses: 1 }), NO_LIMIT, gg);
+                p.release(
+                    key,
+                    Some(IdleConn {
+                        stream: c,
+                        uses: 1,
+                        epoch: 0,
+                    }),
+                    NO_LIMIT,
+                    gg,
+                );
             }
             assert_eq!(p.idle_count(), 4);
             // Period 1 peaked at 4 in use: nothing is surplus yet.

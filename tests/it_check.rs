@@ -179,3 +179,60 @@ fn check_keywords_are_validated() {
         assert!(o.stderr.contains(want), "{line}: {}", o.stderr);
     }
 }
+
+#[test]
+fn cli_forces_health_and_moves_a_server() {
+    let a = HttpBackend::start("a");
+    let b = HttpBackend::start("b");
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms rise 2\n    server b {} check inter 100ms\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let who = || {
+        http_get(port, "/")
+            .header("x-server")
+            .unwrap_or("")
+            .to_string()
+    };
+    // With its checks disabled, a forced-down server stays down and gets no traffic.
+    assert_eq!(stats_cli(&sock, "disable health be/a"), "\n");
+    assert_eq!(stats_cli(&sock, "set server be/a health down"), "\n");
+    assert_eq!(stat_col(&sock, "a", "status"), "DOWN");
+    for _ in 0..4 {
+        assert_eq!(who(), "b");
+    }
+    // Checks back on: `rise` good checks bring it UP, and it gets traffic again.
+    assert_eq!(stats_cli(&sock, "enable health be/a"), "\n");
+    s.wait_log_line(|l| l.contains("Server be/a is UP"), WAIT);
+    let mut seen_a = false;
+    for _ in 0..4 {
+        seen_a |= who() == "a";
+    }
+    assert!(seen_a);
+    // A new address applies to the next connections (here: b's port).
+    let reply = stats_cli(
+        &sock,
+        &format!("set server be/a addr 127.0.0.1 port {}", b.port()),
+    );
+    assert!(
+        reply.starts_with("no need to change the addr, port changed from")
+            && reply.contains("by 'stats socket command'"),
+        "{reply}"
+    );
+    for _ in 0..4 {
+        assert_eq!(who(), "b");
+    }
+    // Errors.
+    assert_eq!(
+        stats_cli(&sock, "set server be/a health sideways"),
+        "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n\n"
+    );
+    assert!(stats_cli(&sock, "set server be/a addr nowhere").starts_with("Invalid addr"));
+}

@@ -215,10 +215,19 @@ struct PoolGuard {
     w: Option<Rc<Worker>>,
     key: crate::pool::Key,
     limits: Limits,
+    /// The server's address generation when the connection was opened.
+    epoch: u32,
 }
 
 impl PoolGuard {
-    fn new(w: &Rc<Worker>, reuse: HttpReuse, bp: &Proxy, be: usize, server: usize) -> PoolGuard {
+    fn new(
+        w: &Rc<Worker>,
+        reuse: HttpReuse,
+        bp: &Proxy,
+        be: usize,
+        server: usize,
+        epoch: u32,
+    ) -> PoolGuard {
         let srv = &bp.servers[server];
         PoolGuard {
             w: (reuse != HttpReuse::Never).then(|| w.clone()),
@@ -227,6 +236,7 @@ impl PoolGuard {
                 max_idle: srv.pool_max_conn,
                 max_reuse: srv.max_reuse,
             },
+            epoch,
         }
     }
 
@@ -234,8 +244,16 @@ impl PoolGuard {
     fn keep(mut self, stream: TcpStream, uses: u32) {
         if let Some(w) = self.w.take() {
             let g = &w.shared.server(self.key.0, self.key.1).pool;
-            w.pool
-                .release(self.key, Some(IdleConn { stream, uses }), self.limits, g);
+            w.pool.release(
+                self.key,
+                Some(IdleConn {
+                    stream,
+                    uses,
+                    epoch: self.epoch,
+                }),
+                self.limits,
+                g,
+            );
         }
     }
 }
@@ -264,6 +282,8 @@ struct Kept {
     server: usize,
     stream: TcpStream,
     uses: u32,
+    /// The server's address generation at connect time.
+    epoch: u32,
 }
 
 impl Kept {
@@ -1032,13 +1052,15 @@ impl<C: ClientIo> Conn<'_, C> {
             HttpReuse::Aggressive => Some(1),
         };
         let pool = &self.ctx.w.pool;
-        let mut got: Option<(TcpStream, u32)> = None;
+        let cur_gen = shared.server(be_idx, slot.server).addr_gen.load(Relaxed);
+        let mut got: Option<(TcpStream, u32, u32)> = None;
         if let Some(k) = self.kept.take()
             && k.be == be_idx
             && k.server == slot.server
+            && k.epoch == cur_gen
             && k.alive()
         {
-            got = Some((k.stream, k.uses));
+            got = Some((k.stream, k.uses, k.epoch));
         }
         if got.is_none()
             && let Some(m) = min_uses
@@ -1046,15 +1068,16 @@ impl<C: ClientIo> Conn<'_, C> {
                 (be_idx, slot.server),
                 m,
                 &shared.server(be_idx, slot.server).pool,
+                cur_gen,
             )
         {
-            got = Some((c.stream, c.uses));
+            got = Some((c.stream, c.uses, c.epoch));
         }
-        let (stream, slot, uses, reused) = match got {
-            Some((stream, uses)) => {
+        let (stream, slot, uses, epoch, reused) = match got {
+            Some((stream, uses, epoch)) => {
                 txn.t_connect = 0;
                 txn.flags.reused = true;
-                (stream, slot, uses, true)
+                (stream, slot, uses, epoch, true)
             }
             None => match if abort {
                 let ctx = self.ctx;
@@ -1075,7 +1098,8 @@ impl<C: ClientIo> Conn<'_, C> {
                     if reuse != HttpReuse::Never {
                         pool.opened((be_idx, sc.slot.server), &sc.slot.server_state().pool);
                     }
-                    (sc.stream, sc.slot, 0, false)
+                    let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
+                    (sc.stream, sc.slot, 0, epoch, false)
                 }
                 Err(e) => {
                     if let ConnectError::Failed { retries, .. } = e {
@@ -1102,7 +1126,7 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.bytes_in += initial as u64;
         let mut conn = ServerSide {
             stream,
-            guard: PoolGuard::new(&self.ctx.w, reuse, bp, be_idx, slot.server),
+            guard: PoolGuard::new(&self.ctx.w, reuse, bp, be_idx, slot.server, epoch),
             slot,
             uses,
         };
@@ -1149,9 +1173,10 @@ impl<C: ClientIo> Conn<'_, C> {
                     txn.retries += 1 + sc.retries;
                     let server = sc.slot.server;
                     txn.server = Some(server);
+                    let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
                     conn = ServerSide {
                         stream: sc.stream,
-                        guard: PoolGuard::new(&self.ctx.w, reuse, bp, be_idx, server),
+                        guard: PoolGuard::new(&self.ctx.w, reuse, bp, be_idx, server, epoch),
                         slot: sc.slot,
                         uses: 0,
                     };
@@ -1468,6 +1493,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     server,
                     stream,
                     uses: uses + 1,
+                    epoch: guard.epoch,
                 });
             }
         }

@@ -21,20 +21,7 @@ defaults
 
 /// A column of the server row `be,NAME` in `show stat`.
 fn stat_col(sock: &std::path::Path, srv: &str, col: &str) -> String {
-    let csv = stats_cli(sock, "show stat");
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .unwrap()
-        .trim_start_matches("# ")
-        .split(',')
-        .collect();
-    let row: Vec<&str> = lines
-        .find(|l| l.starts_with(&format!("be,{srv},")))
-        .expect("server row")
-        .split(',')
-        .collect();
-    row[header.iter().position(|h| *h == col).unwrap()].to_string()
+    stat_column(sock, "be", srv, col)
 }
 
 #[test]

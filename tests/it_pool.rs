@@ -208,20 +208,7 @@ fn pool_state_is_visible_on_the_stats_socket() {
         out.contains("be/s1: idle=0 safe=1 used=0 new=1 reused=2 ")
     });
     assert!(out.contains("replayed=0"), "{out}");
-    let csv = stats_cli(&sock, "show stat");
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .unwrap()
-        .trim_start_matches("# ")
-        .split(',')
-        .collect();
-    let row: Vec<&str> = lines
-        .find(|l| l.starts_with("be,s1,"))
-        .expect("server row")
-        .split(',')
-        .collect();
-    let col = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    let col = |name: &str| stat_column(&sock, "be", "s1", name);
     assert_eq!(col("srv_icur"), "1");
     assert_eq!(col("src_ilim"), "8");
     assert_eq!(col("safe_conn_cur"), "1");

@@ -1638,6 +1638,28 @@ pub fn stats_cli(path: &Path, line: &str) -> String {
     out
 }
 
+/// Column `col` of the `show stat` row of server `be/srv`, read over the stats socket.
+pub fn stat_column(sock: &Path, be: &str, srv: &str, col: &str) -> String {
+    let csv = stats_cli(sock, "show stat");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .expect("header")
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let row: Vec<&str> = lines
+        .find(|l| l.starts_with(&format!("{be},{srv},")))
+        .unwrap_or_else(|| panic!("no row for {be}/{srv}:\n{csv}"))
+        .split(',')
+        .collect();
+    let i = header
+        .iter()
+        .position(|h| *h == col)
+        .unwrap_or_else(|| panic!("no column {col}"));
+    row[i].to_string()
+}
+
 /// `global` + `defaults` with HAProxy-format access logs on stdout.
 pub const LOGGED_HTTP: &str = "global
     log stdout format raw local0

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -438,18 +438,10 @@ fn body_of(buf: &[u8]) -> &[u8] {
     }
 }
 
-/// Wait helper for callers that must not spin: the smallest check interval configured.
-pub fn min_interval(cfg: &crate::config::Config) -> Option<Duration> {
-    cfg.proxies
-        .iter()
-        .flat_map(|p| p.servers.iter())
-        .filter_map(|s| s.check.as_ref().map(|c| c.inter))
-        .min()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn st(rise: u32, fall: u32) -> CheckState {
         CheckState::new(&CheckCfg {

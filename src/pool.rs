@@ -10,7 +10,7 @@
 //! It must not connect, and nothing here is shared with other threads: a thread's pool is
 //! touched only by that thread, without locks. (Cross-thread takeover is not implemented yet.)
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -40,11 +40,16 @@ impl IdleConn {
     /// Asks the kernel (a non-blocking `MSG_PEEK`), not tokio's readiness cache, which may not
     /// have seen a FIN that arrived while the thread was busy.
     pub fn alive(&self) -> bool {
-        let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-        let r = socket2::SockRef::from(&self.stream)
-            .recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT);
-        matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        socket_alive(&self.stream)
     }
+}
+
+/// Whether an idle server connection has neither closed nor sent anything, asking the kernel
+/// (a non-blocking `MSG_PEEK`) rather than tokio's readiness cache.
+pub fn socket_alive(s: &TcpStream) -> bool {
+    let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    let r = socket2::SockRef::from(s).recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT);
+    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// Limits of one server's pool (from its `server` line).
@@ -66,23 +71,6 @@ struct ServerPool {
     max_used: u32,
 }
 
-/// Per-thread counters (summed over threads by the stats plane).
-#[derive(Debug, Default)]
-pub struct PoolCounters {
-    /// New server connections opened.
-    pub new_conns: Cell<u64>,
-    /// Requests sent on a connection taken from the pool.
-    pub reused: Cell<u64>,
-    /// Idle connections closed by the purge, or found dead when taken.
-    pub purged: Cell<u64>,
-    /// Requests replayed on a new connection after a reused one failed before any response.
-    pub replayed: Cell<u64>,
-}
-
-fn bump(c: &Cell<u64>) {
-    c.set(c.get() + 1);
-}
-
 /// The shared idle gauge a connection with `uses` requests behind it counts in.
 fn idle_gauge(g: &PoolGauges, uses: u32) -> &std::sync::atomic::AtomicU32 {
     if uses >= 2 { &g.safe } else { &g.idle }
@@ -92,7 +80,6 @@ fn idle_gauge(g: &PoolGauges, uses: u32) -> &std::sync::atomic::AtomicU32 {
 #[derive(Default)]
 pub struct ThreadPool {
     servers: RefCell<HashMap<Key, ServerPool>>,
-    pub counters: PoolCounters,
 }
 
 impl ThreadPool {
@@ -110,7 +97,6 @@ impl ThreadPool {
             let c = sp.idle.swap_remove(i);
             idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
             if c.epoch != epoch || !c.alive() {
-                bump(&self.counters.purged);
                 g.purged.fetch_add(1, Relaxed);
                 i = i.min(sp.idle.len());
                 continue;
@@ -118,7 +104,6 @@ impl ThreadPool {
             sp.used += 1;
             sp.max_used = sp.max_used.max(sp.used);
             g.used.fetch_add(1, Relaxed);
-            bump(&self.counters.reused);
             return Some(c);
         }
         None
@@ -131,7 +116,6 @@ impl ThreadPool {
         sp.used += 1;
         sp.max_used = sp.max_used.max(sp.used);
         g.used.fetch_add(1, Relaxed);
-        bump(&self.counters.new_conns);
     }
 
     /// A connection to `key` stops carrying a request: pooled if `conn` is given and the
@@ -154,7 +138,8 @@ impl ThreadPool {
     }
 
     /// Idle connections now (all servers).
-    pub fn idle_count(&self) -> usize {
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
         self.servers.borrow().values().map(|s| s.idle.len()).sum()
     }
 
@@ -182,7 +167,6 @@ impl ThreadPool {
             }
             sp.idle = kept;
             let gone = (before - sp.idle.len()) as u64;
-            self.counters.purged.set(self.counters.purged.get() + gone);
             g.purged.fetch_add(gone, Relaxed);
             sp.max_used = sp.used;
         }
@@ -283,7 +267,7 @@ mod tests {
             peers.truncate(1);
             let c = p.take(key, 1, gg, 0);
             assert!(c.is_none());
-            assert_eq!(p.counters.purged.get(), 2);
+            assert_eq!(gg.purged.load(Relaxed), 2);
             assert_eq!(p.idle_count(), 0);
         });
     }
@@ -344,7 +328,7 @@ mod tests {
             assert!(p.take(key, 2, gg, 0).is_none(), "not yet proved reusable");
             let c = p.take(key, 1, gg, 0).expect("usable");
             assert_eq!(c.uses, 1);
-            assert_eq!(p.counters.reused.get(), 1);
+            assert_eq!(gg.used.load(Relaxed), 1);
         });
     }
 

@@ -60,14 +60,8 @@ backend be\n    balance {balance}\n    server s1 {}\n    server s2 {} id 7\n",
     }
 }
 
-/// Sends one command line and reads the reply until sluice closes the connection.
 fn cli(path: &Path, line: &str) -> String {
-    let mut s = UnixStream::connect(path).expect("connect to stats socket");
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    s.write_all(format!("{line}\n").as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read reply");
-    out
+    stats_cli(path, line)
 }
 
 /// `show stat` parsed: header columns and rows as name → value maps, in order.

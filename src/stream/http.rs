@@ -289,10 +289,7 @@ struct Kept {
 impl Kept {
     /// An idle server connection is usable only if it has neither closed nor sent anything.
     fn alive(&self) -> bool {
-        let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-        let r = socket2::SockRef::from(&self.stream)
-            .recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT);
-        matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        crate::pool::socket_alive(&self.stream)
     }
 }
 
@@ -812,7 +809,8 @@ impl<C: ClientIo> Conn<'_, C> {
 
     /// Rules, backend choice, server exchange.
     async fn process(&mut self, head: &RequestHead, txn: &mut Txn) -> Option<Next> {
-        let shared = self.ctx.shared().clone();
+        let ctx = self.ctx;
+        let shared = ctx.shared();
         let src = self.ctx.peer.map(|a| a.ip());
         let uri = head.uri.of(&self.cbuf);
         // monitor-uri: answered here, never forwarded.
@@ -876,7 +874,8 @@ impl<C: ClientIo> Conn<'_, C> {
         src: Option<IpAddr>,
     ) -> Option<Option<Next>> {
         use crate::stats_page as sp;
-        let shared = self.ctx.shared().clone();
+        let ctx = self.ctx;
+        let shared = ctx.shared();
         let page = shared.cfg.proxies[px].stats.as_ref()?;
         let rest = sp::matches(page, head.method.of(&self.cbuf), head.uri.of(&self.cbuf))?;
         let rest = rest.to_vec();
@@ -895,18 +894,18 @@ impl<C: ClientIo> Conn<'_, C> {
             });
             (303, sp::post_redirect(page, &rest, admin))
         } else {
-            (200, sp::render(&shared, page, px, &rest, head.is_head))
+            (200, sp::render(shared, page, px, &rest, head.is_head))
         };
         Some(self.local_response(head, txn, &resp, status, true).await)
     }
 
     /// Applies header edits and returns the first final action (deny/return/redirect).
-    fn run_request_rules(
+    fn run_request_rules<'p>(
         &mut self,
-        p: &Proxy,
+        p: &'p Proxy,
         head: &RequestHead,
         src: Option<IpAddr>,
-    ) -> Option<HttpRequestAction> {
+    ) -> Option<&'p HttpRequestAction> {
         for rule in &p.http_request {
             let ok = match &rule.cond {
                 None => true,
@@ -922,7 +921,7 @@ impl<C: ClientIo> Conn<'_, C> {
             }
             match &rule.action {
                 HttpRequestAction::Header(a) => self.hdrs.apply(&self.cbuf, a),
-                other => return Some(other.clone()),
+                other => return Some(other),
             }
         }
         None
@@ -932,10 +931,10 @@ impl<C: ClientIo> Conn<'_, C> {
         &mut self,
         head: &RequestHead,
         txn: &mut Txn,
-        a: HttpRequestAction,
+        a: &HttpRequestAction,
     ) -> Option<Next> {
         match a {
-            HttpRequestAction::Deny { status } => {
+            &HttpRequestAction::Deny { status } => {
                 txn.term = *b"PR";
                 txn.flags.denied = true;
                 let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
@@ -948,21 +947,22 @@ impl<C: ClientIo> Conn<'_, C> {
                 body,
                 headers,
             } => {
+                let status = *status;
                 let mut r = format!(
                     "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\n",
                     crate::http::reason_phrase(status),
                     body.len()
                 );
-                if let Some(ct) = &content_type {
+                if let Some(ct) = content_type {
                     r.push_str(&format!("content-type: {ct}\r\n"));
                 }
-                for (n, v) in &headers {
+                for (n, v) in headers {
                     r.push_str(&format!("{n}: {v}\r\n"));
                 }
                 r.push_str("\r\n");
                 let mut bytes = r.into_bytes();
                 if !head.is_head {
-                    bytes.extend_from_slice(&body);
+                    bytes.extend_from_slice(body);
                 }
                 txn.term = *b"PR";
                 let next = self.local_response(head, txn, &bytes, status, true).await;
@@ -970,7 +970,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 next
             }
             HttpRequestAction::Redirect(rd) => {
-                let loc = redirect_location(&rd, &self.cbuf, head, &self.hdrs);
+                let loc = redirect_location(rd, &self.cbuf, head, &self.hdrs);
                 let resp = format!(
                     "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: {}\r\ncache-control: no-cache\r\n\r\n",
                     rd.code,
@@ -986,7 +986,8 @@ impl<C: ClientIo> Conn<'_, C> {
 
     /// Sends the request to a server of `be_idx` and relays the response.
     async fn forward(&mut self, head: &RequestHead, txn: &mut Txn, be_idx: usize) -> Option<Next> {
-        let shared = self.ctx.shared().clone();
+        let ctx = self.ctx;
+        let shared = ctx.shared();
         let bp = &shared.cfg.proxies[be_idx];
         let src = self.ctx.peer.map(|a| a.ip());
         let mode = effective_mode(self.fe, bp);
@@ -1020,14 +1021,14 @@ impl<C: ClientIo> Conn<'_, C> {
         let room = self.bufsize;
         let acquired = if abort {
             tokio::select! {
-                r = backend::acquire(&shared, be_idx, &input, None) => r,
+                r = backend::acquire(shared, be_idx, &input, None) => r,
                 _ = client_closed(&mut self.client, &mut self.cbuf, room) => {
                     txn.term = *b"CQ";
                     return None;
                 }
             }
         } else {
-            backend::acquire(&shared, be_idx, &input, None).await
+            backend::acquire(shared, be_idx, &input, None).await
         };
         let slot = match acquired {
             Ok(s) => s,
@@ -1164,8 +1165,6 @@ impl<C: ClientIo> Conn<'_, C> {
             // (idempotent, no body) on a new connection, as HAProxy's `retry-on conn-failure
             // empty-response` would, so a server closing an idle connection never becomes a
             // 502 for a GET.
-            let counters = &self.ctx.w.pool.counters;
-            counters.replayed.set(counters.replayed.get() + 1);
             slot.server_state().pool.replayed.fetch_add(1, Relaxed);
             match connect_with_slot(self.ctx, be_idx, &input, slot).await {
                 Ok(sc) => {
@@ -1229,7 +1228,8 @@ impl<C: ClientIo> Conn<'_, C> {
             guard,
         } = conn;
         let mut interim_sent = false;
-        let shared = self.ctx.shared().clone();
+        let ctx = self.ctx;
+        let shared = ctx.shared();
         let srv_counters = &slot.server_state().counters;
         srv_counters
             .bytes_in
@@ -1482,7 +1482,7 @@ impl<C: ClientIo> Conn<'_, C> {
             .bytes_out
             .fetch_add(txn.bytes_out, Relaxed);
         // Release the server slot now (the transaction is over), keep the connection.
-        let (be, server) = (bp_index(&shared, bp), slot.server);
+        let (be, server) = (bp_index(shared, bp), slot.server);
         drop(slot);
         if server_keep && self.sbuf.is_empty() {
             if guard.w.is_some() {

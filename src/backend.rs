@@ -34,6 +34,9 @@ pub struct ServerState {
     pub maxqueue: u32,
     /// Administrative maintenance (`disabled`, `set server ... state maint`).
     pub maint: AtomicBool,
+    /// Whether `maint` still comes from `disabled` on the server line (no command changed
+    /// the state since): HAProxy reports that as CMAINT rather than forced maintenance.
+    pub config_maint: AtomicBool,
     /// Administrative drain (`set server ... state drain`): effective weight 0, no new traffic.
     pub drain: AtomicBool,
     /// Configured weight (`get weight` reports it as "initial").
@@ -54,6 +57,9 @@ pub struct ServerState {
     pub pool: PoolGauges,
     /// Health-check state, for servers with `check`.
     pub check: Option<crate::check::CheckState>,
+    /// The `server` line it was built from (or the `add server` command): settings that never
+    /// change at run time (pool limits, check port, whether `id` was explicit).
+    pub conf: Server,
 }
 
 /// A server's connection pool state across all threads: what `show pools` and the stats
@@ -104,6 +110,34 @@ pub struct Counters {
     pub retries: AtomicU64,
     pub redispatches: AtomicU64,
     pub queue_timeouts: AtomicU64,
+}
+
+impl Counters {
+    /// `clear counters all`: every cumulative counter back to zero.
+    pub fn clear(&self) {
+        let all = [
+            &self.sessions_total,
+            &self.req_total,
+            &self.lbtot,
+            &self.denied_req,
+            &self.req_errors,
+            &self.cli_aborts,
+            &self.srv_aborts,
+            &self.connects,
+            &self.reuses,
+            &self.intercepted,
+            &self.bytes_in,
+            &self.bytes_out,
+            &self.conn_errors,
+            &self.resp_errors,
+            &self.retries,
+            &self.redispatches,
+            &self.queue_timeouts,
+        ];
+        for c in all.into_iter().chain(&self.hrsp) {
+            c.store(0, Relaxed);
+        }
+    }
 }
 
 /// A request waiting for a server slot.
@@ -198,8 +232,10 @@ pub struct Slot {
 pub struct Shared {
     pub cfg: Arc<Config>,
     pub proxies: Vec<ProxyState>,
-    /// Global `maxconn` actually in force (after the fd limit).
-    pub global_maxconn: u32,
+    /// Global `maxconn` in force (`set maxconn global` may lower it, never above `hard_maxconn`).
+    pub global_maxconn: AtomicU32,
+    /// The maxconn settled at start-up from the configuration and the fd limit.
+    pub hard_maxconn: u32,
     pub global_conns: AtomicU32,
     /// Signalled whenever a client connection closes (listeners paused on maxconn wait on it).
     pub conn_freed: tokio::sync::Notify,
@@ -207,6 +243,9 @@ pub struct Shared {
     pub started: std::time::SystemTime,
     /// Set once a soft stop began (`show info` `Stopping`).
     pub stopping: AtomicBool,
+    /// One job queue per worker thread, set once the workers exist (the CLI's way in).
+    pub workers:
+        std::sync::OnceLock<Vec<tokio::sync::mpsc::UnboundedSender<crate::worker::CtlJob>>>,
 }
 
 /// Current Unix time in seconds (for `lastchg`-style fields).
@@ -229,6 +268,7 @@ impl ServerState {
             maxconn: AtomicU32::new(s.maxconn),
             maxqueue: s.maxqueue,
             maint: AtomicBool::new(s.disabled),
+            config_maint: AtomicBool::new(s.disabled),
             drain: AtomicBool::new(false),
             pool: PoolGauges::default(),
             check: s.check.as_ref().map(crate::check::CheckState::new),
@@ -240,6 +280,7 @@ impl ServerState {
             max_served: AtomicU32::new(0),
             queued: AtomicU32::new(0),
             counters: Counters::default(),
+            conf: s.clone(),
         }
     }
 
@@ -584,11 +625,13 @@ impl Shared {
         Shared {
             cfg,
             proxies,
-            global_maxconn,
+            global_maxconn: AtomicU32::new(global_maxconn),
+            hard_maxconn: global_maxconn,
             global_conns: AtomicU32::new(0),
             conn_freed: tokio::sync::Notify::new(),
             started: std::time::SystemTime::now(),
             stopping: AtomicBool::new(false),
+            workers: std::sync::OnceLock::new(),
         }
     }
 

@@ -80,6 +80,29 @@ impl Status {
     fn ok(self) -> bool {
         matches!(self, Status::L4Ok | Status::L7Ok)
     }
+
+    /// HAProxy's numeric `HCHK_STATUS_*` value (`show servers state`'s `srv_check_status`).
+    pub fn haproxy_code(self) -> u32 {
+        match self {
+            Status::Ini => 1,
+            Status::L4Ok => 6,
+            Status::L4Tout => 7,
+            Status::L4Con => 8,
+            Status::L7Tout => 12,
+            Status::L7Rsp => 13,
+            Status::L7Ok => 15,
+            Status::L7Sts => 17,
+        }
+    }
+
+    /// HAProxy's `CHK_RES_*`: 0 unknown, 2 failed, 3 passed.
+    pub fn result_code(self) -> u32 {
+        match self {
+            Status::Ini => 0,
+            s if s.ok() => 3,
+            _ => 2,
+        }
+    }
 }
 
 /// A checked server's state, shared with the stats plane (relaxed atomics).

@@ -56,9 +56,39 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
         CliLevel::User,
     ),
     (
-        "show stat [{<iid>|<px>} <type> <sid>]",
+        "show stat [{<iid>|<px>} <type> <sid>] [typed|json] [up|no-maint]",
         "report counters for each proxy and server",
         CliLevel::User,
+    ),
+    (
+        "show servers state [<backend>]",
+        "dump volatile server information (all or for a single backend)",
+        CliLevel::User,
+    ),
+    (
+        "show backend",
+        "list backends in the current running config",
+        CliLevel::User,
+    ),
+    (
+        "show sess",
+        "report the list of current sessions",
+        CliLevel::Operator,
+    ),
+    (
+        "show activity",
+        "show per-thread activity counters",
+        CliLevel::User,
+    ),
+    (
+        "shutdown session <id>",
+        "kill a specific session",
+        CliLevel::Admin,
+    ),
+    (
+        "shutdown sessions server <bk>/<srv>",
+        "kill sessions on a server",
+        CliLevel::Admin,
     ),
     (
         "show pools",
@@ -105,6 +135,21 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
         "set maxconn server <bk>/<srv>",
         "change a server's maxconn setting",
         CliLevel::Admin,
+    ),
+    (
+        "set maxconn frontend <frontend> <value>",
+        "change a frontend's maxconn setting",
+        CliLevel::Admin,
+    ),
+    (
+        "set maxconn global <value>",
+        "change the per-process maxconn setting",
+        CliLevel::Admin,
+    ),
+    (
+        "clear counters [all]",
+        "clear max statistics counters (or all counters)",
+        CliLevel::Operator,
     ),
 ];
 
@@ -161,9 +206,48 @@ pub fn split_commands(line: &str) -> Vec<Vec<String>> {
 }
 
 /// Runs one command (already split into words) and returns its output.
-pub fn execute(shared: &Shared, sess: &mut Session, args: &[String]) -> (String, After) {
+pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) -> (String, After) {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Commands that need the workers' own state ask every thread, then answer.
+    match a.as_slice() {
+        ["show", "sess", rest @ ..] => {
+            let out = if sess.level < CliLevel::Operator {
+                PERMISSION_DENIED.into()
+            } else {
+                show_sess(shared, rest).await
+            };
+            return (out, After::Continue);
+        }
+        ["show", "activity", ..] => return (show_activity(shared).await, After::Continue),
+        ["shutdown", "session", rest @ ..] => {
+            let out = if sess.level < CliLevel::Admin {
+                PERMISSION_DENIED.into()
+            } else {
+                shutdown_session(shared, rest.first().copied().unwrap_or("")).await
+            };
+            return (out, After::Continue);
+        }
+        ["shutdown", "sessions", "server", rest @ ..] => {
+            let out = if sess.level < CliLevel::Admin {
+                PERMISSION_DENIED.into()
+            } else {
+                shutdown_server_sessions(shared, rest.first().copied().unwrap_or("")).await
+            };
+            return (out, After::Continue);
+        }
+        _ => {}
+    }
     let out = match a.as_slice() {
+        ["show", "backend", ..] => {
+            let mut o = String::from("# name\n");
+            for (i, p) in shared.cfg.proxies.iter().enumerate() {
+                if shared.proxies[i].be.is_some() {
+                    o.push_str(&p.name);
+                    o.push('\n');
+                }
+            }
+            o
+        }
         [] => String::new(),
         ["help", ..] => usage(
             sess.level,
@@ -177,6 +261,13 @@ pub fn execute(shared: &Shared, sess: &mut Session, args: &[String]) -> (String,
         ["show", "info", ..] => crate::stats::info(shared, sess.nbthread),
         ["show", "stat", rest @ ..] => show_stat(shared, rest),
         ["show", "pools"] => crate::stats::show_pools(shared),
+        ["show", "servers", "state", rest @ ..] => match rest.first() {
+            None => crate::stats::servers_state(shared, None),
+            Some(b) => match find_backend(shared, b) {
+                Some(i) => crate::stats::servers_state(shared, Some(i)),
+                None => "Can't find backend.\n".into(),
+            },
+        },
         ["get", "weight", rest @ ..] => get_weight(shared, rest),
         ["set", "weight", rest @ ..] => admin(sess, || {
             let Some(srv) = rest.first() else {
@@ -199,13 +290,13 @@ pub fn execute(shared: &Shared, sess: &mut Session, args: &[String]) -> (String,
         }),
         ["enable", "server", rest @ ..] => admin(sess, || {
             with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
-                set_state(be, s, State::Ready);
+                set_state(be, s, AdminState::Ready);
                 String::new()
             })
         }),
         ["disable", "server", rest @ ..] => admin(sess, || {
             with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
-                set_state(be, s, State::Maint);
+                set_state(be, s, AdminState::Maint);
                 String::new()
             })
         }),
@@ -214,11 +305,25 @@ pub fn execute(shared: &Shared, sess: &mut Session, args: &[String]) -> (String,
                 set_maxconn(be, s, rest.get(1).copied().unwrap_or(""))
             })
         }),
+        ["set", "maxconn", "frontend", rest @ ..] => {
+            admin(sess, || set_maxconn_frontend(shared, rest))
+        }
+        ["set", "maxconn", "global", rest @ ..] => admin(sess, || set_maxconn_global(shared, rest)),
         ["set", "maxconn", ..] => admin(sess, || {
-            "'set maxconn' only supports 'server' in sluice (HAProxy also has 'frontend' and \
-             'global').\n"
-                .into()
+            "Required arguments: 'frontend', 'server' or 'global'.\n".into()
         }),
+        ["clear", "counters", "all", ..] => admin(sess, || {
+            clear_counters(shared, true);
+            String::new()
+        }),
+        ["clear", "counters", ..] => {
+            if sess.level < CliLevel::Operator {
+                PERMISSION_DENIED.into()
+            } else {
+                clear_counters(shared, false);
+                String::new()
+            }
+        }
         [first, ..] => usage(
             sess.level,
             &format!(
@@ -236,6 +341,17 @@ fn admin(sess: &Session, f: impl FnOnce() -> String) -> String {
     f()
 }
 
+/// Finds a backend by name or `#ID`: its proxy index.
+fn find_backend(shared: &Shared, want: &str) -> Option<usize> {
+    (0..shared.cfg.proxies.len()).find(|&i| {
+        shared.proxies[i].be.is_some()
+            && match want.strip_prefix('#') {
+                Some(n) => n.parse::<u32>().is_ok_and(|n| n == shared.proxies[i].uuid),
+                None => shared.cfg.proxies[i].name == want,
+            }
+    })
+}
+
 /// Finds `BACKEND/SERVER` (by name, or `#ID` for either part, as HAProxy allows).
 fn find_server<'a>(
     shared: &'a Shared,
@@ -246,14 +362,7 @@ fn find_server<'a>(
         Some(n) => n.parse::<u32>().is_ok_and(|n| n == id),
         None => name == want,
     };
-    let be = shared
-        .cfg
-        .proxies
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| shared.proxies[*i].be.is_some())
-        .find(|(i, p)| by(&p.name, shared.proxies[*i].uuid, bname))
-        .and_then(|(i, _)| shared.proxies[i].be.as_ref());
+    let be = find_backend(shared, bname).and_then(|i| shared.proxies[i].be.as_ref());
     let Some(be) = be else {
         return Err("No such backend.\n");
     };
@@ -323,25 +432,58 @@ fn set_weight(be: &crate::backend::BackendState, s: &ServerState, w: &str) -> St
     String::new()
 }
 
+/// A server's administrative state, as `set server ... state` and the stats page set it.
 #[derive(Clone, Copy)]
-enum State {
+pub enum AdminState {
     Ready,
     Drain,
     Maint,
 }
 
-fn set_state(be: &crate::backend::BackendState, s: &ServerState, st: State) {
+/// Sets a server's administrative state; traffic follows at once. Always succeeds.
+pub fn set_state(be: &crate::backend::BackendState, s: &ServerState, st: AdminState) -> bool {
     let (maint, drain) = match st {
-        State::Ready => (false, false),
-        State::Drain => (false, true),
-        State::Maint => (true, false),
+        AdminState::Ready => (false, false),
+        AdminState::Drain => (false, true),
+        AdminState::Maint => (true, false),
     };
+    s.config_maint.store(false, Relaxed);
     let was_maint = s.maint.swap(maint, Relaxed);
     let was_drain = s.drain.swap(drain, Relaxed);
     if was_maint != maint || was_drain != drain {
         s.last_change.store(unix_now(), Relaxed);
     }
     be.changed();
+    true
+}
+
+/// `enable|disable` health checks, or force the check result `up|down|stopping`: false when
+/// the server has no health checks.
+pub fn set_health(be: &crate::backend::BackendState, s: &ServerState, what: &str) -> bool {
+    let Some(ck) = s.check.as_ref() else {
+        return false;
+    };
+    match what {
+        "enable" | "disable" => {
+            ck.enabled.store(what == "enable", SeqCst);
+            if what == "disable" {
+                crate::check::force(s, be, true);
+            }
+        }
+        "up" => {
+            crate::check::force(s, be, true);
+        }
+        "down" => {
+            crate::check::force(s, be, false);
+        }
+        // NOLB: up, but no new load-balanced traffic (sluice's drain).
+        "stopping" => {
+            crate::check::force(s, be, true);
+            set_state(be, s, AdminState::Drain);
+        }
+        _ => return false,
+    }
+    true
 }
 
 fn set_server(shared: &Shared, rest: &[&str]) -> String {
@@ -349,15 +491,15 @@ fn set_server(shared: &Shared, rest: &[&str]) -> String {
     with_server(shared, spec, |be, s| match rest.get(1).copied() {
         Some("state") => match rest.get(2).copied() {
             Some("ready") => {
-                set_state(be, s, State::Ready);
+                set_state(be, s, AdminState::Ready);
                 String::new()
             }
             Some("drain") => {
-                set_state(be, s, State::Drain);
+                set_state(be, s, AdminState::Drain);
                 String::new()
             }
             Some("maint") => {
-                set_state(be, s, State::Maint);
+                set_state(be, s, AdminState::Maint);
                 String::new()
             }
             _ => "'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n".into(),
@@ -369,18 +511,8 @@ fn set_server(shared: &Shared, rest: &[&str]) -> String {
                 return "Health checks are not enabled on this server.\n".into();
             }
             match rest.get(2).copied() {
-                Some("up") => {
-                    crate::check::force(s, be, true);
-                    String::new()
-                }
-                Some("down") => {
-                    crate::check::force(s, be, false);
-                    String::new()
-                }
-                // NOLB: up, but no new load-balanced traffic (sluice's drain).
-                Some("stopping") => {
-                    crate::check::force(s, be, true);
-                    set_state(be, s, State::Drain);
+                Some(h @ ("up" | "down" | "stopping")) => {
+                    set_health(be, s, h);
                     String::new()
                 }
                 _ => "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n".into(),
@@ -437,14 +569,11 @@ fn set_addr(be: &crate::backend::BackendState, s: &ServerState, args: &[&str]) -
 
 /// `enable|disable health B/S`: a server whose checks are disabled counts as UP (HAProxy).
 fn health_enable(be: &crate::backend::BackendState, s: &ServerState, on: bool) -> String {
-    let Some(ck) = s.check.as_ref() else {
-        return "Health checks are not enabled on this server.\n".into();
-    };
-    ck.enabled.store(on, SeqCst);
-    if !on {
-        crate::check::force(s, be, true);
+    if set_health(be, s, if on { "enable" } else { "disable" }) {
+        String::new()
+    } else {
+        "Health checks are not enabled on this server.\n".into()
     }
-    String::new()
 }
 
 fn set_maxconn(be: &crate::backend::BackendState, s: &ServerState, v: &str) -> String {
@@ -467,6 +596,80 @@ fn set_maxconn(be: &crate::backend::BackendState, s: &ServerState, v: &str) -> S
     String::new()
 }
 
+/// `set maxconn frontend <fe> <n>`: listeners paused on the old limit resume at once.
+fn set_maxconn_frontend(shared: &Shared, rest: &[&str]) -> String {
+    let Some(name) = rest.first() else {
+        return "A frontend name is expected.\n".into();
+    };
+    let found = (0..shared.cfg.proxies.len()).find(|&i| {
+        shared.cfg.proxies[i].kind.has_frontend()
+            && match name.strip_prefix('#') {
+                Some(n) => n.parse::<u32>().is_ok_and(|n| n == shared.proxies[i].uuid),
+                None => shared.cfg.proxies[i].name == *name,
+            }
+    });
+    let Some(i) = found else {
+        return "No such frontend.\n".into();
+    };
+    let Some(v) = rest.get(1) else {
+        return "Integer value expected.\n".into();
+    };
+    let Ok(v) = v.parse::<u32>() else {
+        return "Integer value expected.\n".into();
+    };
+    shared.proxies[i].fe.maxconn.store(v, SeqCst);
+    shared.conn_freed.notify_waiters();
+    String::new()
+}
+
+/// `set maxconn global <n>`: within the start-up limit (0 or above it: the start-up limit).
+fn set_maxconn_global(shared: &Shared, rest: &[&str]) -> String {
+    let Some(v) = rest.first() else {
+        return "Expects an integer value.\n".into();
+    };
+    let Ok(v) = v.parse::<i64>() else {
+        return "Expects an integer value.\n".into();
+    };
+    if v > shared.hard_maxconn as i64 {
+        return "Value out of range.\n".into();
+    }
+    let v = if v <= 0 {
+        shared.hard_maxconn
+    } else {
+        v as u32
+    };
+    shared.global_maxconn.store(v, SeqCst);
+    shared.conn_freed.notify_waiters();
+    String::new()
+}
+
+/// `clear counters`: the maximums (`smax`, `qmax`); with `all`, every counter too.
+fn clear_counters(shared: &Shared, all: bool) {
+    for ps in &shared.proxies {
+        ps.fe.max_conns.store(0, Relaxed);
+        if all {
+            ps.fe.counters.clear();
+        }
+        let Some(be) = &ps.be else { continue };
+        be.max_conns.store(0, Relaxed);
+        be.max_queued.store(0, Relaxed);
+        if all {
+            be.counters.clear();
+        }
+        for s in be.servers.iter() {
+            s.max_served.store(0, Relaxed);
+            s.max_queued.store(0, Relaxed);
+            if all {
+                s.counters.clear();
+                if let Some(ck) = &s.check {
+                    ck.failed.store(0, Relaxed);
+                    ck.downs.store(0, Relaxed);
+                }
+            }
+        }
+    }
+}
+
 fn show_stat(shared: &Shared, rest: &[&str]) -> String {
     use crate::stats::Filter;
     let mut f = Filter::all();
@@ -479,13 +682,15 @@ fn show_stat(shared: &Shared, rest: &[&str]) -> String {
         words = more;
     }
     let mut filt: Vec<&str> = Vec::new();
+    let mut format = "csv";
     for w in words {
         match *w {
-            "typed" | "json" | "desc" => {
-                return format!("'show stat {w}' is not supported by sluice yet.\n");
-            }
-            "up" | "no-maint" => {
-                return format!("'show stat ... {w}' is not supported by sluice yet.\n");
+            "typed" | "json" => format = w,
+            "up" => f.up_only = true,
+            "no-maint" => f.no_maint = true,
+            "desc" => {
+                return "'show stat ... desc' (field descriptions) is not supported by sluice.\n"
+                    .into();
             }
             x => filt.push(x),
         }
@@ -516,7 +721,178 @@ fn show_stat(shared: &Shared, rest: &[&str]) -> String {
         }
         _ => return "Require 3 arguments: {<iid>|<proxy>} <type> <sid>\n".into(),
     }
-    crate::stats::csv(shared, f)
+    match format {
+        "typed" => crate::stats::typed(shared, f),
+        "json" => crate::stats::json(shared, f),
+        _ => crate::stats::csv(shared, f),
+    }
+}
+
+/// Runs `f` on every worker thread and collects the answers (in thread order). A thread that
+/// does not answer within a second (stopping) is left out rather than hanging the CLI.
+async fn on_each_worker<T: Send + 'static>(
+    shared: &Shared,
+    f: impl Fn(&crate::worker::Worker) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let Some(workers) = shared.workers.get() else {
+        return Vec::new();
+    };
+    let mut waits = Vec::new();
+    for tx in workers {
+        let (rtx, rrx) = tokio::sync::oneshot::channel();
+        let f = f.clone();
+        let job: crate::worker::CtlJob = Box::new(move |w| {
+            let _ = rtx.send(f(w));
+        });
+        if tx.send(job).is_ok() {
+            waits.push(rrx);
+        }
+    }
+    let mut out = Vec::new();
+    for r in waits {
+        if let Ok(Ok(v)) = tokio::time::timeout(Duration::from_secs(1), r).await {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// Session ids as `show sess` prints them: the thread in the high bits, the registry key low.
+fn session_id(thread: usize, key: usize) -> u64 {
+    ((thread as u64 + 1) << 32) | key as u64
+}
+
+/// `show sess`: one line per live client connection, HAProxy's leading fields.
+async fn show_sess(shared: &Arc<Shared>, rest: &[&str]) -> String {
+    if let Some(w) = rest.first()
+        && *w != "all"
+    {
+        return "'show sess <id>' (one session in detail) is not supported by sluice; use \
+                'show sess'.\n"
+            .into();
+    }
+    let sh = shared.clone();
+    let lines = on_each_worker(shared, move |w| {
+        let mut out = String::new();
+        let now = std::time::Instant::now();
+        for (key, e) in w.sessions.borrow().iter() {
+            let p = &sh.cfg.proxies[e.fe];
+            let (proto, src) = match e.src {
+                Some(a) if a.is_ipv4() => ("tcpv4", a.to_string()),
+                Some(a) => ("tcpv6", a.to_string()),
+                None => ("unix_stream", "unix".to_string()),
+            };
+            let (be, srv) = match e.srv {
+                Some((b, s)) => (
+                    sh.cfg.proxies[b].name.as_str(),
+                    sh.server(b, s).name.as_str(),
+                ),
+                None => ("<NONE>", "<none>"),
+            };
+            out.push_str(&format!(
+                "0x{:x}: proto={proto} src={src} fe={} be={be} srv={srv} age={}s thr={}\n",
+                session_id(w.id, key),
+                p.name,
+                now.duration_since(e.since).as_secs(),
+                w.id + 1,
+            ));
+        }
+        out
+    })
+    .await;
+    lines.concat()
+}
+
+/// `shutdown session <id>`: closes one client connection (and its server side) at once.
+async fn shutdown_session(shared: &Arc<Shared>, id: &str) -> String {
+    let Ok(id) = u64::from_str_radix(id.trim_start_matches("0x"), 16) else {
+        return "Session pointer expected (use 'show sess').\n".into();
+    };
+    let (thread, key) = ((id >> 32) as usize, (id & 0xffff_ffff) as usize);
+    let found = on_each_worker(shared, move |w| {
+        if w.id + 1 != thread {
+            return false;
+        }
+        let h = w.sessions.borrow().get(key).and_then(|e| e.abort.clone());
+        h.map(|h| h.abort()).is_some()
+    })
+    .await;
+    if found.contains(&true) {
+        String::new()
+    } else {
+        "No such session (use 'show sess').\n".into()
+    }
+}
+
+/// `shutdown sessions server B/S`: closes every connection currently attached to the server.
+async fn shutdown_server_sessions(shared: &Arc<Shared>, spec: &str) -> String {
+    if spec.is_empty() {
+        return "Require 'backend/server'.\n".into();
+    }
+    let (be, srv) = match find_server(shared, spec) {
+        Ok((be, s)) => (be.proxy_idx, s.puid),
+        Err(e) => return e.into(),
+    };
+    let Some(idx) = shared
+        .backend(be)
+        .servers
+        .iter()
+        .position(|s| s.puid == srv)
+    else {
+        return "No such server.\n".into();
+    };
+    on_each_worker(shared, move |w| {
+        let handles: Vec<_> = w
+            .sessions
+            .borrow()
+            .iter()
+            .filter(|(_, e)| e.srv == Some((be, idx)))
+            .filter_map(|(_, e)| e.abort.clone())
+            .collect();
+        for h in handles {
+            h.abort();
+        }
+    })
+    .await;
+    String::new()
+}
+
+/// `show activity`: per-thread counters, `name: total [ thread1 thread2 ... ]` as HAProxy.
+async fn show_activity(shared: &Arc<Shared>) -> String {
+    let per = on_each_worker(shared, |w| {
+        (
+            w.activity.accepted.get(),
+            w.active.get() as u64,
+            w.pool.idle_count() as u64,
+        )
+    })
+    .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let up = shared.started.elapsed().unwrap_or_default();
+    let mut out = format!(
+        "thread_id: 0 ({}..{})\ndate_now: {}.{:06}\nuptime_now: {}.{:06}\n",
+        u32::from(!per.is_empty()),
+        per.len(),
+        now.as_secs(),
+        now.subsec_micros(),
+        up.as_secs(),
+        up.subsec_micros()
+    );
+    let line = |out: &mut String, name: &str, f: &dyn Fn(&(u64, u64, u64)) -> u64| {
+        let vals: Vec<u64> = per.iter().map(f).collect();
+        let total: u64 = vals.iter().sum();
+        out.push_str(&format!("{name}: {total} ["));
+        for v in vals {
+            out.push_str(&format!(" {v}"));
+        }
+        out.push_str(" ]\n");
+    };
+    line(&mut out, "accepted", &|t| t.0);
+    line(&mut out, "conns_cur", &|t| t.1);
+    line(&mut out, "idle_srv_conns", &|t| t.2);
+    out
 }
 
 /// Serves one CLI connection until it quits, times out, or (non-interactive) after one line.
@@ -556,7 +932,7 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
         let text = text.trim_end_matches(['\n', '\r']);
         let mut quit = false;
         for cmd in split_commands(text) {
-            let (mut out, after) = execute(&shared, &mut sess, &cmd);
+            let (mut out, after) = execute(&shared, &mut sess, &cmd).await;
             if after == After::Quit {
                 quit = true;
                 break;

@@ -185,7 +185,7 @@ pub fn has_room(
     bind_max: Option<u32>,
 ) -> bool {
     let fe = &shared.proxies[proxy].fe;
-    shared.global_conns.load(SeqCst) < shared.global_maxconn
+    shared.global_conns.load(SeqCst) < shared.global_maxconn.load(Relaxed)
         && fe.cur_conns.load(SeqCst) < fe.maxconn.load(Relaxed)
         && bind.load(SeqCst) < bind_max.unwrap_or(u32::MAX)
 }
@@ -201,7 +201,7 @@ pub fn try_admit(
         c.fetch_update(SeqCst, SeqCst, |v| (v < max).then_some(v + 1))
             .is_ok()
     }
-    if !take(&shared.global_conns, shared.global_maxconn) {
+    if !take(&shared.global_conns, shared.global_maxconn.load(Relaxed)) {
         return None;
     }
     let fe = &shared.proxies[proxy].fe;

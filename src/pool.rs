@@ -138,8 +138,7 @@ impl ThreadPool {
     }
 
     /// Idle connections now (all servers).
-    #[cfg(test)]
-    fn idle_count(&self) -> usize {
+    pub fn idle_count(&self) -> usize {
         self.servers.borrow().values().map(|s| s.idle.len()).sum()
     }
 

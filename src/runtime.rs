@@ -213,10 +213,14 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
             per_thread[t].push((proxy, l.clone(), s));
         }
     }
+    let (ctl_tx, ctl_rx): (Vec<_>, Vec<_>) = (0..nbthread)
+        .map(|_| tokio::sync::mpsc::unbounded_channel())
+        .unzip();
+    let _ = shared.workers.set(ctl_tx);
     let mut handles = Vec::new();
-    for (t, ls) in per_thread.into_iter().enumerate() {
+    for ((t, ls), ctl) in per_thread.into_iter().enumerate().zip(ctl_rx) {
         let cpus = cpus_for_thread(&cfg, t + 1);
-        let h = worker::spawn(t, nbthread, shared.clone(), ls, cpus, state_rx.clone())
+        let h = worker::spawn(t, nbthread, shared.clone(), ls, cpus, state_rx.clone(), ctl)
             .map_err(|e| format!("cannot start thread {}: {e}", t + 1))?;
         handles.push(h);
     }

@@ -193,8 +193,10 @@ pub struct Filter {
     pub types: u32,
     /// Server id (`None` = every server).
     pub sid: Option<u32>,
-    /// Hide servers in maintenance or down (the stats page's `;up`).
+    /// Hide servers in maintenance or down (the stats page's `;up`, `show stat up`).
     pub up_only: bool,
+    /// Hide servers in maintenance (`show stat no-maint`).
+    pub no_maint: bool,
 }
 
 impl Filter {
@@ -204,6 +206,7 @@ impl Filter {
             types: 7,
             sid: None,
             up_only: false,
+            no_maint: false,
         }
     }
 }
@@ -245,6 +248,9 @@ pub fn for_each_row(shared: &Shared, filter: Filter, mut f: impl FnMut(usize, Ro
                 if filter.up_only && (s.maint.load(Relaxed) || !s.up.load(Relaxed)) {
                     continue;
                 }
+                if filter.no_maint && s.maint.load(Relaxed) {
+                    continue;
+                }
                 f(i, server_row(shared, i, p, be, s));
             }
         }
@@ -252,6 +258,149 @@ pub fn for_each_row(shared: &Shared, filter: Filter, mut f: impl FnMut(usize, Ro
             f(i, backend_row(shared, i, p, be));
         }
     }
+}
+
+/// How `show stat typed|json` describes a column: HAProxy's origin, nature and scope tags
+/// (e.g. `MCP`: a metric, a counter, process-wide) and the value's type.
+pub fn field_meta(name: &str) -> (&'static str, &'static str) {
+    match name {
+        "pxname" | "svname" => ("KNS", "str"),
+        "pid" => ("KGP", "u32"),
+        "iid" | "sid" => ("KGS", "u32"),
+        "status" | "agg_server_status" | "agg_server_check_status" | "agg_check_status" => {
+            ("SGP", if name == "status" { "str" } else { "u32" })
+        }
+        "act" | "bck" => ("SGP", "u32"),
+        "type" | "check_rise" | "check_fall" | "check_health" | "agent_rise" | "agent_fall"
+        | "agent_health" => ("CGS", "u32"),
+        "addr" | "mode" | "algo" => ("CGS", "str"),
+        "tracked" | "cookie" => ("CNS", "str"),
+        "slim" | "qlimit" | "rate_lim" | "src_ilim" => ("CLP", "u32"),
+        "check_status" | "last_chk" | "last_agt" | "check_desc" | "agent_desc" | "agent_status" => {
+            ("MOP", "str")
+        }
+        "check_code" | "agent_code" => ("MOP", "u32"),
+        "check_duration" | "agent_duration" => ("MDP", "u64"),
+        "lastchg" => ("MAP", "u32"),
+        "lastsess" => ("MAP", "s32"),
+        "weight" | "uweight" | "throttle" | "qtime" | "ctime" | "rtime" | "ttime" => ("MaP", "u32"),
+        "rate" | "req_rate" | "conn_rate" => ("MRP", "u32"),
+        "qmax" | "smax" | "rate_max" | "req_rate_max" | "conn_rate_max" | "qtime_max"
+        | "ctime_max" | "rtime_max" | "ttime_max" => ("MMP", "u32"),
+        "qcur" | "scur" | "srv_icur" | "idle_conn_cur" | "safe_conn_cur" | "used_conn_cur"
+        | "need_conn_est" => ("MGP", "u32"),
+        "downtime" => ("MCP", "u32"),
+        _ => ("MCP", "u64"),
+    }
+}
+
+/// The letter `show stat typed` starts a line with, and the `objType` of `show stat json`.
+fn object_type(svname: &str) -> (&'static str, &'static str) {
+    match svname {
+        "FRONTEND" => ("F", "Frontend"),
+        "BACKEND" => ("B", "Backend"),
+        _ => ("S", "Server"),
+    }
+}
+
+/// `show stat typed`: one `T.iid.sid.pos.name.pid:tags:type:value` line per non-empty column,
+/// objects separated by an empty line, as HAProxy prints it.
+pub fn typed(shared: &Shared, filter: Filter) -> String {
+    let mut out = String::new();
+    for_each_row(shared, filter, |_, row| {
+        let (letter, _) = object_type(row.get("svname"));
+        let (iid, sid) = (row.get("iid").to_string(), row.get("sid").to_string());
+        for (pos, (name, v)) in CSV_FIELDS.iter().zip(&row.0).enumerate() {
+            if v.is_empty() {
+                continue;
+            }
+            let (tags, ty) = field_meta(name);
+            let _ = writeln!(out, "{letter}.{iid}.{sid}.{pos}.{name}.1:{tags}:{ty}:{v}");
+        }
+        out.push('\n');
+    });
+    out
+}
+
+/// `show stat json`: an array (one per object) of arrays of field objects, HAProxy's schema.
+pub fn json(shared: &Shared, filter: Filter) -> String {
+    let mut out = String::from("[");
+    let mut first_obj = true;
+    for_each_row(shared, filter, |_, row| {
+        let (_, obj) = object_type(row.get("svname"));
+        if !first_obj {
+            out.push(',');
+        }
+        first_obj = false;
+        out.push('[');
+        let mut first = true;
+        for (pos, (name, v)) in CSV_FIELDS.iter().zip(&row.0).enumerate() {
+            if v.is_empty() {
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            let (tags, ty) = field_meta(name);
+            let t = tags.as_bytes();
+            let origin = match t[0] {
+                b'K' => "Key",
+                b'C' => "Config",
+                b'S' => "Status",
+                b'P' => "Product",
+                _ => "Metric",
+            };
+            let nature = match t[1] {
+                b'N' => "Name",
+                b'L' => "Limit",
+                b'M' => "Max",
+                b'C' => "Counter",
+                b'O' => "Output",
+                b'R' => "Rate",
+                b'A' => "Age",
+                b'a' => "Avg",
+                b'D' => "Duration",
+                b'T' => "Time",
+                _ => "Gauge",
+            };
+            let scope = if t[2] == b'S' { "Service" } else { "Process" };
+            let value = if ty == "str" || v.parse::<i64>().is_err() {
+                format!("{{\"type\":\"str\",\"value\":{}}}", json_string(v))
+            } else {
+                format!("{{\"type\":\"{ty}\",\"value\":{v}}}")
+            };
+            let _ = write!(
+                out,
+                "{{\"objType\":\"{obj}\",\"proxyId\":{},\"id\":{},\"field\":{{\"pos\":{pos},\
+                 \"name\":\"{name}\"}},\"processNum\":1,\"tags\":{{\"origin\":\"{origin}\",\
+                 \"nature\":\"{nature}\",\"scope\":\"{scope}\"}},\"value\":{value}}}",
+                row.get("iid"),
+                row.get("sid"),
+            );
+        }
+        out.push(']');
+    });
+    out.push_str("]\n");
+    out
+}
+
+/// A JSON string literal.
+pub fn json_string(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
 }
 
 fn mode_name(p: &Proxy) -> &'static str {
@@ -525,6 +674,92 @@ fn backend_row(shared: &Shared, idx: usize, p: &Proxy, be: &BackendState) -> Row
 }
 
 /// `Uptime` as HAProxy writes it: `1d 2h03m04s`.
+/// The header of `show servers state` (format version 1, HAProxy 2.x's 25 fields).
+pub const SERVERS_STATE_FIELDS: &str = "be_id be_name srv_id srv_name srv_addr srv_op_state \
+     srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status \
+     srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id \
+     srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr \
+     srv_agent_addr srv_agent_port";
+
+/// `show servers state [backend]`: `1`, the field names, then one line per server of the
+/// chosen backend (or of every backend), as HAProxy writes its server-state file.
+pub fn servers_state(shared: &Shared, only: Option<usize>) -> String {
+    let mut out = format!("1\n# {SERVERS_STATE_FIELDS}\n");
+    for (i, p) in shared.cfg.proxies.iter().enumerate() {
+        if only.is_some_and(|o| o != i) {
+            continue;
+        }
+        let Some(be) = shared.proxies[i].be.as_ref() else {
+            continue;
+        };
+        for s in be.servers.iter() {
+            server_state_line(&mut out, shared.proxies[i].uuid, p, s);
+        }
+    }
+    out
+}
+
+fn server_state_line(out: &mut String, be_id: u32, p: &Proxy, s: &ServerState) {
+    let addr = **s.addr.load();
+    // srv_op_state: 0 stopped, 2 running, 3 stopping (HAProxy's SRV_ST_*).
+    let op = if !s.up.load(Relaxed) {
+        0
+    } else if s.drain.load(Relaxed) {
+        3
+    } else {
+        2
+    };
+    // srv_admin_state bits: 0x01 forced maintenance, 0x04 maintenance from the config
+    // (`disabled`), 0x08 forced drain.
+    let mut admin = 0u32;
+    if s.maint.load(Relaxed) {
+        admin |= if s.config_maint.load(Relaxed) {
+            0x04
+        } else {
+            0x01
+        };
+    }
+    if s.drain.load(Relaxed) {
+        admin |= 0x08;
+    }
+    let since = unix_now().saturating_sub(s.last_change.load(Relaxed));
+    let (status, result, health, chk_state) = match &s.check {
+        Some(ck) => {
+            let st = ck.status();
+            // CHK_ST_CONFIGURED | CHK_ST_ENABLED, plus CHK_ST_PAUSED once disabled.
+            let state = if ck.enabled.load(Relaxed) { 6 } else { 14 };
+            (
+                st.haproxy_code(),
+                st.result_code(),
+                ck.health.load(Relaxed),
+                state,
+            )
+        }
+        None => (1, 0, 0, 0),
+    };
+    let check_port = s.conf.check.as_ref().and_then(|c| c.port).unwrap_or(0);
+    let check_addr = s
+        .conf
+        .check
+        .as_ref()
+        .and_then(|c| c.addr)
+        .map_or("-".to_string(), |a| a.to_string());
+    let _ = writeln!(
+        out,
+        "{be_id} {} {} {} {} {op} {admin} {} {} {since} {status} {result} {health} {chk_state} \
+         0 {} {} - {} - 0 {check_port} {check_addr} - 0",
+        p.name,
+        s.puid,
+        s.name,
+        addr.ip(),
+        s.weight.load(Relaxed),
+        s.iweight,
+        u8::from(p.id.is_some()),
+        u8::from(s.conf.id.is_some()),
+        addr.port(),
+    );
+}
+
 pub fn uptime_string(secs: u64) -> String {
     format!(
         "{}d {}h{:02}m{:02}s",
@@ -568,8 +803,8 @@ pub fn info(shared: &Shared, nbthread: usize) -> String {
         ("Uptime", uptime_string(up)),
         ("Uptime_sec", up.to_string()),
         ("Ulimit-n", ulimit.to_string()),
-        ("Maxconn", shared.global_maxconn.to_string()),
-        ("Hard_maxconn", shared.global_maxconn.to_string()),
+        ("Maxconn", shared.global_maxconn.load(Relaxed).to_string()),
+        ("Hard_maxconn", shared.hard_maxconn.to_string()),
         ("CurrConns", cur.to_string()),
         ("CumConns", cum_conns.to_string()),
         ("CumReq", cum_req.to_string()),

@@ -141,11 +141,72 @@ pub fn unauthorized(page: &StatsPage, head_only: bool) -> Vec<u8> {
     )
 }
 
-/// `303 See Other` back to the page after a POST (sluice applies no admin action yet:
-/// `st=DENY` when `stats admin` does not allow the client, `st=NONE` otherwise).
-pub fn post_redirect(page: &StatsPage, rest: &[u8], admin: bool) -> Vec<u8> {
+/// The admin actions the page offers (HAProxy's form values and labels).
+const ACTIONS_HTML: &str = "<option value=\"\"></option>\
+<option value=\"ready\">Set state to READY</option>\
+<option value=\"drain\">Set state to DRAIN</option>\
+<option value=\"maint\">Set state to MAINT</option>\
+<option value=\"dhlth\">Health: disable checks</option>\
+<option value=\"ehlth\">Health: enable checks</option>\
+<option value=\"hrunn\">Health: force UP</option>\
+<option value=\"hnolb\">Health: force NOLB</option>\
+<option value=\"hdown\">Health: force DOWN</option>\
+<option value=\"shutdown\">Kill Sessions</option>";
+
+/// Largest admin form accepted (HAProxy is bounded by its buffer too).
+pub const MAX_POST: u64 = 16384;
+
+/// Decodes `application/x-www-form-urlencoded` into (name, value) pairs.
+fn form_pairs(body: &[u8]) -> Vec<(String, String)> {
+    fn dec(s: &[u8]) -> String {
+        let mut out = Vec::with_capacity(s.len());
+        let mut i = 0;
+        while i < s.len() {
+            match s[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < s.len()
+                    && s[i + 1].is_ascii_hexdigit()
+                    && s[i + 2].is_ascii_hexdigit() =>
+                {
+                    let hex = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
+                    out.push(hex(s[i + 1]) << 4 | hex(s[i + 2]));
+                    i += 2;
+                }
+                c => out.push(c),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    body.split(|&c| c == b'&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.iter().position(|&c| c == b'=') {
+            Some(e) => (dec(&p[..e]), dec(&p[e + 1..])),
+            None => (dec(p), String::new()),
+        })
+        .collect()
+}
+
+/// Applies a POSTed admin action (`body`: `None` when the request was too large or chunked)
+/// and answers `303 See Other` back to the page with the outcome in `;st=`, as HAProxy.
+/// `kill` closes the sessions of a server (it needs the workers: the caller provides it).
+pub fn post(
+    shared: &Shared,
+    page: &StatsPage,
+    rest: &[u8],
+    body: Result<&[u8], &'static str>,
+    admin: bool,
+    kill: &dyn Fn(usize, usize),
+) -> Vec<u8> {
     let o = options(rest);
-    let st = if admin { "NONE" } else { "DENY" };
+    let st = if !admin {
+        "DENY"
+    } else {
+        match body {
+            Err(st) => st,
+            Ok(body) => apply(shared, &form_pairs(body), kill),
+        }
+    };
     let loc = format!(
         "{};st={st}{}{}",
         page.uri,
@@ -153,6 +214,65 @@ pub fn post_redirect(page: &StatsPage, rest: &[u8], admin: bool) -> Vec<u8> {
         if o.norefresh { ";norefresh" } else { "" }
     );
     http_response(303, &[("location", loc)], "", "", false)
+}
+
+/// Runs `action` on every server `s` of backend `b`: the status code for the page.
+fn apply(shared: &Shared, form: &[(String, String)], kill: &dyn Fn(usize, usize)) -> &'static str {
+    use crate::cli::{AdminState, set_health, set_state};
+    let get = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let (Some(b), Some(action)) = (get("b"), get("action")) else {
+        return "ERRP";
+    };
+    let Some(bi) = (0..shared.cfg.proxies.len()).find(|&i| {
+        shared.proxies[i].be.is_some()
+            && match b.strip_prefix('#') {
+                Some(n) => n.parse::<u32>().is_ok_and(|n| n == shared.proxies[i].uuid),
+                None => shared.cfg.proxies[i].name == b,
+            }
+    }) else {
+        return "ERRP";
+    };
+    if !matches!(
+        action,
+        "ready" | "drain" | "maint" | "dhlth" | "ehlth" | "hrunn" | "hnolb" | "hdown" | "shutdown"
+    ) {
+        return "ERRP";
+    }
+    let be = shared.backend(bi);
+    let names: Vec<&str> = form
+        .iter()
+        .filter(|(n, _)| n == "s")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    if names.is_empty() {
+        return "NONE";
+    }
+    let mut done = 0;
+    for name in &names {
+        let Some((si, s)) = be.servers.iter().enumerate().find(|(_, s)| s.name == *name) else {
+            continue;
+        };
+        let ok = match action {
+            "ready" => set_state(be, s, AdminState::Ready),
+            "drain" => set_state(be, s, AdminState::Drain),
+            "maint" => set_state(be, s, AdminState::Maint),
+            "dhlth" => set_health(be, s, "disable"),
+            "ehlth" => set_health(be, s, "enable"),
+            "hrunn" => set_health(be, s, "up"),
+            "hnolb" => set_health(be, s, "stopping"),
+            "hdown" => set_health(be, s, "down"),
+            _ => {
+                kill(bi, si);
+                true
+            }
+        };
+        done += usize::from(ok);
+    }
+    match done {
+        0 => "ERRP",
+        n if n == names.len() => "DONE",
+        _ => "PART",
+    }
 }
 
 /// Which proxies `stats scope` lets the page show (`.` = the serving proxy).
@@ -172,6 +292,7 @@ pub fn render(
     serving: usize,
     rest: &[u8],
     head_only: bool,
+    admin: bool,
 ) -> Vec<u8> {
     let o = options(rest);
     let mut headers = Vec::new();
@@ -196,7 +317,7 @@ pub fn render(
         .ok()
         .and_then(|r| r.split(';').find_map(|p| p.strip_prefix("st=")))
         .unwrap_or("");
-    let body = html(shared, page, serving, o, st);
+    let body = html(shared, page, serving, o, st, admin);
     http_response(200, &headers, "text/html", &body, head_only)
 }
 
@@ -230,6 +351,10 @@ li {margin-top: 0.25em; margin-right: 2em;}
 .backend {background: #e8e8d0;}
 .active_down {background: #ff9090;}
 .active_up {background: #c0ffc0;}
+.active_going_up {background: #ffd020;}
+.active_going_down {background: #ffffa0;}
+.backup_going_up {background: #ff80ff;}
+.backup_going_down {background: #c060ff;}
 .active_draining {background: #20a0FF;}
 .active_no_check {background: #e0e0e0;}
 .backup_down {background: #ff9090;}
@@ -279,7 +404,10 @@ const GROUPS: &[(&str, &[(&str, &str)])] = &[
         &[("Req", "ereq"), ("Conn", "econ"), ("Resp", "eresp")],
     ),
     ("Warnings", &[("Retr", "wretr"), ("Redis", "wredis")]),
-    ("Connections", &[("New", "connect"), ("Reuse", "reuse")]),
+    (
+        "Connections",
+        &[("New", "connect"), ("Reuse", "reuse"), ("Idle", "srv_icur")],
+    ),
 ];
 
 /// The "Server" group, rendered specially (status colours, durations).
@@ -319,7 +447,14 @@ fn link(page: &StatsPage, up: bool, norefresh: bool, csv: bool) -> String {
     s
 }
 
-fn html(shared: &Shared, page: &StatsPage, serving: usize, o: Options, st: &str) -> String {
+fn html(
+    shared: &Shared,
+    page: &StatsPage,
+    serving: usize,
+    o: Options,
+    st: &str,
+    admin: bool,
+) -> String {
     let mut h = String::with_capacity(16 * 1024);
     let pid = std::process::id();
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -361,7 +496,9 @@ fn html(shared: &Shared, page: &StatsPage, serving: usize, o: Options, st: &str)
          <b>system limits:</b> maxconn = {}<br>\n\
          <b>current conns = </b> {cur}<br>\n",
         stats::uptime_string(up),
-        shared.global_maxconn
+        shared
+            .global_maxconn
+            .load(std::sync::atomic::Ordering::Relaxed)
     );
     if !page.hide_version {
         let _ = writeln!(
@@ -425,14 +562,25 @@ fn html(shared: &Shared, page: &StatsPage, serving: usize, o: Options, st: &str)
         link(page, o.up, true, true)
     );
     h.push_str("</ul></td></tr></table>\n");
-    match st {
-        "" => {}
-        "DENY" => h.push_str("<p class=\"msg\">Action denied.</p>\n"),
-        "NONE" => h.push_str(
-            "<p class=\"msg\">Nothing has changed (sluice does not apply actions from the \
-             page yet: use the stats socket).</p>\n",
-        ),
-        _ => h.push_str("<p class=\"msg\">Unknown action status.</p>\n"),
+    let msg = match st {
+        "" => "",
+        "DONE" => "Action processed successfully.",
+        "NONE" => "Nothing has changed.",
+        "PART" => {
+            "Action partially processed. Some server names are probably unknown or ambiguous \
+             (duplicated names in the backend)."
+        }
+        "ERRP" => {
+            "Action not processed because of invalid parameters. The action is probably \
+             unknown, or the backend or server names are unknown."
+        }
+        "EXCD" => "Action not processed: the request was too large. Retry with fewer servers.",
+        "DENY" => "Action denied.",
+        "IVAL" => "Invalid request (unsupported method or chunked encoded request).",
+        _ => "Unexpected result.",
+    };
+    if !msg.is_empty() {
+        let _ = writeln!(h, "<p class=\"msg\" id=\"st\">{msg}</p>");
     }
 
     // One table per proxy in scope.
@@ -448,6 +596,14 @@ fn html(shared: &Shared, page: &StatsPage, serving: usize, o: Options, st: &str)
             continue;
         }
         let name = escape(&shared.cfg.proxies[i].name);
+        let form = admin && shared.proxies[i].be.is_some();
+        if form {
+            let _ = writeln!(
+                h,
+                "<form method=\"post\" action=\"{}\">",
+                escape(&link(page, o.up, o.norefresh, false))
+            );
+        }
         let _ = write!(
             h,
             "<table class=\"tbl\" width=\"100%\" id=\"px-{name}\">\n<thead>\n\
@@ -473,16 +629,26 @@ fn html(shared: &Shared, page: &StatsPage, serving: usize, o: Options, st: &str)
         }
         h.push_str("</tr>\n</thead>\n<tbody>\n");
         for r in prows {
-            row_html(&mut h, &name, r);
+            row_html(&mut h, &name, r, form);
         }
         h.push_str("</tbody></table>\n");
+        if form {
+            let _ = writeln!(
+                h,
+                "<p>Choose the action to perform on the checked servers: \
+                 <select name=\"action\">{ACTIONS_HTML}</select>\
+                 <input type=\"hidden\" name=\"b\" value=\"#{}\">\
+                 <input type=\"submit\" value=\"Apply\"></p></form>",
+                shared.proxies[i].uuid
+            );
+        }
     }
     h.push_str("</body></html>\n");
     h
 }
 
 /// One `<tr>`: a FRONTEND, a server or the BACKEND.
-fn row_html(h: &mut String, pxname: &str, r: &Row) {
+fn row_html(h: &mut String, pxname: &str, r: &Row, form: bool) {
     let sv = r.get("svname");
     let status = r.get("status");
     let backup = r.get("bck") == "1";
@@ -494,6 +660,9 @@ fn row_html(h: &mut String, pxname: &str, r: &Row) {
             "DOWN" => (format!("{side}_down"), "DOWN", ""),
             "DRAIN" => (format!("{side}_draining"), "DRAIN", ""),
             "no check" => (format!("{side}_no_check"), "no check", ""),
+            // Transitions keep their `n/m` count, coloured as HAProxy does.
+            s if s.starts_with("UP ") => (format!("{side}_going_down"), s, ""),
+            s if s.starts_with("DOWN ") => (format!("{side}_going_up"), s, ""),
             _ => (format!("{side}_up"), "UP", ""),
         }
     } else if ty == stats::TYPE_FRONTEND.to_string() {
@@ -503,10 +672,15 @@ fn row_html(h: &mut String, pxname: &str, r: &Row) {
         ("backend".to_string(), status, sc)
     };
     let sv_e = escape(sv);
+    let check = if form && ty == stats::TYPE_SERVER.to_string() {
+        format!("<input type=\"checkbox\" name=\"s\" value=\"{sv_e}\">")
+    } else {
+        String::new()
+    };
     let _ = write!(
         h,
         "<tr class=\"{class}\" id=\"{pxname}/{sv_e}\" data-status=\"{shown}\">\
-         <td class=\"al\"><a name=\"{pxname}/{sv_e}\"></a>\
+         <td class=\"al\">{check}<a name=\"{pxname}/{sv_e}\"></a>\
          <a class=\"lfsb\" href=\"#{pxname}/{sv_e}\">{sv_e}</a></td>"
     );
     for (_, cols) in GROUPS {
@@ -521,10 +695,14 @@ fn row_html(h: &mut String, pxname: &str, r: &Row) {
         .map(human_duration)
         .unwrap_or_default();
     let _ = write!(h, "<td class=\"ac\">{lastchg}</td>");
-    let chk = match (r.get("check_status"), r.get("check_code")) {
+    let mut chk = match (r.get("check_status"), r.get("check_code")) {
         (st, "") => st.to_string(),
         (st, code) => format!("{st}/{code}"),
     };
+    let dur = r.get("check_duration");
+    if !chk.is_empty() && !dur.is_empty() && r.get("check_status") != "INI" {
+        chk.push_str(&format!(" in {dur}ms"));
+    }
     let _ = write!(h, "<td class=\"al\">{}</td>", escape(&chk));
     for c in ["weight", "act", "bck"] {
         let _ = write!(h, "<td class=\"ac\">{}</td>", escape(r.get(c)));

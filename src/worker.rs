@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::backend::Shared;
 use crate::listener::{BoundListener, StdListener, has_room, try_admit};
@@ -23,6 +23,27 @@ pub enum RunState {
     SoftStop,
     /// SIGINT/SIGTERM or `hard-stop-after`: close everything now.
     HardStop,
+}
+
+/// A job the control thread runs on a worker (`show sess`, `shutdown sessions`, ...): the
+/// only way anything outside a worker reaches its thread-local state.
+pub type CtlJob = Box<dyn FnOnce(&Rc<Worker>) + Send>;
+
+/// One live client connection, as `show sess` lists it and `shutdown session(s)` finds it.
+pub struct SessEntry {
+    pub abort: Option<tokio::task::AbortHandle>,
+    /// Frontend index.
+    pub fe: usize,
+    pub src: Option<std::net::SocketAddr>,
+    pub since: std::time::Instant,
+    /// (backend, server) of the request in progress, if a server is attached.
+    pub srv: Option<(usize, usize)>,
+}
+
+/// Per-thread counters for `show activity` (only this thread writes them).
+#[derive(Default)]
+pub struct Activity {
+    pub accepted: Cell<u64>,
 }
 
 /// What one worker thread knows; shared by all tasks of the thread through `Rc`.
@@ -42,12 +63,22 @@ pub struct Worker {
     bufs: std::cell::RefCell<Vec<bytes::BytesMut>>,
     /// This thread's idle server connections (DESIGN §4).
     pub pool: crate::pool::ThreadPool,
+    /// Live client connections of this thread, for the CLI.
+    pub sessions: std::cell::RefCell<slab::Slab<SessEntry>>,
+    pub activity: Activity,
 }
 
 /// Buffers kept for reuse per thread; beyond this they go back to the allocator.
 const BUF_POOL_MAX: usize = 256;
 
 impl Worker {
+    /// Records which server session `key` now talks to (`None`: none).
+    pub fn session_server(&self, key: usize, srv: Option<(usize, usize)>) {
+        if let Some(e) = self.sessions.borrow_mut().get_mut(key) {
+            e.srv = srv;
+        }
+    }
+
     /// An empty buffer with at least `size` bytes of capacity.
     pub fn take_buf(&self, size: usize) -> bytes::BytesMut {
         match self.bufs.borrow_mut().pop() {
@@ -72,18 +103,19 @@ impl Worker {
     }
 }
 
-/// Holds one live connection in `Worker::active`.
-pub struct ActiveGuard(Rc<Worker>);
+/// Holds one live connection in `Worker::active` and in the session registry.
+pub struct ActiveGuard(Rc<Worker>, usize);
 
 impl ActiveGuard {
-    pub fn new(w: &Rc<Worker>) -> ActiveGuard {
+    pub fn new(w: &Rc<Worker>, key: usize) -> ActiveGuard {
         w.active.set(w.active.get() + 1);
-        ActiveGuard(w.clone())
+        ActiveGuard(w.clone(), key)
     }
 }
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
+        self.0.sessions.borrow_mut().try_remove(self.1);
         let n = self.0.active.get() - 1;
         self.0.active.set(n);
         if n == 0 {
@@ -100,6 +132,7 @@ pub fn spawn(
     listeners: Vec<(usize, Arc<BoundListener>, StdListener)>,
     cpus: Option<Vec<usize>>,
     mut state: watch::Receiver<RunState>,
+    mut ctl: mpsc::UnboundedReceiver<CtlJob>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("sluice-w{id}"))
@@ -142,7 +175,17 @@ pub fn spawn(
                     idle_notify: Notify::new(),
                     bufs: std::cell::RefCell::new(Vec::new()),
                     pool: crate::pool::ThreadPool::default(),
+                    sessions: std::cell::RefCell::new(slab::Slab::new()),
+                    activity: Activity::default(),
                 });
+                {
+                    let w = w.clone();
+                    tokio::task::spawn_local(async move {
+                        while let Some(job) = ctl.recv().await {
+                            job(&w);
+                        }
+                    });
+                }
                 crate::check::spawn_checks(&w, id, nbthread);
                 if let Some(every) = crate::pool::purge_interval(&w.shared.cfg) {
                     let w = w.clone();
@@ -274,12 +317,26 @@ async fn accept_loop(
         match accepted {
             Ok((client, adm)) => {
                 burst += 1;
+                w.activity.accepted.set(w.activity.accepted.get() + 1);
+                let key = w.sessions.borrow_mut().insert(SessEntry {
+                    abort: None,
+                    fe: pidx,
+                    src: match &client {
+                        crate::stream::Client::Tcp(_, a) => Some(*a),
+                        crate::stream::Client::Unix(_) => None,
+                    },
+                    since: std::time::Instant::now(),
+                    srv: None,
+                });
                 let w2 = w.clone();
-                let guard = ActiveGuard::new(&w);
-                tokio::task::spawn_local(async move {
-                    crate::stream::serve(w2, pidx, client, adm).await;
+                let guard = ActiveGuard::new(&w, key);
+                let task = tokio::task::spawn_local(async move {
+                    crate::stream::serve(w2, pidx, client, adm, key).await;
                     drop(guard);
                 });
+                if let Some(e) = w.sessions.borrow_mut().get_mut(key) {
+                    e.abort = Some(task.abort_handle());
+                }
             }
             Err(e) => {
                 burst = 0;

@@ -101,6 +101,17 @@ fn csv_over_http_matches_the_cli() {
 #[test]
 fn html_shows_every_server_with_its_state() {
     let t = setup("    stats enable\n    stats uri /stats\n");
+    // Before its first check, s3 shows HAProxy's transition text (up, 1 failure from down).
+    let first = http_get(t.port, "/stats").body_str();
+    let (class, shown) = state(&first, "other", "s3");
+    assert!(
+        (class == "active_going_down" && shown == "UP 1/3")
+            || (class == "active_up" && shown == "UP"),
+        "{class} {shown}"
+    );
+    wait_until("first check of s3", WAIT, || {
+        stat_column(&t.sock, "other", "s3", "check_status") == "L4OK"
+    });
     let r = http_get(t.port, "/stats");
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-type"), Some("text/html"));
@@ -251,7 +262,8 @@ fn post_answers_see_other() {
         "POST /stats HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
     );
     assert_eq!(r.status, 303);
-    assert_eq!(r.header("location"), Some("/stats;st=NONE"));
+    // No backend or action given: invalid parameters.
+    assert_eq!(r.header("location"), Some("/stats;st=ERRP"));
     let t = setup("    stats uri /stats\n");
     let r = http_raw(
         t.port,
@@ -259,6 +271,115 @@ fn post_answers_see_other() {
     );
     assert_eq!(r.status, 303);
     assert_eq!(r.header("location"), Some("/stats;st=DENY;up"));
+}
+
+/// POSTs an admin form on `c`; returns the `Location` of the 303.
+fn post_form(c: &mut HttpClient, body: &str) -> String {
+    let r = c.request(format!(
+        "POST /stats HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    assert_eq!(r.status, 303, "{body}");
+    r.header("location").unwrap_or_default().to_string()
+}
+
+#[test]
+fn admin_actions_from_the_page_apply_at_once() {
+    let t = setup("    acl local src 127.0.0.1\n    stats uri /stats\n    stats admin if local\n");
+    let html = http_get(t.port, "/stats").body_str();
+    // A form per backend: a checkbox per server, the backend's id, the actions.
+    assert!(html.contains("<input type=\"checkbox\" name=\"s\" value=\"s1\">"));
+    assert!(html.contains("<input type=\"hidden\" name=\"b\" value=\"#2\">"));
+    assert!(html.contains("<option value=\"maint\">"));
+    let mut c = HttpClient::connect(t.port);
+    assert_eq!(
+        post_form(&mut c, "s=s1&s=s2&action=maint&b=%232"),
+        "/stats;st=DONE"
+    );
+    // The same connection goes on (the form body was consumed), and the page shows it.
+    let r = c.get("/stats;st=DONE");
+    assert_eq!(r.status, 200);
+    let html = r.body_str();
+    assert!(html.contains("Action processed successfully."));
+    assert_eq!(
+        state(&html, "be", "s1"),
+        ("maintain".into(), "MAINT".into())
+    );
+    assert_eq!(stat_column(&t.sock, "be", "s2", "status"), "MAINT");
+    // One unknown server: partly done.
+    assert_eq!(
+        post_form(&mut c, "s=s1&s=nope&action=ready&b=be"),
+        "/stats;st=PART"
+    );
+    assert_eq!(stat_column(&t.sock, "be", "s1", "status"), "no check");
+    assert_eq!(stat_column(&t.sock, "be", "s2", "status"), "MAINT");
+    assert_eq!(
+        post_form(&mut c, "s=s2&action=drain&b=be"),
+        "/stats;st=DONE"
+    );
+    assert_eq!(stat_column(&t.sock, "be", "s2", "status"), "DRAIN");
+    // Nothing checked; unknown action; unknown backend; health action without checks.
+    assert_eq!(post_form(&mut c, "action=ready&b=be"), "/stats;st=NONE");
+    assert_eq!(
+        post_form(&mut c, "s=s1&action=explode&b=be"),
+        "/stats;st=ERRP"
+    );
+    assert_eq!(
+        post_form(&mut c, "s=s1&action=ready&b=%2399"),
+        "/stats;st=ERRP"
+    );
+    assert_eq!(
+        post_form(&mut c, "s=s1&action=hdown&b=be"),
+        "/stats;st=ERRP"
+    );
+    // Health actions on the checked server of `other` (iid 3).
+    assert_eq!(
+        post_form(&mut c, "s=s3&action=hdown&b=%233"),
+        "/stats;st=DONE"
+    );
+    assert_eq!(stat_column(&t.sock, "other", "s3", "status"), "DOWN");
+    assert_eq!(
+        post_form(&mut c, "s=s3&action=hrunn&b=other"),
+        "/stats;st=DONE"
+    );
+    assert_eq!(stat_column(&t.sock, "other", "s3", "status"), "UP");
+    assert_eq!(
+        post_form(&mut c, "s=s3&action=dhlth&b=other"),
+        "/stats;st=DONE"
+    );
+    let st = cli(&t.sock, "show servers state other");
+    assert!(
+        st.lines()
+            .any(|l| l.starts_with("3 other 1 s3 ") && l.split(' ').nth(13) == Some("14")),
+        "{st}"
+    );
+    assert_eq!(
+        post_form(&mut c, "s=s3&action=ehlth&b=other"),
+        "/stats;st=DONE"
+    );
+    // A form too large is refused without reading it, and the connection closes.
+    let r = http_raw(
+        t.port,
+        "POST /stats HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\ns=s1",
+    );
+    assert_eq!(r.header("location"), Some("/stats;st=EXCD"));
+}
+
+#[test]
+fn page_without_admin_has_no_form_and_denies_actions() {
+    let t = setup("    stats uri /stats\n");
+    let html = http_get(t.port, "/stats").body_str();
+    assert!(
+        !html.contains("<form"),
+        "no admin form without 'stats admin'"
+    );
+    let mut c = HttpClient::connect(t.port);
+    assert_eq!(
+        post_form(&mut c, "s=s1&action=maint&b=be"),
+        "/stats;st=DENY"
+    );
+    assert_eq!(stat_column(&t.sock, "be", "s1", "status"), "no check");
 }
 
 #[test]

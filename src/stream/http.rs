@@ -220,15 +220,8 @@ struct PoolGuard {
 }
 
 impl PoolGuard {
-    fn new(
-        w: &Rc<Worker>,
-        reuse: HttpReuse,
-        bp: &Proxy,
-        be: usize,
-        server: usize,
-        epoch: u32,
-    ) -> PoolGuard {
-        let srv = &bp.servers[server];
+    fn new(w: &Rc<Worker>, reuse: HttpReuse, be: usize, server: usize, epoch: u32) -> PoolGuard {
+        let srv = &w.shared.server(be, server).conf;
         PoolGuard {
             w: (reuse != HttpReuse::Never).then(|| w.clone()),
             key: (be, server),
@@ -660,6 +653,9 @@ impl<C: ClientIo> Conn<'_, C> {
     /// Adds a finished transaction to the frontend, backend and server counters (stats and
     /// CLI read them). A handful of relaxed atomic adds: no lock, no allocation.
     fn account(&self, txn: &Txn) {
+        if txn.server.is_some() {
+            self.ctx.w.session_server(self.ctx.key, None);
+        }
         let shared = self.ctx.shared();
         let class = match txn.status {
             100..=599 => (txn.status / 100 - 1) as usize,
@@ -881,22 +877,89 @@ impl<C: ClientIo> Conn<'_, C> {
         let rest = rest.to_vec();
         txn.flags.intercepted = true;
         let auth = self.hdrs.first(&self.cbuf, b"authorization");
+        let admin = page.admin.as_ref().is_some_and(|c| {
+            c.eval(&ReqView {
+                buf: &self.cbuf,
+                head,
+                hdrs: &self.hdrs,
+                src,
+            })
+        });
         let (status, resp) = if !sp::authorized(page, auth) {
             (401, sp::unauthorized(page, head.is_head))
         } else if head.method.of(&self.cbuf) == b"POST" {
-            let admin = page.admin.as_ref().is_some_and(|c| {
-                c.eval(&ReqView {
-                    buf: &self.cbuf,
-                    head,
-                    hdrs: &self.hdrs,
-                    src,
-                })
-            });
-            (303, sp::post_redirect(page, &rest, admin))
+            // The form is small: read it whole, then drop it from the buffer so the
+            // connection stays in step for the next request.
+            let body: Result<usize, &'static str> = match head.body {
+                BodyKind::None => Ok(0),
+                BodyKind::Length(n) if n <= sp::MAX_POST => {
+                    match self.read_body_into_buf(head, n).await {
+                        Some(n) => Ok(n),
+                        None => {
+                            txn.term = *b"CD";
+                            return Some(None);
+                        }
+                    }
+                }
+                BodyKind::Length(_) => Err("EXCD"),
+                _ => Err("IVAL"),
+            };
+            let form = body.map(|n| &self.cbuf[head.head_len..head.head_len + n]);
+            let workers = shared.workers.get();
+            let kill = |be: usize, srv: usize| {
+                // Every thread closes its own sessions on that server.
+                for tx in workers.into_iter().flatten() {
+                    let _ = tx.send(Box::new(move |w: &Rc<Worker>| {
+                        let hs: Vec<_> = w
+                            .sessions
+                            .borrow()
+                            .iter()
+                            .filter(|(_, e)| e.srv == Some((be, srv)))
+                            .filter_map(|(_, e)| e.abort.clone())
+                            .collect();
+                        for h in hs {
+                            h.abort();
+                        }
+                    }));
+                }
+            };
+            let resp = sp::post(shared, page, &rest, form, admin, &kill);
+            let mut h2 = head.clone();
+            if let Ok(n) = body {
+                // Remove the form bytes: the response below then sees a bodiless request
+                // and the connection stays in step (a refused body closes it instead).
+                let mut tail = self.cbuf.split_off(head.head_len);
+                tail.advance(n);
+                self.cbuf.unsplit(tail);
+                h2.body = BodyKind::None;
+            }
+            return Some(self.local_response(&h2, txn, &resp, 303, true).await);
         } else {
-            (200, sp::render(shared, page, px, &rest, head.is_head))
+            (
+                200,
+                sp::render(shared, page, px, &rest, head.is_head, admin),
+            )
         };
         Some(self.local_response(head, txn, &resp, status, true).await)
+    }
+
+    /// Reads until `n` body bytes follow the head in `cbuf` (`timeout client` applies).
+    /// `None`: the client went away or timed out.
+    async fn read_body_into_buf(&mut self, head: &RequestHead, n: u64) -> Option<usize> {
+        let want = head.head_len + n as usize;
+        while self.cbuf.len() < want {
+            self.cbuf.reserve(want - self.cbuf.len());
+            match super::with_timeout(
+                self.fe.timeouts.client,
+                self.client.read_buf(&mut self.cbuf),
+            )
+            .await
+            {
+                Some(Ok(k)) if k > 0 => {}
+                _ => return None,
+            }
+        }
+        Some(n as usize)
     }
 
     /// Applies header edits and returns the first final action (deny/return/redirect).
@@ -1112,6 +1175,9 @@ impl<C: ClientIo> Conn<'_, C> {
             },
         };
         txn.server = Some(slot.server);
+        self.ctx
+            .w
+            .session_server(self.ctx.key, Some((be_idx, slot.server)));
 
         // Serialise the request head.
         self.build_request_head(head, bp, src, server_ka);
@@ -1127,7 +1193,7 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.bytes_in += initial as u64;
         let mut conn = ServerSide {
             stream,
-            guard: PoolGuard::new(&self.ctx.w, reuse, bp, be_idx, slot.server, epoch),
+            guard: PoolGuard::new(&self.ctx.w, reuse, be_idx, slot.server, epoch),
             slot,
             uses,
         };
@@ -1172,10 +1238,13 @@ impl<C: ClientIo> Conn<'_, C> {
                     txn.retries += 1 + sc.retries;
                     let server = sc.slot.server;
                     txn.server = Some(server);
+                    self.ctx
+                        .w
+                        .session_server(self.ctx.key, Some((be_idx, server)));
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
                     conn = ServerSide {
                         stream: sc.stream,
-                        guard: PoolGuard::new(&self.ctx.w, reuse, bp, be_idx, server, epoch),
+                        guard: PoolGuard::new(&self.ctx.w, reuse, be_idx, server, epoch),
                         slot: sc.slot,
                         uses: 0,
                     };

@@ -30,7 +30,7 @@ pub enum Client {
 }
 
 /// Entry point for every accepted connection.
-pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission) {
+pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission, key: usize) {
     let accepted_at = std::time::SystemTime::now();
     let p = &w.shared.cfg.proxies[proxy];
     let fe = &w.shared.proxies[proxy].fe;
@@ -56,6 +56,7 @@ pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission) 
         proxy,
         peer,
         accepted_at,
+        key,
         _adm: adm,
     };
     match (client, p.mode) {
@@ -74,6 +75,8 @@ pub struct SessionCtx {
     pub proxy: usize,
     pub peer: Option<SocketAddr>,
     pub accepted_at: std::time::SystemTime,
+    /// Its entry in the worker's session registry.
+    pub key: usize,
     _adm: Admission,
 }
 

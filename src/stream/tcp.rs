@@ -198,7 +198,10 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         hdr: None,
     };
     let mut conn = match connect_server(&ctx, be_idx, &input).await {
-        Ok(c) => c,
+        Ok(c) => {
+            ctx.w.session_server(ctx.key, Some((be_idx, c.slot.server)));
+            c
+        }
         Err(e) => {
             let retries = match e {
                 ConnectError::Failed { retries, .. } => retries,

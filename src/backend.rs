@@ -60,6 +60,8 @@ pub struct ServerState {
     /// The `server` line it was built from (or the `add server` command): settings that never
     /// change at run time (pool limits, check port, whether `id` was explicit).
     pub conf: Server,
+    /// Removed by `del server`: never picked, shown or found again (its index stays taken).
+    pub deleted: AtomicBool,
 }
 
 /// A server's connection pool state across all threads: what `show pools` and the stats
@@ -154,10 +156,44 @@ struct Queue {
     next_seq: u64,
 }
 
+/// A backend's servers: the configured ones, then those `add server` appended. Append-only, so
+/// the index of a server (what pools, sessions, queues and LB tables hold) never changes and
+/// reading needs no lock; `del server` only marks a server deleted.
+pub struct Servers(boxcar::Vec<ServerState>);
+
+impl Servers {
+    /// Every server in index order, deleted ones included (callers skip `deleted`).
+    pub fn iter(&self) -> impl Iterator<Item = &ServerState> {
+        self.0.iter().map(|(_, s)| s)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The live (not deleted) server named `name`, with its index.
+    pub fn by_name(&self, name: &str) -> Option<(usize, &ServerState)> {
+        self.0
+            .iter()
+            .find(|(_, s)| s.name == name && !s.deleted.load(Relaxed))
+    }
+}
+
+impl std::ops::Index<usize> for Servers {
+    type Output = ServerState;
+    fn index(&self, i: usize) -> &ServerState {
+        &self.0[i]
+    }
+}
+
 /// Per-backend run-time state.
 pub struct BackendState {
     pub proxy_idx: usize,
-    pub servers: Vec<ServerState>,
+    pub servers: Servers,
     pub balance: Balance,
     pub hash_method: HashMethod,
     pub active: ArcSwap<Tables>,
@@ -257,7 +293,7 @@ pub fn unix_now() -> u64 {
 }
 
 impl ServerState {
-    fn from_config(s: &Server, puid: u32) -> ServerState {
+    pub fn from_config(s: &Server, puid: u32) -> ServerState {
         ServerState {
             name: s.name.clone(),
             addr: ArcSwap::from_pointee(s.addr),
@@ -281,11 +317,12 @@ impl ServerState {
             queued: AtomicU32::new(0),
             counters: Counters::default(),
             conf: s.clone(),
+            deleted: AtomicBool::new(false),
         }
     }
 
     pub fn usable(&self) -> bool {
-        !self.maint.load(Relaxed) && self.up.load(Relaxed)
+        !self.maint.load(Relaxed) && self.up.load(Relaxed) && !self.deleted.load(Relaxed)
     }
 
     /// Effective weight: the user weight, or 0 while draining.
@@ -347,12 +384,10 @@ pub fn assign_ids(explicit: &[Option<u32>]) -> Vec<u32> {
 impl BackendState {
     fn from_config(idx: usize, p: &Proxy) -> BackendState {
         let ids = assign_ids(&p.servers.iter().map(|s| s.id).collect::<Vec<_>>());
-        let servers = p
-            .servers
-            .iter()
-            .zip(ids)
-            .map(|(s, id)| ServerState::from_config(s, id))
-            .collect();
+        let servers = Servers(boxcar::Vec::new());
+        for (s, id) in p.servers.iter().zip(ids) {
+            servers.0.push(ServerState::from_config(s, id));
+        }
         let be = BackendState {
             proxy_idx: idx,
             servers,
@@ -801,6 +836,54 @@ impl BackendState {
         self.max_conns.fetch_max(n, Relaxed);
     }
 
+    /// `add server`: appends a server built from `conf` (id: explicit, else the lowest free).
+    /// Returns its index. Checks start paused, as HAProxy's (`enable health` starts them).
+    pub fn add_server(&self, conf: Server) -> Result<usize, String> {
+        if self.servers.by_name(&conf.name).is_some() {
+            return Err("Already exists a server with the same name in backend.".into());
+        }
+        if !self.dynamic_weights() {
+            return Err(
+                "Backend must use a dynamic load balancing to support dynamic servers.".into(),
+            );
+        }
+        let live = || self.servers.iter().filter(|s| !s.deleted.load(Relaxed));
+        let puid = match conf.id {
+            Some(id) => {
+                if live().any(|s| s.puid == id) {
+                    return Err(format!(
+                        "The server id {id} is already used by another server."
+                    ));
+                }
+                id
+            }
+            None => (1..).find(|n| !live().any(|s| s.puid == *n)).unwrap_or(1),
+        };
+        let st = ServerState::from_config(&conf, puid);
+        if let Some(ck) = &st.check {
+            ck.enabled.store(false, Relaxed);
+        }
+        let idx = self.servers.0.push(st);
+        self.changed();
+        Ok(idx)
+    }
+
+    /// `del server`: only a server in maintenance with nothing attached can go (HAProxy's
+    /// rule). Idle pooled connections do not count: the caller closes them first.
+    pub fn del_server(&self, idx: usize) -> Result<(), &'static str> {
+        let s = &self.servers[idx];
+        if !s.maint.load(SeqCst) {
+            return Err("Only servers in maintenance mode can be deleted.");
+        }
+        if s.served.load(SeqCst) != 0 || s.queued.load(SeqCst) != 0 || s.pool.used.load(SeqCst) != 0
+        {
+            return Err("Server still has connections attached to it, cannot remove it.");
+        }
+        s.deleted.store(true, SeqCst);
+        self.changed();
+        Ok(())
+    }
+
     /// After a run-time change that may free room (more `maxconn`, a server back from
     /// maintenance, a new weight): rebuild the tables and give queued requests every slot
     /// that is now free.
@@ -823,7 +906,15 @@ fn dispatch_queue(be: &BackendState, freed: Option<usize>) {
     let t = be.tables();
     let mut i = 0;
     while i < q.waiters.len() {
-        let target = q.waiters[i].server;
+        let mut target = q.waiters[i].server;
+        if target.is_some_and(|p| !be.servers[p].usable()) {
+            // Its server went into maintenance or down: any server will do (HAProxy moves
+            // such requests to the backend queue).
+            if let Some(p) = q.waiters[i].server.take() {
+                be.servers[p].queued.fetch_sub(1, SeqCst);
+            }
+            target = None;
+        }
         let got = match target {
             Some(p) => be.servers[p].try_take().then_some(p),
             None => match freed {

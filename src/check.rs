@@ -187,13 +187,18 @@ pub fn spawn_checks(w: &Rc<Worker>, thread: usize, nbthread: usize) {
     }
 }
 
+/// Starts the checks of a server added at run time (`add server ... check`) on this thread.
+pub fn spawn_one(w: &Rc<Worker>, pi: usize, si: usize, cfg: CheckCfg) {
+    tokio::task::spawn_local(run(w.clone(), pi, si, cfg));
+}
+
 async fn run(w: Rc<Worker>, pi: usize, si: usize, cfg: CheckCfg) {
     let shared = w.shared.clone();
     let p = &shared.cfg.proxies[pi];
     let srv = shared.server(pi, si);
     let st = srv.check.as_ref().expect("checked server has check state");
     loop {
-        if w.stopping.get() {
+        if w.stopping.get() || srv.deleted.load(Relaxed) {
             return;
         }
         if !st.enabled.load(Relaxed) {

@@ -81,6 +81,16 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
         CliLevel::User,
     ),
     (
+        "add server <bk>/<srv> <addr> [opts]",
+        "add a server to a backend (options of the 'server' line)",
+        CliLevel::Admin,
+    ),
+    (
+        "del server <bk>/<srv>",
+        "remove a server in maintenance with no connection",
+        CliLevel::Admin,
+    ),
+    (
         "shutdown session <id>",
         "kill a specific session",
         CliLevel::Admin,
@@ -227,6 +237,22 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
             };
             return (out, After::Continue);
         }
+        ["add", "server", rest @ ..] => {
+            let out = if sess.level < CliLevel::Admin {
+                PERMISSION_DENIED.into()
+            } else {
+                add_server(shared, rest).await
+            };
+            return (out, After::Continue);
+        }
+        ["del", "server", rest @ ..] => {
+            let out = if sess.level < CliLevel::Admin {
+                PERMISSION_DENIED.into()
+            } else {
+                del_server(shared, rest.first().copied().unwrap_or("")).await
+            };
+            return (out, After::Continue);
+        }
         ["shutdown", "sessions", "server", rest @ ..] => {
             let out = if sess.level < CliLevel::Admin {
                 PERMISSION_DENIED.into()
@@ -366,7 +392,11 @@ fn find_server<'a>(
     let Some(be) = be else {
         return Err("No such backend.\n");
     };
-    match be.servers.iter().find(|s| by(&s.name, s.puid, sname)) {
+    match be
+        .servers
+        .iter()
+        .find(|s| !s.deleted.load(Relaxed) && by(&s.name, s.puid, sname))
+    {
         Some(s) => Ok((be, s)),
         None => Err("No such server.\n"),
     }
@@ -829,17 +859,15 @@ async fn shutdown_server_sessions(shared: &Arc<Shared>, spec: &str) -> String {
     if spec.is_empty() {
         return "Require 'backend/server'.\n".into();
     }
-    let (be, srv) = match find_server(shared, spec) {
-        Ok((be, s)) => (be.proxy_idx, s.puid),
+    let (be, idx) = match find_server(shared, spec) {
+        Ok((be, s)) => (
+            be.proxy_idx,
+            be.servers
+                .iter()
+                .position(|x| std::ptr::eq(x, s))
+                .expect("found in this backend"),
+        ),
         Err(e) => return e.into(),
-    };
-    let Some(idx) = shared
-        .backend(be)
-        .servers
-        .iter()
-        .position(|s| s.puid == srv)
-    else {
-        return "No such server.\n".into();
     };
     on_each_worker(shared, move |w| {
         let handles: Vec<_> = w
@@ -855,6 +883,69 @@ async fn shutdown_server_sessions(shared: &Arc<Shared>, spec: &str) -> String {
     })
     .await;
     String::new()
+}
+
+/// `add server B/S ADDR [options]`: the server joins in maintenance when `disabled` is
+/// given, else ready at once; its checks (with `check`) wait for `enable health`.
+async fn add_server(shared: &Arc<Shared>, rest: &[&str]) -> String {
+    let Some((spec, addr)) = rest.first().zip(rest.get(1)) else {
+        return "'server' expects <backend>/<server> and an address.\n".into();
+    };
+    let Some((bname, sname)) = spec.split_once('/') else {
+        return "Require 'backend/server'.\n".into();
+    };
+    if sname.is_empty() {
+        return "Require 'backend/server'.\n".into();
+    }
+    let Some(bi) = find_backend(shared, bname) else {
+        return "No such backend.\n".into();
+    };
+    let opts: Vec<String> = rest[2..].iter().map(|w| w.to_string()).collect();
+    let conf = match crate::config::dynamic_server(sname, addr, &opts) {
+        Ok(c) => c,
+        Err(e) => return format!("{e}\n"),
+    };
+    let check = conf.check.clone();
+    let be = shared.backend(bi);
+    let si = match be.add_server(conf) {
+        Ok(i) => i,
+        Err(e) => return format!("{e}\n"),
+    };
+    if let Some(cfg) = check
+        && let Some(workers) = shared.workers.get()
+        && !workers.is_empty()
+    {
+        // Checks run on one worker, like those of configured servers.
+        let job: crate::worker::CtlJob = Box::new(move |w| crate::check::spawn_one(w, bi, si, cfg));
+        let _ = workers[si % workers.len()].send(job);
+    }
+    "New server registered.\n".into()
+}
+
+/// `del server B/S`: in maintenance and unused; its idle pooled connections are closed first.
+async fn del_server(shared: &Arc<Shared>, spec: &str) -> String {
+    let Some((bname, sname)) = spec.split_once('/') else {
+        return "Require 'backend/server'.\n".into();
+    };
+    let Some(bi) = find_backend(shared, bname) else {
+        return "No such backend.\n".into();
+    };
+    let be = shared.backend(bi);
+    let Some((si, s)) = be.servers.by_name(sname) else {
+        return "No such server.\n".into();
+    };
+    if !s.maint.load(SeqCst) {
+        return "Only servers in maintenance mode can be deleted.\n".into();
+    }
+    let sh = shared.clone();
+    on_each_worker(shared, move |w| {
+        w.pool.drop_server((bi, si), &sh.server(bi, si).pool);
+    })
+    .await;
+    match be.del_server(si) {
+        Ok(()) => "Server deleted.\n".into(),
+        Err(e) => format!("{e}\n"),
+    }
 }
 
 /// `show activity`: per-thread counters, `name: total [ thread1 thread2 ... ]` as HAProxy.

@@ -137,6 +137,21 @@ impl ThreadPool {
         }
     }
 
+    /// Closes every idle connection to `key` (`del server`); returns how many.
+    pub fn drop_server(&self, key: Key, g: &PoolGauges) -> usize {
+        let mut m = self.servers.borrow_mut();
+        let Some(sp) = m.get_mut(&key) else { return 0 };
+        let n = sp.idle.len();
+        for c in sp.idle.drain(..) {
+            idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
+        }
+        g.purged.fetch_add(n as u64, Relaxed);
+        if sp.used == 0 {
+            m.remove(&key);
+        }
+        n
+    }
+
     /// Idle connections now (all servers).
     pub fn idle_count(&self) -> usize {
         self.servers.borrow().values().map(|s| s.idle.len()).sum()

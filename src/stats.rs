@@ -241,8 +241,8 @@ pub fn for_each_row(shared: &Shared, filter: Filter, mut f: impl FnMut(usize, Ro
             continue;
         };
         if filter.types & 4 != 0 {
-            for s in &be.servers {
-                if filter.sid.is_some_and(|sid| sid != s.puid) {
+            for s in be.servers.iter() {
+                if s.deleted.load(Relaxed) || filter.sid.is_some_and(|sid| sid != s.puid) {
                     continue;
                 }
                 if filter.up_only && (s.maint.load(Relaxed) || !s.up.load(Relaxed)) {
@@ -585,7 +585,7 @@ pub fn show_pools(shared: &Shared) -> String {
         if p.mode != Mode::Http {
             continue;
         }
-        for s in &be.servers {
+        for s in be.servers.iter().filter(|s| !s.deleted.load(Relaxed)) {
             let g = &s.pool;
             let c = &s.counters;
             out.push_str(&format!(
@@ -692,7 +692,7 @@ pub fn servers_state(shared: &Shared, only: Option<usize>) -> String {
         let Some(be) = shared.proxies[i].be.as_ref() else {
             continue;
         };
-        for s in be.servers.iter() {
+        for s in be.servers.iter().filter(|s| !s.deleted.load(Relaxed)) {
             server_state_line(&mut out, shared.proxies[i].uuid, p, s);
         }
     }

@@ -249,7 +249,7 @@ fn apply(shared: &Shared, form: &[(String, String)], kill: &dyn Fn(usize, usize)
     }
     let mut done = 0;
     for name in &names {
-        let Some((si, s)) = be.servers.iter().enumerate().find(|(_, s)| s.name == *name) else {
+        let Some((si, s)) = be.servers.by_name(name) else {
             continue;
         };
         let ok = match action {

@@ -212,3 +212,44 @@ fn without_abortonclose_a_half_closed_client_still_gets_its_response() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body_str(), "/kept");
 }
+
+#[test]
+fn requests_queued_for_a_server_put_in_maintenance_go_to_another() {
+    let gate = Gate::new();
+    let b1 = gated("s1", &gate);
+    let b2 = gated("s2", &gate);
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS_HTTP}    timeout queue 20s\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+         backend be\n    balance uri\n    hash-type consistent\n\
+         \x20   server s1 {} maxconn 1\n    server s2 {} maxconn 1\n",
+        sock.display(),
+        b1.hostport(),
+        b2.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    // A path that hashes to s1 (`balance uri` ignores the query string).
+    let path = (0..200)
+        .map(|i| format!("/k{i}"))
+        .find(|p| http_get(port, p).server() == "s1")
+        .expect("some path hashes to s1");
+    let held = send_bg(port, &format!("{path}?slow"));
+    wait_until("s1 busy", WAIT, || {
+        stat_column(&sock, "be", "s1", "scur") == "1"
+    });
+    // Same hash: waits in s1's own queue.
+    let queued = send_bg(port, &format!("{path}?q"));
+    wait_until("request queued for s1", WAIT, || {
+        stat_column(&sock, "be", "s1", "qcur") == "1"
+    });
+    assert_eq!(stats_cli(&sock, "set server be/s1 state maint"), "\n");
+    let (r, _) = queued.join().unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.server(), "s2");
+    assert_eq!(stat_column(&sock, "be", "s1", "qcur"), "0");
+    gate.open();
+    assert_eq!(held.join().unwrap().0.server(), "s1");
+}

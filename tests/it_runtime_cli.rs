@@ -449,3 +449,92 @@ fn clear_counters_max_then_all() {
     assert_eq!(http_get(t.port, "/x").status, 200);
     assert_eq!(col("stot"), "1");
 }
+
+#[test]
+fn add_and_del_server_at_run_time() {
+    let gate = Gate::new();
+    gate.open();
+    let t = setup(&gate, "");
+    let b4 = HttpBackend::start("s4");
+    let add = format!("add server be/s4 {} weight 1", b4.hostport());
+    assert_eq!(cli(&t.oper, &add), "Permission denied\n\n");
+    assert_eq!(cli(&t.admin, &add), "New server registered.\n\n");
+    assert_eq!(
+        cli(&t.admin, &add),
+        "Already exists a server with the same name in backend.\n\n"
+    );
+    assert!(
+        cli(
+            &t.admin,
+            &format!("add server be/s9 {} wieght 1", b4.hostport())
+        )
+        .starts_with("unknown server option 'wieght'"),
+    );
+    assert_eq!(
+        cli(&t.admin, &format!("add server nope/s9 {}", b4.hostport())),
+        "No such backend.\n\n"
+    );
+    // Visible at once: CSV, servers state (lowest free id: 1, 2 and 7 are taken).
+    assert_eq!(stat_column(&t.admin, "be", "s4", "status"), "no check");
+    let st = servers_state(&t.user, "be");
+    assert_eq!(st["s4"][2], "3");
+    assert_eq!(st["s4"][16], "0");
+    // Traffic reaches it once the others are out.
+    for s in ["s1", "s2"] {
+        assert_eq!(
+            cli(&t.admin, &format!("set server be/{s} state maint")),
+            "\n"
+        );
+    }
+    for _ in 0..3 {
+        let r = http_get(t.port, "/x");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.server(), "s4");
+    }
+    assert_eq!(stat_column(&t.admin, "be", "s4", "stot"), "3");
+    // Deleting needs maintenance first; pooled idle connections do not block it.
+    assert_eq!(
+        cli(&t.admin, "del server be/s4"),
+        "Only servers in maintenance mode can be deleted.\n\n"
+    );
+    assert_eq!(cli(&t.admin, "set server be/s4 state maint"), "\n");
+    assert_eq!(cli(&t.admin, "del server be/s4"), "Server deleted.\n\n");
+    assert_eq!(cli(&t.admin, "del server be/s4"), "No such server.\n\n");
+    assert!(!cli(&t.admin, "show stat").contains("be,s4,"));
+    assert!(!servers_state(&t.user, "be").contains_key("s4"));
+    assert_eq!(http_get(t.port, "/x").status, 503);
+    // The name can be used again; the new server is a new one (fresh counters).
+    assert_eq!(cli(&t.admin, &add), "New server registered.\n\n");
+    assert_eq!(stat_column(&t.admin, "be", "s4", "stot"), "0");
+    assert_eq!(http_get(t.port, "/x").server(), "s4");
+
+    // With `check`: checks wait for `enable health`, then run.
+    let add5 = format!("add server be/s5 {} check inter 100ms", b4.hostport());
+    assert_eq!(cli(&t.admin, &add5), "New server registered.\n\n");
+    assert_eq!(
+        servers_state(&t.user, "be")["s5"][13],
+        "14",
+        "checks paused"
+    );
+    assert_eq!(cli(&t.admin, "enable health be/s5"), "\n");
+    wait_until("first check of the added server", WAIT, || {
+        stat_column(&t.admin, "be", "s5", "check_status") == "L4OK"
+    });
+}
+
+#[test]
+fn add_server_needs_a_dynamic_algorithm() {
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let b = HttpBackend::start("s1");
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS_HTTP}backend be\n    balance source\n    server s1 {}\n",
+        sock.display(),
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    assert_eq!(
+        cli(&sock, &format!("add server be/s2 {}", b.hostport())),
+        "Backend must use a dynamic load balancing to support dynamic servers.\n\n"
+    );
+}

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use acl::{Cond, HttpView};
-pub use parser::{load, load_files};
+pub use parser::{dynamic_server, load, load_files};
 
 /// One configuration problem: `file:line: message` (line 0 = the whole file).
 #[derive(Debug, Clone, PartialEq, Eq)]

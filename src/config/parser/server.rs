@@ -486,6 +486,41 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     Ok(())
 }
 
+/// A server from the runtime CLI's `add server B/NAME ADDR [options]`: the same options as a
+/// `server` line, but nothing inherited from `default-server` (as in HAProxy).
+pub fn dynamic_server(name: &str, addr: &str, opts: &[String]) -> Result<Server, String> {
+    let mut o = ServerOpts::default();
+    let mut id = None;
+    server_opts(opts, &mut o, Some(&mut id))?;
+    let sa = server_addr(addr)?;
+    Ok(Server {
+        name: name.to_string(),
+        origin: Origin {
+            file: "stats socket".into(),
+            line: 0,
+        },
+        addr: sa,
+        weight: o.weight,
+        maxconn: o.maxconn,
+        maxqueue: o.maxqueue,
+        backup: o.backup,
+        disabled: o.disabled,
+        id,
+        pool_max_conn: o.pool_max_conn,
+        pool_purge_delay: o.pool_purge_delay,
+        max_reuse: o.max_reuse,
+        check: o.check.then(|| CheckCfg {
+            inter: o.inter,
+            fastinter: o.fastinter.unwrap_or(o.inter),
+            downinter: o.downinter.unwrap_or(o.inter),
+            rise: o.rise,
+            fall: o.fall,
+            port: o.check_port,
+            addr: o.check_addr,
+        }),
+    })
+}
+
 fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {
     for unsupported in [
         "unix@",

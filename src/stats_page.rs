@@ -596,7 +596,12 @@ fn html(
             continue;
         }
         let name = escape(&shared.cfg.proxies[i].name);
-        let form = admin && shared.proxies[i].be.is_some();
+        let form = admin
+            && shared.proxies[i].be.as_ref().is_some_and(|b| {
+                b.servers
+                    .iter()
+                    .any(|s| !s.deleted.load(std::sync::atomic::Ordering::Relaxed))
+            });
         if form {
             let _ = writeln!(
                 h,

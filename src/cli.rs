@@ -1043,7 +1043,8 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// A bound CLI socket, not yet serving.
 pub enum CliListener {
-    Unix(std::os::unix::net::UnixListener, std::path::PathBuf),
+    /// With the socket file to remove at exit (`None`: inherited `fd@N`, not ours).
+    Unix(std::os::unix::net::UnixListener, Option<std::path::PathBuf>),
     Tcp(std::net::TcpListener),
 }
 
@@ -1077,13 +1078,24 @@ pub fn bind_all(socks: &[StatsSocket]) -> Result<Vec<(CliListener, CliLevel)>, S
                         },
                     )?;
                 }
-                CliListener::Unix(l, path.clone())
+                CliListener::Unix(l, Some(path.clone()))
             }
             BindAddr::Tcp(a) => CliListener::Tcp(
                 std::net::TcpListener::bind(a)
                     .map_err(|e| format!("stats socket at {where_}: cannot bind {a}: {e}"))?,
             ),
-            BindAddr::Fd(_) => return Err(format!("stats socket at {where_}: fd@ not supported")),
+            // An inherited listening socket (from a parent process or a supervisor).
+            BindAddr::Fd(n) => {
+                let s = crate::sys::adopt_listening_fd(*n)
+                    .map_err(|e| format!("stats socket at {where_}: fd@{n}: {e}"))?;
+                match s.domain() {
+                    Ok(socket2::Domain::UNIX) => CliListener::Unix(
+                        std::os::unix::net::UnixListener::from(std::os::fd::OwnedFd::from(s)),
+                        None,
+                    ),
+                    _ => CliListener::Tcp(s.into()),
+                }
+            }
         };
         out.push((l, s.level));
     }
@@ -1104,7 +1116,7 @@ pub fn spawn_all(
             CliListener::Unix(l, path) => {
                 l.set_nonblocking(true)?;
                 let l = tokio::net::UnixListener::from_std(l)?;
-                paths.push(path);
+                paths.extend(path);
                 tokio::spawn(async move {
                     loop {
                         match l.accept().await {

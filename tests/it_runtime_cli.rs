@@ -538,3 +538,31 @@ fn add_server_needs_a_dynamic_algorithm() {
         "Backend must use a dynamic load balancing to support dynamic servers.\n\n"
     );
 }
+
+#[test]
+fn stats_socket_on_an_inherited_fd() {
+    use std::os::fd::AsRawFd;
+    let dir = TempDir::new();
+    let path = dir.join("inherited.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let fd = listener.as_raw_fd();
+    let b = HttpBackend::start("s1");
+    let cfg = format!(
+        "global\n    stats socket fd@{fd} level admin\n{DEFAULTS_HTTP}backend be\n    server s1 {}\n",
+        b.hostport()
+    );
+    let s = Sluice::builder(&cfg).inherit_fd(fd).start();
+    assert_eq!(cli(&path, "show backend"), "# name\nbe\n\n");
+    assert_eq!(cli(&path, "set server be/s1 state drain"), "\n");
+    assert_eq!(stat_column(&path, "be", "s1", "status"), "DRAIN");
+    drop(s);
+    // A descriptor that is not a listening socket stops start-up with a clear error.
+    let bad = format!(
+        "global\n    stats socket fd@2\n{DEFAULTS_HTTP}backend be\n    server s1 {}\n",
+        b.hostport()
+    );
+    let s = Sluice::builder(&bad).spawn();
+    let st = s.wait_exit(WAIT).expect("sluice must refuse to start");
+    assert_eq!(st.code(), Some(1));
+    assert!(s.stderr.text().contains("fd@2"), "{}", s.stderr.text());
+}

@@ -227,11 +227,6 @@ fn stats(g: &mut Global, l: &Line) -> Result<(), KwErr> {
     match w.get(1).map(String::as_str) {
         Some("socket") => {
             let a = arg(w, 2, "socket address (path or IP:PORT)")?;
-            if a.starts_with("fd@") {
-                return Err("'stats socket fd@N' is not supported by sluice yet"
-                    .to_string()
-                    .into());
-            }
             let mut addrs = super::server::bind_addr(a)?;
             if addrs.len() != 1 {
                 return Err(format!("'{a}': a stats socket takes one address, not a range").into());

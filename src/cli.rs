@@ -219,47 +219,39 @@ pub fn split_commands(line: &str) -> Vec<Vec<String>> {
 pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) -> (String, After) {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     // Commands that need the workers' own state ask every thread, then answer.
+    let arg0 = |r: &[&str]| r.first().copied().unwrap_or("").to_string();
+    let done = |out: String| (out, After::Continue);
     match a.as_slice() {
         ["show", "sess", rest @ ..] => {
-            let out = if sess.level < CliLevel::Operator {
-                PERMISSION_DENIED.into()
-            } else {
-                show_sess(shared, rest).await
+            return match denied(sess, CliLevel::Operator) {
+                Some(d) => d,
+                None => done(show_sess(shared, rest).await),
             };
-            return (out, After::Continue);
         }
-        ["show", "activity", ..] => return (show_activity(shared).await, After::Continue),
+        ["show", "activity", ..] => return done(show_activity(shared).await),
         ["shutdown", "session", rest @ ..] => {
-            let out = if sess.level < CliLevel::Admin {
-                PERMISSION_DENIED.into()
-            } else {
-                shutdown_session(shared, rest.first().copied().unwrap_or("")).await
+            return match denied(sess, CliLevel::Admin) {
+                Some(d) => d,
+                None => done(shutdown_session(shared, &arg0(rest)).await),
             };
-            return (out, After::Continue);
         }
         ["add", "server", rest @ ..] => {
-            let out = if sess.level < CliLevel::Admin {
-                PERMISSION_DENIED.into()
-            } else {
-                add_server(shared, rest).await
+            return match denied(sess, CliLevel::Admin) {
+                Some(d) => d,
+                None => done(add_server(shared, rest).await),
             };
-            return (out, After::Continue);
         }
         ["del", "server", rest @ ..] => {
-            let out = if sess.level < CliLevel::Admin {
-                PERMISSION_DENIED.into()
-            } else {
-                del_server(shared, rest.first().copied().unwrap_or("")).await
+            return match denied(sess, CliLevel::Admin) {
+                Some(d) => d,
+                None => done(del_server(shared, &arg0(rest)).await),
             };
-            return (out, After::Continue);
         }
         ["shutdown", "sessions", "server", rest @ ..] => {
-            let out = if sess.level < CliLevel::Admin {
-                PERMISSION_DENIED.into()
-            } else {
-                shutdown_server_sessions(shared, rest.first().copied().unwrap_or("")).await
+            return match denied(sess, CliLevel::Admin) {
+                Some(d) => d,
+                None => done(shutdown_server_sessions(shared, &arg0(rest)).await),
             };
-            return (out, After::Continue);
         }
         _ => {}
     }
@@ -358,6 +350,11 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
         ),
     };
     (out, After::Continue)
+}
+
+/// `Permission denied` when the session's level is below `need`.
+fn denied(sess: &Session, need: CliLevel) -> Option<(String, After)> {
+    (sess.level < need).then(|| (PERMISSION_DENIED.to_string(), After::Continue))
 }
 
 fn admin(sess: &Session, f: impl FnOnce() -> String) -> String {
@@ -869,19 +866,7 @@ async fn shutdown_server_sessions(shared: &Arc<Shared>, spec: &str) -> String {
         ),
         Err(e) => return e.into(),
     };
-    on_each_worker(shared, move |w| {
-        let handles: Vec<_> = w
-            .sessions
-            .borrow()
-            .iter()
-            .filter(|(_, e)| e.srv == Some((be, idx)))
-            .filter_map(|(_, e)| e.abort.clone())
-            .collect();
-        for h in handles {
-            h.abort();
-        }
-    })
-    .await;
+    on_each_worker(shared, move |w| w.kill_server_sessions(be, idx)).await;
     String::new()
 }
 

@@ -79,6 +79,22 @@ impl Worker {
         }
     }
 
+    /// Closes this thread's client connections attached to server `srv` of backend `be`
+    /// (`shutdown sessions server`, the stats page's "Kill Sessions").
+    pub fn kill_server_sessions(&self, be: usize, srv: usize) {
+        // Collected first: aborting must not happen while the registry is borrowed.
+        let handles: Vec<_> = self
+            .sessions
+            .borrow()
+            .iter()
+            .filter(|(_, e)| e.srv == Some((be, srv)))
+            .filter_map(|(_, e)| e.abort.clone())
+            .collect();
+        for h in handles {
+            h.abort();
+        }
+    }
+
     /// An empty buffer with at least `size` bytes of capacity.
     pub fn take_buf(&self, size: usize) -> bytes::BytesMut {
         match self.bufs.borrow_mut().pop() {

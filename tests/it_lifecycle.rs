@@ -10,20 +10,6 @@ use std::net::{TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-fn gated(name: &str, gate: &Gate) -> HttpBackend {
-    let g = gate.clone();
-    let n = name.to_string();
-    HttpBackend::with_handler(name, move |r| {
-        if r.target.contains("slow") {
-            g.wait();
-        }
-        if r.target.contains("hang") {
-            return Reply::Hang;
-        }
-        Reply::echo_target(&n, r)
-    })
-}
-
 /// The connection must end: closed, possibly after an error response (HAProxy sends a 502 to
 /// requests cut by a hard stop).
 fn assert_connection_ends(c: &mut HttpClient) {
@@ -62,7 +48,7 @@ fn send_bg(port: u16, path: &str) -> std::thread::JoinHandle<(Response, HttpClie
 #[test]
 fn soft_stop_finishes_in_flight_request_then_exits_0() {
     let gate = Gate::new();
-    let b = gated("s1", &gate);
+    let b = HttpBackend::gated("s1", &gate);
     let (s, port) = simple(DEFAULTS_HTTP, "", &b);
     let inflight = send_bg(port, "/slow");
     b.wait_requests(1, WAIT);
@@ -108,7 +94,7 @@ fn soft_stop_closes_idle_keepalive_connections() {
 #[test]
 fn sigterm_stops_at_once_even_with_requests_in_flight() {
     let gate = Gate::new();
-    let b = gated("s1", &gate);
+    let b = HttpBackend::gated("s1", &gate);
     let (s, port) = simple(DEFAULTS_HTTP, "", &b);
     let mut c = HttpClient::connect(port);
     c.send("GET /hang HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -138,7 +124,7 @@ fn sigint_stops_at_once() {
 #[test]
 fn hard_stop_after_bounds_a_soft_stop() {
     let gate = Gate::new();
-    let b = gated("s1", &gate);
+    let b = HttpBackend::gated("s1", &gate);
     let (s, port) = simple(DEFAULTS_HTTP, "    hard-stop-after 600ms", &b);
     let mut c = HttpClient::connect(port);
     c.send("GET /hang HTTP/1.1\r\nHost: t\r\n\r\n");

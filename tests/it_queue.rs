@@ -6,18 +6,6 @@ use common::*;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A backend whose requests with `slow` in the target wait for the gate.
-fn gated(name: &str, gate: &Gate) -> HttpBackend {
-    let g = gate.clone();
-    let n = name.to_string();
-    HttpBackend::with_handler(name, move |r| {
-        if r.target.contains("slow") {
-            g.wait();
-        }
-        Reply::echo_target(&n, r)
-    })
-}
-
 fn start(be_extra: &str, server_opts: &str, b: &HttpBackend, defaults: &str) -> (Sluice, u16) {
     let port = free_port();
     let cfg = format!(
@@ -45,7 +33,7 @@ fn send_bg(port: u16, path: &str) -> JoinHandle<(Response, Duration)> {
 #[test]
 fn maxconn_queues_requests_and_serves_them_in_fifo_order() {
     let gate = Gate::new();
-    let b = gated("s1", &gate);
+    let b = HttpBackend::gated("s1", &gate);
     let (_s, port) = start("", "maxconn 1", &b, DEFAULTS_HTTP);
     let first = send_bg(port, "/slow0");
     b.wait_requests(1, WAIT);
@@ -89,7 +77,7 @@ fn maxconn_queues_requests_and_serves_them_in_fifo_order() {
 #[test]
 fn timeout_queue_answers_503() {
     let gate = Gate::new();
-    let b = gated("s1", &gate);
+    let b = HttpBackend::gated("s1", &gate);
     let (s, port) = start("    timeout queue 400ms", "maxconn 1", &b, LOGGED_HTTP);
     let first = send_bg(port, "/slow0");
     b.wait_requests(1, WAIT);
@@ -123,7 +111,7 @@ fn timeout_queue_answers_503() {
 #[test]
 fn queued_request_is_served_before_timeout_queue_when_a_slot_frees() {
     let gate = Gate::new();
-    let b = gated("s1", &gate);
+    let b = HttpBackend::gated("s1", &gate);
     let (_s, port) = start("    timeout queue 5s", "maxconn 1", &b, DEFAULTS_HTTP);
     let first = send_bg(port, "/slow0");
     b.wait_requests(1, WAIT);
@@ -141,7 +129,7 @@ fn maxqueue_rejects_beyond_the_server_queue_length() {
     // maxqueue limits a server's own queue, used when the algorithm picked that server (here a
     // hash): with no other server to redispatch to, the request is refused.
     let gate = Gate::new();
-    let b = gated("s1", &gate);
+    let b = HttpBackend::gated("s1", &gate);
     let (_s, port) = start(
         "    balance uri\n    timeout queue 10s",
         "maxconn 1 maxqueue 1",
@@ -169,7 +157,7 @@ fn maxqueue_rejects_beyond_the_server_queue_length() {
 #[test]
 fn abortonclose_drops_a_queued_request_whose_client_left() {
     let gate = Gate::new();
-    let b = gated("s1", &gate);
+    let b = HttpBackend::gated("s1", &gate);
     let (s, port) = start("    option abortonclose", "maxconn 1", &b, LOGGED_HTTP);
     let first = send_bg(port, "/slow0");
     b.wait_requests(1, WAIT);
@@ -198,7 +186,7 @@ fn abortonclose_drops_a_queued_request_whose_client_left() {
 #[test]
 fn without_abortonclose_a_half_closed_client_still_gets_its_response() {
     let gate = Gate::new();
-    let b = gated("s1", &gate);
+    let b = HttpBackend::gated("s1", &gate);
     let (_s, port) = start("", "maxconn 1", &b, DEFAULTS_HTTP);
     let first = send_bg(port, "/slow0");
     b.wait_requests(1, WAIT);
@@ -216,8 +204,8 @@ fn without_abortonclose_a_half_closed_client_still_gets_its_response() {
 #[test]
 fn requests_queued_for_a_server_put_in_maintenance_go_to_another() {
     let gate = Gate::new();
-    let b1 = gated("s1", &gate);
-    let b2 = gated("s2", &gate);
+    let b1 = HttpBackend::gated("s1", &gate);
+    let b2 = HttpBackend::gated("s2", &gate);
     let dir = TempDir::new();
     let sock = dir.join("admin.sock");
     let port = free_port();

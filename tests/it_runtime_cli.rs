@@ -19,18 +19,6 @@ struct Setup {
     _backends: Vec<HttpBackend>,
 }
 
-/// A backend whose requests with `slow` in the target wait for the gate.
-fn gated(name: &str, gate: &Gate) -> HttpBackend {
-    let g = gate.clone();
-    let n = name.to_string();
-    HttpBackend::with_handler(name, move |r| {
-        if r.target.contains("slow") {
-            g.wait();
-        }
-        Reply::echo_target(&n, r)
-    })
-}
-
 /// Frontend `fe` -> backend `be` (s1 gated, s2 with `id 7`, s3 `disabled`), backend `other`.
 fn setup(gate: &Gate, global_extra: &str) -> Setup {
     let dir = TempDir::new();
@@ -40,7 +28,7 @@ fn setup(gate: &Gate, global_extra: &str) -> Setup {
         dir.join("user.sock"),
     );
     let port = free_port();
-    let b1 = gated("s1", gate);
+    let b1 = HttpBackend::gated("s1", gate);
     let b2 = HttpBackend::start("s2");
     let b3 = HttpBackend::start("s3");
     let cfg = format!(

@@ -910,16 +910,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 // Every thread closes its own sessions on that server.
                 for tx in workers.into_iter().flatten() {
                     let _ = tx.send(Box::new(move |w: &Rc<Worker>| {
-                        let hs: Vec<_> = w
-                            .sessions
-                            .borrow()
-                            .iter()
-                            .filter(|(_, e)| e.srv == Some((be, srv)))
-                            .filter_map(|(_, e)| e.abort.clone())
-                            .collect();
-                        for h in hs {
-                            h.abort();
-                        }
+                        w.kill_server_sessions(be, srv)
                     }));
                 }
             };

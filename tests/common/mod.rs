@@ -1131,6 +1131,22 @@ pub struct HttpBackend {
 }
 
 impl HttpBackend {
+    /// Echoes the target, but requests whose target contains `slow` wait for `gate` first and
+    /// those with `hang` never get an answer.
+    pub fn gated(name: &str, gate: &Gate) -> HttpBackend {
+        let g = gate.clone();
+        let n = name.to_string();
+        HttpBackend::with_handler(name, move |r| {
+            if r.target.contains("slow") {
+                g.wait();
+            }
+            if r.target.contains("hang") {
+                return Reply::Hang;
+            }
+            Reply::echo_target(&n, r)
+        })
+    }
+
     /// Answers every request with [`Reply::named`].
     pub fn start(name: &str) -> HttpBackend {
         let n = name.to_string();

@@ -460,29 +460,7 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         return Err(format!("server id {id} is already used by server '{}'", prev.name).into());
     }
     let sa = server_addr(addr)?;
-    d.p.servers.push(Server {
-        name: name.to_string(),
-        origin: origin(l),
-        addr: sa,
-        weight: o.weight,
-        maxconn: o.maxconn,
-        maxqueue: o.maxqueue,
-        backup: o.backup,
-        disabled: o.disabled,
-        id,
-        pool_max_conn: o.pool_max_conn,
-        pool_purge_delay: o.pool_purge_delay,
-        max_reuse: o.max_reuse,
-        check: o.check.then(|| CheckCfg {
-            inter: o.inter,
-            fastinter: o.fastinter.unwrap_or(o.inter),
-            downinter: o.downinter.unwrap_or(o.inter),
-            rise: o.rise,
-            fall: o.fall,
-            port: o.check_port,
-            addr: o.check_addr,
-        }),
-    });
+    d.p.servers.push(make_server(name, origin(l), sa, &o, id));
     Ok(())
 }
 
@@ -492,14 +470,25 @@ pub fn dynamic_server(name: &str, addr: &str, opts: &[String]) -> Result<Server,
     let mut o = ServerOpts::default();
     let mut id = None;
     server_opts(opts, &mut o, Some(&mut id))?;
-    let sa = server_addr(addr)?;
-    Ok(Server {
+    let origin = Origin {
+        file: "stats socket".into(),
+        line: 0,
+    };
+    Ok(make_server(name, origin, server_addr(addr)?, &o, id))
+}
+
+/// A `Server` from parsed options.
+fn make_server(
+    name: &str,
+    origin: Origin,
+    addr: std::net::SocketAddr,
+    o: &ServerOpts,
+    id: Option<u32>,
+) -> Server {
+    Server {
         name: name.to_string(),
-        origin: Origin {
-            file: "stats socket".into(),
-            line: 0,
-        },
-        addr: sa,
+        origin,
+        addr,
         weight: o.weight,
         maxconn: o.maxconn,
         maxqueue: o.maxqueue,
@@ -518,7 +507,7 @@ pub fn dynamic_server(name: &str, addr: &str, opts: &[String]) -> Result<Server,
             port: o.check_port,
             addr: o.check_addr,
         }),
-    })
+    }
 }
 
 fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {

@@ -15,11 +15,16 @@ default haproxy), each one thread and pinned to one core:
   sluice   target/release/sluice -db -f bench/proxies/sluice.cfg (nbthread 1)
   nginx    bash bench/proxies/nginx-proxy.sh                   (worker_processes 1)
 --proxy NAME=CMD adds (or replaces) one: a foreground shell command with the
-placeholders {http_port} {tcp_port} {backend_port} {threads} {workdir} {bench}
-{root}, also exported as BENCH_HTTP_PORT ... BENCH_WORKDIR.
+placeholders {http_port} {tcp_port} {backend_port} {metrics_port} {threads}
+{workdir} {bench} {root}, also exported as BENCH_HTTP_PORT ... BENCH_WORKDIR.
 
-Scenarios (--scenarios, default ka,close,64k,tcp,idle; 'direct' on request):
+Scenarios (--scenarios, default ka,close,64k,tcp,idle; 'direct' and
+'ka-scrape' on request):
   ka     wrk keep-alive, 100 B responses
+  ka-scrape  the ka load while the harness GETs the proxy's Prometheus
+         /metrics every --scrape-every s (0.1); compare with ka (the summary
+         pairs them): the cost of being scraped. Needs a listener on
+         BENCH_METRICS_PORT (sluice and HAProxy configs have one)
   close  wrk with 'Connection: close' (a new client connection per request)
   64k    wrk keep-alive, 64 KiB responses
   tcp    wrk keep-alive through the proxy's mode tcp (L4) listener
@@ -60,6 +65,7 @@ CLK = os.sysconf('SC_CLK_TCK')
 SCENARIOS = {
     'direct': ('backend', '/', False, 'wrk -> origin directly, keep-alive (load side alone)'),
     'ka':     ('http', '/', False, 'HTTP keep-alive via proxy, 100 B body'),
+    'ka-scrape': ('http', '/', False, 'ka while /metrics is scraped every --scrape-every s'),
     'close':  ('http', '/', True, "HTTP via proxy, client sends 'Connection: close'"),
     '64k':    ('http', '/64k', False, '64 KiB body via proxy, keep-alive'),
     'tcp':    ('tcp', '/', False, 'L4 (mode tcp) via proxy, keep-alive'),
@@ -362,11 +368,13 @@ class Proxy:
 
 def start_proxy(px, ports, a, scratch):
     """Starts the proxy pinned; returns (Popen, logfile, workdir); the Popen's
-    .tcp_listening says whether the TCP port accepts connections. Raises
+    .tcp_listening / .metrics_listening say whether the TCP / metrics port
+    accepts connections. Raises
     RunFailed when it does not listen on the HTTP port within 10 s."""
     wd = tempfile.mkdtemp(prefix=f'{px.name}.', dir=scratch)
     os.chmod(wd, 0o755)
     vals = dict(http_port=ports['http'], tcp_port=ports['tcp'], backend_port=ports['backend'],
+                metrics_port=ports['metrics'],
                 threads=a.threads, workdir=wd, bench=BENCH, root=ROOT)
     env = dict(os.environ, **{f'BENCH_{k.upper()}': str(v) for k, v in vals.items()})
     cmd = px.cmd.format(**vals)
@@ -378,6 +386,7 @@ def start_proxy(px, ports, a, scratch):
         raise RunFailed(f'{px.name} did not listen on {ports["http"]} ({cmd}); log:\n'
                         + open(os.path.join(wd, 'proxy.log')).read()[-3000:])
     p.tcp_listening = wait_port(ports['tcp'], p, timeout=1.0)
+    p.metrics_listening = wait_port(ports['metrics'], p, timeout=1.0)
     return p, lf, wd
 
 
@@ -409,6 +418,9 @@ def measure(sc, px, a, ports, scratch, origin, want):
             proc, lf, wd = start_proxy(px, ports, a, scratch)
             if listener == 'tcp' and not proc.tcp_listening:
                 rec['skipped'] = 'no tcp listener'
+                return rec
+            if sc == 'ka-scrape' and not proc.metrics_listening:
+                rec['skipped'] = 'no metrics listener'
                 return rec
             bad = check_bodies(ports[listener], want)
             if bad:
@@ -445,7 +457,12 @@ def measure_load(rec, sc, proc, a, ports, origin):
 
     def at_load():
         return {'srv_est': ss_count('established', bp), 'cli_est': ss_count('established', port)}
-    w, wrk_cpu, load = run_wrk(url, a, close, a.load_cpus, on_tick=at_load)
+    scraper = Scraper(ports['metrics'], a.scrape_every) if sc == 'ka-scrape' else None
+    try:
+        w, wrk_cpu, load = run_wrk(url, a, close, a.load_cpus, on_tick=at_load)
+    finally:
+        if scraper:
+            rec.update(scraper.stop())
     pc1, oc1 = (tree_cpu(proc.pid) if proc else 0.0), tree_cpu(origin.pid)
     s1, t1 = cpu_stat(), time.time()
     acc1, _ = origin_counters(bp)
@@ -472,6 +489,60 @@ def measure_load(rec, sc, proc, a, ports, origin):
     rec['srv_est_load'] = load['srv_est']
     rec['cli_est_load'] = load['cli_est']
     rec['srv_est_end'] = ss_count('established', bp)
+    if scraper and rec['scrapes'] == 0:
+        raise RunFailed(f"no successful scrape of /metrics ({rec['scrape_errors']} errors: "
+                        f"{rec.get('scrape_first_error')})")
+
+
+class Scraper:
+    """GETs http://127.0.0.1:PORT/metrics every `every` s on one keep-alive
+    connection (as Prometheus does) in a thread, from start to .stop(), which
+    returns the scrape counts and timings for the run record."""
+
+    def __init__(self, port, every):
+        self.port, self.every = port, every
+        self.ok = self.errors = self.bytes = 0
+        self.ms = []
+        self.first_error = None
+        self.ev = threading.Event()
+        self.th = threading.Thread(target=self.loop, daemon=True)
+        self.th.start()
+
+    def loop(self):
+        conn = None
+        next_at = time.monotonic()
+        while not self.ev.is_set():
+            t0 = time.monotonic()
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection('127.0.0.1', self.port, timeout=5)
+                conn.request('GET', '/metrics')
+                r = conn.getresponse()
+                body = r.read()
+                if r.status != 200 or not body.startswith(b'# HELP '):
+                    raise OSError(f'status {r.status}, {len(body)} bytes')
+                self.ok += 1
+                self.bytes += len(body)
+                self.ms.append((time.monotonic() - t0) * 1e3)
+            except (OSError, http.client.HTTPException) as e:
+                self.errors += 1
+                self.first_error = self.first_error or f'{type(e).__name__}: {e}'
+                if conn is not None:
+                    conn.close()
+                conn = None
+            next_at += self.every
+            self.ev.wait(max(0.0, next_at - time.monotonic()))
+        if conn is not None:
+            conn.close()
+
+    def stop(self):
+        self.ev.set()
+        self.th.join()
+        return {'scrapes': self.ok, 'scrape_errors': self.errors,
+                'scrape_first_error': self.first_error,
+                'scrape_bytes': self.bytes // self.ok if self.ok else 0,
+                'scrape_ms_p50': statistics.median(self.ms) if self.ms else None,
+                'scrape_ms_max': max(self.ms) if self.ms else None}
 
 
 def measure_idle(rec, proc, a, ports):
@@ -524,7 +595,7 @@ def mib(kb):
 
 
 def fmt_row(r):
-    head = f"{r['scenario']:<6} {r['proxy']:<8}"
+    head = f"{r['scenario']:<9} {r['proxy']:<8}"
     if 'skipped' in r:
         return f"{head} skipped: {r['skipped']}"
     if 'failed' in r:
@@ -535,17 +606,22 @@ def fmt_row(r):
                 f"(+{mib(r['rss_delta_kb']):.1f} MiB, {nz(r['bytes_per_conn']) / 1024:.1f} KiB/conn, "
                 f"peak {mib(r['rss_peak_kb']):.1f}); CPU {nz(r['cpu_us_per_conn']):.1f} us/conn; "
                 f"established: client {r['cli_est']}, origin {r['srv_est']}")
-    return (f"{head} {r['rps']:>9.0f} {r['mbps']:>8.1f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} "
-            f"{r['errors']:>6} {nz(r.get('cpu_us_per_req')):>7.2f} {mib(r.get('rss_kb')):>7.1f} "
-            f"{r['origin_new_conns']:>8} {r['other_pct']:>6.1f} {r['steal_pct']:>5.1f} "
-            f"{r['cpu_busy_pct'].get('cpu0', 0):>3.0f}/{r['cpu_busy_pct'].get('cpu1', 0):<3.0f}")
+    row = (f"{head} {r['rps']:>9.0f} {r['mbps']:>8.1f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} "
+           f"{r['errors']:>6} {nz(r.get('cpu_us_per_req')):>7.2f} {mib(r.get('rss_kb')):>7.1f} "
+           f"{r['origin_new_conns']:>8} {r['other_pct']:>6.1f} {r['steal_pct']:>5.1f} "
+           f"{r['cpu_busy_pct'].get('cpu0', 0):>3.0f}/{r['cpu_busy_pct'].get('cpu1', 0):<3.0f}")
+    if 'scrapes' in r:
+        row += (f"  scrapes {r['scrapes']} ({r['scrape_errors']} errors, "
+                f"{r['scrape_bytes'] / 1024:.1f} KiB, {nz(r['scrape_ms_p50']):.2f} ms median, "
+                f"{nz(r['scrape_ms_max']):.2f} max)")
+    return row
 
 
 def nz(x):
     return float('nan') if x is None else x
 
 
-HDR = (f"{'scen':<6} {'proxy':<8} {'req/s':>9} {'MB/s':>8} {'p50ms':>7} {'p99ms':>7} "
+HDR = (f"{'scen':<9} {'proxy':<8} {'req/s':>9} {'MB/s':>8} {'p50ms':>7} {'p99ms':>7} "
        f"{'errors':>6} {'us/req':>7} {'RSS_MiB':>7} {'orig_new':>8} {'other%':>6} {'stl%':>5} {'c0/c1%':>7}")
 
 LEGEND = """\
@@ -589,9 +665,10 @@ def summarize(recs, names, base, scen_order=None):
     ok = [r for r in recs if 'skipped' not in r and 'failed' not in r]
     scen_order = scen_order or list(SCENARIOS)
     load_sc = [s for s in scen_order if s != 'idle']
+    name_w = max([6] + [len(s) for s in scen_order])
     if any(r['scenario'] in load_sc for r in ok):
         lines.append('Load scenarios: median over repetitions (min..max)')
-        lines.append(f"{'scen':<6} {'proxy':<8} {'n':>2} {'req/s':>8} {'(min..max)':>13} {'MB/s':>7} "
+        lines.append(f"{'scen':<{name_w}} {'proxy':<8} {'n':>2} {'req/s':>8} {'(min..max)':>13} {'MB/s':>7} "
                      f"{'p50ms':>6} {'p99ms':>6} {'errs':>5} {'us/req':>6} {'(min..max)':>12} "
                      f"{'RSS_MiB':>7} {'orig_new':>8} {'other%':>6}")
         for sc in load_sc:
@@ -603,7 +680,7 @@ def summarize(recs, names, base, scen_order=None):
                 cpu = [r.get('cpu_us_per_req') for r in rs]
                 rss = [mib(r['rss_kb']) for r in rs if 'rss_kb' in r]
                 lines.append(
-                    f"{sc:<6} {nm:<8} {len(rs):>2} {med(rps):>8.0f} {spread(rps):>13} "
+                    f"{sc:<{name_w}} {nm:<8} {len(rs):>2} {med(rps):>8.0f} {spread(rps):>13} "
                     f"{med([r['mbps'] for r in rs]):>7.1f} {med([r['p50_ms'] for r in rs]):>6.3f} "
                     f"{med([r['p99_ms'] for r in rs]):>6.3f} {sum(r['errors'] for r in rs):>5} "
                     f"{med(cpu):>6.2f} {spread(cpu):>12} {med(rss):>7.1f} "
@@ -626,6 +703,27 @@ def summarize(recs, names, base, scen_order=None):
                 f"{med([nz(r['bytes_per_conn']) / 1024 for r in rs]):>8.2f} "
                 f"{med([r['cpu_us_per_conn'] for r in rs]):>7.1f} {med([r['cli_est'] for r in rs]):>7.0f} "
                 f"{med([r['srv_est'] for r in rs]):>7.0f}")
+    if 'ka' in scen_order and 'ka-scrape' in scen_order:
+        lines.append('')
+        lines.append('Scrape cost: ka-scrape / ka of the same proxy, paired by repetition: '
+                     'median (min..max); req/s above 1 = faster while scraped')
+        lines.append(f"{'proxy':<8} {'req/s':>21} {'CPU us/req':>21} {'p99':>21} {'scrapes/run':>12} {'KiB/scrape':>11}")
+        for nm in names:
+            A = {r['rep']: r for r in ok if r['scenario'] == 'ka' and r['proxy'] == nm}
+            B = {r['rep']: r for r in ok if r['scenario'] == 'ka-scrape' and r['proxy'] == nm}
+            reps = sorted(set(A) & set(B))
+            if not reps:
+                continue
+
+            def rat(key, reps=reps, A=A, B=B):
+                out = []
+                for i in reps:
+                    x, y = B[i].get(key), A[i].get(key)
+                    out.append(x / y if x is not None and y else None)
+                return ratio_str(out)
+            lines.append(f"{nm:<8} {rat('rps'):>21} {rat('cpu_us_per_req'):>21} {rat('p99_ms'):>21} "
+                         f"{med([B[i]['scrapes'] for i in reps]):>12.0f} "
+                         f"{med([B[i]['scrape_bytes'] / 1024 for i in reps]):>11.1f}")
     others = [n for n in names if n != base]
     if base in names and others:
         lines.append('')
@@ -633,7 +731,7 @@ def summarize(recs, names, base, scen_order=None):
                      f'and scenario): median (min..max).')
         lines.append(f'CPU us/req, p99, RSS: below 1 = X better. req/s: above 1 = X better. '
                      f'idle: CPU = us per connection, RSS = RSS held, growth = RSS held - RSS idle.')
-        lines.append(f"{'scen':<6} {'proxy':<8} {'CPU us/req':>21} {'req/s':>21} {'p99':>21} {'RSS':>21} {'growth (idle)':>21}")
+        lines.append(f"{'scen':<{name_w}} {'proxy':<8} {'CPU us/req':>21} {'req/s':>21} {'p99':>21} {'RSS':>21} {'growth (idle)':>21}")
         for nm in others:
             for sc in scen_order:
                 if sc == 'direct':
@@ -654,7 +752,7 @@ def summarize(recs, names, base, scen_order=None):
                     cols = [rat('cpu_us_per_conn'), '-', '-', rat('rss_held_kb'), rat('rss_delta_kb')]
                 else:
                     cols = [rat('cpu_us_per_req'), rat('rps'), rat('p99_ms'), rat('rss_kb'), '-']
-                lines.append(f"{sc:<6} {nm:<8} " + ' '.join(f'{c:>21}' for c in cols))
+                lines.append(f"{sc:<{name_w}} {nm:<8} " + ' '.join(f'{c:>21}' for c in cols))
     failed = [r for r in recs if 'failed' in r]
     if failed:
         lines.append('')
@@ -698,6 +796,8 @@ def main():
     ap.add_argument('--wrk-threads', type=int, default=1)
     ap.add_argument('--threads', type=int, default=1, help='proxy threads/workers ({threads}, BENCH_THREADS)')
     ap.add_argument('--idle-conns', type=int, default=8000, help='connections held in the idle scenario')
+    ap.add_argument('--scrape-every', type=float, default=0.1,
+                    help='ka-scrape: seconds between two GETs of /metrics')
     ap.add_argument('--idle-settle', type=float, default=1.0,
                     help='idle: seconds to wait before each RSS reading (idle, then held)')
     ap.add_argument('--idle-timeout', type=float, default=120.0, help='idle: max seconds to set up all connections')
@@ -756,8 +856,8 @@ def main():
 
     scratch = tempfile.mkdtemp(prefix='sluice-bench.')
     os.chmod(scratch, 0o755)
-    bp, hp, tp = pick_ports(a.base_port, 3)
-    ports = {'backend': bp, 'http': hp, 'tcp': tp}
+    bp, hp, tp, mp = pick_ports(a.base_port, 4)
+    ports = {'backend': bp, 'http': hp, 'tcp': tp, 'metrics': mp}
     origin_dir = os.path.join(scratch, 'origin')
     olog = open(os.path.join(scratch, 'origin.log'), 'w')
 

@@ -62,6 +62,8 @@ pub struct ServerState {
     pub conf: Server,
     /// Removed by `del server`: never picked, shown or found again (its index stays taken).
     pub deleted: AtomicBool,
+    /// Latency histograms of the requests this server answered, one block per worker thread.
+    pub timers: crate::histogram::Timers,
 }
 
 /// A server's connection pool state across all threads: what `show pools` and the stats
@@ -215,6 +217,8 @@ pub struct BackendState {
     pub last_change: AtomicU64,
     pub down_total: AtomicU64,
     pub down: AtomicBool,
+    /// Worker threads: servers added at run time get a histogram block for each.
+    nbthread: usize,
 }
 
 /// Per-frontend run-time state.
@@ -259,8 +263,8 @@ pub struct Slot {
     be: Arc<Shared>,
     proxy: usize,
     pub server: usize,
-    /// Milliseconds spent queued (`%Tw`).
-    pub queued_ms: u64,
+    /// Time spent queued (`%Tw`).
+    pub queued: Duration,
     released: bool,
 }
 
@@ -282,6 +286,8 @@ pub struct Shared {
     /// One job queue per worker thread, set once the workers exist (the CLI's way in).
     pub workers:
         std::sync::OnceLock<Vec<tokio::sync::mpsc::UnboundedSender<crate::worker::CtlJob>>>,
+    /// Number of worker threads (per-thread histogram blocks are sized by it).
+    pub nbthread: usize,
 }
 
 /// Current Unix time in seconds (for `lastchg`-style fields).
@@ -293,7 +299,7 @@ pub fn unix_now() -> u64 {
 }
 
 impl ServerState {
-    pub fn from_config(s: &Server, puid: u32) -> ServerState {
+    pub fn from_config(s: &Server, puid: u32, nbthread: usize) -> ServerState {
         ServerState {
             name: s.name.clone(),
             addr: ArcSwap::from_pointee(s.addr),
@@ -308,6 +314,7 @@ impl ServerState {
             drain: AtomicBool::new(false),
             pool: PoolGauges::default(),
             check: s.check.as_ref().map(crate::check::CheckState::new),
+            timers: crate::histogram::Timers::new(nbthread),
             iweight: s.weight,
             last_change: AtomicU64::new(unix_now()),
             max_queued: AtomicU32::new(0),
@@ -382,11 +389,11 @@ pub fn assign_ids(explicit: &[Option<u32>]) -> Vec<u32> {
 }
 
 impl BackendState {
-    fn from_config(idx: usize, p: &Proxy) -> BackendState {
+    fn from_config(idx: usize, p: &Proxy, nbthread: usize) -> BackendState {
         let ids = assign_ids(&p.servers.iter().map(|s| s.id).collect::<Vec<_>>());
         let servers = Servers(boxcar::Vec::new());
         for (s, id) in p.servers.iter().zip(ids) {
-            servers.0.push(ServerState::from_config(s, id));
+            servers.0.push(ServerState::from_config(s, id, nbthread));
         }
         let be = BackendState {
             proxy_idx: idx,
@@ -406,6 +413,7 @@ impl BackendState {
             last_change: AtomicU64::new(unix_now()),
             down_total: AtomicU64::new(0),
             down: AtomicBool::new(false),
+            nbthread,
         };
         be.rebuild_tables();
         be
@@ -638,7 +646,7 @@ fn domain_only(v: &[u8]) -> &[u8] {
 }
 
 impl Shared {
-    pub fn new(cfg: Arc<Config>, global_maxconn: u32) -> Shared {
+    pub fn new(cfg: Arc<Config>, global_maxconn: u32, nbthread: usize) -> Shared {
         let uuids = assign_ids(&cfg.proxies.iter().map(|p| p.id).collect::<Vec<_>>());
         let proxies = cfg
             .proxies
@@ -654,7 +662,7 @@ impl Shared {
                 be: p
                     .kind
                     .has_backend()
-                    .then(|| BackendState::from_config(i, p)),
+                    .then(|| BackendState::from_config(i, p, nbthread)),
             })
             .collect();
         Shared {
@@ -667,6 +675,7 @@ impl Shared {
             started: std::time::SystemTime::now(),
             stopping: AtomicBool::new(false),
             workers: std::sync::OnceLock::new(),
+            nbthread,
         }
     }
 
@@ -675,6 +684,16 @@ impl Shared {
             .be
             .as_ref()
             .expect("config guarantees a backend")
+    }
+
+    /// `clear counters all`, on worker `thread`: zeroes that thread's latency histograms of
+    /// every server. Only the owning thread may call it (it is their only writer).
+    pub fn clear_timers(&self, thread: usize) {
+        for be in self.proxies.iter().filter_map(|p| p.be.as_ref()) {
+            for s in be.servers.iter() {
+                s.timers.clear(thread);
+            }
+        }
     }
 
     pub fn server(&self, be: usize, srv: usize) -> &ServerState {
@@ -702,16 +721,16 @@ pub async fn acquire(
         None
     };
     // A slot handed over from the queue was counted by `dispatch_queue`.
-    let slot_q = |server: usize, queued_ms| Slot {
+    let slot_q = |server: usize, queued| Slot {
         be: shared.clone(),
         proxy: be_idx,
         server,
-        queued_ms,
+        queued,
         released: false,
     };
     let slot = |server| {
         be.took_slot(server);
-        slot_q(server, 0)
+        slot_q(server, Duration::ZERO)
     };
     // Fast path: nobody queued ahead of us and a server has room.
     if be.queued.load(SeqCst) == 0 {
@@ -775,9 +794,8 @@ pub async fn acquire(
         Some(d) => tokio::time::timeout(d, &mut rx).await.ok(),
         None => Some((&mut rx).await),
     };
-    let ms = |started: std::time::Instant| started.elapsed().as_millis() as u64;
     if let Some(Ok(i)) = res {
-        return Ok(slot_q(i, ms(started)));
+        return Ok(slot_q(i, started.elapsed()));
     }
     // Timed out: leave the queue, unless a slot was handed to us in the meantime.
     let mut q = be.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -793,7 +811,7 @@ pub async fn acquire(
     drop(q);
     // Dequeued just as we gave up: the slot is in the channel and is ours.
     match rx.try_recv() {
-        Ok(i) => Ok(slot_q(i, ms(started))),
+        Ok(i) => Ok(slot_q(i, started.elapsed())),
         Err(_) => Err(PickError::QueueTimeout),
     }
 }
@@ -859,7 +877,7 @@ impl BackendState {
             }
             None => (1..).find(|n| !live().any(|s| s.puid == *n)).unwrap_or(1),
         };
-        let st = ServerState::from_config(&conf, puid);
+        let st = ServerState::from_config(&conf, puid, self.nbthread);
         if let Some(ck) = &st.check {
             ck.enabled.store(false, Relaxed);
         }

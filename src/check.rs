@@ -36,6 +36,17 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every result a finished check can have, in HAProxy's order of check statuses.
+    pub const RESULTS: [Status; 7] = [
+        Status::L4Ok,
+        Status::L4Tout,
+        Status::L4Con,
+        Status::L7Tout,
+        Status::L7Rsp,
+        Status::L7Ok,
+        Status::L7Sts,
+    ];
+
     fn from_u8(v: u8) -> Status {
         match v {
             1 => Status::L4Ok,
@@ -121,6 +132,8 @@ pub struct CheckState {
     pub downs: AtomicU64,
     /// `disable health` stops the checks (the server then counts as UP) until `enable health`.
     pub enabled: std::sync::atomic::AtomicBool,
+    /// How long every check took (the exporter's `haproxy_server_check_time_seconds`).
+    pub durations: crate::histogram::Histogram,
 }
 
 impl CheckState {
@@ -136,6 +149,7 @@ impl CheckState {
             failed: AtomicU64::new(0),
             downs: AtomicU64::new(0),
             enabled: std::sync::atomic::AtomicBool::new(true),
+            durations: crate::histogram::Histogram::default(),
         }
     }
 
@@ -212,7 +226,9 @@ async fn run(w: Rc<Worker>, pi: usize, si: usize, cfg: CheckCfg) {
             cfg.port.unwrap_or(base.port()),
         );
         let (status, code, info) = check_once(p, addr, &cfg).await;
-        let ms = start.elapsed().as_millis() as u64;
+        let took = start.elapsed();
+        let ms = took.as_millis() as u64;
+        st.durations.record(took);
         st.status.store(status as u8, Relaxed);
         st.last_code.store(code as u32, Relaxed);
         st.last_duration_ms.store(ms, Relaxed);

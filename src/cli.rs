@@ -253,6 +253,17 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
                 None => done(shutdown_server_sessions(shared, &arg0(rest)).await),
             };
         }
+        ["clear", "counters", "all", ..] => {
+            return match denied(sess, CliLevel::Admin) {
+                Some(d) => d,
+                None => {
+                    clear_counters(shared, true);
+                    // Latency histograms: each worker zeroes its own blocks (their only writer).
+                    on_each_worker(shared, |w| w.shared.clear_timers(w.id)).await;
+                    done(String::new())
+                }
+            };
+        }
         _ => {}
     }
     let out = match a.as_slice() {
@@ -329,10 +340,6 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
         ["set", "maxconn", "global", rest @ ..] => admin(sess, || set_maxconn_global(shared, rest)),
         ["set", "maxconn", ..] => admin(sess, || {
             "Required arguments: 'frontend', 'server' or 'global'.\n".into()
-        }),
-        ["clear", "counters", "all", ..] => admin(sess, || {
-            clear_counters(shared, true);
-            String::new()
         }),
         ["clear", "counters", ..] => {
             if sess.level < CliLevel::Operator {
@@ -691,6 +698,7 @@ fn clear_counters(shared: &Shared, all: bool) {
                 if let Some(ck) = &s.check {
                     ck.failed.store(0, Relaxed);
                     ck.downs.store(0, Relaxed);
+                    ck.durations.clear();
                 }
             }
         }

@@ -3,7 +3,8 @@
 //! Map (see DESIGN.md): `config` reads haproxy.cfg; `listener` binds and admits; `worker` runs
 //! one event loop per thread; `stream` carries a connection (`tcp` tunnel or `http`
 //! transactions); `backend` + `lb` pick servers and queue; `log` writes access logs; `stats`
-//! renders counters (CSV, `show info`) and `cli` serves the `stats socket` commands.
+//! renders counters (CSV, `show info`), `prometheus` the `/metrics` exposition with the
+//! latency histograms `histogram` keeps, and `cli` serves the `stats socket` commands.
 
 pub mod backend;
 pub mod check;
@@ -11,11 +12,13 @@ pub mod cli;
 pub mod cli_args;
 pub mod config;
 pub mod errorfile;
+pub mod histogram;
 pub mod http;
 pub mod lb;
 pub mod listener;
 pub mod log;
 pub mod pool;
+pub mod prometheus;
 pub mod runtime;
 pub mod stats;
 pub mod stats_page;

@@ -24,10 +24,11 @@ pub fn version_string(verbose: bool) -> String {
         s.push_str(&format!(
             "Running on: {} {}\n\
              Build options: rust, tokio current-thread runtime per worker, httparse HTTP/1 codec\n\
-             Feature list : +THREAD +REUSEPORT +LINUX_TPROXY -OPENSSL -LUA -PROMEX\n\
+             Feature list : +THREAD +REUSEPORT +LINUX_TPROXY -OPENSSL -LUA +PROMEX\n\
              Default settings : bufsize = 16384, maxrewrite = 1024, maxaccept = 64\n\
              Available polling systems : epoll (via tokio)\n\
-             Available multiplexer protocols : h1 (mode http), none (mode tcp)\n",
+             Available multiplexer protocols : h1 (mode http), none (mode tcp)\n\
+             Available services : prometheus-exporter\n",
             std::env::consts::OS,
             std::env::consts::ARCH
         ));
@@ -124,7 +125,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     }
     let maxconn = settle_maxconn(&cfg, opts, opts.quiet);
     let cfg = Arc::new(cfg);
-    let shared = Arc::new(Shared::new(cfg.clone(), maxconn));
+    let shared = Arc::new(Shared::new(cfg.clone(), maxconn, nbthread));
     let listeners =
         crate::listener::bind_all(&cfg, nbthread).map_err(|e| e.join("\n[ALERT] (sluice) : "))?;
     let cli_listeners = crate::cli::bind_all(&cfg.global.stats_sockets)?;

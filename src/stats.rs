@@ -440,7 +440,8 @@ fn http_counters(r: &mut Row, c: &Counters) {
     r.set("req_tot", u(&c.req_total));
 }
 
-fn frontend_row(shared: &Shared, idx: usize, p: &Proxy) -> Row {
+/// The FRONTEND row of proxy `idx`.
+pub fn frontend_row(shared: &Shared, idx: usize, p: &Proxy) -> Row {
     let fe = &shared.proxies[idx].fe;
     let c = &fe.counters;
     let mut r = common(shared, idx, p, "FRONTEND", TYPE_FRONTEND, 0);
@@ -493,7 +494,14 @@ pub fn server_status(s: &ServerState) -> &'static str {
     }
 }
 
-fn server_row(shared: &Shared, idx: usize, p: &Proxy, _be: &BackendState, s: &ServerState) -> Row {
+/// The row of server `s` of backend `idx`.
+pub fn server_row(
+    shared: &Shared,
+    idx: usize,
+    p: &Proxy,
+    _be: &BackendState,
+    s: &ServerState,
+) -> Row {
     let c = &s.counters;
     let mut r = common(shared, idx, p, &s.name, TYPE_SERVER, s.puid);
     r.set("qcur", s.queued.load(Relaxed));
@@ -605,7 +613,8 @@ pub fn show_pools(shared: &Shared) -> String {
     out
 }
 
-fn backend_row(shared: &Shared, idx: usize, p: &Proxy, be: &BackendState) -> Row {
+/// The BACKEND row of proxy `idx`.
+pub fn backend_row(shared: &Shared, idx: usize, p: &Proxy, be: &BackendState) -> Row {
     let c = &be.counters;
     let mut r = common(shared, idx, p, "BACKEND", TYPE_BACKEND, 0);
     let srv_queued: u32 = be.servers.iter().map(|s| s.queued.load(Relaxed)).sum();
@@ -773,6 +782,15 @@ pub fn uptime_string(secs: u64) -> String {
 /// `show info`: HAProxy's process fields that sluice can fill, `Name: value` per line.
 /// Fields it cannot fill are left out, as HAProxy leaves out empty ones.
 pub fn info(shared: &Shared, nbthread: usize) -> String {
+    let mut out = String::new();
+    for (k, v) in info_fields(shared, nbthread) {
+        let _ = writeln!(out, "{k}: {v}");
+    }
+    out
+}
+
+/// The fields of `show info`, in HAProxy's order, as (name, value).
+pub fn info_fields(shared: &Shared, nbthread: usize) -> Vec<(&'static str, String)> {
     let up = shared.started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     let start = shared
         .started
@@ -793,7 +811,7 @@ pub fn info(shared: &Shared, nbthread: usize) -> String {
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    let fields: Vec<(&str, String)> = vec![
+    let fields: Vec<(&'static str, String)> = vec![
         ("Name", "sluice".into()),
         ("Version", env!("CARGO_PKG_VERSION").into()),
         ("Nbthread", nbthread.to_string()),
@@ -820,11 +838,7 @@ pub fn info(shared: &Shared, nbthread: usize) -> String {
         ("Start_time_sec", start.to_string()),
         ("Tainted", "0".into()),
     ];
-    let mut out = String::new();
-    for (k, v) in fields {
-        let _ = writeln!(out, "{k}: {v}");
-    }
-    out
+    fields
 }
 
 #[cfg(test)]

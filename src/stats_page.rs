@@ -101,7 +101,7 @@ fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// A full HTTP/1.1 response (head, and body unless `head_only`).
-fn http_response(
+pub fn http_response(
     status: u16,
     headers: &[(&str, String)],
     content_type: &str,

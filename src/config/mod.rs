@@ -582,6 +582,21 @@ pub enum HttpRequestAction {
         headers: Vec<(String, String)>,
     },
     Redirect(Redirect),
+    /// `use-service NAME`: sluice answers the request itself with a built-in service.
+    UseService(Service),
+}
+
+/// Built-in services of `http-request use-service`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// `prometheus-exporter`: the metrics in Prometheus' text format.
+    PrometheusExporter,
+}
+
+impl Service {
+    /// Every service, with its configuration name.
+    pub const ALL: &'static [(&'static str, Service)] =
+        &[("prometheus-exporter", Service::PrometheusExporter)];
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

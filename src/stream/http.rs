@@ -19,8 +19,9 @@ use super::{ClientIo, ConnectError, SessionCtx, connect_with_slot};
 use crate::backend::{self, PickInput, Slot};
 use crate::config::{
     HeaderAction, HttpConnMode, HttpRequestAction, HttpReuse, HttpView, Proxy, Redirect,
-    RedirectKind,
+    RedirectKind, Service,
 };
+use crate::histogram::Timings;
 use crate::http::{
     BodyKind, ChunkedState, HttpError, Parsed, RequestHead, ResponseHead, has_token, header_eq,
     is_hop_by_hop, parse_request, parse_response,
@@ -293,6 +294,8 @@ struct Txn {
     t_wait: i64,
     t_connect: i64,
     t_resp: i64,
+    /// The same timers at full precision, for the latency histograms.
+    timings: Timings,
     status: i32,
     bytes_out: u64,
     /// Request bytes received from the client (head and forwarded body), for stats `bin`.
@@ -316,6 +319,7 @@ impl Txn {
             t_wait: -1,
             t_connect: -1,
             t_resp: -1,
+            timings: Timings::default(),
             status: -1,
             bytes_out: 0,
             bytes_in: 0,
@@ -696,7 +700,12 @@ impl<C: ClientIo> Conn<'_, C> {
         add(&bc.cli_aborts, cli_abort as u64);
         add(&bc.srv_aborts, srv_abort as u64);
         let Some(s) = txn.server else { return };
-        let sc = &be.servers[s].counters;
+        let srv = &be.servers[s];
+        // Latency histograms: this thread's own block of the server, no allocation.
+        let mut t = txn.timings;
+        t.total = Some(txn.start.elapsed());
+        srv.timers.record(self.ctx.w.id, &t);
+        let sc = &srv.counters;
         add(&sc.req_total, 1);
         if f.from_server {
             add(&sc.hrsp[class], 1);
@@ -1034,6 +1043,15 @@ impl<C: ClientIo> Conn<'_, C> {
                 self.local_response(head, txn, resp.as_bytes(), rd.code, true)
                     .await
             }
+            HttpRequestAction::UseService(Service::PrometheusExporter) => {
+                // Answered here like the stats page: rendering reads relaxed atomics only.
+                txn.flags.intercepted = true;
+                let uri = head.uri.of(&self.cbuf);
+                let query = memchr::memchr(b'?', uri).map_or(&b""[..], |i| &uri[i + 1..]);
+                let (status, resp) =
+                    crate::prometheus::response(self.ctx.shared(), query, head.is_head);
+                self.local_response(head, txn, &resp, status, true).await
+            }
             HttpRequestAction::Header(_) => unreachable!("header actions are applied in place"),
         }
     }
@@ -1091,7 +1109,8 @@ impl<C: ClientIo> Conn<'_, C> {
                 return self.error_response(head, txn, 503, ce.term()).await;
             }
         };
-        txn.t_wait = slot.queued_ms as i64;
+        txn.t_wait = slot.queued.as_millis() as i64;
+        txn.timings.queue = Some(slot.queued);
         // A server connection: this client's private one (`http-reuse never`), an idle one
         // from the thread's pool as `http-reuse` allows, or a new one.
         let reuse = bp.options.http_reuse;
@@ -1147,7 +1166,8 @@ impl<C: ClientIo> Conn<'_, C> {
                 connect_with_slot(self.ctx, be_idx, &input, slot).await
             } {
                 Ok(sc) => {
-                    txn.t_connect = sc.connect_ms as i64;
+                    txn.t_connect = sc.connect_time.as_millis() as i64;
+                    txn.timings.connect = Some(sc.connect_time);
                     txn.retries = sc.retries;
                     txn.redispatched = sc.redispatched;
                     if reuse != HttpReuse::Never {
@@ -1225,7 +1245,8 @@ impl<C: ClientIo> Conn<'_, C> {
             slot.server_state().pool.replayed.fetch_add(1, Relaxed);
             match connect_with_slot(self.ctx, be_idx, &input, slot).await {
                 Ok(sc) => {
-                    txn.t_connect = sc.connect_ms as i64;
+                    txn.t_connect = sc.connect_time.as_millis() as i64;
+                    txn.timings.connect = Some(sc.connect_time);
                     txn.retries += 1 + sc.retries;
                     let server = sc.slot.server;
                     txn.server = Some(server);
@@ -1380,7 +1401,9 @@ impl<C: ClientIo> Conn<'_, C> {
                 },
             }
         };
-        txn.t_resp = sent_at.elapsed().as_millis() as i64;
+        let t_resp = sent_at.elapsed();
+        txn.t_resp = t_resp.as_millis() as i64;
+        txn.timings.response = Some(t_resp);
         txn.status = resp.status as i32;
         txn.flags.from_server = true;
 

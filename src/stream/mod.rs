@@ -92,8 +92,8 @@ pub struct ServerConn {
     pub slot: Slot,
     pub retries: u32,
     pub redispatched: bool,
-    /// `%Tc` in ms.
-    pub connect_ms: u64,
+    /// Time to establish the connection (`%Tc`).
+    pub connect_time: Duration,
 }
 
 /// Why no server connection could be made.
@@ -154,7 +154,7 @@ pub async fn connect_with_slot(
             Ok(stream) => {
                 return Ok(ServerConn {
                     stream,
-                    connect_ms: started.elapsed().as_millis() as u64,
+                    connect_time: started.elapsed(),
                     slot,
                     retries: attempt,
                     redispatched,

@@ -10,6 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{ClientIo, ConnectError, SessionCtx, connect_server};
 use crate::backend::PickInput;
+use crate::histogram::Timings;
 use crate::log::{Entry, LEVEL_INFO};
 
 /// How a tunnel ended, from the client's point of view (tcplog termination state).
@@ -222,8 +223,8 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             return;
         }
     };
-    let tw = conn.slot.queued_ms as i64;
-    let tc = conn.connect_ms as i64;
+    let tw = conn.slot.queued.as_millis() as i64;
+    let tc = conn.connect_time.as_millis() as i64;
     let tunnel_to = bp.timeouts.tunnel;
     let t = TunnelTimeouts {
         client: tunnel_to.or(fe.timeouts.client),
@@ -242,6 +243,15 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     )
     .await;
     let srv = conn.slot.server_state();
+    srv.timers.record(
+        ctx.w.id,
+        &Timings {
+            queue: Some(conn.slot.queued),
+            connect: Some(conn.connect_time),
+            response: None,
+            total: Some(start.elapsed()),
+        },
+    );
     srv.counters.bytes_in.fetch_add(end.up, Relaxed);
     srv.counters.bytes_out.fetch_add(end.down, Relaxed);
     for c in [fc, bc] {

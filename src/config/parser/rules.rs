@@ -7,7 +7,7 @@
 use super::super::acl::parse_cond;
 use super::super::{
     Cond, HeaderAction, HttpRequestAction, HttpRequestRule, HttpResponseRule, Origin, Redirect,
-    RedirectKind,
+    RedirectKind, Service,
 };
 use super::proxy::Draft;
 use super::values::{header_name, literal_format, parse_range};
@@ -22,6 +22,7 @@ const REQUEST_ACTIONS: &[&str] = &[
     "deny",
     "return",
     "redirect",
+    "use-service",
 ];
 /// `http-response` actions sluice implements.
 const RESPONSE_ACTIONS: &[&str] = &["set-header", "add-header", "del-header"];
@@ -77,7 +78,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "unset-var",
     "wait-for-body",
     "wait-for-handshake",
-    "use-service",
     "add-acl",
 ];
 
@@ -365,6 +365,35 @@ fn redirect(args: &[String]) -> Result<HttpRequestAction, String> {
     Ok(HttpRequestAction::Redirect(rd))
 }
 
+/// `use-service NAME`: one of sluice's built-in services.
+fn use_service(args: &[String]) -> Result<HttpRequestAction, String> {
+    let names = || {
+        Service::ALL
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(name) = args.first() else {
+        return Err(format!(
+            "'use-service' expects a service name (sluice provides: {})",
+            names()
+        ));
+    };
+    let Some(&(_, svc)) = Service::ALL.iter().find(|(n, _)| n == name) else {
+        return Err(format!(
+            "'use-service': unknown service '{name}' (sluice provides: {})",
+            names()
+        ));
+    };
+    if let Some(extra) = args.get(1) {
+        return Err(format!(
+            "'use-service {name}': unexpected argument '{extra}' (expected 'if' or 'unless')"
+        ));
+    }
+    Ok(HttpRequestAction::UseService(svc))
+}
+
 /// `http-request ACTION ARGS... [if|unless COND]`.
 pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let w = &l.words;
@@ -380,6 +409,7 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "deny" => deny(args)?,
         "return" => return_action(args)?,
         "redirect" => redirect(args)?,
+        "use-service" => use_service(args)?,
         a => HttpRequestAction::Header(header_action(a, args)?),
     };
     d.needs_http(l, "http-request");

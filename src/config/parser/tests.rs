@@ -3323,3 +3323,55 @@ fn stats_page_keywords_and_inheritance() {
         &["missing URI prefix"],
     );
 }
+
+#[test]
+fn use_service_prometheus_exporter() {
+    let c = ok(&[
+        "frontend fe",
+        "  mode http",
+        "  bind :8405",
+        "  http-request use-service prometheus-exporter if { path /metrics }",
+        "backend be",
+        "  mode http",
+        "  http-request use-service prometheus-exporter",
+    ]);
+    for name in ["fe", "be"] {
+        let r = &px(&c, name).http_request;
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            r[0].action,
+            HttpRequestAction::UseService(crate::config::Service::PrometheusExporter)
+        );
+        assert_eq!(r[0].cond.is_some(), name == "fe");
+    }
+    let e = errs(&[
+        "frontend fe",                                         // 1
+        "  mode http",                                         // 2
+        "  bind :8405",                                        // 3
+        "  http-request use-service prometheus",               // 4
+        "  http-request use-service",                          // 5
+        "  http-request use-service prometheus-exporter x",    // 6
+        "  http-request use-service lua.svc if { path /lua }", // 7
+    ]);
+    assert_eq!(e.len(), 4, "{e:#?}");
+    has(
+        &e[0],
+        &[
+            "t.cfg:4: ",
+            "unknown service 'prometheus'",
+            "(sluice provides: prometheus-exporter)",
+        ],
+    );
+    has(&e[1], &["t.cfg:5: ", "expects a service name"]);
+    has(&e[2], &["t.cfg:6: ", "unexpected argument 'x'"]);
+    has(&e[3], &["t.cfg:7: ", "unknown service 'lua.svc'"]);
+    // Like every http-request action, it needs mode http.
+    let e = errs(&[
+        "listen l",
+        "  mode tcp",
+        "  bind :8405",
+        "  http-request use-service prometheus-exporter",
+        "  server s 127.0.0.1:80",
+    ]);
+    has(&e[0], &["t.cfg:4: ", "mode http"]);
+}

@@ -371,15 +371,20 @@ fn admin(sess: &Session, f: impl FnOnce() -> String) -> String {
     f()
 }
 
-/// Finds a backend by name or `#ID`: its proxy index.
-fn find_backend(shared: &Shared, want: &str) -> Option<usize> {
+/// Finds a proxy that `keep` accepts by name or `#ID`: its index.
+fn find_proxy(shared: &Shared, want: &str, keep: impl Fn(usize) -> bool) -> Option<usize> {
     (0..shared.cfg.proxies.len()).find(|&i| {
-        shared.proxies[i].be.is_some()
+        keep(i)
             && match want.strip_prefix('#') {
                 Some(n) => n.parse::<u32>().is_ok_and(|n| n == shared.proxies[i].uuid),
                 None => shared.cfg.proxies[i].name == want,
             }
     })
+}
+
+/// Finds a backend by name or `#ID`: its proxy index.
+pub fn find_backend(shared: &Shared, want: &str) -> Option<usize> {
+    find_proxy(shared, want, |i| shared.proxies[i].be.is_some())
 }
 
 /// Finds `BACKEND/SERVER` (by name, or `#ID` for either part, as HAProxy allows).
@@ -635,13 +640,7 @@ fn set_maxconn_frontend(shared: &Shared, rest: &[&str]) -> String {
     let Some(name) = rest.first() else {
         return "A frontend name is expected.\n".into();
     };
-    let found = (0..shared.cfg.proxies.len()).find(|&i| {
-        shared.cfg.proxies[i].kind.has_frontend()
-            && match name.strip_prefix('#') {
-                Some(n) => n.parse::<u32>().is_ok_and(|n| n == shared.proxies[i].uuid),
-                None => shared.cfg.proxies[i].name == *name,
-            }
-    });
+    let found = find_proxy(shared, name, |i| shared.cfg.proxies[i].kind.has_frontend());
     let Some(i) = found else {
         return "No such frontend.\n".into();
     };
@@ -1095,6 +1094,22 @@ pub fn bind_all(socks: &[StatsSocket]) -> Result<Vec<(CliListener, CliLevel)>, S
     Ok(out)
 }
 
+/// Serves an accepted CLI connection on its own task; after an accept error (out of file
+/// descriptors, say) waits a little instead of spinning.
+async fn serve_accepted<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    accepted: std::io::Result<S>,
+    shared: &Arc<Shared>,
+    level: CliLevel,
+    nbthread: usize,
+) {
+    match accepted {
+        Ok(s) => {
+            tokio::spawn(serve_conn(shared.clone(), s, level, nbthread));
+        }
+        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+    }
+}
+
 /// Starts serving bound CLI sockets on the current (control) runtime. Returns the UNIX socket
 /// paths to remove at exit.
 pub fn spawn_all(
@@ -1112,12 +1127,8 @@ pub fn spawn_all(
                 paths.extend(path);
                 tokio::spawn(async move {
                     loop {
-                        match l.accept().await {
-                            Ok((s, _)) => {
-                                tokio::spawn(serve_conn(shared.clone(), s, level, nbthread));
-                            }
-                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                        }
+                        let c = l.accept().await.map(|(s, _)| s);
+                        serve_accepted(c, &shared, level, nbthread).await;
                     }
                 });
             }
@@ -1126,12 +1137,8 @@ pub fn spawn_all(
                 let l = tokio::net::TcpListener::from_std(l)?;
                 tokio::spawn(async move {
                     loop {
-                        match l.accept().await {
-                            Ok((s, _)) => {
-                                tokio::spawn(serve_conn(shared.clone(), s, level, nbthread));
-                            }
-                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                        }
+                        let c = l.accept().await.map(|(s, _)| s);
+                        serve_accepted(c, &shared, level, nbthread).await;
                     }
                 });
             }

@@ -762,12 +762,8 @@ impl Query {
     pub fn parse(qs: &[u8]) -> Result<Query, String> {
         let mut q = Query::ALL;
         let mut scoped = false;
-        for part in qs.split(|&c| c == b'&').filter(|p| !p.is_empty()) {
-            let (k, v) = match part.iter().position(|&c| c == b'=') {
-                Some(i) => (&part[..i], Some(percent_decode(&part[i + 1..]))),
-                None => (part, None),
-            };
-            match (percent_decode(k).as_str(), v.as_deref()) {
+        for (k, v) in crate::http::urlencoded_pairs(qs) {
+            match (k.as_str(), v.as_deref()) {
                 ("scope", v) => {
                     if !scoped {
                         scoped = true;
@@ -798,29 +794,6 @@ impl Query {
         self.backend = on;
         self.server = on;
     }
-}
-
-/// `%XX` escapes decoded (and `+` as a space), invalid ones kept as they are.
-fn percent_decode(s: &[u8]) -> String {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-        match s[i] {
-            b'%' if i + 2 < s.len() => match (hex(s[i + 1]), hex(s[i + 2])) {
-                (Some(a), Some(b)) => {
-                    out.push(a * 16 + b);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The whole HTTP response to a scrape: 200 with the exposition, or 400 for a bad query.
@@ -1181,15 +1154,6 @@ mod tests {
         assert!(Query::parse(b"scope").is_err());
         // Parameters sluice does not know are ignored.
         assert_eq!(Query::parse(b"extra-counters").unwrap(), Query::ALL);
-    }
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode(b"a%2Ab+c"), "a*b c");
-        assert_eq!(percent_decode(b"%"), "%");
-        assert_eq!(percent_decode(b"%4"), "%4");
-        assert_eq!(percent_decode(b"%zz"), "%zz");
-        assert_eq!(percent_decode(b"%41"), "A");
     }
 
     #[test]

@@ -68,36 +68,15 @@ pub fn authorized(page: &StatsPage, authorization: Option<&[u8]>) -> bool {
     page.auth.iter().any(|a| a.as_bytes() == creds.as_slice())
 }
 
-/// Standard base64 (padding optional).
+/// Standard base64, padding optional (what browsers and curl send either way).
 fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let s = match s.iter().position(|&c| c == b'=') {
-        Some(i) if s[i..].iter().all(|&c| c == b'=') && s[i..].len() <= 2 => &s[..i],
-        Some(_) => return None,
-        None => s,
-    };
-    if s.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    for chunk in s.chunks(4) {
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            n |= val(c)? << (18 - 6 * i);
-        }
-        let bytes = n.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    Some(out)
+    use base64::Engine;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const B64: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    B64.decode(s).ok()
 }
 
 /// A full HTTP/1.1 response (head, and body unless `head_only`).
@@ -156,37 +135,6 @@ const ACTIONS_HTML: &str = "<option value=\"\"></option>\
 /// Largest admin form accepted (HAProxy is bounded by its buffer too).
 pub const MAX_POST: u64 = 16384;
 
-/// Decodes `application/x-www-form-urlencoded` into (name, value) pairs.
-fn form_pairs(body: &[u8]) -> Vec<(String, String)> {
-    fn dec(s: &[u8]) -> String {
-        let mut out = Vec::with_capacity(s.len());
-        let mut i = 0;
-        while i < s.len() {
-            match s[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < s.len()
-                    && s[i + 1].is_ascii_hexdigit()
-                    && s[i + 2].is_ascii_hexdigit() =>
-                {
-                    let hex = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
-                    out.push(hex(s[i + 1]) << 4 | hex(s[i + 2]));
-                    i += 2;
-                }
-                c => out.push(c),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    body.split(|&c| c == b'&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.iter().position(|&c| c == b'=') {
-            Some(e) => (dec(&p[..e]), dec(&p[e + 1..])),
-            None => (dec(p), String::new()),
-        })
-        .collect()
-}
-
 /// Applies a POSTed admin action (`body`: `None` when the request was too large or chunked)
 /// and answers `303 See Other` back to the page with the outcome in `;st=`, as HAProxy.
 /// `kill` closes the sessions of a server (it needs the workers: the caller provides it).
@@ -204,7 +152,7 @@ pub fn post(
     } else {
         match body {
             Err(st) => st,
-            Ok(body) => apply(shared, &form_pairs(body), kill),
+            Ok(body) => apply(shared, &crate::http::urlencoded_pairs(body), kill),
         }
     };
     let loc = format!(
@@ -217,19 +165,21 @@ pub fn post(
 }
 
 /// Runs `action` on every server `s` of backend `b`: the status code for the page.
-fn apply(shared: &Shared, form: &[(String, String)], kill: &dyn Fn(usize, usize)) -> &'static str {
+fn apply(
+    shared: &Shared,
+    form: &[(String, Option<String>)],
+    kill: &dyn Fn(usize, usize),
+) -> &'static str {
     use crate::cli::{AdminState, set_health, set_state};
-    let get = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let get = |k: &str| {
+        form.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_deref().unwrap_or(""))
+    };
     let (Some(b), Some(action)) = (get("b"), get("action")) else {
         return "ERRP";
     };
-    let Some(bi) = (0..shared.cfg.proxies.len()).find(|&i| {
-        shared.proxies[i].be.is_some()
-            && match b.strip_prefix('#') {
-                Some(n) => n.parse::<u32>().is_ok_and(|n| n == shared.proxies[i].uuid),
-                None => shared.cfg.proxies[i].name == b,
-            }
-    }) else {
+    let Some(bi) = crate::cli::find_backend(shared, b) else {
         return "ERRP";
     };
     if !matches!(
@@ -242,7 +192,7 @@ fn apply(shared: &Shared, form: &[(String, String)], kill: &dyn Fn(usize, usize)
     let names: Vec<&str> = form
         .iter()
         .filter(|(n, _)| n == "s")
-        .map(|(_, v)| v.as_str())
+        .map(|(_, v)| v.as_deref().unwrap_or(""))
         .collect();
     if names.is_empty() {
         return "NONE";

@@ -874,3 +874,22 @@ fn helper_path_and_query() {
         assert_eq!(query_of(uri), *query, "{}", show(uri));
     }
 }
+
+#[test]
+fn urlencoded_pairs_decode_names_and_values() {
+    let dec = |s: &[u8]| urlencoded_pairs(s).remove(0).0;
+    assert_eq!(dec(b"a%2Ab+c"), "a*b c");
+    assert_eq!(dec(b"%"), "%");
+    assert_eq!(dec(b"%4"), "%4");
+    assert_eq!(dec(b"%zz"), "%zz");
+    assert_eq!(dec(b"%41"), "A");
+    assert_eq!(
+        urlencoded_pairs(b"s=s1&s=a%20b&&flag&b=%232"),
+        vec![
+            ("s".to_string(), Some("s1".to_string())),
+            ("s".into(), Some("a b".into())),
+            ("flag".into(), None),
+            ("b".into(), Some("#2".into())),
+        ]
+    );
+}

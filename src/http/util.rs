@@ -222,3 +222,37 @@ pub fn query_of(uri: &[u8]) -> Option<&[u8]> {
     let end = memchr::memchr(b'#', rest).unwrap_or(rest.len());
     Some(&rest[..end])
 }
+
+/// `application/x-www-form-urlencoded` (a POSTed form or a query string) as (name, value)
+/// pairs, `%XX` and `+` decoded; `None` for a name without `=`. Invalid escapes stay as they
+/// are. Allocates: for the stats page and the exporter, not for proxied traffic.
+pub fn urlencoded_pairs(s: &[u8]) -> Vec<(String, Option<String>)> {
+    fn dec(s: &[u8]) -> String {
+        let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        let mut out = Vec::with_capacity(s.len());
+        let mut i = 0;
+        while i < s.len() {
+            match s[i] {
+                b'%' if i + 2 < s.len() => match (hex(s[i + 1]), hex(s[i + 2])) {
+                    (Some(a), Some(b)) => {
+                        out.push(a << 4 | b);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                },
+                b'+' => out.push(b' '),
+                c => out.push(c),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    s.split(|&c| c == b'&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.iter().position(|&c| c == b'=') {
+            Some(e) => (dec(&p[..e]), Some(dec(&p[e + 1..]))),
+            None => (dec(p), None),
+        })
+        .collect()
+}

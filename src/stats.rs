@@ -440,6 +440,15 @@ fn http_counters(r: &mut Row, c: &Counters) {
     r.set("req_tot", u(&c.req_total));
 }
 
+/// Columns FRONTEND and BACKEND rows fill alike: sessions, bytes, denials.
+fn traffic_counters(r: &mut Row, c: &Counters) {
+    r.set("stot", u(&c.sessions_total));
+    r.set("bin", u(&c.bytes_in));
+    r.set("bout", u(&c.bytes_out));
+    r.set("dreq", u(&c.denied_req));
+    r.set("dresp", 0);
+}
+
 /// The FRONTEND row of proxy `idx`.
 pub fn frontend_row(shared: &Shared, idx: usize, p: &Proxy) -> Row {
     let fe = &shared.proxies[idx].fe;
@@ -448,11 +457,7 @@ pub fn frontend_row(shared: &Shared, idx: usize, p: &Proxy) -> Row {
     r.set("scur", fe.cur_conns.load(Relaxed));
     r.set("smax", fe.max_conns.load(Relaxed));
     r.set("slim", fe.maxconn.load(Relaxed));
-    r.set("stot", u(&c.sessions_total));
-    r.set("bin", u(&c.bytes_in));
-    r.set("bout", u(&c.bytes_out));
-    r.set("dreq", u(&c.denied_req));
-    r.set("dresp", 0);
+    traffic_counters(&mut r, c);
     r.set("ereq", u(&c.req_errors));
     let status = if shared.stopping.load(Relaxed) {
         "STOP"
@@ -622,11 +627,7 @@ pub fn backend_row(shared: &Shared, idx: usize, p: &Proxy, be: &BackendState) ->
     r.set("qmax", be.max_queued.load(Relaxed));
     r.set("scur", be.cur_conns.load(Relaxed));
     r.set("smax", be.max_conns.load(Relaxed));
-    r.set("stot", u(&c.sessions_total));
-    r.set("bin", u(&c.bytes_in));
-    r.set("bout", u(&c.bytes_out));
-    r.set("dreq", u(&c.denied_req));
-    r.set("dresp", 0);
+    traffic_counters(&mut r, c);
     // Connection-level errors and retries are counted per server; the backend shows the sum.
     let sum = |f: fn(&Counters) -> &std::sync::atomic::AtomicU64| -> u64 {
         be.servers.iter().map(|s| u(f(&s.counters))).sum()

@@ -287,14 +287,16 @@ impl Kept {
     }
 }
 
+/// A log timer in milliseconds, -1 for a phase not reached (HAProxy's convention).
+fn log_ms(d: Option<std::time::Duration>) -> i64 {
+    d.map_or(-1, |d| d.as_millis() as i64)
+}
+
 /// Per-transaction log facts.
 struct Txn {
     start: Instant,
     t_req: i64,
-    t_wait: i64,
-    t_connect: i64,
-    t_resp: i64,
-    /// The same timers at full precision, for the latency histograms.
+    /// Queue, connect and response times (the log's %Tw %Tc %Tr are derived from them).
     timings: Timings,
     status: i32,
     bytes_out: u64,
@@ -316,9 +318,6 @@ impl Txn {
         Txn {
             start,
             t_req: -1,
-            t_wait: -1,
-            t_connect: -1,
-            t_resp: -1,
             timings: Timings::default(),
             status: -1,
             bytes_out: 0,
@@ -671,29 +670,27 @@ impl<C: ClientIo> Conn<'_, C> {
             }
         };
         let f = &txn.flags;
+        // What frontend and backend both count of a transaction.
+        let both = |c: &crate::backend::Counters| {
+            add(&c.req_total, 1);
+            if txn.status > 0 {
+                add(&c.hrsp[class], 1);
+            }
+            add(&c.bytes_in, txn.bytes_in);
+            add(&c.bytes_out, txn.bytes_out);
+            add(&c.denied_req, f.denied as u64);
+        };
         let fc = &shared.proxies[self.ctx.proxy].fe.counters;
-        add(&fc.req_total, 1);
-        if txn.status > 0 {
-            add(&fc.hrsp[class], 1);
-        }
-        add(&fc.bytes_in, txn.bytes_in);
-        add(&fc.bytes_out, txn.bytes_out);
+        both(fc);
         add(&fc.req_errors, f.bad_request as u64);
-        add(&fc.denied_req, f.denied as u64);
         add(&fc.intercepted, f.intercepted as u64);
         let Some(b) = txn.be else { return };
         let Some(be) = shared.proxies[b].be.as_ref() else {
             return;
         };
         let bc = &be.counters;
+        both(bc);
         add(&bc.sessions_total, 1);
-        add(&bc.req_total, 1);
-        if txn.status > 0 {
-            add(&bc.hrsp[class], 1);
-        }
-        add(&bc.bytes_in, txn.bytes_in);
-        add(&bc.bytes_out, txn.bytes_out);
-        add(&bc.denied_req, f.denied as u64);
         let data_phase = txn.term[1] == b'D';
         let cli_abort = data_phase && matches!(txn.term[0], b'C' | b'c');
         let srv_abort = data_phase && matches!(txn.term[0], b'S' | b's');
@@ -735,9 +732,13 @@ impl<C: ClientIo> Conn<'_, C> {
                 _ => "<NOSRV>",
             },
             t_req: txn.t_req,
-            t_wait: txn.t_wait,
-            t_connect: txn.t_connect,
-            t_resp: txn.t_resp,
+            t_wait: log_ms(txn.timings.queue),
+            // A reused server connection took no time to establish: 0, as HAProxy logs it.
+            t_connect: match txn.timings.connect {
+                None if txn.flags.reused => 0,
+                c => log_ms(c),
+            },
+            t_resp: log_ms(txn.timings.response),
             t_active: txn.start.elapsed().as_millis() as i64,
             status: txn.status,
             bytes: txn.bytes_out,
@@ -1109,7 +1110,6 @@ impl<C: ClientIo> Conn<'_, C> {
                 return self.error_response(head, txn, 503, ce.term()).await;
             }
         };
-        txn.t_wait = slot.queued.as_millis() as i64;
         txn.timings.queue = Some(slot.queued);
         // A server connection: this client's private one (`http-reuse never`), an idle one
         // from the thread's pool as `http-reuse` allows, or a new one.
@@ -1149,7 +1149,6 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         let (stream, slot, uses, epoch, reused) = match got {
             Some((stream, uses, epoch)) => {
-                txn.t_connect = 0;
                 txn.flags.reused = true;
                 (stream, slot, uses, epoch, true)
             }
@@ -1166,7 +1165,6 @@ impl<C: ClientIo> Conn<'_, C> {
                 connect_with_slot(self.ctx, be_idx, &input, slot).await
             } {
                 Ok(sc) => {
-                    txn.t_connect = sc.connect_time.as_millis() as i64;
                     txn.timings.connect = Some(sc.connect_time);
                     txn.retries = sc.retries;
                     txn.redispatched = sc.redispatched;
@@ -1245,7 +1243,6 @@ impl<C: ClientIo> Conn<'_, C> {
             slot.server_state().pool.replayed.fetch_add(1, Relaxed);
             match connect_with_slot(self.ctx, be_idx, &input, slot).await {
                 Ok(sc) => {
-                    txn.t_connect = sc.connect_time.as_millis() as i64;
                     txn.timings.connect = Some(sc.connect_time);
                     txn.retries += 1 + sc.retries;
                     let server = sc.slot.server;
@@ -1402,7 +1399,6 @@ impl<C: ClientIo> Conn<'_, C> {
             }
         };
         let t_resp = sent_at.elapsed();
-        txn.t_resp = t_resp.as_millis() as i64;
         txn.timings.response = Some(t_resp);
         txn.status = resp.status as i32;
         txn.flags.from_server = true;

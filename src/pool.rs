@@ -220,6 +220,15 @@ mod tests {
         (c, s)
     }
 
+    /// A connection to pool, opened at address epoch 0.
+    fn idle(stream: TcpStream, uses: u32) -> Option<IdleConn> {
+        Some(IdleConn {
+            stream,
+            uses,
+            epoch: 0,
+        })
+    }
+
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -244,37 +253,10 @@ mod tests {
             }
             p.opened(key, gg);
             p.opened(key, gg);
-            p.release(
-                key,
-                Some(IdleConn {
-                    stream: conns.pop().unwrap(),
-                    uses: 1,
-                    epoch: 0,
-                }),
-                NO_LIMIT,
-                gg,
-            );
+            p.release(key, idle(conns.pop().unwrap(), 1), NO_LIMIT, gg);
             p.opened(key, gg);
-            p.release(
-                key,
-                Some(IdleConn {
-                    stream: conns.pop().unwrap(),
-                    uses: 1,
-                    epoch: 0,
-                }),
-                NO_LIMIT,
-                gg,
-            );
-            p.release(
-                key,
-                Some(IdleConn {
-                    stream: conns.pop().unwrap(),
-                    uses: 1,
-                    epoch: 0,
-                }),
-                NO_LIMIT,
-                gg,
-            );
+            p.release(key, idle(conns.pop().unwrap(), 1), NO_LIMIT, gg);
+            p.release(key, idle(conns.pop().unwrap(), 1), NO_LIMIT, gg);
             assert_eq!(p.idle_count(), 2);
             // The cap kept c2 and c1 and closed c0. The server now closes c2 and c1 (peers 2
             // and 1): taking finds both dead and closes them.
@@ -301,44 +283,17 @@ mod tests {
                 max_idle: Some(0),
                 max_reuse: None,
             };
-            p.release(
-                key,
-                Some(IdleConn {
-                    stream: c1,
-                    uses: 1,
-                    epoch: 0,
-                }),
-                off,
-                gg,
-            );
+            p.release(key, idle(c1, 1), off, gg);
             assert_eq!(p.idle_count(), 0, "pool-max-conn 0 disables pooling");
             let worn = Limits {
                 max_idle: None,
                 max_reuse: Some(3),
             };
-            p.release(
-                key,
-                Some(IdleConn {
-                    stream: c2,
-                    uses: 3,
-                    epoch: 0,
-                }),
-                worn,
-                gg,
-            );
+            p.release(key, idle(c2, 3), worn, gg);
             assert_eq!(p.idle_count(), 0, "max-reuse reached");
             let (c3, _s3) = pair(&l).await;
             p.opened(key, gg);
-            p.release(
-                key,
-                Some(IdleConn {
-                    stream: c3,
-                    uses: 1,
-                    epoch: 0,
-                }),
-                NO_LIMIT,
-                gg,
-            );
+            p.release(key, idle(c3, 1), NO_LIMIT, gg);
             assert!(p.take(key, 2, gg, 0).is_none(), "not yet proved reusable");
             let c = p.take(key, 1, gg, 0).expect("usable");
             assert_eq!(c.uses, 1);
@@ -362,16 +317,7 @@ mod tests {
                 p.opened(key, gg);
             }
             for c in conns {
-                p.release(
-                    key,
-                    Some(IdleConn {
-                        stream: c,
-                        uses: 1,
-                        epoch: 0,
-                    }),
-                    NO_LIMIT,
-                    gg,
-                );
+                p.release(key, idle(c, 1), NO_LIMIT, gg);
             }
             assert_eq!(p.idle_count(), 4);
             // Period 1 peaked at 4 in use: nothing is surplus yet.

@@ -16,19 +16,24 @@ fn cfg_for(defaults: &str, timeouts: &str, be: &str) -> (String, u16) {
     )
 }
 
+/// Sluice with frontend lines `fe_lines` before one backend server s1 (started here).
+fn start_s1(defaults: &str, fe_lines: &str) -> (Sluice, u16, HttpBackend) {
+    let b = HttpBackend::start("s1");
+    let (cfg, port) = cfg_for(
+        defaults,
+        fe_lines,
+        &format!("    server s1 {}\n", b.hostport()),
+    );
+    (Sluice::start(&cfg), port, b)
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
 #[test]
 fn http_request_timeout_gives_408() {
-    let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(
-        LOGGED_HTTP,
-        "    timeout http-request 300ms",
-        &format!("    server s1 {}\n", b.hostport()),
-    );
-    let s = Sluice::start(&cfg);
+    let (s, port, b) = start_s1(LOGGED_HTTP, "    timeout http-request 300ms");
     let mut c = HttpClient::connect(port);
     let t0 = Instant::now();
     c.send("GET / HTTP/1.1\r\nHost: t\r\nX-Incomplete: yes\r\n");
@@ -47,13 +52,7 @@ fn http_request_timeout_gives_408() {
 
 #[test]
 fn http_request_timeout_covers_a_trickling_head() {
-    let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(
-        DEFAULTS_HTTP,
-        "    timeout http-request 400ms",
-        &format!("    server s1 {}\n", b.hostport()),
-    );
-    let _s = Sluice::start(&cfg);
+    let (_s, port, b) = start_s1(DEFAULTS_HTTP, "    timeout http-request 400ms");
     let mut c = HttpClient::connect(port);
     let mut w = c.tcp().try_clone().unwrap();
     let t0 = Instant::now();
@@ -84,13 +83,7 @@ fn http_request_timeout_covers_a_trickling_head() {
 
 #[test]
 fn idle_connection_without_request_gets_408_after_timeout() {
-    let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(
-        DEFAULTS_HTTP,
-        "    timeout http-request 300ms",
-        &format!("    server s1 {}\n", b.hostport()),
-    );
-    let _s = Sluice::start(&cfg);
+    let (_s, port, _b) = start_s1(DEFAULTS_HTTP, "    timeout http-request 300ms");
     let mut c = HttpClient::connect(port);
     let t0 = Instant::now();
     let r = c.read_response();
@@ -208,13 +201,7 @@ fn connect_timeout_redispatches_to_a_working_server() {
 
 #[test]
 fn http_keep_alive_timeout_closes_idle_connection() {
-    let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(
-        DEFAULTS_HTTP,
-        "    timeout http-keep-alive 300ms",
-        &format!("    server s1 {}\n", b.hostport()),
-    );
-    let _s = Sluice::start(&cfg);
+    let (_s, port, _b) = start_s1(DEFAULTS_HTTP, "    timeout http-keep-alive 300ms");
     let mut c = HttpClient::connect(port);
     assert_eq!(c.get("/").status, 200);
     let t0 = Instant::now();
@@ -233,13 +220,7 @@ fn http_keep_alive_timeout_closes_idle_connection() {
 
 #[test]
 fn keep_alive_timeout_does_not_cut_an_active_client() {
-    let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(
-        DEFAULTS_HTTP,
-        "    timeout http-keep-alive 400ms",
-        &format!("    server s1 {}\n", b.hostport()),
-    );
-    let _s = Sluice::start(&cfg);
+    let (_s, port, _b) = start_s1(DEFAULTS_HTTP, "    timeout http-keep-alive 400ms");
     let mut c = HttpClient::connect(port);
     // 8 requests 100 ms apart: each gap is below the keep-alive timeout, the total is above.
     for _ in 0..8 {
@@ -251,13 +232,10 @@ fn keep_alive_timeout_does_not_cut_an_active_client() {
 
 #[test]
 fn client_timeout_closes_idle_connection_when_no_http_timeouts() {
-    let b = HttpBackend::start("s1");
-    let (cfg, port) = cfg_for(
+    let (_s, port, _b) = start_s1(
         "defaults\n    mode http\n    timeout connect 2s\n    timeout client 300ms\n    timeout server 10s\n",
         "",
-        &format!("    server s1 {}\n", b.hostport()),
     );
-    let _s = Sluice::start(&cfg);
     let mut c = HttpClient::connect(port);
     assert_eq!(c.get("/").status, 200);
     let t0 = Instant::now();

@@ -81,6 +81,20 @@ pub struct PoolGauges {
     pub purged: AtomicU64,
     /// Requests replayed on a new connection after a reused one failed unanswered.
     pub replayed: AtomicU64,
+    /// Idle connections one thread took from another's pool.
+    pub takeovers: AtomicU64,
+    /// Each worker thread's share (its idle connections, their far end for takeover, and its
+    /// own counters), indexed by worker id.
+    pub threads: Box<[crossbeam_utils::CachePadded<crate::pool::ThreadShelf>]>,
+}
+
+impl PoolGauges {
+    pub fn new(nbthread: usize) -> PoolGauges {
+        PoolGauges {
+            threads: crate::pool::shelves(nbthread),
+            ..Default::default()
+        }
+    }
 }
 
 /// Cumulative counters (stats plane reads them). Writers only ever `fetch_add(_, Relaxed)`.
@@ -312,7 +326,7 @@ impl ServerState {
             maint: AtomicBool::new(s.disabled),
             config_maint: AtomicBool::new(s.disabled),
             drain: AtomicBool::new(false),
-            pool: PoolGauges::default(),
+            pool: PoolGauges::new(nbthread),
             check: s.check.as_ref().map(crate::check::CheckState::new),
             timers: crate::histogram::Timers::new(nbthread),
             iweight: s.weight,

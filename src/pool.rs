@@ -3,21 +3,32 @@
 //!
 //! Owns the idle lists and their limits: never more idle connections for a server than this
 //! thread ever used at once since the last purge (HAProxy 2.0's rule against pools that grow
-//! with `Connection: close` traffic), `pool-max-conn`, `max-reuse`, and the periodic purge
-//! (`pool-purge-delay`) that closes dead connections and half of the surplus. Which request may
-//! use which idle connection (`http-reuse`) is decided by the caller, `stream::http`.
+//! with `Connection: close` traffic), `pool-max-conn`, `max-reuse`, the periodic purge
+//! (`pool-purge-delay`) that closes dead connections and half of the surplus, the watch that
+//! closes an idle connection as soon as the server closes it or sends anything, and takeover:
+//! a thread without an idle connection for a server takes one from another thread while the
+//! server's idle total is at least `pool-low-conn` (`tune.idle-pool.shared on`).
+//! Which request may use which idle connection (`http-reuse`) is decided by the caller,
+//! `stream::http`.
 //!
-//! It must not connect, and nothing here is shared with other threads: a thread's pool is
-//! touched only by that thread, without locks. (Cross-thread takeover is not implemented yet.)
+//! It must not connect. A thread pushes and pops its own idle connections without locks (the
+//! owner end of a work-stealing deque); other threads only ever steal from the far end, and the
+//! socket they take is moved from the owner's poller to theirs. Everything else here is the
+//! thread's own.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
+use crossbeam_deque::{Steal, Stealer, Worker as Deque};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::backend::PoolGauges;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// Pool key: backend (proxy index) and server index within it.
 pub type Key = (usize, usize);
@@ -31,7 +42,15 @@ pub struct IdleConn {
     /// The server's address generation when it was opened (`set server addr` bumps it: a
     /// connection to the old address is never reused).
     pub epoch: u32,
+    /// When its last response ended.
+    pub since: Instant,
 }
+
+/// How long an idle connection may have been idle and still be taken on the watcher's word
+/// alone. The watcher learns of a close only when the thread polls its sockets, which a busy
+/// thread does every few dozen tasks; a connection idle for longer is also asked directly (a
+/// peek), since servers close idle connections after a timeout, not right after answering.
+const TRUST_WATCH: Duration = Duration::from_millis(1);
 
 impl IdleConn {
     /// Neither closed nor sent anything since it went idle: an idle server connection that
@@ -42,14 +61,49 @@ impl IdleConn {
     pub fn alive(&self) -> bool {
         socket_alive(&self.stream)
     }
+
+    /// Arms the watch: the thread's watcher is woken when the server closes or writes.
+    /// Returns false when the connection is already unusable.
+    ///
+    /// tokio keeps a connection "readable" until a read meets `WouldBlock`, which a response
+    /// read to its announced end never does; such a stale readiness is cleared with a peek,
+    /// so that the next readiness poll registers the watcher.
+    fn arm(&self, watcher: &Waker) -> bool {
+        let mut cx = Context::from_waker(watcher);
+        if self.stream.poll_read_ready(&mut cx).is_pending() {
+            return true;
+        }
+        match self
+            .stream
+            .try_io(Interest::READABLE, || peek(&self.stream))
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                self.stream.poll_read_ready(&mut cx).is_pending()
+            }
+            _ => false,
+        }
+    }
+
+    /// Usable by a request on this thread: the watch saw nothing and it went idle moments
+    /// ago, or a peek says so. (One syscall per reuse saved on the hot path.)
+    fn usable(&self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.stream.poll_read_ready(&mut cx) {
+            Poll::Pending if self.since.elapsed() < TRUST_WATCH => true,
+            _ => self.alive(),
+        }
+    }
+}
+
+fn peek(s: &TcpStream) -> std::io::Result<usize> {
+    let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    socket2::SockRef::from(s).recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT)
 }
 
 /// Whether an idle server connection has neither closed nor sent anything, asking the kernel
 /// (a non-blocking `MSG_PEEK`) rather than tokio's readiness cache.
 pub fn socket_alive(s: &TcpStream) -> bool {
-    let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-    let r = socket2::SockRef::from(s).recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT);
-    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    matches!(peek(s), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// Limits of one server's pool (from its `server` line).
@@ -59,70 +113,275 @@ pub struct Limits {
     pub max_idle: Option<u32>,
     /// `max-reuse` (`None` = unlimited): requests a connection may carry in all.
     pub max_reuse: Option<u32>,
+    /// `pool-low-conn`: below this many idle connections in all threads, a thread connects
+    /// rather than taking one from another thread.
+    pub low_conn: u32,
 }
 
-#[derive(Default)]
+impl Limits {
+    pub fn of(s: &crate::config::Server) -> Limits {
+        Limits {
+            max_idle: s.pool_max_conn,
+            max_reuse: s.max_reuse,
+            low_conn: s.pool_low_conn,
+        }
+    }
+}
+
+#[derive(Debug)]
+/// The far ends of one thread's idle deques for one server, through which other threads take
+/// its connections.
+struct Stealers {
+    proved: Stealer<IdleConn>,
+    fresh: Stealer<IdleConn>,
+}
+
+/// One worker thread's share of a server's pool, as other threads and the stats plane see it.
+/// Each counter is written by its own thread only (relaxed), so the lines never bounce.
+#[derive(Debug, Default)]
+pub struct ThreadShelf {
+    stealers: OnceLock<Stealers>,
+    /// Idle connections this thread holds now, and their peak.
+    pub idle: AtomicU32,
+    pub idle_max: AtomicU32,
+    /// Pooled connections this thread opened, reused from its own pool, and took from others.
+    pub new: AtomicU64,
+    pub reused: AtomicU64,
+    pub takeovers: AtomicU64,
+}
+
+/// `shelves` for `nbthread` threads.
+pub fn shelves(nbthread: usize) -> Box<[crossbeam_utils::CachePadded<ThreadShelf>]> {
+    (0..nbthread).map(|_| Default::default()).collect()
+}
+
 struct ServerPool {
-    /// LIFO: the most recently used connection is the likeliest to be alive and warm.
-    idle: Vec<IdleConn>,
+    /// Idle connections that carried two or more requests (proved reusable), and those that
+    /// carried one. The owner end is LIFO: the most recently used connection is the likeliest
+    /// to be alive and warm; thieves take the oldest.
+    proved: Deque<IdleConn>,
+    fresh: Deque<IdleConn>,
     /// Connections of this thread to the server currently carrying a request.
     used: u32,
     /// Peak of `used` since the last purge.
     max_used: u32,
 }
 
+impl ServerPool {
+    fn new() -> ServerPool {
+        ServerPool {
+            proved: Deque::new_lifo(),
+            fresh: Deque::new_lifo(),
+            used: 0,
+            max_used: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.proved.len() + self.fresh.len()
+    }
+
+    fn deque(&self, uses: u32) -> &Deque<IdleConn> {
+        if uses >= 2 { &self.proved } else { &self.fresh }
+    }
+
+    /// Every idle connection, oldest first, leaving the deques empty.
+    fn drain(&self) -> Vec<IdleConn> {
+        let mut v = Vec::with_capacity(self.len());
+        // Fresh ones first: the purge closes from the front.
+        for d in [&self.fresh, &self.proved] {
+            let start = v.len();
+            while let Some(c) = d.pop() {
+                v.push(c);
+            }
+            v[start..].reverse();
+        }
+        v
+    }
+
+    fn refill(&self, conns: Vec<IdleConn>) {
+        for c in conns {
+            self.deque(c.uses).push(c);
+        }
+    }
+}
+
 /// The shared idle gauge a connection with `uses` requests behind it counts in.
-fn idle_gauge(g: &PoolGauges, uses: u32) -> &std::sync::atomic::AtomicU32 {
+fn idle_gauge(g: &PoolGauges, uses: u32) -> &AtomicU32 {
     if uses >= 2 { &g.safe } else { &g.idle }
 }
 
 /// One worker thread's idle server connections.
-#[derive(Default)]
 pub struct ThreadPool {
+    /// This worker's index (its shelf in each server's `PoolGauges::threads`).
+    id: usize,
+    /// `tune.idle-pool.shared`: whether threads take idle connections from each other.
+    shared: bool,
     servers: RefCell<HashMap<Key, ServerPool>>,
+    /// The watcher task's waker, once it runs (see `watch`).
+    watcher: RefCell<Option<Waker>>,
+}
+
+impl Default for ThreadPool {
+    fn default() -> Self {
+        ThreadPool::new(0, false)
+    }
 }
 
 impl ThreadPool {
+    /// The pool of worker `id`; `shared` is `tune.idle-pool.shared`.
+    pub fn new(id: usize, shared: bool) -> ThreadPool {
+        ThreadPool {
+            id,
+            shared,
+            servers: RefCell::new(HashMap::new()),
+            watcher: RefCell::new(None),
+        }
+    }
+
     /// Takes the most recent live idle connection to `key` that has carried at least
-    /// `min_uses` requests, and counts it as used. Dead ones met on the way are closed.
-    pub fn take(&self, key: Key, min_uses: u32, g: &PoolGauges, epoch: u32) -> Option<IdleConn> {
+    /// `min_uses` requests, from this thread's pool or else, as `pool-low-conn` allows, from
+    /// another thread's, and counts it as used. Dead ones met on the way are closed.
+    pub fn take(
+        &self,
+        key: Key,
+        min_uses: u32,
+        limits: Limits,
+        g: &PoolGauges,
+        epoch: u32,
+    ) -> Option<IdleConn> {
         let mut m = self.servers.borrow_mut();
-        let sp = m.get_mut(&key)?;
-        let mut i = sp.idle.len();
-        while i > 0 {
-            i -= 1;
-            if sp.idle[i].uses < min_uses {
-                continue;
+        let sp = self.server(&mut m, key, g);
+        let shelf = g.threads.get(self.id);
+        let deques: &[&Deque<IdleConn>] = if min_uses >= 2 {
+            &[&sp.proved]
+        } else {
+            &[&sp.proved, &sp.fresh]
+        };
+        for d in deques {
+            while let Some(c) = d.pop() {
+                idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
+                if let Some(t) = shelf {
+                    t.idle.fetch_sub(1, Relaxed);
+                }
+                if c.epoch != epoch || !c.usable() {
+                    g.purged.fetch_add(1, Relaxed);
+                    continue;
+                }
+                if let Some(t) = shelf {
+                    t.reused.fetch_add(1, Relaxed);
+                }
+                sp.used += 1;
+                sp.max_used = sp.max_used.max(sp.used);
+                g.used.fetch_add(1, Relaxed);
+                return Some(c);
             }
-            let c = sp.idle.swap_remove(i);
-            idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
-            if c.epoch != epoch || !c.alive() {
-                g.purged.fetch_add(1, Relaxed);
-                i = i.min(sp.idle.len());
-                continue;
+        }
+        let c = self.take_over(min_uses, limits, g, epoch)?;
+        if let Some(t) = shelf {
+            t.takeovers.fetch_add(1, Relaxed);
+        }
+        g.takeovers.fetch_add(1, Relaxed);
+        sp.used += 1;
+        sp.max_used = sp.max_used.max(sp.used);
+        g.used.fetch_add(1, Relaxed);
+        Some(c)
+    }
+
+    /// Takes an idle connection from another thread, if the server's idle connections in all
+    /// threads are at least `pool-low-conn`, moving its socket onto this thread's poller.
+    fn take_over(
+        &self,
+        min_uses: u32,
+        limits: Limits,
+        g: &PoolGauges,
+        epoch: u32,
+    ) -> Option<IdleConn> {
+        let n = g.threads.len();
+        if !self.shared || n < 2 {
+            return None;
+        }
+        let total = g.idle.load(Relaxed) + g.safe.load(Relaxed);
+        if total == 0 || total < limits.low_conn {
+            return None;
+        }
+        for off in 1..n {
+            let t = &g.threads[(self.id + off) % n];
+            let Some(st) = t.stealers.get() else { continue };
+            let stealers: &[&Stealer<IdleConn>] = if min_uses >= 2 {
+                &[&st.proved]
+            } else {
+                &[&st.proved, &st.fresh]
+            };
+            for s in stealers {
+                loop {
+                    let c = match s.steal() {
+                        Steal::Success(c) => c,
+                        Steal::Retry => continue,
+                        Steal::Empty => break,
+                    };
+                    idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
+                    t.idle.fetch_sub(1, Relaxed);
+                    // Off the owner's poller, onto this thread's. A failure means the owner's
+                    // event loop is gone (shutting down): the connection is dropped.
+                    let moved = c
+                        .stream
+                        .into_std()
+                        .and_then(TcpStream::from_std)
+                        .map(|stream| IdleConn {
+                            stream,
+                            uses: c.uses,
+                            epoch: c.epoch,
+                            since: c.since,
+                        });
+                    match moved {
+                        Ok(c) if c.epoch == epoch && c.alive() => return Some(c),
+                        _ => {
+                            g.purged.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
             }
-            sp.used += 1;
-            sp.max_used = sp.max_used.max(sp.used);
-            g.used.fetch_add(1, Relaxed);
-            return Some(c);
         }
         None
+    }
+
+    /// The pool for `key`, created (and its far ends published for takeover) on first use.
+    fn server<'m>(
+        &self,
+        m: &'m mut HashMap<Key, ServerPool>,
+        key: Key,
+        g: &PoolGauges,
+    ) -> &'m mut ServerPool {
+        m.entry(key).or_insert_with(|| {
+            let sp = ServerPool::new();
+            if let Some(t) = g.threads.get(self.id) {
+                let _ = t.stealers.set(Stealers {
+                    proved: sp.proved.stealer(),
+                    fresh: sp.fresh.stealer(),
+                });
+            }
+            sp
+        })
     }
 
     /// A new connection to `key` starts carrying a request.
     pub fn opened(&self, key: Key, g: &PoolGauges) {
         let mut m = self.servers.borrow_mut();
-        let sp = m.entry(key).or_default();
+        let sp = self.server(&mut m, key, g);
         sp.used += 1;
         sp.max_used = sp.max_used.max(sp.used);
         g.used.fetch_add(1, Relaxed);
+        if let Some(t) = g.threads.get(self.id) {
+            t.new.fetch_add(1, Relaxed);
+        }
     }
 
     /// A connection to `key` stops carrying a request: pooled if `conn` is given and the
     /// limits allow, closed otherwise.
     pub fn release(&self, key: Key, conn: Option<IdleConn>, limits: Limits, g: &PoolGauges) {
         let mut m = self.servers.borrow_mut();
-        let sp = m.entry(key).or_default();
+        let sp = self.server(&mut m, key, g);
         sp.used = sp.used.saturating_sub(1);
         g.used.fetch_sub(1, Relaxed);
         let Some(c) = conn else { return };
@@ -131,30 +390,95 @@ impl ThreadPool {
             None => sp.max_used,
         };
         let worn = limits.max_reuse.is_some_and(|n| c.uses >= n);
-        if !worn && (sp.idle.len() as u32) < cap {
-            idle_gauge(g, c.uses).fetch_add(1, Relaxed);
-            sp.idle.push(c);
+        if worn || sp.len() as u32 >= cap {
+            return;
+        }
+        if let Some(w) = self.watcher.borrow().as_ref()
+            && !c.arm(w)
+        {
+            g.purged.fetch_add(1, Relaxed);
+            return;
+        }
+        idle_gauge(g, c.uses).fetch_add(1, Relaxed);
+        if let Some(t) = g.threads.get(self.id) {
+            let n = t.idle.fetch_add(1, Relaxed) + 1;
+            t.idle_max.fetch_max(n, Relaxed);
+        }
+        sp.deque(c.uses).push(c);
+    }
+
+    /// Closes the idle connections (of server `only`, or all) that `keep` refuses; returns
+    /// how many.
+    fn sweep<'a>(
+        &self,
+        only: Option<Key>,
+        gauges: impl Fn(Key) -> &'a PoolGauges,
+        mut keep: impl FnMut(&IdleConn) -> bool,
+    ) -> usize {
+        let m = self.servers.borrow();
+        let mut closed = 0;
+        for (key, sp) in m.iter() {
+            if sp.len() == 0 || only.is_some_and(|k| k != *key) {
+                continue;
+            }
+            let g = gauges(*key);
+            let mut conns = sp.drain();
+            let before = conns.len();
+            conns.retain(|c| {
+                let k = keep(c);
+                if !k {
+                    idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
+                }
+                k
+            });
+            let gone = before - conns.len();
+            if gone > 0 {
+                g.purged.fetch_add(gone as u64, Relaxed);
+                if let Some(t) = g.threads.get(self.id) {
+                    t.idle.fetch_sub(gone as u32, Relaxed);
+                }
+            }
+            closed += gone;
+            sp.refill(conns);
+        }
+        closed
+    }
+
+    /// The watcher: sleeps until an idle connection of this thread becomes readable (the
+    /// server closed it, or sent something unsolicited such as a 408), then closes every such
+    /// connection at once, instead of letting it wait for the purge or the next request.
+    pub async fn watch<'a>(&self, gauges: impl Fn(Key) -> &'a PoolGauges) {
+        loop {
+            let mut armed = false;
+            std::future::poll_fn(|cx| {
+                if armed {
+                    return Poll::Ready(());
+                }
+                armed = true;
+                *self.watcher.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            })
+            .await;
+            let w = self.watcher.borrow().clone();
+            if let Some(w) = w {
+                self.sweep(None, &gauges, |c| c.arm(&w));
+            }
         }
     }
 
     /// Closes every idle connection to `key` (`del server`); returns how many.
     pub fn drop_server(&self, key: Key, g: &PoolGauges) -> usize {
-        let mut m = self.servers.borrow_mut();
-        let Some(sp) = m.get_mut(&key) else { return 0 };
-        let n = sp.idle.len();
-        for c in sp.idle.drain(..) {
-            idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
-        }
-        g.purged.fetch_add(n as u64, Relaxed);
-        if sp.used == 0 {
-            m.remove(&key);
-        }
-        n
+        self.sweep(Some(key), |_| g, |_| false)
+    }
+
+    /// Closes every idle connection (the thread is ending: its deques' far ends outlive it).
+    pub fn clear<'a>(&self, gauges: impl Fn(Key) -> &'a PoolGauges) {
+        self.sweep(None, gauges, |_| false);
     }
 
     /// Idle connections now (all servers).
     pub fn idle_count(&self) -> usize {
-        self.servers.borrow().values().map(|s| s.idle.len()).sum()
+        self.servers.borrow().values().map(|s| s.len()).sum()
     }
 
     /// Closes dead idle connections, then half of each server's surplus (idle connections
@@ -163,26 +487,32 @@ impl ThreadPool {
     pub fn purge<'a>(&self, gauges: impl Fn(Key) -> &'a PoolGauges) {
         let mut m = self.servers.borrow_mut();
         for (key, sp) in m.iter_mut() {
-            let g = gauges(*key);
-            let before = sp.idle.len();
             let needed = sp.max_used.saturating_sub(sp.used) as usize;
-            let mut kept = Vec::with_capacity(sp.idle.len());
-            for c in sp.idle.drain(..) {
-                if c.alive() {
-                    kept.push(c);
-                } else {
+            sp.max_used = sp.used;
+            if sp.len() == 0 {
+                continue;
+            }
+            let g = gauges(*key);
+            let mut conns = sp.drain();
+            let before = conns.len();
+            conns.retain(|c| {
+                let k = c.alive();
+                if !k {
                     idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
                 }
-            }
-            let surplus = kept.len().saturating_sub(needed);
-            // Oldest first (the front of the LIFO list).
-            for c in kept.drain(..surplus.div_ceil(2)) {
+                k
+            });
+            let surplus = conns.len().saturating_sub(needed);
+            // Oldest first.
+            for c in conns.drain(..surplus.div_ceil(2)) {
                 idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
             }
-            sp.idle = kept;
-            let gone = (before - sp.idle.len()) as u64;
-            g.purged.fetch_add(gone, Relaxed);
-            sp.max_used = sp.used;
+            let gone = before - conns.len();
+            g.purged.fetch_add(gone as u64, Relaxed);
+            if let Some(t) = g.threads.get(self.id) {
+                t.idle.fetch_sub(gone as u32, Relaxed);
+            }
+            sp.refill(conns);
         }
     }
 }
@@ -212,6 +542,7 @@ mod tests {
     const NO_LIMIT: Limits = Limits {
         max_idle: None,
         max_reuse: None,
+        low_conn: 0,
     };
 
     async fn pair(l: &tokio::net::TcpListener) -> (TcpStream, TcpStream) {
@@ -226,6 +557,7 @@ mod tests {
             stream,
             uses,
             epoch: 0,
+            since: Instant::now() - Duration::from_secs(1),
         })
     }
 
@@ -261,7 +593,7 @@ mod tests {
             // The cap kept c2 and c1 and closed c0. The server now closes c2 and c1 (peers 2
             // and 1): taking finds both dead and closes them.
             peers.truncate(1);
-            let c = p.take(key, 1, gg, 0);
+            let c = p.take(key, 1, NO_LIMIT, gg, 0);
             assert!(c.is_none());
             assert_eq!(gg.purged.load(Relaxed), 2);
             assert_eq!(p.idle_count(), 0);
@@ -281,21 +613,24 @@ mod tests {
             p.opened(key, gg);
             let off = Limits {
                 max_idle: Some(0),
-                max_reuse: None,
+                ..NO_LIMIT
             };
             p.release(key, idle(c1, 1), off, gg);
             assert_eq!(p.idle_count(), 0, "pool-max-conn 0 disables pooling");
             let worn = Limits {
-                max_idle: None,
                 max_reuse: Some(3),
+                ..NO_LIMIT
             };
             p.release(key, idle(c2, 3), worn, gg);
             assert_eq!(p.idle_count(), 0, "max-reuse reached");
             let (c3, _s3) = pair(&l).await;
             p.opened(key, gg);
             p.release(key, idle(c3, 1), NO_LIMIT, gg);
-            assert!(p.take(key, 2, gg, 0).is_none(), "not yet proved reusable");
-            let c = p.take(key, 1, gg, 0).expect("usable");
+            assert!(
+                p.take(key, 2, NO_LIMIT, gg, 0).is_none(),
+                "not yet proved reusable"
+            );
+            let c = p.take(key, 1, NO_LIMIT, gg, 0).expect("usable");
             assert_eq!(c.uses, 1);
             assert_eq!(gg.used.load(Relaxed), 1);
         });
@@ -330,6 +665,86 @@ mod tests {
             assert_eq!(p.idle_count(), 1);
             p.purge(|_| gg);
             assert_eq!(p.idle_count(), 0);
+        });
+    }
+
+    #[test]
+    fn takeover_moves_an_idle_connection_between_threads_above_pool_low_conn() {
+        rt().block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let gg: &'static PoolGauges = Box::leak(Box::new(PoolGauges::new(2)));
+            let t0 = ThreadPool::new(0, true);
+            let t1 = ThreadPool::new(1, true);
+            let key = (0, 0);
+            let (c, mut peer) = pair(&l).await;
+            t0.opened(key, gg);
+            t0.release(key, idle(c, 2), NO_LIMIT, gg);
+            assert_eq!(gg.threads[0].idle.load(Relaxed), 1);
+            // Below `pool-low-conn`: thread 1 connects instead.
+            let low = Limits {
+                low_conn: 2,
+                ..NO_LIMIT
+            };
+            assert!(t1.take(key, 1, low, gg, 0).is_none());
+            assert_eq!(gg.takeovers.load(Relaxed), 0);
+            // At it: thread 1 takes thread 0's connection, and the socket still works.
+            let mut c = t1.take(key, 1, NO_LIMIT, gg, 0).expect("taken over");
+            assert_eq!(c.uses, 2);
+            assert_eq!(t0.idle_count(), 0);
+            assert_eq!(gg.takeovers.load(Relaxed), 1);
+            assert_eq!(gg.threads[1].takeovers.load(Relaxed), 1);
+            assert_eq!(gg.threads[0].idle.load(Relaxed), 0);
+            assert_eq!(gg.safe.load(Relaxed), 0);
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            c.stream.write_all(b"x").await.unwrap();
+            let mut b = [0u8; 1];
+            peer.read_exact(&mut b).await.unwrap();
+            assert_eq!(&b, b"x");
+            // Returned on thread 1, it is thread 1's now.
+            t1.release(key, Some(c), NO_LIMIT, gg);
+            assert_eq!(t1.idle_count(), 1);
+            // With `tune.idle-pool.shared off`, no thread takes another's.
+            let t2 = ThreadPool::new(0, false);
+            assert!(t2.take(key, 1, NO_LIMIT, gg, 0).is_none());
+        });
+    }
+
+    #[test]
+    fn the_watcher_closes_an_idle_connection_the_server_closed() {
+        rt().block_on(async {
+            let local = tokio::task::LocalSet::new();
+            local
+                .run_until(async {
+                    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                    let gg: &'static PoolGauges = Box::leak(Box::new(PoolGauges::new(1)));
+                    let p = std::rc::Rc::new(ThreadPool::new(0, true));
+                    {
+                        let p = p.clone();
+                        tokio::task::spawn_local(async move { p.watch(|_| gg).await });
+                    }
+                    tokio::task::yield_now().await;
+                    let key = (0, 0);
+                    let (c, peer) = pair(&l).await;
+                    let (c2, _peer2) = pair(&l).await;
+                    p.opened(key, gg);
+                    p.opened(key, gg);
+                    p.release(key, idle(c, 1), NO_LIMIT, gg);
+                    p.release(key, idle(c2, 1), NO_LIMIT, gg);
+                    assert_eq!(p.idle_count(), 2);
+                    drop(peer);
+                    // No request and no purge: the watcher alone notices the close.
+                    tokio::time::timeout(Duration::from_secs(10), async {
+                        while p.idle_count() != 1 {
+                            tokio::task::yield_now().await;
+                        }
+                    })
+                    .await
+                    .expect("closed idle connection dropped");
+                    assert_eq!(gg.purged.load(Relaxed), 1);
+                    assert_eq!(gg.idle.load(Relaxed), 1);
+                    assert_eq!(gg.threads[0].idle.load(Relaxed), 1);
+                })
+                .await;
         });
     }
 }

@@ -56,6 +56,8 @@ enum Read {
     PoolPurged,
     /// Requests replayed on a new connection after a reused one failed unanswered.
     PoolReplayed,
+    /// Idle connections a thread took over from another thread's pool.
+    PoolTakeovers,
 }
 
 /// One exported metric family.
@@ -700,6 +702,12 @@ const SERVER: &[Metric] = &[
         Read::PoolReplayed,
     ),
     m(
+        "haproxy_server_pool_takeovers_total",
+        Counter,
+        "Idle connections a worker thread took over from another thread's pool.",
+        Read::PoolTakeovers,
+    ),
+    m(
         "haproxy_server_queue_time_seconds",
         Histogram,
         "Time requests waited for a slot on this server (Tw).",
@@ -1086,12 +1094,13 @@ impl Out {
                     self.histogram(m.name, &o.labels(), &ck.durations.snapshot());
                 }
             }
-            Read::PoolPurged | Read::PoolReplayed => {
+            Read::PoolPurged | Read::PoolReplayed | Read::PoolTakeovers => {
                 let Some(s) = o.srv.filter(|_| o.http) else {
                     return;
                 };
                 let c = match m.read {
                     Read::PoolPurged => &s.pool.purged,
+                    Read::PoolTakeovers => &s.pool.takeovers,
                     _ => &s.pool.replayed,
                 };
                 self.sample(m.name, &o.labels(), c.load(Relaxed));

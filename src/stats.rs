@@ -588,8 +588,10 @@ pub fn server_row(
 /// `show pools`: sluice's server connection pools, one line per server of each HTTP backend.
 pub fn show_pools(shared: &Shared) -> String {
     let mut out = String::from(
-        "# backend/server: idle safe used new reused purged replayed (idle = carried one \
-         request, safe = carried two or more; summed over threads)\n",
+        "# backend/server: idle safe used new reused purged replayed takeovers (idle = carried \
+         one request, safe = carried two or more; summed over threads), then per thread: \
+         idle now and its peak, pooled connections opened, reused from the thread's own pool, \
+         taken over from other threads\n",
     );
     for (i, p) in shared.cfg.proxies.iter().enumerate() {
         let Some(be) = shared.proxies[i].be.as_ref() else {
@@ -602,7 +604,7 @@ pub fn show_pools(shared: &Shared) -> String {
             let g = &s.pool;
             let c = &s.counters;
             out.push_str(&format!(
-                "{}/{}: idle={} safe={} used={} new={} reused={} purged={} replayed={}\n",
+                "{}/{}: idle={} safe={} used={} new={} reused={} purged={} replayed={} takeovers={}\n",
                 p.name,
                 s.name,
                 g.idle.load(Relaxed),
@@ -612,7 +614,19 @@ pub fn show_pools(shared: &Shared) -> String {
                 c.reuses.load(Relaxed),
                 g.purged.load(Relaxed),
                 g.replayed.load(Relaxed),
+                g.takeovers.load(Relaxed),
             ));
+            for (t, th) in g.threads.iter().enumerate() {
+                out.push_str(&format!(
+                    "  thread {}: idle={} idle_max={} new={} reused={} takeovers={}\n",
+                    t + 1,
+                    th.idle.load(Relaxed),
+                    th.idle_max.load(Relaxed),
+                    th.new.load(Relaxed),
+                    th.reused.load(Relaxed),
+                    th.takeovers.load(Relaxed),
+                ));
+            }
         }
     }
     out

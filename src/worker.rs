@@ -181,6 +181,7 @@ pub fn spawn(
             };
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
+                let idle_pool_shared = shared.cfg.global.idle_pool_shared;
                 let w = Rc::new(Worker {
                     id,
                     log: Logger::new(&shared.cfg),
@@ -190,7 +191,7 @@ pub fn spawn(
                     active: Cell::new(0),
                     idle_notify: Notify::new(),
                     bufs: std::cell::RefCell::new(Vec::new()),
-                    pool: crate::pool::ThreadPool::default(),
+                    pool: crate::pool::ThreadPool::new(id, idle_pool_shared),
                     sessions: std::cell::RefCell::new(slab::Slab::new()),
                     activity: Activity::default(),
                 });
@@ -203,6 +204,12 @@ pub fn spawn(
                     });
                 }
                 crate::check::spawn_checks(&w, id, nbthread);
+                {
+                    let w = w.clone();
+                    tokio::task::spawn_local(async move {
+                        w.pool.watch(|(b, s)| &w.shared.server(b, s).pool).await;
+                    });
+                }
                 if let Some(every) = crate::pool::purge_interval(&w.shared.cfg) {
                     let w = w.clone();
                     tokio::task::spawn_local(async move {
@@ -256,6 +263,9 @@ pub fn spawn(
                         }
                     }
                 }
+                // Idle server connections outlive the thread in the deques' far ends unless
+                // closed here.
+                w.pool.clear(|(b, s)| &w.shared.server(b, s).pool);
                 // Returning drops the LocalSet's tasks: every socket of this thread closes.
             });
             // Tasks still alive (hard stop) are dropped with the LocalSet/runtime here.

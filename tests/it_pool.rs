@@ -216,3 +216,144 @@ fn pool_state_is_visible_on_the_stats_socket() {
     assert_eq!(col("used_conn_cur"), "0");
     assert_eq!(col("reuse"), "2");
 }
+
+/// Two worker threads and a stats socket; `server_opts` on the one server, `global_extra`
+/// in `global`.
+fn proxy2(b: &HttpBackend, global_extra: &str, server_opts: &str) -> (Sluice, u16, TempDir) {
+    let dir = TempDir::new();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{global_extra}\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {} {server_opts}\n",
+        dir.join("admin.sock").display(),
+        b.hostport()
+    );
+    (Sluice::start(&cfg), port, dir)
+}
+
+/// `key=value` of the `be/s1` line of `show pools`, and the same of each thread line.
+fn pools(sock: &std::path::Path) -> (HashMap<String, u64>, Vec<HashMap<String, u64>>) {
+    let out = stats_cli(sock, "show pools");
+    let kv = |l: &str| -> HashMap<String, u64> {
+        l.split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+            .collect()
+    };
+    let server = out
+        .lines()
+        .find(|l| l.starts_with("be/s1:"))
+        .map(kv)
+        .unwrap_or_else(|| panic!("no be/s1 line: {out}"));
+    let threads = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("thread "))
+        .map(kv)
+        .collect();
+    (server, threads)
+}
+
+/// Sequential `Connection: close` clients, each waiting until the previous server connection
+/// is back in its pool; returns the per-thread lines at the end.
+fn sequential_clients(port: u16, sock: &std::path::Path, n: usize) -> Vec<HashMap<String, u64>> {
+    for i in 0..n {
+        assert_eq!(http_get(port, &format!("/r{i}")).status, 200);
+        wait_until("the server connection is released", WAIT, || {
+            pools(sock).0["used"] == 0
+        });
+    }
+    let (_, threads) = pools(sock);
+    assert_eq!(threads.len(), 2);
+    // Which thread accepts a client is the kernel's choice (SO_REUSEPORT hashing): over 24
+    // clients both are all but certain to serve some.
+    for t in &threads {
+        assert!(
+            t["new"] + t["reused"] + t["takeovers"] > 0,
+            "a thread served no client: {threads:?}"
+        );
+    }
+    threads
+}
+
+/// With two threads, the one idle server connection follows the clients: the thread that
+/// accepts a client without an idle connection of its own takes the other's over.
+#[test]
+fn takeover_moves_the_idle_connection_to_the_thread_that_needs_it() {
+    let b = HttpBackend::start("s1");
+    let (_s, port, dir) = proxy2(&b, "", "");
+    let sock = dir.join("admin.sock");
+    sequential_clients(port, &sock, 24);
+    assert_eq!(b.conns(), 1, "one server connection served both threads");
+    let (srv, threads) = pools(&sock);
+    assert!(srv["takeovers"] >= 1, "{srv:?}");
+    assert_eq!(
+        srv["takeovers"],
+        threads.iter().map(|t| t["takeovers"]).sum::<u64>()
+    );
+    assert_eq!(srv["new"], 1);
+}
+
+/// Below `pool-low-conn` a thread connects instead of taking over: each thread ends up with
+/// a connection of its own, and nothing moves.
+#[test]
+fn no_takeover_below_pool_low_conn() {
+    let b = HttpBackend::start("s1");
+    let (_s, port, dir) = proxy2(&b, "", "pool-low-conn 2");
+    let sock = dir.join("admin.sock");
+    sequential_clients(port, &sock, 24);
+    assert_eq!(b.conns(), 2, "one server connection per thread");
+    assert_eq!(pools(&sock).0["takeovers"], 0);
+}
+
+/// `tune.idle-pool.shared off`: threads never take each other's idle connections.
+#[test]
+fn no_takeover_when_idle_pools_are_not_shared() {
+    let b = HttpBackend::start("s1");
+    let (_s, port, dir) = proxy2(&b, "    tune.idle-pool.shared off", "");
+    let sock = dir.join("admin.sock");
+    sequential_clients(port, &sock, 24);
+    assert_eq!(b.conns(), 2);
+    assert_eq!(pools(&sock).0["takeovers"], 0);
+}
+
+/// An idle server connection the server closes leaves the pool at once, without waiting for
+/// a request or the purge (`pool-purge-delay` is an hour here).
+#[test]
+fn an_idle_connection_closed_by_the_server_leaves_the_pool_at_once() {
+    use std::io::{Read, Write};
+    // A server that answers one request, keeps the connection, and closes it when told.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (close_tx, close_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = c.read(&mut b).unwrap();
+            assert!(n > 0);
+            head.extend_from_slice(&b[..n]);
+        }
+        c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .unwrap();
+        close_rx.recv().unwrap();
+    });
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {addr} pool-purge-delay 1h\n",
+        sock.display(),
+    );
+    let _s = Sluice::start(&cfg);
+    assert_eq!(http_get(port, "/a").status, 200);
+    wait_until("the connection is idle", WAIT, || {
+        pools(&sock).0["idle"] == 1
+    });
+    assert_eq!(pools(&sock).0["purged"], 0);
+    close_tx.send(()).unwrap();
+    server.join().unwrap();
+    wait_until("the closed connection is dropped", WAIT, || {
+        let (s, _) = pools(&sock);
+        s["idle"] == 0 && s["purged"] == 1
+    });
+}

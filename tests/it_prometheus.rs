@@ -814,3 +814,33 @@ fn clear_counters_and_dynamic_servers() {
         2.0
     );
 }
+
+/// Cross-thread takeovers are counted per server, as `show pools` counts them.
+#[test]
+fn pool_takeovers_are_exported() {
+    let t = setup("");
+    let busy = |out: &str| {
+        out.lines()
+            .any(|l| l.starts_with("be/") && !l.contains(" used=0 "))
+    };
+    // Sequential `Connection: close` clients, each after the previous server connection went
+    // back to its thread's pool: a client accepted by the other thread takes it over.
+    for i in 0..24 {
+        assert_eq!(http_get(t.fe, &format!("/r{i}")).status, 200);
+        wait_until("server connections released", WAIT, || {
+            !busy(&stats_cli(&t.sock, "show pools"))
+        });
+    }
+    let out = stats_cli(&t.sock, "show pools");
+    let shown: f64 = out
+        .lines()
+        .filter(|l| l.starts_with("be/"))
+        .filter_map(|l| l.split(" takeovers=").nth(1))
+        .map(|v| v.trim().parse::<f64>().unwrap())
+        .sum();
+    let e = t.scrape();
+    let exported = e.val("haproxy_server_pool_takeovers_total", &srv("be", "s1"))
+        + e.val("haproxy_server_pool_takeovers_total", &srv("be", "s2"));
+    assert!(shown >= 1.0, "{out}");
+    assert_eq!(exported, shown, "{out}");
+}

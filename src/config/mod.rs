@@ -455,6 +455,9 @@ pub struct Server {
     pub pool_max_conn: Option<u32>,
     /// `pool-purge-delay` (default 5 s).
     pub pool_purge_delay: std::time::Duration,
+    /// `pool-low-conn` (default 0): idle connections of the server in all threads below which
+    /// a thread connects instead of taking one over from another thread.
+    pub pool_low_conn: u32,
     /// `max-reuse` (`None` = unlimited).
     pub max_reuse: Option<u32>,
     /// `check` (with its timings), `None` without it.

@@ -226,10 +226,7 @@ impl PoolGuard {
         PoolGuard {
             w: (reuse != HttpReuse::Never).then(|| w.clone()),
             key: (be, server),
-            limits: Limits {
-                max_idle: srv.pool_max_conn,
-                max_reuse: srv.max_reuse,
-            },
+            limits: Limits::of(srv),
             epoch,
         }
     }
@@ -244,6 +241,7 @@ impl PoolGuard {
                     stream,
                     uses,
                     epoch: self.epoch,
+                    since: Instant::now(),
                 }),
                 self.limits,
                 g,
@@ -1141,6 +1139,7 @@ impl<C: ClientIo> Conn<'_, C> {
             && let Some(c) = pool.take(
                 (be_idx, slot.server),
                 m,
+                Limits::of(&shared.server(be_idx, slot.server).conf),
                 &shared.server(be_idx, slot.server).pool,
                 cur_gen,
             )

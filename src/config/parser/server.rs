@@ -171,7 +171,6 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "ssl-reuse",
     "no-ssl-reuse",
     "tfo",
-    "pool-low-conn",
     "namespace",
     "socks4",
     "tcp-ut",
@@ -357,6 +356,10 @@ fn server_opts(
                 o.max_reuse = if v == "-1" { None } else { Some(parse_u32(v)?) };
                 i += 1;
             }
+            "pool-low-conn" => {
+                o.pool_low_conn = parse_u32(val("number")?)?;
+                i += 1;
+            }
             "pool-purge-delay" => {
                 let t = parse_time(val("time")?)?;
                 if t.is_zero() {
@@ -497,6 +500,7 @@ fn make_server(
         id,
         pool_max_conn: o.pool_max_conn,
         pool_purge_delay: o.pool_purge_delay,
+        pool_low_conn: o.pool_low_conn,
         max_reuse: o.max_reuse,
         check: o.check.then(|| CheckCfg {
             inter: o.inter,

@@ -353,6 +353,8 @@ pub struct Proxy {
     pub options: ProxyOptions,
     /// `retries` (default 3).
     pub retries: u32,
+    /// `retry-on` (default `conn-failure`).
+    pub retry_on: RetryOn,
     /// Index into `Config::proxies` of the `default_backend` (for `listen`: itself unless set).
     pub default_backend: Option<usize>,
     pub use_backends: Vec<UseBackend>,
@@ -462,6 +464,55 @@ pub struct Server {
     pub max_reuse: Option<u32>,
     /// `check` (with its timings), `None` without it.
     pub check: Option<CheckCfg>,
+}
+
+/// `retry-on`: which failures after a request was sent make sluice send it again (within
+/// `retries`). Whatever it says, only requests sluice can replay are retried: idempotent
+/// methods without a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryOn {
+    pub conn_failure: bool,
+    /// The server closed the connection without a response byte.
+    pub empty_response: bool,
+    /// The response head was invalid.
+    pub junk_response: bool,
+    /// `timeout server` expired before a response byte.
+    pub response_timeout: bool,
+    /// Response statuses that are retried (401 403 404 408 425 500 501 502 503 504), as a
+    /// bit per status in `RetryOn::STATUSES`.
+    pub statuses: u16,
+}
+
+impl RetryOn {
+    pub const STATUSES: [u16; 10] = [401, 403, 404, 408, 425, 500, 501, 502, 503, 504];
+
+    pub fn none() -> RetryOn {
+        RetryOn {
+            conn_failure: false,
+            empty_response: false,
+            junk_response: false,
+            response_timeout: false,
+            statuses: 0,
+        }
+    }
+
+    /// Whether a response with `status` is retried.
+    pub fn status(&self, status: u16) -> bool {
+        self.statuses != 0
+            && RetryOn::STATUSES
+                .iter()
+                .position(|&s| s == status)
+                .is_some_and(|i| self.statuses & (1 << i) != 0)
+    }
+}
+
+impl Default for RetryOn {
+    fn default() -> Self {
+        RetryOn {
+            conn_failure: true,
+            ..RetryOn::none()
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -209,6 +209,15 @@ fn is_idempotent(method: &[u8]) -> bool {
     )
 }
 
+/// Whether `exchange` may hand the request back for another attempt (`self.replay`): the
+/// request can be replayed and attempts remain; `reused` makes an unanswered close a replay
+/// whatever `retry-on` says (the idle-close race, sluice's own rule).
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    allowed: bool,
+    reused: bool,
+}
+
 /// Accounts a server connection in its thread's pool while it carries a request: dropping
 /// the guard says the connection is gone (closed), `keep` gives it back to the pool. Unarmed
 /// under `http-reuse never`, where connections stay private to their client connection.
@@ -1206,10 +1215,16 @@ impl<C: ClientIo> Conn<'_, C> {
             uses,
         };
         let mut reused = reused;
+        // Attempts after the first (`retries` bounds them, `retry-on` says when).
+        let mut again = 0;
         loop {
             let sent_at = Instant::now();
+            let retry = Retry {
+                allowed: replayable && again < bp.retries,
+                reused,
+            };
             let slot = if conn.stream.write_all(&self.out).await.is_err() {
-                if !(reused && replayable) {
+                if !(reused && retry.allowed) {
                     txn.term = *b"SH";
                     return self.error_response_after_head(txn, 502).await;
                 }
@@ -1218,16 +1233,8 @@ impl<C: ClientIo> Conn<'_, C> {
                 let req_body = std::mem::replace(&mut req_body, BodyTracker::new(head.body));
                 let next = self
                     .exchange(
-                        head,
-                        txn,
-                        bp,
-                        conn,
-                        req_body,
-                        initial,
-                        client_ka,
-                        server_ka,
-                        sent_at,
-                        reused && replayable,
+                        head, txn, bp, conn, req_body, initial, client_ka, server_ka, sent_at,
+                        retry,
                     )
                     .await;
                 match self.replay.take() {
@@ -1235,11 +1242,14 @@ impl<C: ClientIo> Conn<'_, C> {
                     None => return next,
                 }
             };
-            // The reused connection failed before any response byte: replay the request
-            // (idempotent, no body) on a new connection, as HAProxy's `retry-on conn-failure
-            // empty-response` would, so a server closing an idle connection never becomes a
-            // 502 for a GET.
-            slot.server_state().pool.replayed.fetch_add(1, Relaxed);
+            // The reused connection failed before any response byte, or `retry-on` asks for
+            // another attempt: replay the request (idempotent, no body) on a new connection, so
+            // a server closing an idle connection never becomes a 502 for a GET.
+            again += 1;
+            if reused {
+                slot.server_state().pool.replayed.fetch_add(1, Relaxed);
+            }
+            slot.server_state().counters.retries.fetch_add(1, Relaxed);
             match connect_with_slot(self.ctx, be_idx, &input, slot).await {
                 Ok(sc) => {
                     txn.timings.connect = Some(sc.connect_time);
@@ -1296,7 +1306,7 @@ impl<C: ClientIo> Conn<'_, C> {
         client_ka: bool,
         server_ka: bool,
         sent_at: Instant,
-        replay_ok: bool,
+        retry: Retry,
     ) -> Option<Next> {
         let ServerSide {
             mut stream,
@@ -1357,6 +1367,13 @@ impl<C: ClientIo> Conn<'_, C> {
                         break r;
                     }
                     Ok(Parsed::Partial) => {}
+                    Err(HttpError { .. })
+                        if retry.allowed && bp.retry_on.junk_response && !interim_sent =>
+                    {
+                        srv_counters.resp_errors.fetch_add(1, Relaxed);
+                        self.replay = Some(slot);
+                        return None;
+                    }
                     Err(HttpError { .. }) => {
                         srv_counters.resp_errors.fetch_add(1, Relaxed);
                         txn.term = *b"SH";
@@ -1379,9 +1396,12 @@ impl<C: ClientIo> Conn<'_, C> {
                 },
                 r = super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)) => match r {
                     Some(Ok(n)) if n > 0 => {}
-                    Some(_) if replay_ok && self.sbuf.is_empty() && !interim_sent => {
-                        // Closed (or reset) unanswered: the reused connection raced with the
-                        // server's idle close. The caller replays the request.
+                    Some(_) if retry.allowed
+                        && (retry.reused || bp.retry_on.empty_response)
+                        && self.sbuf.is_empty()
+                        && !interim_sent => {
+                        // Closed (or reset) unanswered: on a reused connection, the race with
+                        // the server's idle close. The caller replays the request.
                         self.replay = Some(slot);
                         return None;
                     }
@@ -1390,6 +1410,13 @@ impl<C: ClientIo> Conn<'_, C> {
                         txn.term = *b"SH";
                         return self.error_response_after_head(txn, 502).await;
                     }
+                    None if retry.allowed
+                        && bp.retry_on.response_timeout
+                        && self.sbuf.is_empty()
+                        && !interim_sent => {
+                        self.replay = Some(slot);
+                        return None;
+                    }
                     None => {
                         txn.term = *b"sH";
                         return self.error_response_after_head(txn, 504).await;
@@ -1397,6 +1424,12 @@ impl<C: ClientIo> Conn<'_, C> {
                 },
             }
         };
+        if retry.allowed && bp.retry_on.status(resp.status) && !interim_sent {
+            // `retry-on <status>`: this answer is dropped with its connection, and the request
+            // sent again.
+            self.replay = Some(slot);
+            return None;
+        }
         let t_resp = sent_at.elapsed();
         txn.timings.response = Some(t_resp);
         txn.status = resp.status as i32;

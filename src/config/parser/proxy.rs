@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::super::acl::AclSet;
 use super::super::{
     Balance, Cond, ConfigError, HashFunction, HashMethod, HashType, HttpReuse, LogTarget, Mode,
-    Origin, Proxy, ProxyKind, ProxyOptions, StatsPage, Timeouts,
+    Origin, Proxy, ProxyKind, ProxyOptions, RetryOn, StatsPage, Timeouts,
 };
 use super::values::{arg, no_extra, parse_range, parse_time, parse_u32};
 use super::{KwErr, did_you_mean, kind_name, logs, options, rules, server};
@@ -98,6 +98,7 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         timeouts: Timeouts::default(),
         options: ProxyOptions::default(),
         retries: 3,
+        retry_on: RetryOn::default(),
         default_backend: None,
         use_backends: Vec::new(),
         servers: Vec::new(),
@@ -125,6 +126,7 @@ impl Draft {
             p.timeouts = b.p.timeouts.clone();
             p.options = b.p.options.clone();
             p.retries = b.p.retries;
+            p.retry_on = b.p.retry_on;
             p.balance = b.p.balance.clone();
             p.hash_type = b.p.hash_type;
             p.errorfiles = b.p.errorfiles.clone();
@@ -263,6 +265,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("no", D | F | B),
     ("option", D | F | B),
     ("retries", D | B),
+    ("retry-on", D | B),
     ("server", B),
     ("stats", D | F | B),
     ("timeout", D | F | B),
@@ -318,7 +321,6 @@ const UNSUPPORTED: &[&str] = &[
     "declare",
     "max-keep-alive-queue",
     "max-session-srv-conns",
-    "retry-on",
     "http-send-name-header",
     "disabled",
     "ssl",
@@ -419,6 +421,7 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             d.p.retries = parse_u32(arg(w, 1, "number of retries")?)?;
             no_extra(w, 2)?;
         }
+        "retry-on" => d.p.retry_on = retry_on(w)?,
         "id" => {
             let v = parse_range(arg(w, 1, "proxy id")?, 1, i32::MAX as u64)?;
             no_extra(w, 2)?;
@@ -877,4 +880,50 @@ fn stats_sub(d: &Draft, st: &mut StatsPage, sub: &str, w: &[String]) -> Result<(
         _ => unreachable!("stats keyword table and handlers disagree on '{sub}'"),
     }
     Ok(())
+}
+
+/// `retry-on KEYWORD...`: replaces the previous setting (HAProxy's rule: not cumulative).
+fn retry_on(w: &[String]) -> Result<RetryOn, String> {
+    if w.len() < 2 {
+        return Err(
+            "expects one or more of 'none', 'conn-failure', 'empty-response', \
+                    'junk-response', 'response-timeout', '0rtt-rejected', \
+                    'all-retryable-errors' or a status (401 403 404 408 425 500 501 502 503 504)"
+                .to_string(),
+        );
+    }
+    let mut r = RetryOn::none();
+    for kw in &w[1..] {
+        match kw.as_str() {
+            "none" if w.len() == 2 => {}
+            "none" => return Err("'none' cannot be combined with other keywords".to_string()),
+            "conn-failure" => r.conn_failure = true,
+            "empty-response" => r.empty_response = true,
+            "junk-response" => r.junk_response = true,
+            "response-timeout" => r.response_timeout = true,
+            // No TLS early data towards servers: nothing is ever rejected.
+            "0rtt-rejected" => {}
+            "all-retryable-errors" => {
+                r.conn_failure = true;
+                r.empty_response = true;
+                r.junk_response = true;
+                r.response_timeout = true;
+                for s in [500, 502, 503, 504] {
+                    r.statuses |= status_bit(s).unwrap_or(0);
+                }
+            }
+            x => match x.parse::<u16>().ok().and_then(status_bit) {
+                Some(b) => r.statuses |= b,
+                None => return Err(format!("unknown keyword '{x}'")),
+            },
+        }
+    }
+    Ok(r)
+}
+
+fn status_bit(s: u16) -> Option<u16> {
+    RetryOn::STATUSES
+        .iter()
+        .position(|&x| x == s)
+        .map(|i| 1 << i)
 }

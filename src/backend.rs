@@ -83,16 +83,52 @@ pub struct PoolGauges {
     pub replayed: AtomicU64,
     /// Idle connections one thread took from another's pool.
     pub takeovers: AtomicU64,
+    /// The server's idle keep-alive timeout as learned (ms, 0 = unknown): from its
+    /// `Keep-Alive: timeout=N` header, or else from the idle time after which it was seen
+    /// closing an idle connection. Idle connections are not reused near it.
+    pub ka_timeout_ms: AtomicU32,
+    /// `ka_timeout_ms` came from the server's own header (observations do not override it).
+    pub ka_from_header: AtomicBool,
     /// Each worker thread's share (its idle connections, their far end for takeover, and its
     /// own counters), indexed by worker id.
     pub threads: Box<[crossbeam_utils::CachePadded<crate::pool::ThreadShelf>]>,
 }
+
+/// Shortest idle time after which a server's close of an idle connection is taken for its
+/// keep-alive timeout (real ones are seconds: nginx 75 s, Apache and Node.js 5 s).
+const MIN_OBSERVED_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl PoolGauges {
     pub fn new(nbthread: usize) -> PoolGauges {
         PoolGauges {
             threads: crate::pool::shelves(nbthread),
             ..Default::default()
+        }
+    }
+
+    /// Records the server's idle timeout: said by the server (`from_header`), or observed as
+    /// the idle time after which it closed a connection (the latest observation wins, so a
+    /// server that is reconfigured is followed; a header value is never overridden by one).
+    pub fn learn_timeout(&self, t: std::time::Duration, from_header: bool) {
+        let ms = t.as_millis().clamp(1, u32::MAX as u128) as u32;
+        if from_header {
+            self.ka_from_header.store(true, Relaxed);
+        } else if self.ka_from_header.load(Relaxed) || t < MIN_OBSERVED_TIMEOUT {
+            // A close that soon after a response is not an idle timeout (a restart, a
+            // per-connection request limit): learning it would stop all reuse for good.
+            return;
+        }
+        if self.ka_timeout_ms.load(Relaxed) != ms {
+            self.ka_timeout_ms.store(ms, Relaxed);
+        }
+    }
+
+    /// How long a connection may stay idle and still be reused: three quarters of the
+    /// learned timeout, so the request never races the server's close (`None`: unknown).
+    pub fn reuse_window(&self) -> Option<std::time::Duration> {
+        match self.ka_timeout_ms.load(Relaxed) {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms as u64 * 3 / 4)),
         }
     }
 }

@@ -84,14 +84,23 @@ impl IdleConn {
         }
     }
 
-    /// Usable by a request on this thread: the watch saw nothing and it went idle moments
-    /// ago, or a peek says so. (One syscall per reuse saved on the hot path.)
-    fn usable(&self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        match self.stream.poll_read_ready(&mut cx) {
-            Poll::Pending if self.since.elapsed() < TRUST_WATCH => true,
-            _ => self.alive(),
+    /// Usable by a request on this thread: not idle beyond the server's reuse window, and
+    /// the watch saw nothing and it went idle moments ago, or a peek says so. (One syscall
+    /// per reuse saved on the hot path.)
+    fn usable(&self, g: &PoolGauges) -> bool {
+        let idle = self.since.elapsed();
+        if g.reuse_window().is_some_and(|w| idle >= w) {
+            return false;
         }
+        let mut cx = Context::from_waker(Waker::noop());
+        let ok = match self.stream.poll_read_ready(&mut cx) {
+            Poll::Pending if idle < TRUST_WATCH => true,
+            _ => self.alive(),
+        };
+        if !ok {
+            g.learn_timeout(idle, false);
+        }
+        ok
     }
 }
 
@@ -264,7 +273,7 @@ impl ThreadPool {
                 if let Some(t) = shelf {
                     t.idle.fetch_sub(1, Relaxed);
                 }
-                if c.epoch != epoch || !c.usable() {
+                if c.epoch != epoch || !c.usable(g) {
                     g.purged.fetch_add(1, Relaxed);
                     continue;
                 }
@@ -335,7 +344,7 @@ impl ThreadPool {
                             since: c.since,
                         });
                     match moved {
-                        Ok(c) if c.epoch == epoch && c.alive() => return Some(c),
+                        Ok(c) if c.epoch == epoch && c.usable(g) => return Some(c),
                         _ => {
                             g.purged.fetch_add(1, Relaxed);
                         }
@@ -413,7 +422,7 @@ impl ThreadPool {
         &self,
         only: Option<Key>,
         gauges: impl Fn(Key) -> &'a PoolGauges,
-        mut keep: impl FnMut(&IdleConn) -> bool,
+        mut keep: impl FnMut(&IdleConn, &PoolGauges) -> bool,
     ) -> usize {
         let m = self.servers.borrow();
         let mut closed = 0;
@@ -425,7 +434,7 @@ impl ThreadPool {
             let mut conns = sp.drain();
             let before = conns.len();
             conns.retain(|c| {
-                let k = keep(c);
+                let k = keep(c, g);
                 if !k {
                     idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
                 }
@@ -461,19 +470,26 @@ impl ThreadPool {
             .await;
             let w = self.watcher.borrow().clone();
             if let Some(w) = w {
-                self.sweep(None, &gauges, |c| c.arm(&w));
+                self.sweep(None, &gauges, |c, g| {
+                    let ok = c.arm(&w);
+                    if !ok {
+                        // The server closed it (or spoke) after this long idle: its timeout.
+                        g.learn_timeout(c.since.elapsed(), false);
+                    }
+                    ok
+                });
             }
         }
     }
 
     /// Closes every idle connection to `key` (`del server`); returns how many.
     pub fn drop_server(&self, key: Key, g: &PoolGauges) -> usize {
-        self.sweep(Some(key), |_| g, |_| false)
+        self.sweep(Some(key), |_| g, |_, _| false)
     }
 
     /// Closes every idle connection (the thread is ending: its deques' far ends outlive it).
     pub fn clear<'a>(&self, gauges: impl Fn(Key) -> &'a PoolGauges) {
-        self.sweep(None, gauges, |_| false);
+        self.sweep(None, gauges, |_, _| false);
     }
 
     /// Idle connections now (all servers).
@@ -495,8 +511,9 @@ impl ThreadPool {
             let g = gauges(*key);
             let mut conns = sp.drain();
             let before = conns.len();
+            let window = g.reuse_window();
             conns.retain(|c| {
-                let k = c.alive();
+                let k = c.alive() && window.is_none_or(|w| c.since.elapsed() < w);
                 if !k {
                     idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
                 }

@@ -588,8 +588,10 @@ pub fn server_row(
 /// `show pools`: sluice's server connection pools, one line per server of each HTTP backend.
 pub fn show_pools(shared: &Shared) -> String {
     let mut out = String::from(
-        "# backend/server: idle safe used new reused purged replayed takeovers (idle = carried \
-         one request, safe = carried two or more; summed over threads), then per thread: \
+        "# backend/server: idle safe used new reused purged replayed takeovers ka_timeout (idle \
+         = carried one request, safe = carried two or more; summed over threads; ka_timeout = \
+         the server's idle timeout as learned from its Keep-Alive header or its closes, - if \
+         unknown), then per thread: \
          idle now and its peak, pooled connections opened, reused from the thread's own pool, \
          taken over from other threads\n",
     );
@@ -604,7 +606,7 @@ pub fn show_pools(shared: &Shared) -> String {
             let g = &s.pool;
             let c = &s.counters;
             out.push_str(&format!(
-                "{}/{}: idle={} safe={} used={} new={} reused={} purged={} replayed={} takeovers={}\n",
+                "{}/{}: idle={} safe={} used={} new={} reused={} purged={} replayed={} takeovers={} ka_timeout={}\n",
                 p.name,
                 s.name,
                 g.idle.load(Relaxed),
@@ -615,6 +617,10 @@ pub fn show_pools(shared: &Shared) -> String {
                 g.purged.load(Relaxed),
                 g.replayed.load(Relaxed),
                 g.takeovers.load(Relaxed),
+                match g.ka_timeout_ms.load(Relaxed) {
+                    0 => "-".to_string(),
+                    ms => format!("{ms}ms"),
+                },
             ));
             for (t, th) in g.threads.iter().enumerate() {
                 out.push_str(&format!(

@@ -236,7 +236,7 @@ fn pools(sock: &std::path::Path) -> (HashMap<String, u64>, Vec<HashMap<String, u
     let kv = |l: &str| -> HashMap<String, u64> {
         l.split_whitespace()
             .filter_map(|w| w.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+            .filter_map(|(k, v)| Some((k.to_string(), v.trim_end_matches("ms").parse().ok()?)))
             .collect()
     };
     let server = out
@@ -350,10 +350,169 @@ fn an_idle_connection_closed_by_the_server_leaves_the_pool_at_once() {
         pools(&sock).0["idle"] == 1
     });
     assert_eq!(pools(&sock).0["purged"], 0);
+    // Idle for a while (the idle time is what is learned; closes sooner than 100 ms are not
+    // taken for a timeout).
+    std::thread::sleep(std::time::Duration::from_millis(150));
     close_tx.send(()).unwrap();
     server.join().unwrap();
     wait_until("the closed connection is dropped", WAIT, || {
         let (s, _) = pools(&sock);
         s["idle"] == 0 && s["purged"] == 1
     });
+    // The idle time after which the server closed is learned as its keep-alive timeout.
+    let learned = pools(&sock).0.get("ka_timeout").copied();
+    assert!(
+        learned.is_some_and(|ms| ms >= 150),
+        "{learned:?} {}",
+        stats_cli(&sock, "show pools")
+    );
+}
+
+/// A server whose responses carry `Keep-Alive: KA`.
+fn announces_keep_alive(ka: &'static str) -> HttpBackend {
+    HttpBackend::with_handler("s1", move |r| Reply::Full {
+        status: 200,
+        headers: vec![("Keep-Alive".into(), ka.into())],
+        body: r.target.clone().into_bytes(),
+    })
+}
+
+/// `Keep-Alive: timeout=1`: a connection idle for most of that second is not reused (the
+/// server may be closing it right now); a new one is opened instead, and the old one closed.
+/// The same wait without the header reuses the connection.
+#[test]
+fn a_learned_keep_alive_timeout_is_respected() {
+    let idle = std::time::Duration::from_millis(800);
+    let b = announces_keep_alive("timeout=1, max=50");
+    let (s, port) = proxy(&b, "", "");
+    assert_eq!(http_get(port, "/a").status, 200);
+    // The elapsed idle time is what is tested here, not a synchronisation.
+    std::thread::sleep(idle);
+    let r = http_get(port, "/b");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        conn_ids(&b),
+        vec![0, 1],
+        "not reused after 3/4 of the timeout"
+    );
+    // The header is hop-by-hop: the client never sees it.
+    assert!(r.header("keep-alive").is_none());
+    drop(s);
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "", "");
+    assert_eq!(http_get(port, "/a").status, 200);
+    std::thread::sleep(idle);
+    assert_eq!(http_get(port, "/b").status, 200);
+    assert_eq!(conn_ids(&b), vec![0, 0], "reused without a known timeout");
+}
+
+/// `Keep-Alive: max=0`: the server allows no further request on the connection; it is not
+/// pooled.
+#[test]
+fn a_connection_with_no_requests_left_is_not_pooled() {
+    let b = announces_keep_alive("timeout=5, max=0");
+    let (_s, port) = proxy(&b, "", "");
+    for i in 0..3 {
+        assert_eq!(http_get(port, &format!("/r{i}")).status, 200);
+    }
+    assert_eq!(conn_ids(&b), vec![0, 1, 2]);
+}
+
+/// A server closing idle connections after `idle`: each request is answered 200 with its
+/// target (and, for a body, the body); the targets seen are recorded in order.
+fn closes_idle_after(idle: std::time::Duration) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                c.set_read_timeout(Some(idle)).unwrap();
+                let mut w = c.try_clone().unwrap();
+                let mut r = BufReader::new(c);
+                loop {
+                    let mut line = String::new();
+                    // Idle past the timeout (or the peer closed): close.
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let target = line.split(' ').nth(1).unwrap_or("").to_string();
+                    let mut len = 0;
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if h == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    log.lock().unwrap().push(target.clone());
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{target}",
+                        target.len()
+                    );
+                    if w.write_all(resp.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// A server that closes idle connections after 200 ms, asked again right around that time:
+/// no GET ever fails (lost races are replayed), no POST is ever sent twice, and once the
+/// close was seen, its timeout is learned and reuse stops before it.
+#[test]
+fn a_server_closing_idle_connections_never_costs_a_get_and_never_duplicates_a_post() {
+    let pause = std::time::Duration::from_millis(200);
+    let (addr, seen) = closes_idle_after(pause);
+    let port = free_port();
+    let global = LOGGED_HTTP.replacen("global\n", "global\n    nbthread 1\n", 1);
+    let cfg = format!(
+        "{global}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    server s1 {addr}\n"
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    let mut posts_ok = 0;
+    for i in 0..8 {
+        let r = c.request(format!("GET /g{i} HTTP/1.1\r\nHost: t\r\n\r\n"));
+        assert_eq!(r.status, 200, "GET {i}: {}", r.body_str());
+        // The pause races the server's idle close: the point of the test.
+        std::thread::sleep(pause);
+        let r = c.request(format!(
+            "POST /p{i} HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
+        ));
+        if r.status == 200 {
+            posts_ok += 1;
+        } else {
+            assert_eq!(r.status, 502);
+            c = HttpClient::connect(port);
+        }
+        std::thread::sleep(pause);
+    }
+    let seen = seen.lock().unwrap();
+    for i in 0..8 {
+        let p = format!("/p{i}");
+        assert!(
+            seen.iter().filter(|t| **t == p).count() <= 1,
+            "{p} sent twice: {seen:?}"
+        );
+    }
+    // After the first observed close the timeout is known: later POSTs go on new
+    // connections instead of racing.
+    assert!(posts_ok >= 6, "{posts_ok} of 8 POSTs answered: {seen:?}");
 }

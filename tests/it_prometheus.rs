@@ -836,7 +836,7 @@ fn pool_takeovers_are_exported() {
         .lines()
         .filter(|l| l.starts_with("be/"))
         .filter_map(|l| l.split(" takeovers=").nth(1))
-        .map(|v| v.trim().parse::<f64>().unwrap())
+        .map(|v| v.split_whitespace().next().unwrap().parse::<f64>().unwrap())
         .sum();
     let e = t.scrape();
     let exported = e.val("haproxy_server_pool_takeovers_total", &srv("be", "s1"))

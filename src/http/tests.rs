@@ -893,3 +893,19 @@ fn urlencoded_pairs_decode_names_and_values() {
         ]
     );
 }
+
+#[test]
+fn keep_alive_header_parameters() {
+    use crate::http::keep_alive_params;
+    use std::time::Duration;
+    assert_eq!(
+        keep_alive_params(b"timeout=5, max=100"),
+        (Some(Duration::from_secs(5)), Some(100))
+    );
+    assert_eq!(
+        keep_alive_params(b"Max=0 ,TIMEOUT = \"2\""),
+        (Some(Duration::from_secs(2)), Some(0))
+    );
+    assert_eq!(keep_alive_params(b"timeout=x, foo=1, max"), (None, None));
+    assert_eq!(keep_alive_params(b""), (None, None));
+}

@@ -256,3 +256,27 @@ pub fn urlencoded_pairs(s: &[u8]) -> Vec<(String, Option<String>)> {
         })
         .collect()
 }
+
+/// `timeout=N` (seconds) and `max=M` of a `Keep-Alive` header value (RFC 2068 §19.7.1,
+/// still sent by Apache, Node.js and others). Unknown parameters and bad numbers are ignored.
+pub fn keep_alive_params(v: &[u8]) -> (Option<std::time::Duration>, Option<u32>) {
+    let (mut timeout, mut max) = (None, None);
+    for param in v.split(|&b| b == b',') {
+        let Some(eq) = param.iter().position(|&b| b == b'=') else {
+            continue;
+        };
+        let name = param[..eq].trim_ascii();
+        let Some(n) = std::str::from_utf8(param[eq + 1..].trim_ascii())
+            .ok()
+            .and_then(|s| s.trim_matches('"').parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if name.eq_ignore_ascii_case(b"timeout") {
+            timeout = Some(std::time::Duration::from_secs(n.into()));
+        } else if name.eq_ignore_ascii_case(b"max") {
+            max = Some(n);
+        }
+    }
+    (timeout, max)
+}

@@ -112,8 +112,16 @@ impl Headers {
     }
 
     /// Writes the header block, minus hop-by-hop fields (and fields the `Connection` header
-    /// names), then `extra` lines, then the blank line.
-    fn write(&self, buf: &[u8], out: &mut Vec<u8>, keep_upgrade: bool, extra: &[&[u8]]) {
+    /// names), then `extra` lines, then the blank line. Returns the (dropped) `Keep-Alive`
+    /// value, which tells a server's keep-alive limits.
+    fn write<'b>(
+        &'b self,
+        buf: &'b [u8],
+        out: &mut Vec<u8>,
+        keep_upgrade: bool,
+        extra: &[&[u8]],
+    ) -> Option<&'b [u8]> {
+        let mut keep_alive = None;
         // Fields listed in Connection are hop-by-hop too.
         let conn_vals: Vec<&[u8]> = self
             .list
@@ -124,6 +132,9 @@ impl Headers {
         for (n, v) in &self.list {
             let n = n.get(buf);
             if is_hop_by_hop(n) {
+                if n.len() == 10 && header_eq(n, b"keep-alive") {
+                    keep_alive.get_or_insert(v.get(buf));
+                }
                 if !(keep_upgrade && header_eq(n, b"upgrade")) {
                     continue;
                 }
@@ -143,6 +154,7 @@ impl Headers {
             out.extend_from_slice(e);
         }
         out.extend_from_slice(b"\r\n");
+        keep_alive
     }
 }
 
@@ -1479,8 +1491,22 @@ impl<C: ClientIo> Conn<'_, C> {
         } else {
             &[]
         };
-        self.hdrs
-            .write(&self.sbuf, &mut self.out, resp.switching, extra);
+        // `Keep-Alive: timeout=N, max=M`: the server's idle timeout (shared by all threads'
+        // pools, so that none reuses a connection the server is about to close) and how many
+        // more requests this connection may carry.
+        let server_ka_max = match self
+            .hdrs
+            .write(&self.sbuf, &mut self.out, resp.switching, extra)
+        {
+            Some(v) => {
+                let (timeout, max) = crate::http::keep_alive_params(v);
+                if let Some(t) = timeout {
+                    slot.server_state().pool.learn_timeout(t, true);
+                }
+                max
+            }
+            None => None,
+        };
         self.sbuf.advance(resp.head_len);
 
         if tunnel_mode {
@@ -1595,7 +1621,7 @@ impl<C: ClientIo> Conn<'_, C> {
         // Release the server slot now (the transaction is over), keep the connection.
         let (be, server) = (bp_index(shared, bp), slot.server);
         drop(slot);
-        if server_keep && self.sbuf.is_empty() {
+        if server_keep && self.sbuf.is_empty() && server_ka_max != Some(0) {
             if guard.w.is_some() {
                 guard.keep(stream, uses + 1);
             } else {

@@ -30,8 +30,9 @@ use tokio::net::TcpStream;
 
 use crate::backend::PoolGauges;
 
-/// Pool key: backend (proxy index) and server index within it.
-pub type Key = (usize, usize);
+/// Pool key: backend (proxy index), server index within it, and a hash of the connection's
+/// `pool-conn-name` value (0 without one). Connections are reused only under the same key.
+pub type Key = (usize, usize, u64);
 
 /// An idle server connection.
 pub struct IdleConn {
@@ -286,6 +287,11 @@ impl ThreadPool {
                 return Some(c);
             }
         }
+        if key.2 != 0 {
+            // Only unnamed connections are published for takeover (one far end per thread and
+            // server).
+            return None;
+        }
         let c = self.take_over(min_uses, limits, g, epoch)?;
         if let Some(t) = shelf {
             t.takeovers.fetch_add(1, Relaxed);
@@ -364,7 +370,9 @@ impl ThreadPool {
     ) -> &'m mut ServerPool {
         m.entry(key).or_insert_with(|| {
             let sp = ServerPool::new();
-            if let Some(t) = g.threads.get(self.id) {
+            if key.2 == 0
+                && let Some(t) = g.threads.get(self.id)
+            {
                 let _ = t.stealers.set(Stealers {
                     proved: sp.proved.stealer(),
                     fresh: sp.fresh.stealer(),
@@ -420,14 +428,14 @@ impl ThreadPool {
     /// how many.
     fn sweep<'a>(
         &self,
-        only: Option<Key>,
+        only: Option<(usize, usize)>,
         gauges: impl Fn(Key) -> &'a PoolGauges,
         mut keep: impl FnMut(&IdleConn, &PoolGauges) -> bool,
     ) -> usize {
         let m = self.servers.borrow();
         let mut closed = 0;
         for (key, sp) in m.iter() {
-            if sp.len() == 0 || only.is_some_and(|k| k != *key) {
+            if sp.len() == 0 || only.is_some_and(|k| k != (key.0, key.1)) {
                 continue;
             }
             let g = gauges(*key);
@@ -482,8 +490,8 @@ impl ThreadPool {
         }
     }
 
-    /// Closes every idle connection to `key` (`del server`); returns how many.
-    pub fn drop_server(&self, key: Key, g: &PoolGauges) -> usize {
+    /// Closes every idle connection to server `key` (`del server`); returns how many.
+    pub fn drop_server(&self, key: (usize, usize), g: &PoolGauges) -> usize {
         self.sweep(Some(key), |_| g, |_, _| false)
     }
 
@@ -591,7 +599,7 @@ mod tests {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let p = ThreadPool::default();
             let gg = g();
-            let key = (0, 0);
+            let key = (0, 0, 0);
             // Two connections in use at once, then three released: only two may stay.
             let mut peers = Vec::new();
             let mut conns = Vec::new();
@@ -623,7 +631,7 @@ mod tests {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let p = ThreadPool::default();
             let gg = g();
-            let key = (1, 2);
+            let key = (1, 2, 0);
             let (c1, _s1) = pair(&l).await;
             let (c2, _s2) = pair(&l).await;
             p.opened(key, gg);
@@ -659,7 +667,7 @@ mod tests {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let p = ThreadPool::default();
             let gg = g();
-            let key = (0, 0);
+            let key = (0, 0, 0);
             let mut keep = Vec::new();
             let mut conns = Vec::new();
             for _ in 0..4 {
@@ -692,7 +700,7 @@ mod tests {
             let gg: &'static PoolGauges = Box::leak(Box::new(PoolGauges::new(2)));
             let t0 = ThreadPool::new(0, true);
             let t1 = ThreadPool::new(1, true);
-            let key = (0, 0);
+            let key = (0, 0, 0);
             let (c, mut peer) = pair(&l).await;
             t0.opened(key, gg);
             t0.release(key, idle(c, 2), NO_LIMIT, gg);
@@ -740,7 +748,7 @@ mod tests {
                         tokio::task::spawn_local(async move { p.watch(|_| gg).await });
                     }
                     tokio::task::yield_now().await;
-                    let key = (0, 0);
+                    let key = (0, 0, 0);
                     let (c, peer) = pair(&l).await;
                     let (c2, _peer2) = pair(&l).await;
                     p.opened(key, gg);

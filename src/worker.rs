@@ -207,7 +207,7 @@ pub fn spawn(
                 {
                     let w = w.clone();
                     tokio::task::spawn_local(async move {
-                        w.pool.watch(|(b, s)| &w.shared.server(b, s).pool).await;
+                        w.pool.watch(|(b, s, _)| &w.shared.server(b, s).pool).await;
                     });
                 }
                 if let Some(every) = crate::pool::purge_interval(&w.shared.cfg) {
@@ -217,7 +217,7 @@ pub fn spawn(
                         tick.tick().await;
                         loop {
                             tick.tick().await;
-                            w.pool.purge(|(b, s)| &w.shared.server(b, s).pool);
+                            w.pool.purge(|(b, s, _)| &w.shared.server(b, s).pool);
                         }
                     });
                 }
@@ -265,7 +265,7 @@ pub fn spawn(
                 }
                 // Idle server connections outlive the thread in the deques' far ends unless
                 // closed here.
-                w.pool.clear(|(b, s)| &w.shared.server(b, s).pool);
+                w.pool.clear(|(b, s, _)| &w.shared.server(b, s).pool);
                 // Returning drops the LocalSet's tasks: every socket of this thread closes.
             });
             // Tasks still alive (hard stop) are dropped with the LocalSet/runtime here.

@@ -516,3 +516,93 @@ fn a_server_closing_idle_connections_never_costs_a_get_and_never_duplicates_a_po
     // connections instead of racing.
     assert!(posts_ok >= 6, "{posts_ok} of 8 POSTs answered: {seen:?}");
 }
+
+/// A server that challenges requests without `Authorization` with a 401 carrying
+/// `WWW-Authenticate: SCHEME`.
+fn challenges(scheme: &'static str) -> HttpBackend {
+    HttpBackend::with_handler("s1", move |r| {
+        if r.header("authorization").is_some() {
+            Reply::echo_target("s1", r)
+        } else {
+            Reply::Full {
+                status: 401,
+                headers: vec![("WWW-Authenticate".into(), scheme.into())],
+                body: b"auth".to_vec(),
+            }
+        }
+    })
+}
+
+/// NTLM authenticates the connection, not the request: after such a challenge the server
+/// connection stays with its client, even under `http-reuse always`, and another client never
+/// gets it. A per-request scheme (Basic) leaves the connection shared.
+#[test]
+fn connection_based_auth_makes_the_connection_private() {
+    for (scheme, private) in [
+        ("NTLM", true),
+        ("Negotiate", true),
+        ("Basic realm=\"x\"", false),
+    ] {
+        let b = challenges(scheme);
+        let (_s, port) = proxy(&b, "    http-reuse always", "");
+        let mut a = HttpClient::connect(port);
+        assert_eq!(a.get("/a1").status, 401);
+        let first = b.last_request().conn_id;
+        // Another client meanwhile.
+        let r = http_raw(
+            port,
+            "GET /b HTTP/1.1\r\nHost: t\r\nAuthorization: x\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, 200);
+        let other = b.last_request().conn_id;
+        let r = a.request("GET /a2 HTTP/1.1\r\nHost: t\r\nAuthorization: NTLM abc\r\n\r\n");
+        assert_eq!(r.status, 200);
+        let again = b.last_request().conn_id;
+        if private {
+            assert_ne!(
+                other, first,
+                "{scheme}: another client got the private connection"
+            );
+            assert_eq!(
+                again, first,
+                "{scheme}: the client lost its authenticated connection"
+            );
+        } else {
+            assert_eq!(other, first, "{scheme}: the connection is shared as usual");
+        }
+    }
+}
+
+/// `pool-conn-name req.hdr(host)`: an idle connection is reused only for a request with the
+/// same Host; `str(...)` names them all alike.
+#[test]
+fn pool_conn_name_separates_idle_connections() {
+    let get = |port: u16, host: &str, path: &str| {
+        let r = http_raw(
+            port,
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(r.status, 200);
+    };
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "", "pool-conn-name req.hdr(host)");
+    get(port, "a.example", "/1");
+    get(port, "b.example", "/2");
+    get(port, "A.example", "/3");
+    get(port, "a.example", "/4");
+    // Host values are compared as sent (HAProxy compares the expression's string).
+    assert_eq!(conn_ids(&b), vec![0, 1, 2, 0]);
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy(&b, "", "pool-conn-name str(all)");
+    get(port, "a.example", "/1");
+    get(port, "b.example", "/2");
+    assert_eq!(conn_ids(&b), vec![0, 0]);
+    let (code, err) = Sluice::check(
+        "defaults\n    mode http\nbackend be\n    server s1 127.0.0.1:1 pool-conn-name req.hdr(host),lower\n",
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(":4") && err.contains("unsupported expression"),
+        "{err}"
+    );
+}

@@ -190,6 +190,11 @@ fn counters_follow_real_traffic() {
     let st = setup("roundrobin");
     for _ in 0..6 {
         who(st.port);
+        // A client may have its answer before the server slot is released (on two
+        // threads, the next request can overlap it): wait, so `smax` counts sequential use.
+        show_stat_when(&st.admin, |r| {
+            num(row(r, "s1"), "scur") == 0 && num(row(r, "s2"), "scur") == 0
+        });
     }
     // A request for a missing backend path still goes to a server; monitor-uri is local.
     let mut c = HttpClient::connect(st.port);

@@ -460,10 +460,44 @@ pub struct Server {
     /// `pool-low-conn` (default 0): idle connections of the server in all threads below which
     /// a thread connects instead of taking one over from another thread.
     pub pool_low_conn: u32,
+    /// `pool-conn-name EXPR`: idle connections are reused only for requests whose value of
+    /// EXPR is the same.
+    pub pool_conn_name: Option<NameExpr>,
+    /// `check-pool-conn-name EXPR` (for checks that reuse pooled connections).
+    pub check_pool_conn_name: Option<NameExpr>,
     /// `max-reuse` (`None` = unlimited).
     pub max_reuse: Option<u32>,
     /// `check` (with its timings), `None` without it.
     pub check: Option<CheckCfg>,
+}
+
+/// A naming expression (`pool-conn-name`): the subset of HAProxy's sample expressions sluice
+/// evaluates there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameExpr {
+    /// `str(TEXT)`: a constant.
+    Str(String),
+    /// `req.hdr(NAME)` / `hdr(NAME)`: the request's first `NAME` header value.
+    ReqHdr(String),
+}
+
+impl NameExpr {
+    pub fn parse(s: &str) -> Result<NameExpr, String> {
+        let arg = |prefix: &str| {
+            s.strip_prefix(prefix)
+                .and_then(|r| r.strip_suffix(')'))
+                .filter(|a| !a.is_empty())
+        };
+        if let Some(a) = arg("str(") {
+            Ok(NameExpr::Str(a.to_string()))
+        } else if let Some(a) = arg("req.hdr(").or_else(|| arg("hdr(")) {
+            Ok(NameExpr::ReqHdr(a.to_ascii_lowercase()))
+        } else {
+            Err(format!(
+                "unsupported expression '{s}' (sluice evaluates str(TEXT) and req.hdr(NAME) here)"
+            ))
+        }
+    }
 }
 
 /// `retry-on`: which failures after a request was sent make sluice send it again (within

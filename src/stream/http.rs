@@ -242,11 +242,12 @@ struct PoolGuard {
 }
 
 impl PoolGuard {
-    fn new(w: &Rc<Worker>, reuse: HttpReuse, be: usize, server: usize, epoch: u32) -> PoolGuard {
+    fn new(w: &Rc<Worker>, reuse: HttpReuse, key: crate::pool::Key, epoch: u32) -> PoolGuard {
+        let (be, server, _) = key;
         let srv = &w.shared.server(be, server).conf;
         PoolGuard {
             w: (reuse != HttpReuse::Never).then(|| w.clone()),
-            key: (be, server),
+            key,
             limits: Limits::of(srv),
             epoch,
         }
@@ -287,9 +288,13 @@ struct ServerSide {
     /// Requests this connection carried before the current one.
     uses: u32,
     guard: PoolGuard,
+    /// Bound to this client connection for good: the server authenticated the connection
+    /// itself (NTLM, Negotiate), so no other client may ever use it.
+    private: bool,
 }
 
-/// A server connection kept between requests of one client connection (`http-reuse never`).
+/// A server connection kept between requests of one client connection (`http-reuse never`,
+/// or a private connection).
 struct Kept {
     be: usize,
     server: usize,
@@ -297,6 +302,39 @@ struct Kept {
     uses: u32,
     /// The server's address generation at connect time.
     epoch: u32,
+    private: bool,
+}
+
+/// The pool key part of a request's `pool-conn-name` value (0 without the keyword; never 0
+/// with it, so named and unnamed connections never mix).
+fn conn_name_hash(e: Option<&crate::config::NameExpr>, hdrs: &Headers, buf: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let Some(e) = e else { return 0 };
+    let v: &[u8] = match e {
+        crate::config::NameExpr::Str(s) => s.as_bytes(),
+        crate::config::NameExpr::ReqHdr(n) => hdrs.first(buf, n.as_bytes()).unwrap_or(b""),
+    };
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(v);
+    h.finish() | 1
+}
+
+/// A `401`/`407` whose challenge authenticates the connection rather than each request
+/// (NTLM, Negotiate/Kerberos): the connection must stay with this client (HAProxy marks such
+/// connections private too).
+fn connection_auth_challenge(status: u16, hdrs: &Headers, buf: &[u8]) -> bool {
+    let name: &[u8] = match status {
+        401 => b"www-authenticate",
+        407 => b"proxy-authenticate",
+        _ => return false,
+    };
+    hdrs.list.iter().any(|(n, v)| {
+        header_eq(n.get(buf), name) && {
+            let v = v.get(buf).trim_ascii_start();
+            let scheme = v.split(|&b| b == b' ' || b == b',').next().unwrap_or(b"");
+            scheme.eq_ignore_ascii_case(b"ntlm") || scheme.eq_ignore_ascii_case(b"negotiate")
+        }
+    })
 }
 
 impl Kept {
@@ -1146,19 +1184,32 @@ impl<C: ClientIo> Conn<'_, C> {
         };
         let pool = &self.ctx.w.pool;
         let cur_gen = shared.server(be_idx, slot.server).addr_gen.load(Relaxed);
+        // `pool-conn-name`: computed now, while the header spans still point into `cbuf`
+        // (a replay reuses it).
+        let name = conn_name_hash(
+            shared
+                .server(be_idx, slot.server)
+                .conf
+                .pool_conn_name
+                .as_ref(),
+            &self.hdrs,
+            &self.cbuf,
+        );
         let mut got: Option<(TcpStream, u32, u32)> = None;
+        let mut private = false;
         if let Some(k) = self.kept.take()
             && k.be == be_idx
             && k.server == slot.server
             && k.epoch == cur_gen
             && k.alive()
         {
+            private = k.private;
             got = Some((k.stream, k.uses, k.epoch));
         }
         if got.is_none()
             && let Some(m) = min_uses
             && let Some(c) = pool.take(
-                (be_idx, slot.server),
+                (be_idx, slot.server, name),
                 m,
                 Limits::of(&shared.server(be_idx, slot.server).conf),
                 &shared.server(be_idx, slot.server).pool,
@@ -1189,7 +1240,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     txn.retries = sc.retries;
                     txn.redispatched = sc.redispatched;
                     if reuse != HttpReuse::Never {
-                        pool.opened((be_idx, sc.slot.server), &sc.slot.server_state().pool);
+                        pool.opened((be_idx, sc.slot.server, name), &sc.slot.server_state().pool);
                     }
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
                     (sc.stream, sc.slot, 0, epoch, false)
@@ -1222,9 +1273,20 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.bytes_in += initial as u64;
         let mut conn = ServerSide {
             stream,
-            guard: PoolGuard::new(&self.ctx.w, reuse, be_idx, slot.server, epoch),
+            // A private connection is outside the pool's accounting.
+            guard: if private {
+                PoolGuard::new(
+                    &self.ctx.w,
+                    HttpReuse::Never,
+                    (be_idx, slot.server, name),
+                    epoch,
+                )
+            } else {
+                PoolGuard::new(&self.ctx.w, reuse, (be_idx, slot.server, name), epoch)
+            },
             slot,
             uses,
+            private,
         };
         let mut reused = reused;
         // Attempts after the first (`retries` bounds them, `retry-on` says when).
@@ -1274,15 +1336,16 @@ impl<C: ClientIo> Conn<'_, C> {
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
                     conn = ServerSide {
                         stream: sc.stream,
-                        guard: PoolGuard::new(&self.ctx.w, reuse, be_idx, server, epoch),
+                        guard: PoolGuard::new(&self.ctx.w, reuse, (be_idx, server, name), epoch),
                         slot: sc.slot,
                         uses: 0,
+                        private: false,
                     };
                     if reuse != HttpReuse::Never {
                         self.ctx
                             .w
                             .pool
-                            .opened((be_idx, server), &conn.slot.server_state().pool);
+                            .opened((be_idx, server, name), &conn.slot.server_state().pool);
                     }
                     reused = false;
                 }
@@ -1325,6 +1388,7 @@ impl<C: ClientIo> Conn<'_, C> {
             slot,
             uses,
             guard,
+            mut private,
         } = conn;
         let mut interim_sent = false;
         let ctx = self.ctx;
@@ -1449,6 +1513,7 @@ impl<C: ClientIo> Conn<'_, C> {
 
         // Response head: http-response rules (backend first, then frontend), hop-by-hop.
         self.hdrs.load(&resp.headers);
+        private = private || connection_auth_challenge(resp.status, &self.hdrs, &self.sbuf);
         let src = self.ctx.peer.map(|a| a.ip());
         let rule_sets: [&Proxy; 2] = [bp, self.fe];
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
@@ -1622,15 +1687,17 @@ impl<C: ClientIo> Conn<'_, C> {
         let (be, server) = (bp_index(shared, bp), slot.server);
         drop(slot);
         if server_keep && self.sbuf.is_empty() && server_ka_max != Some(0) {
-            if guard.w.is_some() {
+            if guard.w.is_some() && !private {
                 guard.keep(stream, uses + 1);
             } else {
+                // (An armed guard dropped here takes the connection out of the pool's count.)
                 self.kept = Some(Kept {
                     be,
                     server,
                     stream,
                     uses: uses + 1,
                     epoch: guard.epoch,
+                    private,
                 });
             }
         }

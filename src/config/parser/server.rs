@@ -95,6 +95,9 @@ const SERVER_OPTIONS: &[&str] = &[
     "id",
     "pool-max-conn",
     "pool-purge-delay",
+    "pool-low-conn",
+    "pool-conn-name",
+    "check-pool-conn-name",
     "max-reuse",
     "check",
     "no-check",
@@ -356,6 +359,15 @@ fn server_opts(
                 o.max_reuse = if v == "-1" { None } else { Some(parse_u32(v)?) };
                 i += 1;
             }
+            "pool-conn-name" | "check-pool-conn-name" => {
+                let e = crate::config::NameExpr::parse(val("expression")?)?;
+                if opt == "pool-conn-name" {
+                    o.pool_conn_name = Some(e);
+                } else {
+                    o.check_pool_conn_name = Some(e);
+                }
+                i += 1;
+            }
             "pool-low-conn" => {
                 o.pool_low_conn = parse_u32(val("number")?)?;
                 i += 1;
@@ -501,6 +513,8 @@ fn make_server(
         pool_max_conn: o.pool_max_conn,
         pool_purge_delay: o.pool_purge_delay,
         pool_low_conn: o.pool_low_conn,
+        pool_conn_name: o.pool_conn_name.clone(),
+        check_pool_conn_name: o.check_pool_conn_name.clone(),
         max_reuse: o.max_reuse,
         check: o.check.then(|| CheckCfg {
             inter: o.inter,

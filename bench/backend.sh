@@ -2,7 +2,10 @@
 # Origin server for the benchmarks: nginx master + 1 worker, in the foreground,
 # with its own prefix dir (not the system service, no /etc/nginx, no :80).
 #
-#   bash bench/backend.sh DIR PORT          # stop with Ctrl-C / SIGTERM to the PID
+#   bash bench/backend.sh DIR PORT [CLOSING_PORT]   # stop with Ctrl-C / SIGTERM to the PID
+#
+# CLOSING_PORT, if given, serves the same files with keepalive_timeout 300ms
+# (the idle-close scenario: a server that closes idle connections).
 #
 # Locations (all static files, sendfile, fd cache):
 #   /       100-byte body        /1k   1024-byte body      /64k  65536-byte body
@@ -12,7 +15,8 @@
 # reused connection on its own during a run.
 set -euo pipefail
 dir=${1:?usage: backend.sh DIR PORT}
-port=${2:?usage: backend.sh DIR PORT}
+port=${2:?usage: backend.sh DIR PORT [CLOSING_PORT]}
+closing_port=${3:-}
 workers=${BACKEND_WORKERS:-1}
 
 mkdir -p "$dir/www" "$dir/tmp"
@@ -53,6 +57,17 @@ http {
         location = /status { stub_status; }
         location /         { }
     }
+$(if [ -n "$closing_port" ]; then cat <<EOS
+    # idle-close scenario: closes keep-alive connections idle for 300 ms
+    server {
+        listen 127.0.0.1:$closing_port backlog=4096;
+        keepalive_timeout 300ms;
+        root $dir/www;
+        location = /       { rewrite ^ /small break; }
+        location /         { }
+    }
+EOS
+fi)
 }
 EOF
 exec nginx -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf"

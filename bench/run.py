@@ -31,6 +31,14 @@ Scenarios (--scenarios, default ka,close,64k,tcp,idle; 'direct' and
   idle   --idle-conns (8000) keep-alive connections, one request each, then
          held idle: proxy RSS held vs RSS idle before
   direct wrk straight to the origin (what the load side does alone)
+  ka-20srv  the ka load through a backend of 20 servers (all the origin):
+         per-server pools; with --threads 2 also takeovers between threads.
+         Reports the reuse ratio (1 - origin new conns / requests) and, for
+         proxies exporting haproxy_server_pool_takeovers_total, takeovers/s
+  idle-close  --conns clients, each sending one keep-alive GET every
+         0.2..0.4 s (random) for --duration s, to an origin that closes idle
+         connections after 300 ms: idle server connections race the origin's
+         close. Counts client-visible errors (any non-200 or socket error)
 
 Default placement (--pin): the proxy on CPU 1 (taskset), origin, wrk, the idle
 client and this script on CPU 0. See bench/README.md for the columns and how
@@ -70,6 +78,8 @@ SCENARIOS = {
     '64k':    ('http', '/64k', False, '64 KiB body via proxy, keep-alive'),
     'tcp':    ('tcp', '/', False, 'L4 (mode tcp) via proxy, keep-alive'),
     'idle':   ('http', '/', False, 'N idle keep-alive client connections, one request each, held'),
+    'ka-20srv': ('http20', '/', False, 'keep-alive via a backend of 20 servers (run with --threads 2)'),
+    'idle-close': ('closing', '/', False, '--conns paced keep-alive clients, origin closes idle after 300 ms'),
 }
 DEFAULT_SCENARIOS = 'ka,close,64k,tcp,idle'
 BUILTIN_PROXIES = {
@@ -374,7 +384,8 @@ def start_proxy(px, ports, a, scratch):
     wd = tempfile.mkdtemp(prefix=f'{px.name}.', dir=scratch)
     os.chmod(wd, 0o755)
     vals = dict(http_port=ports['http'], tcp_port=ports['tcp'], backend_port=ports['backend'],
-                metrics_port=ports['metrics'],
+                metrics_port=ports['metrics'], http20_port=ports['http20'],
+                closing_port=ports['closing'], closing_backend_port=ports['closing_backend'],
                 threads=a.threads, workdir=wd, bench=BENCH, root=ROOT)
     env = dict(os.environ, **{f'BENCH_{k.upper()}': str(v) for k, v in vals.items()})
     cmd = px.cmd.format(**vals)
@@ -387,6 +398,7 @@ def start_proxy(px, ports, a, scratch):
                         + open(os.path.join(wd, 'proxy.log')).read()[-3000:])
     p.tcp_listening = wait_port(ports['tcp'], p, timeout=1.0)
     p.metrics_listening = wait_port(ports['metrics'], p, timeout=1.0)
+    p.listening = {k: wait_port(ports[k], p, timeout=1.0) for k in ('http20', 'closing')}
     return p, lf, wd
 
 
@@ -422,11 +434,16 @@ def measure(sc, px, a, ports, scratch, origin, want):
             if sc == 'ka-scrape' and not proc.metrics_listening:
                 rec['skipped'] = 'no metrics listener'
                 return rec
+            if listener in proc.listening and not proc.listening[listener]:
+                rec['skipped'] = f'no {listener} listener'
+                return rec
             bad = check_bodies(ports[listener], want)
             if bad:
                 raise RunFailed(f'wrong content on the {listener} port: {bad}')
         if sc == 'idle':
             measure_idle(rec, proc, a, ports)
+        elif sc == 'idle-close':
+            measure_paced(rec, proc, a, ports, origin)
         else:
             measure_load(rec, sc, proc, a, ports, origin)
         if proc and proc.poll() is not None:
@@ -458,11 +475,16 @@ def measure_load(rec, sc, proc, a, ports, origin):
     def at_load():
         return {'srv_est': ss_count('established', bp), 'cli_est': ss_count('established', port)}
     scraper = Scraper(ports['metrics'], a.scrape_every) if sc == 'ka-scrape' else None
+    tk0 = takeovers(ports['metrics']) if sc == 'ka-20srv' and proc and proc.metrics_listening else None
     try:
         w, wrk_cpu, load = run_wrk(url, a, close, a.load_cpus, on_tick=at_load)
     finally:
         if scraper:
             rec.update(scraper.stop())
+    if tk0 is not None:
+        tk1 = takeovers(ports['metrics'])
+        if tk1 is not None:
+            rec['takeovers'] = tk1 - tk0
     pc1, oc1 = (tree_cpu(proc.pid) if proc else 0.0), tree_cpu(origin.pid)
     s1, t1 = cpu_stat(), time.time()
     acc1, _ = origin_counters(bp)
@@ -486,6 +508,10 @@ def measure_load(rec, sc, proc, a, ports, origin):
     ours = rec['proxy_cpu_s'] + rec['origin_cpu_s'] + wrk_cpu
     rec['other_pct'] = round((busy['cpu'] - ours) / wall * 100, 1)
     rec['origin_new_conns'] = acc1 - acc0 - 1   # -1: the second counters query
+    if w['requests']:
+        rec['reuse_pct'] = round(100 * (1 - rec['origin_new_conns'] / w['requests']), 3)
+    if 'takeovers' in rec:
+        rec['takeovers_per_s'] = round(rec['takeovers'] / w['wrk_seconds'], 1)
     rec['srv_est_load'] = load['srv_est']
     rec['cli_est_load'] = load['cli_est']
     rec['srv_est_end'] = ss_count('established', bp)
@@ -543,6 +569,95 @@ class Scraper:
                 'scrape_bytes': self.bytes // self.ok if self.ok else 0,
                 'scrape_ms_p50': statistics.median(self.ms) if self.ms else None,
                 'scrape_ms_max': max(self.ms) if self.ms else None}
+
+
+def takeovers(port):
+    """Sum of haproxy_server_pool_takeovers_total over be_20's servers, from
+    the proxy's /metrics; None when it does not export it."""
+    try:
+        st, body = http_get(port, '/metrics')
+    except OSError:
+        return None
+    if st != 200:
+        return None
+    n, seen = 0, False
+    for ln in body.decode(errors='replace').splitlines():
+        if ln.startswith('haproxy_server_pool_takeovers_total{') and 'proxy="be_20"' in ln:
+            n += int(float(ln.rsplit(' ', 1)[1]))
+            seen = True
+    return n if seen else None
+
+
+def measure_paced(rec, proc, a, ports, origin):
+    """idle-close: a.conns keep-alive clients, each one GET every 0.2..0.4 s
+    for a.duration s; every non-200 answer or socket error is an error (the
+    client reconnects and goes on)."""
+    import random
+    port, bp = ports['closing'], ports['backend']
+    rec['quiet_pct'], rec['quiet_wait_s'] = wait_quiet(a.quiet_pct, a.quiet_wait)
+    acc0, _ = origin_counters(bp)
+    sampler = RssSampler(proc.pid)
+    s0, t0 = cpu_stat(), time.time()
+    pc0, oc0 = tree_cpu(proc.pid), tree_cpu(origin.pid)
+    end = t0 + a.duration
+    lock = threading.Lock()
+    lat, errs, first_err, nbytes = [], [0], [None], [0]
+
+    def client(seed):
+        rnd = random.Random(seed)
+        c = None
+        while time.time() < end:
+            if c is None:
+                c = http.client.HTTPConnection('127.0.0.1', port, timeout=10)
+            t = time.perf_counter()
+            try:
+                c.request('GET', '/')
+                r = c.getresponse()
+                body = r.read()
+                ok = r.status == 200 and len(body) == BODY_SIZES['/']
+                err = None if ok else f'status {r.status}, {len(body)} bytes'
+            except (OSError, http.client.HTTPException) as e:
+                err = f'{type(e).__name__}: {e}'
+                c.close()
+                c = None
+            dt = time.perf_counter() - t
+            with lock:
+                if err:
+                    errs[0] += 1
+                    first_err[0] = first_err[0] or err
+                else:
+                    lat.append(dt)
+                    nbytes[0] += BODY_SIZES['/']
+            time.sleep(rnd.uniform(0.2, 0.4))
+        if c:
+            c.close()
+    ts = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(a.conns)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(a.duration + 30)
+    pc1, oc1 = tree_cpu(proc.pid), tree_cpu(origin.pid)
+    s1, t1 = cpu_stat(), time.time()
+    acc1, _ = origin_counters(bp)
+    rec['rss_kb'] = sampler.stop()
+    wall = t1 - t0
+    lat.sort()
+    n = len(lat)
+    q = (lambda p: lat[min(n - 1, int(p * n))] * 1000) if n else (lambda p: float('nan'))
+    rec.update({'requests': n, 'errors': errs[0], 'first_error': first_err[0], 'rps': n / wall,
+                'mbps': nbytes[0] / wall / 2**20, 'p50_ms': q(0.5), 'p99_ms': q(0.99),
+                'wrk_seconds': wall, 'bytes': nbytes[0]})
+    rec['proxy_cpu_s'] = pc1 - pc0
+    rec['cpu_us_per_req'] = rec['proxy_cpu_s'] * 1e6 / n if n else None
+    rec['origin_cpu_s'] = oc1 - oc0
+    busy = {k: (s1[k][0] - s0[k][0]) / CLK for k in s0}
+    steal = {k: (s1[k][1] - s0[k][1]) / CLK for k in s0}
+    rec['wall_s'] = wall
+    rec['cpu_busy_pct'] = {k: round(v / wall * 100, 1) for k, v in busy.items()}
+    rec['steal_pct'] = round(steal['cpu'] / wall * 100, 1)
+    rec['other_pct'] = 0.0   # the clients are this script: not separable
+    rec['origin_new_conns'] = acc1 - acc0 - 1
+    rec['srv_est_end'] = ss_count('established', ports['closing_backend'])
 
 
 def measure_idle(rec, proc, a, ports):
@@ -610,6 +725,12 @@ def fmt_row(r):
            f"{r['errors']:>6} {nz(r.get('cpu_us_per_req')):>7.2f} {mib(r.get('rss_kb')):>7.1f} "
            f"{r['origin_new_conns']:>8} {r['other_pct']:>6.1f} {r['steal_pct']:>5.1f} "
            f"{r['cpu_busy_pct'].get('cpu0', 0):>3.0f}/{r['cpu_busy_pct'].get('cpu1', 0):<3.0f}")
+    if 'reuse_pct' in r and r['scenario'] == 'ka-20srv':
+        row += f"  reuse {r['reuse_pct']:.2f}%"
+        if 'takeovers_per_s' in r:
+            row += f", takeovers {r['takeovers_per_s']:.0f}/s"
+    if r['scenario'] == 'idle-close' and r.get('first_error'):
+        row += f"  first error: {r['first_error'][:80]}"
     if 'scrapes' in r:
         row += (f"  scrapes {r['scrapes']} ({r['scrape_errors']} errors, "
                 f"{r['scrape_bytes'] / 1024:.1f} KiB, {nz(r['scrape_ms_p50']):.2f} ms median, "
@@ -685,7 +806,10 @@ def summarize(recs, names, base, scen_order=None):
                     f"{med([r['p99_ms'] for r in rs]):>6.3f} {sum(r['errors'] for r in rs):>5} "
                     f"{med(cpu):>6.2f} {spread(cpu):>12} {med(rss):>7.1f} "
                     f"{med([r['origin_new_conns'] for r in rs]):>8.0f} {med([r['other_pct'] for r in rs]):>6.1f}"
-                    + (f"  ({sum(1 for r in rs if r.get('noisy'))} noisy kept)" if any(r.get('noisy') for r in rs) else ''))
+                    + (f"  ({sum(1 for r in rs if r.get('noisy'))} noisy kept)" if any(r.get('noisy') for r in rs) else '')
+                    + (f"  reuse {med([r.get('reuse_pct') for r in rs]):.2f}%" if sc == 'ka-20srv' else '')
+                    + (f", takeovers {med([r.get('takeovers_per_s') for r in rs]):.0f}/s"
+                       if sc == 'ka-20srv' and any('takeovers_per_s' in r for r in rs) else ''))
     idle = [r for r in ok if r['scenario'] == 'idle']
     if idle:
         lines.append('')
@@ -856,8 +980,9 @@ def main():
 
     scratch = tempfile.mkdtemp(prefix='sluice-bench.')
     os.chmod(scratch, 0o755)
-    bp, hp, tp, mp = pick_ports(a.base_port, 4)
-    ports = {'backend': bp, 'http': hp, 'tcp': tp, 'metrics': mp}
+    bp, hp, tp, mp, h20, cp, cbp = pick_ports(a.base_port, 7)
+    ports = {'backend': bp, 'http': hp, 'tcp': tp, 'metrics': mp, 'http20': h20, 'closing': cp,
+             'closing_backend': cbp}
     origin_dir = os.path.join(scratch, 'origin')
     olog = open(os.path.join(scratch, 'origin.log'), 'w')
 
@@ -875,7 +1000,8 @@ def main():
             'nofile_limit': resource.getrlimit(resource.RLIMIT_NOFILE),
             'loadavg_start': open('/proc/loadavg').read().strip()}
     try:
-        origin = start(['bash', os.path.join(BENCH, 'backend.sh'), origin_dir, str(bp)], olog, cpus=a.load_cpus)
+        origin = start(['bash', os.path.join(BENCH, 'backend.sh'), origin_dir, str(bp), str(cbp)], olog,
+                       cpus=a.load_cpus)
         if not wait_port(bp, origin):
             sys.exit('origin did not start:\n' + open(os.path.join(scratch, 'origin.log')).read())
         want = {}

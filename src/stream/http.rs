@@ -305,6 +305,17 @@ struct Kept {
     private: bool,
 }
 
+/// A response head that arrived without the start of the body it announces, or without a
+/// small rest of it: the server may be waiting for our ACK (Nagle) to send the rest.
+fn head_without_its_body(resp: &ResponseHead, buffered: usize) -> bool {
+    let body_in = buffered.saturating_sub(resp.head_len) as u64;
+    match resp.body {
+        BodyKind::Length(n) => body_in < n && (body_in == 0 || n - body_in <= 16 * 1024),
+        BodyKind::Chunked => body_in == 0,
+        _ => false,
+    }
+}
+
 /// The pool key part of a request's `pool-conn-name` value (0 without the keyword; never 0
 /// with it, so named and unnamed connections never mix).
 fn conn_name_hash(e: Option<&crate::config::NameExpr>, hdrs: &Headers, buf: &[u8]) -> u64 {
@@ -1500,6 +1511,12 @@ impl<C: ClientIo> Conn<'_, C> {
                 },
             }
         };
+        if head_without_its_body(&resp, self.sbuf.len()) {
+            // Beyond HAProxy: a server that writes its head and its body in two sends with
+            // Nagle on holds the body until the head is acknowledged, and the kernel delays
+            // that ACK by up to 40 ms. Acknowledge now.
+            let _ = socket2::SockRef::from(&stream).set_tcp_quickack(true);
+        }
         if retry.allowed && bp.retry_on.status(resp.status) && !interim_sent {
             // `retry-on <status>`: this answer is dropped with its connection, and the request
             // sent again.

@@ -1,0 +1,138 @@
+//! No 40 ms Nagle/delayed-ACK stalls: a server that writes its response head and body in
+//! two sends with Nagle on, a client that sends its request in two segments, and a client
+//! that reads one byte at a time all get their answers at once.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::time::{Duration, Instant};
+
+/// A keep-alive server that answers every request with two writes (head, then body), Nagle
+/// left on as Python's `http.server` does.
+fn two_send_server() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            std::thread::spawn(move || {
+                let mut w = c.try_clone().unwrap();
+                let mut r = BufReader::new(c);
+                loop {
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let body = b"hello from a naive server";
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                    if w.write_all(head.as_bytes()).is_err() || w.write_all(body).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn proxy_to(addr: std::net::SocketAddr) -> (Sluice, u16) {
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {addr}\n"
+    );
+    (Sluice::start(&cfg), port)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Every request through a proxy whose kernel delays ACKs would take ~40 ms here (the
+/// server's Nagle waits for the ACK of the head before sending the body).
+#[test]
+fn a_server_writing_head_and_body_apart_costs_no_40ms() {
+    let (_s, port) = proxy_to(two_send_server());
+    let mut c = HttpClient::connect(port);
+    // Warm up: the first exchanges of a connection are acknowledged at once anyway.
+    for _ in 0..3 {
+        assert_eq!(c.get("/").status, 200);
+    }
+    let mut times = Vec::new();
+    for _ in 0..15 {
+        let t = Instant::now();
+        let r = c.get("/");
+        times.push(t.elapsed());
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body_str(), "hello from a naive server");
+    }
+    let m = median(times.clone());
+    assert!(m < Duration::from_millis(15), "median {m:?}: {times:?}");
+}
+
+/// A request sent in two segments with a pause between them is answered as soon as the
+/// second arrives.
+#[test]
+fn a_request_in_two_segments_is_answered_at_once() {
+    let b = HttpBackend::start("s1");
+    let (_s, port) = proxy_to(b.addr);
+    let mut times = Vec::new();
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_nodelay(true).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    for i in 0..5 {
+        c.write_all(b"GET /two HTTP/1.1\r\nHo").unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        let t = Instant::now();
+        c.write_all(b"st: t\r\n\r\n").unwrap();
+        let mut w = Wire::new(&mut c);
+        let head = w.read_until(b"\r\n\r\n").unwrap().expect("response head");
+        let text = String::from_utf8_lossy(&head).to_string();
+        assert!(text.starts_with("HTTP/1.1 200"), "{i}: {text}");
+        let len: usize = text
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap();
+        w.take(len).unwrap();
+        times.push(t.elapsed());
+    }
+    let m = median(times.clone());
+    assert!(m < Duration::from_millis(15), "median {m:?}: {times:?}");
+}
+
+/// A client reading its response one byte per read gets it whole and promptly.
+#[test]
+fn a_client_reading_byte_by_byte_gets_its_answer_at_once() {
+    let b = HttpBackend::with_handler("s1", |_| Reply::status(200, "s1", vec![b'x'; 1500]));
+    let (_s, port) = proxy_to(b.addr);
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        c.write_all(b"GET /bytes HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        let mut one = [0u8; 1];
+        while !got.ends_with(&[b'x'; 1500][..]) || !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = c.read(&mut one).unwrap();
+            assert_eq!(n, 1, "closed early after {} bytes", got.len());
+            got.push(one[0]);
+        }
+        times.push(t.elapsed());
+        assert!(got.starts_with(b"HTTP/1.1 200"));
+    }
+    let m = median(times.clone());
+    assert!(m < Duration::from_millis(15), "median {m:?}: {times:?}");
+}

@@ -274,6 +274,8 @@ pub struct BackendState {
 /// Per-frontend run-time state.
 #[derive(Debug, Default)]
 pub struct FrontendState {
+    /// `rate-limit sessions`.
+    pub sess_rate: Option<crate::listener::RateLimit>,
     pub cur_conns: AtomicU32,
     /// Highest `cur_conns` seen (stats `smax`).
     pub max_conns: AtomicU32,
@@ -329,6 +331,9 @@ pub struct Shared {
     pub global_conns: AtomicU32,
     /// Signalled whenever a client connection closes (listeners paused on maxconn wait on it).
     pub conn_freed: tokio::sync::Notify,
+    /// `maxconnrate` and `maxsessrate`.
+    pub conn_rate: Option<crate::listener::RateLimit>,
+    pub sess_rate: Option<crate::listener::RateLimit>,
     /// When the process started (`show info` uptime).
     pub started: std::time::SystemTime,
     /// Set once a soft stop began (`show info` `Stopping`).
@@ -707,6 +712,7 @@ impl Shared {
                 uuid,
                 fe: FrontendState {
                     maxconn: AtomicU32::new(p.maxconn.unwrap_or(global_maxconn)),
+                    sess_rate: p.rate_limit_sessions.map(crate::listener::RateLimit::new),
                     ..Default::default()
                 },
                 be: p
@@ -715,6 +721,8 @@ impl Shared {
                     .then(|| BackendState::from_config(i, p, nbthread)),
             })
             .collect();
+        let conn_rate = cfg.global.maxconnrate.map(crate::listener::RateLimit::new);
+        let sess_rate = cfg.global.maxsessrate.map(crate::listener::RateLimit::new);
         Shared {
             cfg,
             proxies,
@@ -722,6 +730,8 @@ impl Shared {
             hard_maxconn: global_maxconn,
             global_conns: AtomicU32::new(0),
             conn_freed: tokio::sync::Notify::new(),
+            conn_rate,
+            sess_rate,
             started: std::time::SystemTime::now(),
             stopping: AtomicBool::new(false),
             workers: std::sync::OnceLock::new(),

@@ -220,3 +220,107 @@ pub fn try_admit(
         bind: bind.clone(),
     })
 }
+
+/// A per-second event limit shared by all threads (`maxconnrate`, `maxsessrate`,
+/// `rate-limit sessions`): at most `limit` events in each second of the process's monotonic
+/// clock. Beyond it, listeners stop accepting (connections wait in the backlog) until the
+/// next second, as HAProxy's paused listeners do.
+#[derive(Debug)]
+pub struct RateLimit {
+    limit: u32,
+    /// The current second (high 32 bits) and the events counted in it (low 32 bits).
+    state: std::sync::atomic::AtomicU64,
+    base: std::time::Instant,
+}
+
+impl RateLimit {
+    pub fn new(limit: u32) -> RateLimit {
+        RateLimit {
+            limit,
+            state: std::sync::atomic::AtomicU64::new(0),
+            base: std::time::Instant::now(),
+        }
+    }
+
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    fn now(&self) -> (u64, std::time::Duration) {
+        let e = self.base.elapsed();
+        let sec = e.as_secs() + 1;
+        let to_next = std::time::Duration::from_secs(sec) - e;
+        (sec, to_next)
+    }
+
+    /// Events counted in the current second.
+    pub fn current(&self) -> u32 {
+        let (sec, _) = self.now();
+        let s = self.state.load(SeqCst);
+        if s >> 32 == sec { s as u32 } else { 0 }
+    }
+
+    /// `None` if an event may happen now, else how long until the next second.
+    pub fn wait(&self) -> Option<std::time::Duration> {
+        let (_, to_next) = self.now();
+        (self.current() >= self.limit).then_some(to_next)
+    }
+
+    /// Counts one event if the current second has room; else how long until the next one.
+    pub fn take(&self) -> Result<(), std::time::Duration> {
+        let (sec, to_next) = self.now();
+        self.state
+            .fetch_update(SeqCst, SeqCst, |s| {
+                if s >> 32 != sec {
+                    Some(sec << 32 | 1)
+                } else if (s as u32) < self.limit {
+                    Some(s + 1)
+                } else {
+                    None
+                }
+            })
+            .map(|_| ())
+            .map_err(|_| to_next)
+    }
+
+    /// Gives back an event taken this second (another limit refused the connection).
+    pub fn give_back(&self) {
+        let (sec, _) = self.now();
+        let _ = self.state.fetch_update(SeqCst, SeqCst, |s| {
+            (s >> 32 == sec && s as u32 > 0).then_some(s - 1)
+        });
+    }
+}
+
+/// The rate limits a connection accepted for `proxy` is subject to.
+fn rate_limits(shared: &Shared, proxy: usize) -> [Option<&RateLimit>; 3] {
+    [
+        shared.conn_rate.as_ref(),
+        shared.sess_rate.as_ref(),
+        shared.proxies[proxy].fe.sess_rate.as_ref(),
+    ]
+}
+
+/// `None` if no rate limit of `proxy` is reached, else how long until one frees up.
+pub fn rate_wait(shared: &Shared, proxy: usize) -> Option<std::time::Duration> {
+    rate_limits(shared, proxy)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.wait())
+        .max()
+}
+
+/// Counts an accepted connection in every rate limit of `proxy`, or in none (and says how
+/// long to wait) if one is reached.
+pub fn rate_take(shared: &Shared, proxy: usize) -> Result<(), std::time::Duration> {
+    let limits = rate_limits(shared, proxy);
+    for (i, r) in limits.iter().enumerate() {
+        if let Some(Err(d)) = r.map(|r| r.take()) {
+            for done in limits[..i].iter().flatten() {
+                done.give_back();
+            }
+            return Err(d);
+        }
+    }
+    Ok(())
+}

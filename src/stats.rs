@@ -465,7 +465,14 @@ pub fn frontend_row(shared: &Shared, idx: usize, p: &Proxy) -> Row {
         "OPEN"
     };
     r.set("status", status);
-    r.set("rate_lim", 0);
+    r.set(
+        "rate_lim",
+        shared.proxies[idx]
+            .fe
+            .sess_rate
+            .as_ref()
+            .map_or(0, |l| l.limit()),
+    );
     if p.mode == Mode::Http {
         http_counters(&mut r, c);
         for f in ["comp_in", "comp_out", "comp_byp", "comp_rsp"] {

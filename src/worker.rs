@@ -308,6 +308,13 @@ async fn accept_loop(
                 _ = stop.changed() => return Ok(()),
             }
         }
+        // Rate limits reached: leave connections in the backlog until the next second.
+        while let Some(d) = crate::listener::rate_wait(&w.shared, pidx) {
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = stop.changed() => return Ok(()),
+            }
+        }
         if burst >= maxaccept {
             // tune.maxaccept: let established connections run before taking more.
             burst = 0;
@@ -331,6 +338,14 @@ async fn accept_loop(
                 tokio::pin!(freed);
                 freed.as_mut().enable();
                 if let Some(a) = try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
+                    // Another thread may have used the second's last place meanwhile: this
+                    // connection then waits for the next second, as one in the backlog would.
+                    while let Err(d) = crate::listener::rate_take(&w.shared, pidx) {
+                        tokio::select! {
+                            _ = tokio::time::sleep(d) => {}
+                            _ = stop.changed() => return Ok(()),
+                        }
+                    }
                     break Ok((c, a));
                 }
                 tokio::select! {

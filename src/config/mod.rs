@@ -117,6 +117,9 @@ pub struct Global {
     pub maxrewrite: usize,
     /// `tune.maxaccept` (default 64; HAProxy divides it among threads, we apply it per thread).
     pub maxaccept: u32,
+    /// `maxconnrate` / `maxsessrate`: connections accepted per second, process-wide.
+    pub maxconnrate: Option<u32>,
+    pub maxsessrate: Option<u32>,
     /// `tune.idle-pool.shared on|off` (default on).
     pub idle_pool_shared: bool,
     pub hard_stop_after: Option<Duration>,
@@ -158,6 +161,8 @@ impl Default for Global {
             bufsize: 16384,
             maxrewrite: 1024,
             maxaccept: 64,
+            maxconnrate: None,
+            maxsessrate: None,
             idle_pool_shared: true,
             hard_stop_after: None,
             stats_sockets: Vec::new(),
@@ -355,6 +360,8 @@ pub struct Proxy {
     pub retries: u32,
     /// `retry-on` (default `conn-failure`).
     pub retry_on: RetryOn,
+    /// `rate-limit sessions N`: new sessions per second this frontend accepts.
+    pub rate_limit_sessions: Option<u32>,
     /// Index into `Config::proxies` of the `default_backend` (for `listen`: itself unless set).
     pub default_backend: Option<usize>,
     pub use_backends: Vec<UseBackend>,

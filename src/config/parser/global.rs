@@ -1,7 +1,7 @@
 //! The `global` section (repeatable; every occurrence adds to the same settings).
 
 use super::super::{CpuMap, Global};
-use super::values::{arg, no_extra, parse_range, parse_size, parse_time};
+use super::values::{arg, no_extra, parse_range, parse_size, parse_time, parse_u32};
 use super::{GlobalExtra, KwErr, did_you_mean, logs};
 use crate::config::tokenizer::Line;
 
@@ -16,6 +16,8 @@ const KEYWORDS: &[&str] = &[
     "tune.maxrewrite",
     "tune.maxaccept",
     "tune.idle-pool.shared",
+    "maxconnrate",
+    "maxsessrate",
     "hard-stop-after",
     "stats",
 ];
@@ -34,8 +36,6 @@ const UNSUPPORTED: &[&str] = &[
     "description",
     "log-tag",
     "log-send-hostname",
-    "maxconnrate",
-    "maxsessrate",
     "maxsslconn",
     "maxsslrate",
     "maxcomprate",
@@ -182,6 +182,16 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
                     .map_err(|e| format!("{e} (or -1 for unlimited)"))? as u32
             };
             no_extra(w, 2)?;
+        }
+        "maxconnrate" | "maxsessrate" => {
+            let n = parse_u32(arg(w, 1, "number per second")?)?;
+            no_extra(w, 2)?;
+            let v = (n > 0).then_some(n);
+            if w[0] == "maxconnrate" {
+                g.maxconnrate = v;
+            } else {
+                g.maxsessrate = v;
+            }
         }
         "tune.idle-pool.shared" => {
             g.idle_pool_shared = match arg(w, 1, "'on' or 'off'")? {

@@ -103,6 +103,7 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         options: ProxyOptions::default(),
         retries: 3,
         retry_on: RetryOn::default(),
+        rate_limit_sessions: None,
         default_backend: None,
         use_backends: Vec::new(),
         servers: Vec::new(),
@@ -131,6 +132,7 @@ impl Draft {
             p.options = b.p.options.clone();
             p.retries = b.p.retries;
             p.retry_on = b.p.retry_on;
+            p.rate_limit_sessions = b.p.rate_limit_sessions;
             p.balance = b.p.balance.clone();
             p.hash_type = b.p.hash_type;
             p.errorfiles = b.p.errorfiles.clone();
@@ -270,6 +272,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("option", D | F | B),
     ("retries", D | B),
     ("retry-on", D | B),
+    ("rate-limit", D | F),
     ("server", B),
     ("stats", D | F | B),
     ("timeout", D | F | B),
@@ -308,7 +311,6 @@ const UNSUPPORTED: &[&str] = &[
     "persist",
     "force-persist",
     "ignore-persist",
-    "rate-limit",
     "redirect",
     "errorloc",
     "errorloc302",
@@ -426,6 +428,13 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             no_extra(w, 2)?;
         }
         "retry-on" => d.p.retry_on = retry_on(w)?,
+        "rate-limit" => {
+            if arg(w, 1, "'sessions'")? != "sessions" {
+                return Err(format!("expects 'sessions', got '{}'", w[1]).into());
+            }
+            d.p.rate_limit_sessions = Some(parse_u32(arg(w, 2, "sessions per second")?)?);
+            no_extra(w, 3)?;
+        }
         "id" => {
             let v = parse_range(arg(w, 1, "proxy id")?, 1, i32::MAX as u64)?;
             no_extra(w, 2)?;

@@ -299,6 +299,12 @@ pub struct ProxyOptions {
     pub http_check_expect: Option<HttpCheckExpect>,
     /// `option log-health-checks`.
     pub log_health_checks: bool,
+    /// `option tcp-smart-accept`: the ACK of a client's request waits to ride on the
+    /// response (delayed ACK on accepted sockets).
+    pub tcp_smart_accept: bool,
+    /// `option tcp-smart-connect`: the ACK that completes a server connection waits to ride
+    /// on the request.
+    pub tcp_smart_connect: bool,
 }
 
 /// `option httpchk`: the request line of HTTP checks (defaults `OPTIONS / HTTP/1.0`).

@@ -645,7 +645,13 @@ impl<C: ClientIo> Conn<'_, C> {
         loop {
             if !self.cbuf.is_empty() {
                 match parse_request(&self.cbuf, self.max_head) {
-                    Ok(Parsed::Complete(h)) => return HeadRead::Got(h, start),
+                    Ok(Parsed::Complete(h)) => {
+                        if self.fe.options.tcp_smart_accept && h.body != BodyKind::None {
+                            // The body may be held by the client's Nagle until our ACK.
+                            self.client.quick_ack();
+                        }
+                        return HeadRead::Got(h, start);
+                    }
                     Ok(Parsed::Partial) => {}
                     Err(e) => return HeadRead::Fail(e.status, *b"PR", start),
                 }

@@ -38,6 +38,9 @@ pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission, 
     let peer = match &client {
         Client::Tcp(s, a) => {
             let _ = s.set_nodelay(true);
+            if p.options.tcp_smart_accept {
+                let _ = socket2::SockRef::from(s).set_tcp_quickack(false);
+            }
             Some(*a)
         }
         Client::Unix(_) => None,
@@ -150,7 +153,7 @@ pub async fn connect_with_slot(
         let addr = **slot.server_state().addr.load();
         let started = Instant::now();
         slot.server_state().counters.connects.fetch_add(1, Relaxed);
-        match connect_one(addr, bp.timeouts.connect).await {
+        match connect_one(addr, bp.timeouts.connect, bp.options.tcp_smart_connect).await {
             Ok(stream) => {
                 return Ok(ServerConn {
                     stream,
@@ -191,8 +194,23 @@ pub async fn connect_with_slot(
 }
 
 /// One connection attempt; `Err(true)` = timed out, `Err(false)` = refused/unreachable.
-async fn connect_one(addr: SocketAddr, timeout: Option<Duration>) -> Result<TcpStream, bool> {
-    let fut = TcpStream::connect(addr);
+async fn connect_one(
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+    smart: bool,
+) -> Result<TcpStream, bool> {
+    let fut = async {
+        let sock = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        if smart {
+            // `tcp-smart-connect`: the ACK of the server's SYN-ACK leaves with the request.
+            let _ = socket2::SockRef::from(&sock).set_tcp_quickack(false);
+        }
+        sock.connect(addr).await
+    };
     let r = match timeout {
         Some(d) => match tokio::time::timeout(d, fut).await {
             Ok(r) => r,
@@ -223,11 +241,19 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + 'static {
         &mut self,
         buf: &[u8],
     ) -> impl std::future::Future<Output = std::io::Result<()>>;
+
+    /// Acknowledges what arrived at once (`TCP_QUICKACK`): a client that sends a body after
+    /// its head may be waiting for that ACK (Nagle), which `tcp-smart-accept` delays.
+    fn quick_ack(&self) {}
 }
 
 impl ClientIo for TcpStream {
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> {
         self.readable()
+    }
+
+    fn quick_ack(&self) {
+        let _ = socket2::SockRef::from(self).set_tcp_quickack(true);
     }
 
     async fn write_all_more(&mut self, buf: &[u8]) -> std::io::Result<()> {

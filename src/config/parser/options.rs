@@ -20,6 +20,8 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("log-health-checks", D | B, false),
     ("redispatch", D | B, false),
     ("tcplog", D | F, false),
+    ("tcp-smart-accept", D | F, false),
+    ("tcp-smart-connect", D | B, false),
 ];
 
 /// Real HAProxy options that sluice does not implement.
@@ -64,8 +66,6 @@ const UNSUPPORTED: &[&str] = &[
     "srvtcpka",
     "ssl-hello-chk",
     "tcp-check",
-    "tcp-smart-accept",
-    "tcp-smart-connect",
     "tcpka",
     "transparent",
 ];
@@ -114,6 +114,8 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "redispatch" => o.redispatch = false,
             "httpchk" => o.httpchk = None,
             "log-health-checks" => o.log_health_checks = false,
+            "tcp-smart-accept" => o.tcp_smart_accept = false,
+            "tcp-smart-connect" => o.tcp_smart_connect = false,
             // As in HAProxy, `no option X` returns to the default connection mode only if X is
             // the current one (`option httpclose` + `no option http-server-close` keeps close).
             "http-server-close" | "httpclose" | "http-keep-alive" => {
@@ -157,6 +159,8 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 }
                 "redispatch" => o.redispatch = true,
                 "log-health-checks" => o.log_health_checks = true,
+                "tcp-smart-accept" => o.tcp_smart_accept = true,
+                "tcp-smart-connect" => o.tcp_smart_connect = true,
                 "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,
                 "httpclose" => o.http_conn_mode = HttpConnMode::Close,
                 "http-keep-alive" => o.http_conn_mode = HttpConnMode::KeepAlive,

@@ -146,10 +146,7 @@ fn check_keywords_are_validated() {
             "    server s 127.0.0.1:1 check rise 0\n",
             "'rise': '0' is out of range",
         ),
-        (
-            "    http-check send meth GET\n",
-            "not supported by sluice yet",
-        ),
+        ("    http-check send uri-lf /x\n", "not supported by sluice"),
         (
             "    http-check expect statsu 200\n",
             "did you mean 'status'",
@@ -222,4 +219,190 @@ fn cli_forces_health_and_moves_a_server() {
         "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n\n"
     );
     assert!(stats_cli(&sock, "set server be/a addr nowhere").starts_with("Invalid addr"));
+}
+
+/// A backend section `be` with one checked server `s1` at `b`, these extra lines, and a
+/// frontend on `port`.
+fn one_server(port: u16, extra: &str, b: &HttpBackend, srv_opts: &str) -> String {
+    format!(
+        "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    option log-health-checks\n{extra}    server s1 {} check inter 100ms rise 1 fall 1 {srv_opts}\n",
+        b.hostport()
+    )
+}
+
+/// A backend answering `/health` with two `X-Role` values and `/ready` with a body.
+fn role_backend() -> HttpBackend {
+    HttpBackend::with_handler("s1", |r| match r.target.as_str() {
+        "/health" => Reply::Full {
+            status: 200,
+            headers: vec![("X-Role".into(), "primary, replica".into())],
+            body: b"ok".to_vec(),
+        },
+        "/ready" => Reply::status(200, "s1", "all good"),
+        _ => Reply::named("s1"),
+    })
+}
+
+#[test]
+fn http_check_send_sequences_on_one_connection() {
+    let b = role_backend();
+    let port = free_port();
+    let rules = "    option httpchk\n    http-check send meth GET uri /health ver HTTP/1.1 hdr Host example.org hdr X-Probe 1\n    http-check expect status 200\n    http-check expect hdr name x-role value -m sub prim\n    http-check send meth POST uri /ready ver HTTP/1.1 body hello\n    http-check expect string good\n";
+    let s = Sluice::start(&one_server(port, rules, &b, ""));
+    let line = s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    assert!(
+        line.contains("reason: Layer7 check passed, code: 200, info: \"OK\""),
+        "{line}"
+    );
+    let reqs = b.wait_requests(2, WAIT);
+    let (get, post) = (&reqs[0], &reqs[1]);
+    assert_eq!(
+        (get.method.as_str(), get.target.as_str()),
+        ("GET", "/health")
+    );
+    assert_eq!(get.header("host"), Some("example.org"));
+    assert_eq!(get.header("x-probe"), Some("1"));
+    assert_eq!(
+        get.header("connection"),
+        None,
+        "more requests follow on this connection"
+    );
+    assert_eq!(
+        (post.method.as_str(), post.target.as_str()),
+        ("POST", "/ready")
+    );
+    assert_eq!(post.body, b"hello");
+    assert_eq!(post.header("connection"), Some("close"));
+    assert_eq!(
+        get.conn_id, post.conn_id,
+        "both requests on one check connection"
+    );
+    assert_eq!(http_get(port, "/x").status, 200);
+}
+
+#[test]
+fn http_check_expect_matches_and_negations() {
+    let b = role_backend();
+    // (rules, expected log fragment, whether the server ends up down)
+    let cases = [
+        (
+            "    http-check expect hdr name -m beg x-ro value -m reg ^rep\n",
+            "Health check for server be/s1 succeeded",
+            false,
+        ),
+        (
+            "    http-check expect fhdr name X-Role value -m str \"primary, replica\"\n",
+            "Health check for server be/s1 succeeded",
+            false,
+        ),
+        (
+            "    http-check expect rstatus ^2\n",
+            "Health check for server be/s1 succeeded",
+            false,
+        ),
+        (
+            "    http-check expect ! hdr name x-role\n",
+            "Server be/s1 is DOWN, reason: Layer7 wrong status, code: 200, info: \"OK\"",
+            true,
+        ),
+        (
+            "    http-check expect hdr name x-role value -m end prim\n",
+            "Server be/s1 is DOWN, reason: Layer7 wrong status, code: 200",
+            true,
+        ),
+        (
+            "    http-check expect string nothere\n",
+            "Server be/s1 is DOWN, reason: Layer7 invalid response, info: \"HTTP content check did not match\"",
+            true,
+        ),
+        (
+            "    http-check expect ! rstring ^o\n",
+            "Server be/s1 is DOWN, reason: Layer7 invalid response, info: \"HTTP check matched unwanted content\"",
+            true,
+        ),
+        (
+            "    http-check expect status 500-599\n",
+            "Server be/s1 is DOWN, reason: Layer7 wrong status, code: 200",
+            true,
+        ),
+    ];
+    for (rules, want, down) in cases {
+        let port = free_port();
+        let extra = format!("    option httpchk GET /health\n{rules}");
+        let s = Sluice::start(&one_server(port, &extra, &b, ""));
+        let line = s.wait_log_line(|l| l.contains(want), WAIT);
+        assert!(line.contains(want), "{rules}: {line}");
+        let status = http_get(port, "/x").status;
+        assert_eq!(status, if down { 503 } else { 200 }, "{rules}");
+    }
+}
+
+#[test]
+fn disable_on_404_drains_and_recovers() {
+    let not_found = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nf = not_found.clone();
+    let a = HttpBackend::with_handler("a", move |r| {
+        if r.target == "/health" && nf.load(std::sync::atomic::Ordering::SeqCst) {
+            Reply::status(404, "a", "gone")
+        } else {
+            Reply::named("a")
+        }
+    });
+    let b = HttpBackend::start("b");
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    option httpchk GET /health\n    http-check disable-on-404\n    http-check send-state\n    server a {} check inter 100ms weight 3\n    server b {} check inter 100ms\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    // send-state: the server's state travels in every check request.
+    wait_until("a check request to a", WAIT, || {
+        a.requests().iter().any(|r| r.target == "/health")
+    });
+    let req = a
+        .requests()
+        .into_iter()
+        .find(|r| r.target == "/health")
+        .unwrap();
+    let state = req
+        .header("x-haproxy-server-state")
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        state.starts_with("UP")
+            && state.contains(&format!("address=127.0.0.1; port={}; name=be/a;", a.port()))
+            && state.contains("weight=3/4"),
+        "{state}"
+    );
+    not_found.store(true, std::sync::atomic::Ordering::SeqCst);
+    let line = s.wait_log_line(|l| l.contains("Server be/a is stopping"), WAIT);
+    assert!(
+        line.contains("reason: Layer7 check conditionally passed, code: 404"),
+        "{line}"
+    );
+    assert_eq!(stat_col(&sock, "a", "status"), "NOLB");
+    assert_eq!(stat_col(&sock, "a", "weight"), "0");
+    assert_eq!(stat_col(&sock, "a", "check_status"), "L7OKC");
+    for i in 0..6 {
+        assert_eq!(
+            http_get(port, &format!("/n{i}")).header("x-server"),
+            Some("b")
+        );
+    }
+    // Back to 200: full weight and traffic again.
+    not_found.store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_until("a back to UP", WAIT, || {
+        stat_col(&sock, "a", "status") == "UP"
+    });
+    assert_eq!(stat_col(&sock, "a", "weight"), "3");
+    let seen_a = (0..8).any(|i| http_get(port, &format!("/u{i}")).header("x-server") == Some("a"));
+    assert!(seen_a);
 }

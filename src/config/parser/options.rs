@@ -15,10 +15,12 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("http-keep-alive", D | F | B, true),
     ("http-server-close", D | F | B, true),
     ("httpclose", D | F | B, true),
-    ("httpchk", D | B, true),
+    // HAProxy runs HTTP checks on TCP backends too.
+    ("httpchk", D | B, false),
     ("httplog", D | F, true),
     ("log-health-checks", D | B, false),
     ("redispatch", D | B, false),
+    ("tcp-check", D | B, false),
     ("tcplog", D | F, false),
 ];
 
@@ -63,7 +65,6 @@ const UNSUPPORTED: &[&str] = &[
     "spop-check",
     "srvtcpka",
     "ssl-hello-chk",
-    "tcp-check",
     "tcp-smart-accept",
     "tcp-smart-connect",
     "tcpka",
@@ -112,7 +113,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             }
             "tcplog" => o.tcplog = false,
             "redispatch" => o.redispatch = false,
-            "httpchk" => o.httpchk = None,
+            "httpchk" | "tcp-check" => o.check_type = super::super::CheckType::Connect,
             "log-health-checks" => o.log_health_checks = false,
             // As in HAProxy, `no option X` returns to the default connection mode only if X is
             // the current one (`option httpclose` + `no option http-server-close` keeps close).
@@ -144,7 +145,10 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             o.tcplog = false;
         }
         "forwardfor" => o.forwardfor = Some(forwardfor(words)?),
-        "httpchk" => o.httpchk = Some(super::checks::httpchk(&words[1..])?),
+        "httpchk" => {
+            o.httpchk = Some(super::checks::httpchk(&words[1..])?);
+            o.check_type = super::super::CheckType::Http;
+        }
         _ => {
             no_extra(words, 1)?;
             match name {
@@ -157,6 +161,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 }
                 "redispatch" => o.redispatch = true,
                 "log-health-checks" => o.log_health_checks = true,
+                "tcp-check" => o.check_type = super::super::CheckType::Tcp,
                 "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,
                 "httpclose" => o.http_conn_mode = HttpConnMode::Close,
                 "http-keep-alive" => o.http_conn_mode = HttpConnMode::KeepAlive,

@@ -1021,7 +1021,6 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
     let mut conn: Option<Conn> = None;
     let mut deadline = tokio::time::Instant::now() + connect_to + read_to;
     let mut last: Option<Outcome> = None;
-    let mut expected_any = false;
     for (idx, (step, comment)) in steps.iter().enumerate() {
         let step_id = idx + 1;
         let cmt = |s: String| match comment {
@@ -1108,7 +1107,6 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 }
             }
             Step::Expect(_) | Step::ExpectDefault => {
-                expected_any = true;
                 let Some(c) = conn.as_mut() else {
                     return Outcome::new(Status::SockErr, 0, "no connection");
                 };
@@ -1131,17 +1129,14 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
             }
         }
     }
-    if let Some(o) = last {
-        return o;
-    }
-    let _ = expected_any;
-    match p.options.check_type {
-        CheckType::Connect => Outcome::new(Status::L4Ok, 0, ""),
-        // A tcp-check sequence that ran to its end passed (HAProxy: "Layer7 check passed").
-        _ if tcp_rules && steps.len() > 1 => {
-            Outcome::new(Status::L7Ok, 0, "(tcp-check)".to_string())
+    // All steps ran: the last one decides the result (HAProxy's end of `tcpcheck_main`).
+    match steps.last().map(|(s, _)| s) {
+        Some(Step::Expect(_) | Step::ExpectDefault) if http => {
+            last.unwrap_or_else(|| Outcome::new(Status::L7Ok, 0, ""))
         }
-        _ => Outcome::new(Status::L4Ok, 0, ""),
+        Some(Step::Connect0) | None => Outcome::new(Status::L4Ok, 0, ""),
+        Some(Step::Connect(_)) => Outcome::new(Status::L4Ok, 0, "(tcp-check)"),
+        _ => Outcome::new(Status::L7Ok, 0, "(tcp-check)"),
     }
 }
 

@@ -155,6 +155,58 @@ fn check_keywords_are_validated() {
             "    option httpchk GET / HTTP/2\n",
             "not supported by sluice",
         ),
+        (
+            "    tcp-check connect port 80 ssl\n",
+            "'tcp-check connect ssl': TLS checks need TLS support",
+        ),
+        (
+            "    server s 127.0.0.1:1 check check-ssl\n",
+            "'check-ssl': TLS checks need TLS support",
+        ),
+        (
+            "    tcp-check send-binary 5g\n",
+            "is not an even number of hexadecimal digits",
+        ),
+        (
+            "    tcp-check expect status 200\n",
+            "unknown 'tcp-check expect' match 'status'",
+        ),
+        (
+            "    http-check expect hdr value x\n",
+            "expected 'name' after 'hdr'",
+        ),
+        (
+            "    http-check expect hdr name -m dom x\n",
+            "unknown match method 'dom'",
+        ),
+        (
+            "    tcp-check set-var(check.x) int(1)\n",
+            "unknown 'tcp-check' action",
+        ),
+        (
+            "    server s 127.0.0.1:1 agent-check\n",
+            "'agent-check' needs 'agent-port'",
+        ),
+        (
+            "    server s 127.0.0.1:1 on-error reboot\n",
+            "'on-error' expects 'fastinter', 'fail-check', 'sudden-death' or 'mark-down'",
+        ),
+        (
+            "    server s 127.0.0.1:1 check track t\n",
+            "unable to enable checks and tracking at the same time",
+        ),
+        (
+            "    server s 127.0.0.1:1 track nope\n",
+            "'track': unknown server 'nope' in backend 'be'",
+        ),
+        (
+            "    server t 127.0.0.1:1\n    server s 127.0.0.1:1 track t\n",
+            "unable to use be/t for tracking as it does not have any check enabled",
+        ),
+        (
+            "    server s 127.0.0.1:1 observe layer4\n",
+            "'observe' needs 'check'",
+        ),
     ];
     for (line, want) in bad {
         let cfg = format!("{CHECK_DEFAULTS}backend be\n{line}");
@@ -405,4 +457,169 @@ fn disable_on_404_drains_and_recovers() {
     assert_eq!(stat_col(&sock, "a", "weight"), "3");
     let seen_a = (0..8).any(|i| http_get(port, &format!("/u{i}")).header("x-server") == Some("a"));
     assert!(seen_a);
+}
+
+/// A Redis-like TCP server: answers `+PONG` to a line containing `PING` (mode 0), `-ERR`
+/// (mode 1), closes at once (mode 2) or never answers (mode 3). Records what it received.
+struct PingServer {
+    tcp: TcpBackend,
+    mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    got: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl PingServer {
+    fn start() -> PingServer {
+        use std::io::{Read, Write};
+        let mode = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(0));
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (m, g) = (mode.clone(), got.clone());
+        let tcp = TcpBackend::with_handler(move |mut s, _| {
+            let mode = m.load(std::sync::atomic::Ordering::SeqCst);
+            if mode == 2 {
+                return;
+            }
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 256];
+            while !buf.windows(4).any(|w| w == b"PING") {
+                match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            g.lock().unwrap().push(buf);
+            match mode {
+                0 => {
+                    let _ = s.write_all(b"+PONG\r\n");
+                }
+                1 => {
+                    let _ = s.write_all(b"-ERR unknown\r\n");
+                }
+                _ => {
+                    let _ = s.read(&mut chunk);
+                }
+            }
+        });
+        PingServer { tcp, mode, got }
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn tcp_cfg(port: u16, rules: &str, srv: &str, srv_opts: &str) -> String {
+    format!(
+        "global\n    nbthread 1\n    log stdout format raw local0\ndefaults\n    mode tcp\n    log global\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n    timeout check 300ms\nlisten li\n    bind 127.0.0.1:{port}\n    option log-health-checks\n    option tcp-check\n{rules}    server s1 {srv} check inter 100ms rise 1 fall 1 {srv_opts}\n"
+    )
+}
+
+#[test]
+fn tcp_check_sequences_and_their_failure_texts() {
+    let ping = PingServer::start();
+    let addr = ping.tcp.hostport();
+    let rules = "    tcp-check send PING\\r\\n\n    tcp-check comment pong-step\n    tcp-check expect string +PONG\n";
+    let port = free_port();
+    let s = Sluice::start(&tcp_cfg(port, rules, &addr, ""));
+    let line = s.wait_log_line(
+        |l| l.contains("Health check for server li/s1 succeeded"),
+        WAIT,
+    );
+    assert!(
+        line.contains("reason: Layer7 check passed, code: 0, info: \"(tcp-check)\""),
+        "{line}"
+    );
+    assert!(ping.got.lock().unwrap().iter().any(|g| g == b"PING\r\n"));
+    // Wrong answer, with the comment of the failing step.
+    ping.set(1);
+    let line = s.wait_log_line(|l| l.contains("Server li/s1 is DOWN"), WAIT);
+    assert!(
+        line.contains(
+            "reason: Layer7 invalid response, info: \"TCPCHK did not match content '+PONG' at step 3 comment: 'pong-step'\""
+        ),
+        "{line}"
+    );
+    ping.set(0);
+    s.wait_log_line(|l| l.contains("Server li/s1 is UP"), WAIT);
+    // Closed without a byte.
+    ping.set(2);
+    let line = s.wait_log_lines(2, |l| l.contains("Server li/s1 is DOWN"), WAIT)[1].clone();
+    assert!(
+        line.contains("info: \"TCPCHK got an empty response at step 3 comment: 'pong-step'\""),
+        "{line}"
+    );
+    ping.set(0);
+    s.wait_log_lines(2, |l| l.contains("Server li/s1 is UP"), WAIT);
+    // Never answers: a timeout at the expect step (HAProxy's leading space included).
+    ping.set(3);
+    let line = s.wait_log_lines(3, |l| l.contains("Server li/s1 is DOWN"), WAIT)[2].clone();
+    assert!(
+        line.contains(
+            "reason: Layer7 timeout, info: \" at step 3 of tcp-check (expect string '+PONG') comment: 'pong-step'\""
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn tcp_check_binary_negation_connect_options() {
+    let ping = PingServer::start();
+    let addr = ping.tcp.hostport();
+    let other = ping.tcp.addr.port();
+    let dead = closed_port();
+    let cases = [
+        // send-binary + expect binary.
+        (
+            "    tcp-check send-binary 50494e470d0a\n    tcp-check expect binary 2b504f4e47\n",
+            addr.clone(),
+            "Health check for server li/s1 succeeded",
+        ),
+        // Negation and rstring with min-recv.
+        (
+            "    tcp-check send PING\\r\\n\n    tcp-check expect ! string -ERR\n    tcp-check expect min-recv 5 rstring ^.PONG\n",
+            addr.clone(),
+            "Health check for server li/s1 succeeded",
+        ),
+        // A connect rule to another port than the server's, with a PROXY header.
+        (
+            &*format!(
+                "    tcp-check connect port {other} send-proxy\n    tcp-check send PING\\r\\n\n    tcp-check expect string PONG\n"
+            ),
+            format!("127.0.0.1:{dead}"),
+            "Health check for server li/s1 succeeded",
+        ),
+        // The implicit first connect fails.
+        (
+            "    tcp-check send PING\\r\\n\n",
+            format!("127.0.0.1:{dead}"),
+            "Server li/s1 is DOWN, reason: Layer4 connection problem, info: \"Connection refused at initial connection step of tcp-check\"",
+        ),
+        // An explicit connect fails.
+        (
+            &*format!("    tcp-check connect port {dead}\n"),
+            addr.clone(),
+            &*format!(
+                "Server li/s1 is DOWN, reason: Layer4 connection problem, info: \"Connection refused at step 1 of tcp-check (connect port {dead})\""
+            ),
+        ),
+        // Matched unwanted content.
+        (
+            "    tcp-check send PING\\r\\n\n    tcp-check expect ! string PONG\n",
+            addr.clone(),
+            "info: \"TCPCHK matched unwanted content 'PONG' at step 3\"",
+        ),
+    ];
+    for (rules, server, want) in cases {
+        let port = free_port();
+        let s = Sluice::start(&tcp_cfg(port, rules, &server, ""));
+        let line = s.wait_log_line(|l| l.contains(want), WAIT);
+        assert!(line.contains(want), "{rules}: {line}");
+    }
+    assert!(
+        ping.got
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|g| g.starts_with(b"PROXY UNKNOWN\r\nPING")),
+        "the PROXY header precedes the check's data"
+    );
 }

@@ -591,6 +591,10 @@ impl ServerCheckOpts {
         if self.agent && self.agent_port.is_none() {
             return Err("'agent-check' needs 'agent-port' (the agent's TCP port)".into());
         }
+        if !self.check && self.health.observe.is_some() {
+            // The check task is what acts on the errors traffic reports.
+            return Err("'observe' needs 'check' on the same server".into());
+        }
         if self.check && self.health.track.is_some() {
             // As HAProxy: a tracking server takes its state from the tracked one.
             return Err("unable to enable checks and tracking at the same time".into());

@@ -623,3 +623,99 @@ fn tcp_check_binary_negation_connect_options() {
         "the PROXY header precedes the check's data"
     );
 }
+
+/// An agent: answers every connection with the current reply line and closes; records what
+/// the check sent first.
+struct Agent {
+    tcp: TcpBackend,
+    reply: std::sync::Arc<std::sync::Mutex<String>>,
+    got: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Agent {
+    fn start(first: &str) -> Agent {
+        use std::io::{Read, Write};
+        let reply = std::sync::Arc::new(std::sync::Mutex::new(first.to_string()));
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (r, g) = (reply.clone(), got.clone());
+        let tcp = TcpBackend::with_handler(move |mut s, _| {
+            s.set_read_timeout(Some(std::time::Duration::from_millis(50)))
+                .unwrap();
+            let mut b = [0u8; 64];
+            if let Ok(n) = s.read(&mut b) {
+                *g.lock().unwrap() = b[..n].to_vec();
+            }
+            let line = r.lock().unwrap().clone();
+            let _ = s.write_all(line.as_bytes());
+        });
+        Agent { tcp, reply, got }
+    }
+
+    fn say(&self, line: &str) {
+        *self.reply.lock().unwrap() = line.to_string();
+    }
+}
+
+#[test]
+fn agent_replies_change_weight_state_and_maxconn() {
+    let a = HttpBackend::start("a");
+    let b = HttpBackend::start("b");
+    let agent = Agent::start("up 50%\n");
+    let dead = closed_port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms weight 10 agent-check agent-port {} agent-inter 100ms agent-send \"hello\\n\"\n    server b {} check inter 100ms\n    server c {} agent-check agent-port {dead} agent-inter 100ms\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        agent.tcp.addr.port(),
+        b.hostport(),
+        b.hostport(),
+    );
+    let s = Sluice::start(&cfg);
+    let col = |srv: &str, c: &str| stat_col(&sock, srv, c);
+    wait_until("agent weight 50%", WAIT, || col("a", "weight") == "5");
+    assert_eq!(col("a", "agent_status"), "L7OK");
+    assert_eq!(*agent.got.lock().unwrap(), b"hello\n");
+    // An unreachable agent changes nothing.
+    wait_until("agent of c unreachable", WAIT, || {
+        col("c", "agent_status") == "L4CON"
+    });
+    assert_eq!(col("c", "status"), "no check");
+    agent.say("maxconn:7 drain\n");
+    wait_until("agent drain", WAIT, || col("a", "status") == "DRAIN");
+    assert_eq!(col("a", "slim"), "7");
+    assert_eq!(col("a", "weight"), "0");
+    for i in 0..6 {
+        assert_ne!(
+            http_get(port, &format!("/d{i}")).header("x-server"),
+            Some("a")
+        );
+    }
+    agent.say("ready,up\n");
+    wait_until("agent ready", WAIT, || col("a", "status") == "UP");
+    assert_eq!(col("a", "weight"), "5");
+    agent.say("down #maintenance window\n");
+    let line = s.wait_log_line(|l| l.contains("Server be/a is DOWN"), WAIT);
+    assert!(
+        line.contains(
+            "reason: Layer7 wrong status, code: 0, info: \"via agent : down (maintenance window)\""
+        ),
+        "{line}"
+    );
+    assert_eq!(col("a", "status"), "DOWN");
+    assert_eq!(col("a", "agent_status"), "L7STS");
+    for i in 0..6 {
+        assert_ne!(
+            http_get(port, &format!("/x{i}")).header("x-server"),
+            Some("a")
+        );
+    }
+    agent.say("up 100%\n");
+    s.wait_log_line(|l| l.contains("Server be/a is UP"), WAIT);
+    wait_until("full weight", WAIT, || col("a", "weight") == "10");
+    agent.say("maint\n");
+    wait_until("agent maint", WAIT, || col("a", "status") == "MAINT");
+}

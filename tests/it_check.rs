@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use std::net::TcpListener;
+use std::time::Duration;
 
 const CHECK_DEFAULTS: &str = "global
     nbthread 1
@@ -718,4 +719,148 @@ fn agent_replies_change_weight_state_and_maxconn() {
     wait_until("full weight", WAIT, || col("a", "weight") == "10");
     agent.say("maint\n");
     wait_until("agent maint", WAIT, || col("a", "status") == "MAINT");
+}
+
+/// Config for observe tests: server `s1` whose traffic goes to `srv` but whose checks go to
+/// port `chk` on 127.0.0.1.
+fn observe_cfg(port: u16, srv: &str, chk: u16, opts: &str, extra: &str) -> String {
+    format!(
+        "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    retries 0\n    option log-health-checks\n{extra}    server s1 {srv} check port {chk} {opts}\n"
+    )
+}
+
+#[test]
+fn observe_layer4_mark_down_and_sudden_death() {
+    let live = TcpBackend::echo();
+    let chk = live.addr.port();
+    let dead = closed_port();
+    // mark-down: two failed connects take the server down at once.
+    let port = free_port();
+    let s = Sluice::start(&observe_cfg(
+        port,
+        &format!("127.0.0.1:{dead}"),
+        chk,
+        "inter 100ms rise 1 fall 3 observe layer4 error-limit 2 on-error mark-down",
+        "",
+    ));
+    s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    assert_eq!(http_get(port, "/1").status, 503);
+    assert_eq!(http_get(port, "/2").status, 503);
+    let line = s.wait_log_line(|l| l.contains("Server be/s1 is DOWN"), WAIT);
+    assert!(
+        line.contains(
+            "reason: Health analyze, info: \"Detected 2 consecutive errors, last one was: L4 unsuccessful connection\". "
+        ),
+        "{line}"
+    );
+    // The checks themselves pass: it comes back.
+    s.wait_log_line(|l| l.contains("Server be/s1 is UP"), WAIT);
+    drop(s);
+    // sudden-death: one error leaves the server one failure away from DOWN.
+    let port = free_port();
+    let s = Sluice::start(&observe_cfg(
+        port,
+        &format!("127.0.0.1:{dead}"),
+        chk,
+        "inter 100ms rise 1 fall 3 observe layer4 error-limit 1 on-error sudden-death",
+        "",
+    ));
+    s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    assert_eq!(http_get(port, "/1").status, 503);
+    let line = s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 failed, reason: Health analyze"),
+        WAIT,
+    );
+    assert!(line.ends_with("status: 1/3 UP."), "{line}");
+}
+
+#[test]
+fn on_error_fastinter_works_at_full_health() {
+    // HAProxy 2.7 fix: with `inter 10s`, a traffic error brings the next check within
+    // `fastinter` even though the server's health is at its maximum.
+    let live = TcpBackend::echo();
+    let dead = closed_port();
+    let port = free_port();
+    let s = Sluice::start(&observe_cfg(
+        port,
+        &format!("127.0.0.1:{dead}"),
+        live.addr.port(),
+        "inter 10s fastinter 100ms rise 1 fall 3 observe layer4 error-limit 1 on-error fastinter",
+        "",
+    ));
+    s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    wait_until("first check connection", WAIT, || live.conns() >= 1);
+    let before = live.conns();
+    assert_eq!(http_get(port, "/1").status, 503);
+    wait_until(
+        "a fastinter check after the error",
+        Duration::from_secs(3),
+        || live.conns() > before,
+    );
+}
+
+#[test]
+fn observe_layer7_counts_server_errors() {
+    let b = HttpBackend::with_handler("s1", |r| match r.target.as_str() {
+        "/fail" => Reply::status(500, "s1", "boom"),
+        "/nope" => Reply::status(501, "s1", "not implemented"),
+        _ => Reply::named("s1"),
+    });
+    let port = free_port();
+    let s = Sluice::start(&observe_cfg(
+        port,
+        &b.hostport(),
+        b.port(),
+        "inter 100ms rise 1 fall 2 observe layer7 error-limit 3 on-error mark-down",
+        "    option httpchk GET /health\n",
+    ));
+    s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    // 501 is the server's choice, not an error; a success resets the count.
+    for p in ["/fail", "/fail", "/nope", "/ok", "/fail", "/fail"] {
+        http_get(port, p);
+    }
+    assert!(!s.stdout.text().contains("is DOWN"), "{}", s.stdout.text());
+    http_get(port, "/fail");
+    let line = s.wait_log_line(|l| l.contains("Server be/s1 is DOWN"), WAIT);
+    assert!(
+        line.contains("info: \"Detected 3 consecutive errors, last one was: Wrong http response\""),
+        "{line}"
+    );
+}
+
+#[test]
+fn marked_down_shuts_sessions_down() {
+    use std::io::{Read, Write};
+    let echo = TcpBackend::echo();
+    let chk = TcpListener::bind(lo(0)).unwrap();
+    let chk_port = chk.local_addr().unwrap().port();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 2\n    log stdout format raw local0\ndefaults\n    mode tcp\n    log global\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\nlisten li\n    bind 127.0.0.1:{port}\n    server s1 {} check port {chk_port} inter 100ms rise 1 fall 1 on-marked-down shutdown-sessions\n",
+        echo.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(b"hi").unwrap();
+    let mut b = [0u8; 2];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"hi");
+    drop(chk);
+    s.wait_log_line(|l| l.contains("Server li/s1 is DOWN"), WAIT);
+    let mut rest = [0u8; 8];
+    let n = c.read(&mut rest).unwrap_or(0);
+    assert_eq!(n, 0, "the session was shut down with its server");
 }

@@ -864,3 +864,88 @@ fn marked_down_shuts_sessions_down() {
     let n = c.read(&mut rest).unwrap_or(0);
     assert_eq!(n, 0, "the session was shut down with its server");
 }
+
+#[test]
+fn slowstart_ramps_weight_after_coming_back() {
+    let a = HttpBackend::start("a");
+    let b = HttpBackend::start("b");
+    let chk = TcpListener::bind(lo(0)).unwrap();
+    let chk_port = chk.local_addr().unwrap().port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1 weight 100 maxconn 50 slowstart 2s\n    server b {} check inter 100ms\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let col = |c: &str| stat_col(&sock, "a", c);
+    // No slowstart at start-up.
+    assert_eq!(col("weight"), "100");
+    assert_eq!(col("throttle"), "");
+    drop(chk);
+    s.wait_log_line(|l| l.contains("Server be/a is DOWN"), WAIT);
+    let _back = TcpListener::bind(lo(chk_port)).expect("rebind the check port");
+    s.wait_log_line(|l| l.contains("Server be/a is UP"), WAIT);
+    // Starts near 1/16 of its weight, with its maxconn throttled, and ramps up to all of it.
+    let w: u32 = col("weight").parse().unwrap();
+    assert!((7..100).contains(&w), "weight right after coming back: {w}");
+    assert!(!col("throttle").is_empty());
+    let mut seen = vec![w];
+    wait_until("full weight after slowstart", WAIT, || {
+        let w: u32 = col("weight").parse().unwrap();
+        if seen.last() != Some(&w) {
+            seen.push(w);
+        }
+        w == 100
+    });
+    assert!(seen.len() >= 3, "the weight grew in steps: {seen:?}");
+    assert!(seen.windows(2).all(|p| p[0] < p[1]), "{seen:?}");
+    assert_eq!(col("throttle"), "");
+}
+
+#[test]
+fn track_follows_the_tracked_server() {
+    let a = HttpBackend::start("a");
+    let t = HttpBackend::start("t");
+    let o = HttpBackend::start("o");
+    let chk = TcpListener::bind(lo(0)).unwrap();
+    let chk_port = chk.local_addr().unwrap().port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1\n    server t {} track a\n    server o {} check inter 100ms\nbackend be2\n    server u {} track be/t\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        t.hostport(),
+        o.hostport(),
+        t.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    assert_eq!(stat_col(&sock, "t", "tracked"), "be/a");
+    assert_eq!(stat_col(&sock, "t", "status"), "UP");
+    drop(chk);
+    let line = s.wait_log_line(|l| l.contains("Server be/t is DOWN"), WAIT);
+    assert!(
+        line.contains("Server be/t is DOWN via be/a. 1 active and 0 backup servers left."),
+        "{line}"
+    );
+    s.wait_log_line(|l| l.contains("Server be2/u is DOWN via be/t."), WAIT);
+    assert_eq!(stat_col(&sock, "t", "status"), "DOWN");
+    assert_eq!(stat_column(&sock, "be2", "u", "status"), "DOWN");
+    for i in 0..6 {
+        assert_eq!(
+            http_get(port, &format!("/t{i}")).header("x-server"),
+            Some("o")
+        );
+    }
+    let _back = TcpListener::bind(lo(chk_port)).expect("rebind the check port");
+    s.wait_log_line(|l| l.contains("Server be/t is UP via be/a."), WAIT);
+    s.wait_log_line(|l| l.contains("Server be2/u is UP via be/t."), WAIT);
+    assert_eq!(stat_col(&sock, "t", "status"), "UP");
+}

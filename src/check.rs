@@ -456,28 +456,49 @@ pub fn observe_txn(srv: &ServerState, from_server: bool, status: i32, term: [u8;
 /// that thousands of servers do not all connect at once.
 pub fn spawn_checks(w: &Rc<Worker>, thread: usize, nbthread: usize) {
     let shared = w.shared.clone();
-    let mut n = 0usize;
+    let g = &shared.cfg.global.checks;
+    // HAProxy spreads first checks over the smallest interval of all (at most
+    // `max-spread-checks`), in declaration order.
+    let servers = || {
+        shared
+            .cfg
+            .proxies
+            .iter()
+            .flat_map(|p| p.servers.iter())
+            .filter(|s| s.check.is_some() || s.health.agent.is_some())
+    };
+    let total = servers().count().max(1) as u32;
+    let mininter = servers()
+        .flat_map(|s| {
+            s.check
+                .as_ref()
+                .map(|c| c.inter)
+                .into_iter()
+                .chain(s.health.agent.as_ref().map(|a| a.inter))
+        })
+        .min()
+        .unwrap_or(Duration::from_secs(2));
+    let window = g.max_spread.map_or(mininter, |m| m.min(mininter));
+    let mut n = 0u32;
     for (pi, p) in shared.cfg.proxies.iter().enumerate() {
         for (si, s) in p.servers.iter().enumerate() {
             if s.check.is_none() && s.health.agent.is_none() {
                 continue;
             }
-            let mine = n % nbthread == thread;
+            let offset = window * n / total;
+            let mine = n as usize % nbthread == thread;
             n += 1;
             if !mine {
                 continue;
             }
-            // Spread: the k-th checked server starts at k/97 of its interval.
-            let frac = (n % 97) as f64 / 97.0;
             if let Some(cfg) = s.check.clone() {
-                let offset = cfg.inter.mul_f64(frac);
+                load(thread).fetch_add(1, Relaxed);
                 let w = w.clone();
                 tokio::task::spawn_local(async move {
-                    run(w, pi, si, cfg, offset).await;
+                    run(w, pi, si, cfg, offset, false).await;
                 });
             }
-            if let Some(a) = &s.health.agent {
-                let offset = a.inter.mul_f64(frac);
+            if s.health.agent.is_some() {
                 tokio::task::spawn_local(run_agent(w.clone(), pi, si, offset));
             }
         }
@@ -486,17 +507,26 @@ pub fn spawn_checks(w: &Rc<Worker>, thread: usize, nbthread: usize) {
 
 /// Starts the checks of a server added at run time (`add server ... check`) on this thread.
 pub fn spawn_one(w: &Rc<Worker>, pi: usize, si: usize, cfg: CheckCfg) {
-    tokio::task::spawn_local(run(w.clone(), pi, si, cfg, Duration::ZERO));
+    load(w.id).fetch_add(1, Relaxed);
+    tokio::task::spawn_local(run(w.clone(), pi, si, cfg, Duration::ZERO, false));
 }
 
 /// The check task of one server: sleeps until the next check is due (or the data path reports
 /// `error-limit` errors), runs it, and applies the result.
-async fn run(w: Rc<Worker>, pi: usize, si: usize, cfg: CheckCfg, first: Duration) {
+async fn run(
+    w: Rc<Worker>,
+    pi: usize,
+    si: usize,
+    cfg: CheckCfg,
+    first: Duration,
+    mut migrated: bool,
+) {
     let shared = w.shared.clone();
     let p = &shared.cfg.proxies[pi];
     let srv = shared.server(pi, si);
     let Some(st) = srv.check.as_ref() else { return };
     let h = &srv.health;
+    let spread = shared.cfg.global.checks.spread;
     let mut due = tokio::time::Instant::now() + first;
     loop {
         tokio::select! {
@@ -512,19 +542,127 @@ async fn run(w: Rc<Worker>, pi: usize, si: usize, cfg: CheckCfg, first: Duration
             }
         }
         if w.stopping.get() || srv.deleted.load(Relaxed) {
+            load(w.id).fetch_sub(1, Relaxed);
             return;
         }
         if !st.enabled.load(Relaxed) {
             due = tokio::time::Instant::now() + cfg.inter;
             continue;
         }
+        // At most one migration per wake-up, and never right after one (no bouncing).
+        if !migrated && let Some(to) = migration_target(&w) {
+            let c2 = cfg.clone();
+            let job: crate::worker::CtlJob = Box::new(move |w2| {
+                tokio::task::spawn_local(run(w2.clone(), pi, si, c2, Duration::ZERO, true));
+            });
+            if let Some(tx) = shared.workers.get().and_then(|ws| ws.get(to)) {
+                load(to).fetch_add(1, Relaxed);
+                if tx.send(job).is_ok() {
+                    load(w.id).fetch_sub(1, Relaxed);
+                    return;
+                }
+                // That worker is gone (stopping): keep running here.
+                load(to).fetch_sub(1, Relaxed);
+            }
+        }
+        migrated = false;
         let start = Instant::now();
-        let out = check_once(&w, p, srv, &cfg).await;
+        let out = {
+            // `tune.max-checks-per-thread`: wait for a slot in this thread's FIFO.
+            let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
+            check_once(&w, p, srv, &cfg).await
+        };
         let took = start.elapsed();
         let ms = took.as_millis() as u64;
         st.durations.record(took);
         apply_result(&w, p, pi, si, out, ms);
-        due = tokio::time::Instant::now() + next_interval(st, h, &cfg);
+        due = tokio::time::Instant::now() + jitter(next_interval(st, h, &cfg), spread);
+    }
+}
+
+/// `spread-checks N`: HAProxy's random variation of each interval, within +/- N%.
+fn jitter(d: Duration, pct: u32) -> Duration {
+    if pct == 0 {
+        return d;
+    }
+    let rv = d.as_secs_f64() * pct as f64 / 100.0;
+    let r = crate::util::rand_u32() as f64 / u32::MAX as f64;
+    Duration::from_secs_f64((d.as_secs_f64() + rv * (1.0 - 2.0 * r)).max(0.001))
+}
+
+/// Check load per worker thread: check tasks it owns (what migration compares).
+static LOADS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
+
+fn load(thread: usize) -> &'static AtomicU32 {
+    &LOADS[thread % LOADS.len()]
+}
+
+/// DESIGN §5: a waking check moves to one random other thread whose check load is under half
+/// of this thread's.
+fn migration_target(w: &Worker) -> Option<usize> {
+    let n = w.shared.nbthread;
+    if n < 2 {
+        return None;
+    }
+    let k = crate::util::rand_u32() as usize % (n - 1);
+    let other = if k >= w.id { k + 1 } else { k };
+    should_migrate(load(w.id).load(Relaxed), load(other).load(Relaxed)).then_some(other)
+}
+
+/// `other` is under half of `mine` even once it has this check (so the check cannot bounce
+/// back at its next wake-up).
+fn should_migrate(mine: u32, other: u32) -> bool {
+    2 * (other + 1) <= mine
+}
+
+thread_local! {
+    /// This thread's running checks and the FIFO of those waiting for a slot.
+    static LIMITER: std::cell::RefCell<(u32, std::collections::VecDeque<tokio::sync::oneshot::Sender<()>>)> =
+        const { std::cell::RefCell::new((0, std::collections::VecDeque::new())) };
+}
+
+/// A running check's place under `tune.max-checks-per-thread`; handed to the oldest waiter
+/// when dropped.
+struct CheckSlot(bool);
+
+impl CheckSlot {
+    async fn take(max: u32) -> CheckSlot {
+        if max == 0 {
+            return CheckSlot(false);
+        }
+        let rx = LIMITER.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.0 < max {
+                l.0 += 1;
+                None
+            } else {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                l.1.push_back(tx);
+                Some(rx)
+            }
+        });
+        if let Some(rx) = rx {
+            // The slot of a finishing check is handed over as is (the count stays).
+            let _ = rx.await;
+        }
+        CheckSlot(true)
+    }
+}
+
+impl Drop for CheckSlot {
+    fn drop(&mut self) {
+        if !self.0 {
+            return;
+        }
+        LIMITER.with(|l| {
+            let mut l = l.borrow_mut();
+            while let Some(tx) = l.1.pop_front() {
+                if tx.send(()).is_ok() {
+                    return;
+                }
+            }
+            l.0 -= 1;
+        });
     }
 }
 
@@ -1606,6 +1744,7 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         let connect_to = p.timeouts.connect.map_or(cfg.inter, |c| c.min(cfg.inter));
         let read_to = p.timeouts.check.unwrap_or(cfg.inter);
         let addr = SocketAddr::new(cfg.addr.unwrap_or(srv.addr.load().ip()), cfg.port);
+        let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = async {
             let mut c = connect(addr, connect_to, false).await?;
             if let Some(s) = &cfg.send {
@@ -1647,7 +1786,8 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
                 apply_agent(&w, p, pi, si, &String::from_utf8_lossy(&line), ms);
             }
         }
-        tokio::time::sleep(cfg.inter).await;
+        drop(_slot);
+        tokio::time::sleep(jitter(cfg.inter, shared.cfg.global.checks.spread)).await;
     }
 }
 
@@ -1854,6 +1994,27 @@ mod tests {
         let r = parse_agent("up\tready junk stopped");
         assert_eq!(r.health, Some((false, "stopped".into())));
         assert_eq!(r.error.as_deref(), Some("junk"));
+    }
+
+    #[test]
+    fn spreading_and_migration_rules() {
+        let d = Duration::from_secs(1);
+        assert_eq!(jitter(d, 0), d);
+        for _ in 0..100 {
+            let j = jitter(d, 10);
+            assert!(
+                j >= Duration::from_millis(899) && j <= Duration::from_millis(1101),
+                "{j:?}"
+            );
+        }
+        assert!(should_migrate(10, 4));
+        assert!(!should_migrate(10, 5));
+        assert!(
+            !should_migrate(1, 0),
+            "a lone check does not bounce between threads"
+        );
+        // After a move the reverse move is never due.
+        assert!(should_migrate(4, 1) && !should_migrate(2, 3));
     }
 
     #[test]

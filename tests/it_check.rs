@@ -949,3 +949,30 @@ fn track_follows_the_tracked_server() {
     s.wait_log_line(|l| l.contains("Server be2/u is UP via be/t."), WAIT);
     assert_eq!(stat_col(&sock, "t", "status"), "UP");
 }
+
+#[test]
+fn max_checks_per_thread_queues_checks_in_order() {
+    // Three servers whose checks hang until `timeout check`: with a limit of 1 running check
+    // per thread, they never run at the same time, yet each one is checked.
+    let hang = || HttpBackend::with_handler("h", |_| Reply::Hang);
+    let (a, b, c) = (hang(), hang(), hang());
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n    tune.max-checks-per-thread 1\n    spread-checks 5\n    log stdout format raw local0\ndefaults\n    mode http\n    log global\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n    timeout check 200ms\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    option httpchk GET /health\n    default-server check inter 100ms rise 1 fall 1\n    server a {}\n    server b {}\n    server c {}\n",
+        a.hostport(),
+        b.hostport(),
+        c.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut most = 0;
+    wait_until("every server checked", WAIT, || {
+        let open = a.open_conns() + b.open_conns() + c.open_conns();
+        most = most.max(open);
+        a.conns() >= 2 && b.conns() >= 2 && c.conns() >= 2
+    });
+    assert_eq!(most, 1, "at most one check at a time");
+    for srv in ["a", "b", "c"] {
+        let line = s.wait_log_line(|l| l.contains(&format!("Server be/{srv} is DOWN")), WAIT);
+        assert!(line.contains("reason: Layer7 timeout"), "{line}");
+    }
+}

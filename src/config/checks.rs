@@ -190,3 +190,14 @@ pub struct HealthCfg {
     /// `track`, resolved: (proxy index, server index).
     pub track_idx: Option<(usize, usize)>,
 }
+
+/// Global check scheduling settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GlobalChecks {
+    /// `spread-checks N`: each interval varies randomly by up to N% (0..=50).
+    pub spread: u32,
+    /// `max-spread-checks T`: the start-up spread of first checks lasts at most T.
+    pub max_spread: Option<Duration>,
+    /// `tune.max-checks-per-thread N`: at most N checks run at once on a thread (0 = no limit).
+    pub max_per_thread: u32,
+}

@@ -126,6 +126,8 @@ pub struct Global {
     pub stats_sockets: Vec<StatsSocket>,
     /// `stats timeout` (default 10s): idle time allowed on a CLI connection.
     pub stats_timeout: Duration,
+    /// `spread-checks`, `max-spread-checks`, `tune.max-checks-per-thread`.
+    pub checks: GlobalChecks,
 }
 
 /// Privilege of a CLI socket (`level`), ordered: each level can do what the lower ones can.
@@ -164,6 +166,7 @@ impl Default for Global {
             hard_stop_after: None,
             stats_sockets: Vec::new(),
             stats_timeout: Duration::from_secs(10),
+            checks: GlobalChecks::default(),
         }
     }
 }

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use super::super::{
-    AgentCfg, CheckCfg, CheckRule, ConfigError, ConnectRule, ExpectKind, ExpectRule, HealthCfg,
-    HttpChk, HttpSend, Match, MatchMethod, Observe, OnError, Proxy, SendData, SendRule,
+    AgentCfg, CheckCfg, CheckRule, ConfigError, ConnectRule, ExpectKind, ExpectRule, GlobalChecks,
+    HealthCfg, HttpChk, HttpSend, Match, MatchMethod, Observe, OnError, Proxy, SendData, SendRule,
 };
 use super::proxy::Draft;
 use super::values::{arg, no_extra, parse_port, parse_range, parse_time};
@@ -772,6 +772,39 @@ pub(super) fn server_opt(
         )
         || opt == "check-via-socks4";
     known.then(r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Global keywords
+// ---------------------------------------------------------------------------------------------
+
+/// `spread-checks N`, `max-spread-checks T`, `tune.max-checks-per-thread N`; `None` for any
+/// other global keyword.
+pub(super) fn global_keyword(g: &mut GlobalChecks, w: &[String]) -> Option<Result<(), String>> {
+    let kw = w[0].as_str();
+    let r = || -> Result<(), String> {
+        match kw {
+            "spread-checks" => {
+                g.spread = parse_range(arg(w, 1, "percentage")?, 0, 50)
+                    .map_err(|e| format!("'spread-checks': {e}"))?
+                    as u32;
+            }
+            "max-spread-checks" => {
+                g.max_spread = Some(parse_time(arg(w, 1, "time")?)?);
+            }
+            _ => {
+                g.max_per_thread = parse_range(arg(w, 1, "number")?, 0, 1_000_000)
+                    .map_err(|e| format!("'tune.max-checks-per-thread': {e}"))?
+                    as u32;
+            }
+        }
+        no_extra(w, 2)
+    };
+    matches!(
+        kw,
+        "spread-checks" | "max-spread-checks" | "tune.max-checks-per-thread"
+    )
+    .then(r)
 }
 
 // ---------------------------------------------------------------------------------------------

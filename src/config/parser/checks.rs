@@ -686,7 +686,11 @@ pub(super) fn server_opt(
                 return Ok(if opt == "check-ssl" { 0 } else { 1 });
             }
             "no-check-ssl" => return Ok(0),
-            "check-proto" | "check-via-socks4" => {
+            "check-proto"
+            | "check-via-socks4"
+            | "check-reuse-pool"
+            | "no-check-reuse-pool"
+            | "check-pool-conn-name" => {
                 return Err(format!("server option '{opt}' is not supported by sluice"));
             }
             "agent-check" => o.agent = true,
@@ -768,9 +772,16 @@ pub(super) fn server_opt(
     let known = SERVER_OPTIONS.contains(&opt)
         || matches!(
             opt,
-            "check-ssl" | "check-sni" | "check-alpn" | "no-check-ssl" | "check-proto"
-        )
-        || opt == "check-via-socks4";
+            "check-ssl"
+                | "check-sni"
+                | "check-alpn"
+                | "no-check-ssl"
+                | "check-proto"
+                | "check-via-socks4"
+                | "check-reuse-pool"
+                | "no-check-reuse-pool"
+                | "check-pool-conn-name"
+        );
     known.then(r)
 }
 

@@ -456,6 +456,9 @@ pub fn observe_txn(srv: &ServerState, from_server: bool, status: i32, term: [u8;
 /// that thousands of servers do not all connect at once.
 pub fn spawn_checks(w: &Rc<Worker>, thread: usize, nbthread: usize) {
     let shared = w.shared.clone();
+    if let Ok(mut c) = CURRENT.lock() {
+        *c = Some(std::sync::Arc::downgrade(&shared));
+    }
     let g = &shared.cfg.global.checks;
     // HAProxy spreads first checks over the smallest interval of all (at most
     // `max-spread-checks`), in declaration order.
@@ -967,8 +970,48 @@ pub fn force(srv: &ServerState, be: &crate::backend::BackendState, up: bool) -> 
         }
         srv.last_change.store(unix_now(), Relaxed);
         be.changed();
+        // The CLI has no worker at hand: servers tracking this one follow it here.
+        let shared = CURRENT
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().and_then(|w| w.upgrade()));
+        if let Some(shared) = shared {
+            follow_trackers(&shared, be.proxy_idx, srv);
+        }
     }
     changed
+}
+
+/// The run-time state the workers use, for `force` (called by the CLI, which passes only the
+/// backend). Set when checks start; read on CLI commands only.
+static CURRENT: Mutex<Option<std::sync::Weak<crate::backend::Shared>>> = Mutex::new(None);
+
+/// Servers tracking `srv` (of proxy `pi`) take its state, recursively; no log lines (the
+/// command that forced the state is the reason).
+fn follow_trackers(shared: &crate::backend::Shared, pi: usize, srv: &ServerState) {
+    let be = shared.backend(pi);
+    let Some((si, _)) = be
+        .servers
+        .iter()
+        .enumerate()
+        .find(|(_, s)| std::ptr::eq(*s, srv))
+    else {
+        return;
+    };
+    let up = srv.up.load(Relaxed);
+    for (tpi, tp) in shared.cfg.proxies.iter().enumerate() {
+        for (tsi, ts) in tp.servers.iter().enumerate() {
+            if ts.health.track_idx != Some((pi, si)) {
+                continue;
+            }
+            let t = shared.server(tpi, tsi);
+            if t.up.swap(up, Relaxed) != up {
+                t.last_change.store(unix_now(), Relaxed);
+                shared.backend(tpi).changed();
+                follow_trackers(shared, tpi, t);
+            }
+        }
+    }
 }
 
 /// `on-error`: applies the configured reaction to `error-limit` consecutive traffic errors.
@@ -1077,6 +1120,8 @@ struct Conn {
     eof: bool,
     /// The last HTTP response allows another request on this connection.
     reusable: bool,
+    /// A request was sent on it already.
+    used: bool,
 }
 
 /// One step of a check sequence, with HAProxy's implicit steps made explicit.
@@ -1223,8 +1268,8 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                     }
                     _ => http_request(w, p, srv, p.options.httpchk.as_ref(), None, !more),
                 };
-                if http && !c.reusable && c.eof {
-                    // The previous response closed the connection: a new one for this request.
+                if http && c.used && !c.reusable {
+                    // The previous response ends the connection: a new one for this request.
                     let addr = c.s.peer_addr().ok();
                     if let Some(a) = addr {
                         match connect(a, connect_to, cfg.send_proxy).await {
@@ -1235,6 +1280,7 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 }
                 c.buf.clear();
                 c.reusable = false;
+                c.used = true;
                 let wr = tokio::time::timeout_at(deadline, c.s.write_all(&bytes)).await;
                 match wr {
                     Ok(Ok(())) => {}
@@ -1301,6 +1347,7 @@ async fn connect(
         buf: Vec::new(),
         eof: false,
         reusable: false,
+        used: false,
     };
     if proxy_hdr {
         // A check has no client: HAProxy sends the "UNKNOWN" form.

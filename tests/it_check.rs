@@ -66,7 +66,10 @@ fn tcp_check_marks_a_dead_server_down_and_traffic_avoids_it() {
     }
     assert_eq!(stat_col(&sock, "dead", "status"), "DOWN");
     assert_eq!(stat_col(&sock, "dead", "check_status"), "L4CON");
-    assert_eq!(stat_col(&sock, "good", "status"), "UP");
+    // First checks are spread over the interval: good's may come a little later.
+    wait_until("good checked", WAIT, || {
+        stat_col(&sock, "good", "status") == "UP"
+    });
     assert_eq!(stat_col(&sock, "good", "check_status"), "L4OK");
     assert_eq!(stat_col(&sock, "dead", "chkdown"), "1");
 
@@ -948,13 +951,35 @@ fn track_follows_the_tracked_server() {
     s.wait_log_line(|l| l.contains("Server be/t is UP via be/a."), WAIT);
     s.wait_log_line(|l| l.contains("Server be2/u is UP via be/t."), WAIT);
     assert_eq!(stat_col(&sock, "t", "status"), "UP");
+    // A state forced over the CLI is followed too.
+    assert_eq!(stats_cli(&sock, "disable health be/a"), "\n");
+    assert_eq!(stats_cli(&sock, "set server be/a health down"), "\n");
+    assert_eq!(stat_col(&sock, "t", "status"), "DOWN");
+    assert_eq!(stat_column(&sock, "be2", "u", "status"), "DOWN");
 }
 
 #[test]
 fn max_checks_per_thread_queues_checks_in_order() {
-    // Three servers whose checks hang until `timeout check`: with a limit of 1 running check
-    // per thread, they never run at the same time, yet each one is checked.
-    let hang = || HttpBackend::with_handler("h", |_| Reply::Hang);
+    // Three servers whose checks hang until `timeout check` (200ms): with a limit of 1 running
+    // check per thread, each check starts only once the previous one gave up, in order.
+    let starts = std::sync::Arc::new(std::sync::Mutex::new(
+        Vec::<(std::time::Instant, u16)>::new(),
+    ));
+    let hang = || {
+        let st = starts.clone();
+        let t = std::sync::Arc::new(std::sync::OnceLock::<u16>::new());
+        let t2 = t.clone();
+        let b = TcpBackend::with_handler(move |mut s, _| {
+            use std::io::Read;
+            st.lock()
+                .unwrap()
+                .push((std::time::Instant::now(), *t2.get().unwrap_or(&0)));
+            let mut buf = [0u8; 256];
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+        });
+        let _ = t.set(b.addr.port());
+        b
+    };
     let (a, b, c) = (hang(), hang(), hang());
     let port = free_port();
     let cfg = format!(
@@ -964,15 +989,98 @@ fn max_checks_per_thread_queues_checks_in_order() {
         c.hostport()
     );
     let s = Sluice::start(&cfg);
-    let mut most = 0;
-    wait_until("every server checked", WAIT, || {
-        let open = a.open_conns() + b.open_conns() + c.open_conns();
-        most = most.max(open);
-        a.conns() >= 2 && b.conns() >= 2 && c.conns() >= 2
-    });
-    assert_eq!(most, 1, "at most one check at a time");
     for srv in ["a", "b", "c"] {
         let line = s.wait_log_line(|l| l.contains(&format!("Server be/{srv} is DOWN")), WAIT);
         assert!(line.contains("reason: Layer7 timeout"), "{line}");
     }
+    let st = starts.lock().unwrap().clone();
+    assert!(st.len() >= 3, "{st:?}");
+    // Declaration order, then one at a time: each start waits for the previous timeout.
+    let order: Vec<u16> = st.iter().take(3).map(|(_, p)| *p).collect();
+    assert_eq!(order, vec![a.addr.port(), b.addr.port(), c.addr.port()]);
+    for w in st.windows(2).take(2) {
+        let gap = w[1].0 - w[0].0;
+        assert!(
+            gap >= Duration::from_millis(150),
+            "checks overlapped: {gap:?}"
+        );
+    }
+}
+
+#[test]
+fn marked_up_shuts_backup_sessions_down() {
+    use std::io::{Read, Write};
+    let echo = TcpBackend::echo();
+    let chk_port = closed_port();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 2\n    log stdout format raw local0\ndefaults\n    mode tcp\n    log global\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\nlisten li\n    bind 127.0.0.1:{port}\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1 on-marked-up shutdown-backup-sessions\n    server bk {} backup\n",
+        echo.hostport(),
+        echo.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    s.wait_log_line(|l| l.contains("Server li/a is DOWN"), WAIT);
+    // Served by the backup.
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(b"hi").unwrap();
+    let mut b = [0u8; 2];
+    c.read_exact(&mut b).unwrap();
+    let _chk = TcpListener::bind(lo(chk_port)).expect("bind the check port");
+    s.wait_log_line(|l| l.contains("Server li/a is UP"), WAIT);
+    let mut rest = [0u8; 8];
+    assert_eq!(
+        c.read(&mut rest).unwrap_or(0),
+        0,
+        "the backup's session was shut down"
+    );
+}
+
+#[test]
+fn checks_never_use_data_connections() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms\n",
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    for i in 0..5 {
+        assert_eq!(c.get(&format!("/r{i}")).status, 200);
+    }
+    wait_until("three checks", WAIT, || {
+        b.requests()
+            .iter()
+            .filter(|r| r.target == "/health")
+            .count()
+            >= 3
+    });
+    assert_eq!(c.get("/last").status, 200);
+    let reqs = b.requests();
+    let checks: Vec<usize> = reqs
+        .iter()
+        .filter(|r| r.target == "/health")
+        .map(|r| r.conn_id)
+        .collect();
+    let data: Vec<usize> = reqs
+        .iter()
+        .filter(|r| r.target != "/health")
+        .map(|r| r.conn_id)
+        .collect();
+    assert!(
+        checks.iter().all(|c| !data.contains(c)),
+        "checks {checks:?} data {data:?}"
+    );
+    let mut uniq = checks.clone();
+    uniq.dedup();
+    assert_eq!(
+        uniq.len(),
+        checks.len(),
+        "one fresh connection per check: {checks:?}"
+    );
+    assert!(
+        data.windows(2).all(|w| w[0] == w[1]),
+        "traffic reused its pooled connection: {data:?}"
+    );
 }

@@ -333,7 +333,7 @@ fn tcp_send(w: &[String], binary: bool) -> Result<SendRule, String> {
 }
 
 fn hex(s: &str) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(format!("'{s}' is not an even number of hexadecimal digits"));
     }
     (0..s.len())

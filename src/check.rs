@@ -573,7 +573,9 @@ async fn run(
         let out = {
             // `tune.max-checks-per-thread`: wait for a slot in this thread's FIFO.
             let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
-            check_once(&w, p, srv, &cfg).await
+            // Boxed: the running check's state lives on the heap only while it runs, so a
+            // sleeping check task stays small.
+            Box::pin(check_once(&w, p, srv, &cfg)).await
         };
         let took = start.elapsed();
         let ms = took.as_millis() as u64;
@@ -806,6 +808,9 @@ fn update_state(w: &Worker, pi: usize, si: usize, why: &Why) -> bool {
         srv.health.nolb.store(false, Relaxed);
         srv.health.ss_w16.store(0, Relaxed);
         srv.health.ss_pct.store(0, Relaxed);
+    } else if let Some(t) = srv.conf.health.slowstart {
+        // Throttled before anything sees it up (tables, logs, stats).
+        start_slowstart(w, pi, si, t);
     }
     let be = shared.backend(pi);
     be.changed();
@@ -847,9 +852,6 @@ fn update_state(w: &Worker, pi: usize, si: usize, why: &Why) -> bool {
             .map(|(i, _)| i)
             .collect();
         kill_sessions(w, pi, &backups);
-    }
-    if up && let Some(t) = h.slowstart {
-        start_slowstart(w, pi, si, t);
     }
     // Servers tracking this one follow it.
     let me = format!("{}/{}", p.name, srv.name);
@@ -1359,22 +1361,27 @@ async fn connect(
 }
 
 /// Reads once more into `c.buf` (bounded); false at EOF, error, or when the buffer is full.
+/// Reads straight into the heap buffer: no array lives in the check task's future, so an idle
+/// check keeps no buffer.
 async fn read_more(c: &mut Conn, deadline: tokio::time::Instant) -> Result<bool, ()> {
     if c.eof || c.buf.len() >= MAX_READ {
         return Ok(false);
     }
-    let mut chunk = [0u8; 4096];
-    let room = (MAX_READ - c.buf.len()).min(chunk.len());
-    match tokio::time::timeout_at(deadline, c.s.read(&mut chunk[..room])).await {
+    let start = c.buf.len();
+    c.buf.resize(start + (MAX_READ - start).min(4096), 0);
+    let r = tokio::time::timeout_at(deadline, c.s.read(&mut c.buf[start..])).await;
+    let n = match &r {
+        Ok(Ok(n)) => *n,
+        _ => 0,
+    };
+    c.buf.truncate(start + n);
+    match r {
         Err(_) => Err(()),
         Ok(Ok(0)) | Ok(Err(_)) => {
             c.eof = true;
             Ok(false)
         }
-        Ok(Ok(n)) => {
-            c.buf.extend_from_slice(&chunk[..n]);
-            Ok(true)
-        }
+        Ok(Ok(_)) => Ok(true),
     }
 }
 
@@ -1792,7 +1799,7 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         let read_to = p.timeouts.check.unwrap_or(cfg.inter);
         let addr = SocketAddr::new(cfg.addr.unwrap_or(srv.addr.load().ip()), cfg.port);
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
-        let res = async {
+        let res = Box::pin(async {
             let mut c = connect(addr, connect_to, false).await?;
             if let Some(s) = &cfg.send {
                 c.s.write_all(s.as_bytes())
@@ -1812,7 +1819,7 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
                     Err(()) => return Err((Status::L7Tout, String::new())),
                 }
             }
-        }
+        })
         .await;
         let ms = start.elapsed().as_millis() as u64;
         ag.last_duration_ms.store(ms, Relaxed);

@@ -113,7 +113,17 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             }
             "tcplog" => o.tcplog = false,
             "redispatch" => o.redispatch = false,
-            "httpchk" | "tcp-check" => o.check_type = super::super::CheckType::Connect,
+            // Back to plain connects only if that was the check type in force.
+            "httpchk" | "tcp-check" => {
+                let t = if name == "httpchk" {
+                    super::super::CheckType::Http
+                } else {
+                    super::super::CheckType::Tcp
+                };
+                if o.check_type == t {
+                    o.check_type = super::super::CheckType::Connect;
+                }
+            }
             "log-health-checks" => o.log_health_checks = false,
             // As in HAProxy, `no option X` returns to the default connection mode only if X is
             // the current one (`option httpclose` + `no option http-server-close` keeps close).

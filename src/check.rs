@@ -56,13 +56,16 @@ pub enum Status {
 
 impl Status {
     /// Every result a finished check can have, in HAProxy's order of check statuses.
-    pub const RESULTS: [Status; 7] = [
+    pub const RESULTS: [Status; 10] = [
+        Status::Hana,
+        Status::SockErr,
         Status::L4Ok,
         Status::L4Tout,
         Status::L4Con,
         Status::L7Tout,
         Status::L7Rsp,
         Status::L7Ok,
+        Status::L7OkC,
         Status::L7Sts,
     ];
 

@@ -1084,3 +1084,62 @@ fn checks_never_use_data_connections() {
         "traffic reused its pooled connection: {data:?}"
     );
 }
+
+#[test]
+fn downinter_and_fastinter_pace_the_checks() {
+    // The checked service fails (closes at once) until `ok` is set, then answers "OK".
+    let ok = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let times = std::sync::Arc::new(std::sync::Mutex::new(
+        Vec::<(std::time::Instant, bool)>::new(),
+    ));
+    let (o, t) = (ok.clone(), times.clone());
+    let srv = TcpBackend::with_handler(move |mut s, _| {
+        use std::io::Write;
+        let good = o.load(std::sync::atomic::Ordering::SeqCst);
+        t.lock().unwrap().push((std::time::Instant::now(), good));
+        if good {
+            let _ = s.write_all(b"OK\n");
+        }
+    });
+    let port = free_port();
+    let rules = "    tcp-check expect string OK\n";
+    let s = Sluice::start(&tcp_cfg(
+        port,
+        rules,
+        &srv.hostport(),
+        "inter 10s fastinter 200ms downinter 100ms rise 3 fall 2",
+    ));
+    // Down at the first failure, then checked every `downinter`, not every `inter`.
+    s.wait_log_line(|l| l.contains("Server li/s1 is DOWN"), WAIT);
+    wait_until("checks at downinter", WAIT, || {
+        times.lock().unwrap().len() >= 5
+    });
+    // Coming back: `fastinter` between the checks that raise the health.
+    ok.store(true, std::sync::atomic::Ordering::SeqCst);
+    s.wait_log_line(|l| l.contains("Server li/s1 is UP"), WAIT);
+    let up_at = std::time::Instant::now();
+    let good: Vec<std::time::Instant> = times
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(good.len(), 3, "rise 3");
+    for w in good.windows(2) {
+        assert!(
+            w[1] - w[0] >= Duration::from_millis(190),
+            "{:?}",
+            w[1] - w[0]
+        );
+    }
+    // UP and healthy: back to `inter` (10s), so no check for a good while.
+    std::thread::sleep(Duration::from_millis(800));
+    let after = times
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, _)| *t > up_at)
+        .count();
+    assert_eq!(after, 0, "no check within inter once UP");
+}

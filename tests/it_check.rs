@@ -275,6 +275,20 @@ fn cli_forces_health_and_moves_a_server() {
         "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n\n"
     );
     assert!(stats_cli(&sock, "set server be/a addr nowhere").starts_with("Invalid addr"));
+    // Agents and tracking are not wired for servers added at run time: refused, not ignored.
+    let reply = stats_cli(
+        &sock,
+        "add server be/x 127.0.0.1:1 agent-check agent-port 1",
+    );
+    assert!(
+        reply.contains("'agent-check' is not supported on 'add server'"),
+        "{reply}"
+    );
+    let reply = stats_cli(&sock, "add server be/x 127.0.0.1:1 track a");
+    assert!(
+        reply.contains("'track' is not supported on 'add server'"),
+        "{reply}"
+    );
 }
 
 /// A backend section `be` with one checked server `s1` at `b`, these extra lines, and a

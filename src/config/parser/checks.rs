@@ -603,6 +603,20 @@ impl ServerCheckOpts {
     }
 }
 
+impl ServerCheckOpts {
+    /// What `add server` (CLI) cannot do yet: its checks start from the CLI, but agents and
+    /// tracking are wired at start-up only.
+    pub fn validate_dynamic(&self) -> Result<(), String> {
+        if self.agent {
+            return Err("'agent-check' is not supported on 'add server' by sluice".into());
+        }
+        if self.health.track.is_some() {
+            return Err("'track' is not supported on 'add server' by sluice".into());
+        }
+        Ok(())
+    }
+}
+
 /// Check options a `server` line accepts (for "did you mean").
 pub(super) const SERVER_OPTIONS: &[&str] = &[
     "check",

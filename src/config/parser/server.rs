@@ -432,6 +432,7 @@ pub fn dynamic_server(name: &str, addr: &str, opts: &[String]) -> Result<Server,
     let mut id = None;
     server_opts(opts, &mut o, Some(&mut id))?;
     o.chk.validate()?;
+    o.chk.validate_dynamic()?;
     let origin = Origin {
         file: "stats socket".into(),
         line: 0,

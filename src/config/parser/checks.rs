@@ -700,11 +700,7 @@ pub(super) fn server_opt(
                 return Ok(if opt == "check-ssl" { 0 } else { 1 });
             }
             "no-check-ssl" => return Ok(0),
-            "check-proto"
-            | "check-via-socks4"
-            | "check-reuse-pool"
-            | "no-check-reuse-pool"
-            | "check-pool-conn-name" => {
+            "check-proto" | "check-via-socks4" | "check-reuse-pool" | "no-check-reuse-pool" => {
                 return Err(format!("server option '{opt}' is not supported by sluice"));
             }
             "agent-check" => o.agent = true,
@@ -794,7 +790,6 @@ pub(super) fn server_opt(
                 | "check-via-socks4"
                 | "check-reuse-pool"
                 | "no-check-reuse-pool"
-                | "check-pool-conn-name"
         );
     known.then(r)
 }

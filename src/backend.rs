@@ -57,6 +57,8 @@ pub struct ServerState {
     pub pool: PoolGauges,
     /// Health-check state, for servers with `check`.
     pub check: Option<crate::check::CheckState>,
+    /// Observe counters, NOLB, slowstart throttles, agent state (the `check` module's).
+    pub health: crate::check::Health,
     /// The `server` line it was built from (or the `add server` command): settings that never
     /// change at run time (pool limits, check port, whether `id` was explicit).
     pub conf: Server,
@@ -369,6 +371,7 @@ impl ServerState {
             drain: AtomicBool::new(false),
             pool: PoolGauges::new(nbthread),
             check: s.check.as_ref().map(crate::check::CheckState::new),
+            health: crate::check::Health::new(s),
             timers: crate::histogram::Timers::new(nbthread),
             iweight: s.weight,
             last_change: AtomicU64::new(unix_now()),
@@ -387,23 +390,37 @@ impl ServerState {
         !self.maint.load(Relaxed) && self.up.load(Relaxed) && !self.deleted.load(Relaxed)
     }
 
-    /// Effective weight: the user weight, or 0 while draining.
+    /// Effective weight: the user weight, or 0 while draining (admin drain, or NOLB from
+    /// `disable-on-404`), scaled down during `slowstart`.
     pub fn eweight(&self) -> u32 {
-        if self.drain.load(Relaxed) {
-            0
-        } else {
-            self.weight.load(Relaxed)
+        if self.drain.load(Relaxed) || self.health.nolb.load(Relaxed) {
+            return 0;
+        }
+        let w = self.weight.load(Relaxed);
+        match self.health.ss_w16.load(Relaxed) {
+            0 => w,
+            k => (w * k).div_ceil(16),
+        }
+    }
+
+    /// Effective maxconn (0 = unlimited): `maxconn`, scaled down during `slowstart`.
+    pub fn eff_maxconn(&self) -> u32 {
+        let m = self.maxconn.load(Relaxed);
+        match self.health.ss_pct.load(Relaxed) {
+            0 => m,
+            _ if m == 0 => 0,
+            pct => (m * pct / 100).max(1),
         }
     }
 
     fn has_room(&self) -> bool {
-        let m = self.maxconn.load(Relaxed);
+        let m = self.eff_maxconn();
         m == 0 || self.served.load(SeqCst) < m
     }
 
     /// Takes a slot if the server is below its maxconn.
     fn try_take(&self) -> bool {
-        let m = self.maxconn.load(Relaxed);
+        let m = self.eff_maxconn();
         let mut cur = self.served.load(SeqCst);
         loop {
             if m != 0 && cur >= m {

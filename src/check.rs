@@ -1,26 +1,38 @@
-//! `check`: server health checks (DESIGN §5), first slice: TCP connect checks and
-//! `option httpchk` with `http-check expect`, `inter`/`fastinter`/`downinter`, `rise`/`fall`,
-//! `port`/`addr`, `timeout check`, HAProxy's state machine, log lines and stats columns.
+//! `check`: server health (DESIGN §5): TCP connect checks, `option httpchk` with `http-check
+//! connect|send|expect` sequences (`disable-on-404`, `send-state`), `option tcp-check` rule
+//! sequences, agent checks, `observe` + `on-error` (traffic errors reported by the data path),
+//! `slowstart`, `track`, `on-marked-down|up`, HAProxy's state machine, log lines and the state
+//! the stats plane reads.
 //!
-//! Owns each checked server's check task (spread over the worker threads at start-up, one
-//! task per server on its thread) and the shared `CheckState` the stats plane reads. It
-//! changes a server's operational state (`ServerState::up`) and asks the backend to rebuild
-//! its tables; it must not touch client or pooled server connections: checks use their own.
+//! Owns each checked server's check task and agent task (spread over the worker threads at
+//! start-up; both tasks of a server live on one thread), and the shared `CheckState` / `Health`
+//! atomics. It changes a server's operational state (`ServerState::up`), its NOLB and slowstart
+//! throttles, and asks the backend to rebuild its tables. Checks use their own connections:
+//! they must never take or return a pooled data connection, and the data path reaches this
+//! module only through [`observe`] / [`observe_txn`] (relaxed atomics, no lock).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Mutex;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::backend::unix_now;
-use crate::config::{CheckCfg, ExpectKind, Proxy};
+use crate::backend::{ServerState, unix_now};
+use crate::config::{
+    CheckCfg, CheckRule, CheckType, ConnectRule, ExpectKind, ExpectRule, HttpChk, HttpSend,
+    Observe, OnError, Proxy, SendData,
+};
 use crate::worker::Worker;
 
-/// Result codes, as HAProxy names them in `check_status`.
+// =============================================================================================
+// Types
+// =============================================================================================
+
+/// Result codes, as HAProxy names them in `check_status` / `agent_status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Status {
@@ -33,17 +45,27 @@ pub enum Status {
     L7Tout,
     L7Rsp,
     L7Sts,
+    /// `disable-on-404`: a 404 from a server that was up (it goes NOLB).
+    L7OkC,
+    /// `on-error`: a failure simulated from traffic errors.
+    Hana,
+    SockErr,
+    /// An agent reply without a health word.
+    Checked,
 }
 
 impl Status {
     /// Every result a finished check can have, in HAProxy's order of check statuses.
-    pub const RESULTS: [Status; 7] = [
+    pub const RESULTS: [Status; 10] = [
+        Status::Hana,
+        Status::SockErr,
         Status::L4Ok,
         Status::L4Tout,
         Status::L4Con,
         Status::L7Tout,
         Status::L7Rsp,
         Status::L7Ok,
+        Status::L7OkC,
         Status::L7Sts,
     ];
 
@@ -56,6 +78,10 @@ impl Status {
             5 => Status::L7Tout,
             6 => Status::L7Rsp,
             7 => Status::L7Sts,
+            8 => Status::L7OkC,
+            9 => Status::Hana,
+            10 => Status::SockErr,
+            11 => Status::Checked,
             _ => Status::Ini,
         }
     }
@@ -71,11 +97,15 @@ impl Status {
             Status::L7Tout => "L7TOUT",
             Status::L7Rsp => "L7RSP",
             Status::L7Sts => "L7STS",
+            Status::L7OkC => "L7OKC",
+            Status::Hana => "HANA",
+            Status::SockErr => "SOCKERR",
+            Status::Checked => "CHECKED",
         }
     }
 
     /// HAProxy's reason text for log lines.
-    fn reason(self) -> &'static str {
+    pub fn reason(self) -> &'static str {
         match self {
             Status::Ini => "Initializing",
             Status::L4Ok => "Layer4 check passed",
@@ -85,31 +115,46 @@ impl Status {
             Status::L7Tout => "Layer7 timeout",
             Status::L7Rsp => "Layer7 invalid response",
             Status::L7Sts => "Layer7 wrong status",
+            Status::L7OkC => "Layer7 check conditionally passed",
+            Status::Hana => "Health analyze",
+            Status::SockErr => "Socket error",
+            Status::Checked => "No status change",
         }
     }
 
     fn ok(self) -> bool {
-        matches!(self, Status::L4Ok | Status::L7Ok)
+        matches!(self, Status::L4Ok | Status::L7Ok | Status::L7OkC)
+    }
+
+    /// HAProxy prints `, code: N` for these (its `HCHK_STATUS_L57DATA` and above).
+    fn has_code(self) -> bool {
+        matches!(self, Status::L7Ok | Status::L7OkC | Status::L7Sts)
     }
 
     /// HAProxy's numeric `HCHK_STATUS_*` value (`show servers state`'s `srv_check_status`).
     pub fn haproxy_code(self) -> u32 {
         match self {
             Status::Ini => 1,
+            Status::Checked => 3,
+            Status::Hana => 4,
+            Status::SockErr => 5,
             Status::L4Ok => 6,
             Status::L4Tout => 7,
             Status::L4Con => 8,
             Status::L7Tout => 12,
             Status::L7Rsp => 13,
             Status::L7Ok => 15,
+            Status::L7OkC => 16,
             Status::L7Sts => 17,
         }
     }
 
-    /// HAProxy's `CHK_RES_*`: 0 unknown, 2 failed, 3 passed.
+    /// HAProxy's `CHK_RES_*`: 0 unknown, 1 neutral, 2 failed, 3 passed, 4 conditionally passed.
     pub fn result_code(self) -> u32 {
         match self {
             Status::Ini => 0,
+            Status::Checked => 1,
+            Status::L7OkC => 4,
             s if s.ok() => 3,
             _ => 2,
         }
@@ -131,10 +176,133 @@ pub struct CheckState {
     pub failed: AtomicU64,
     pub downs: AtomicU64,
     /// `disable health` stops the checks (the server then counts as UP) until `enable health`.
-    pub enabled: std::sync::atomic::AtomicBool,
+    pub enabled: AtomicBool,
     /// How long every check took (the exporter's `haproxy_server_check_time_seconds`).
     pub durations: crate::histogram::Histogram,
+    /// The last result's info text (`check_desc`). Written once per check, never by traffic.
+    desc: Mutex<String>,
 }
+
+/// The agent's view of a server (`agent-check`), shared with the stats plane.
+#[derive(Debug)]
+pub struct AgentState {
+    /// The agent's last health word: `up` (true) or `down|stopped|fail` (false).
+    pub up: AtomicBool,
+    status: AtomicU8,
+    pub last_duration_ms: AtomicU64,
+    desc: Mutex<String>,
+}
+
+/// Per-server health bookkeeping that does not need `check`: traffic observation, NOLB,
+/// slowstart throttles, the agent. Lives in every `ServerState`.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Consecutive errors seen by the data path (`observe`).
+    pub errors: AtomicU32,
+    /// The last one (an `Observed` as u8), for the log text.
+    last_error: AtomicU8,
+    /// Set by the data path when `errors` reaches `error-limit`; the check task acts on it.
+    hana_pending: AtomicBool,
+    /// Times `on-error` fired (`hanafail`).
+    pub failed_hana: AtomicU64,
+    /// Wakes the check task early (traffic errors).
+    wake: tokio::sync::Notify,
+    /// The 2.7 fix: the next check comes after `fastinter` even at full health.
+    fastinter_once: AtomicBool,
+    /// `disable-on-404` put the server in NOLB (stopping): effective weight 0.
+    pub nolb: AtomicBool,
+    /// Slowstart: the weight factor in 16ths (0 = not throttled) and the maxconn percentage.
+    pub ss_w16: AtomicU32,
+    pub ss_pct: AtomicU32,
+    pub agent: Option<AgentState>,
+}
+
+/// What the data path saw on a server (HAProxy's `HANA_STATUS_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Observed {
+    L4Ok = 1,
+    L4Err,
+    HttpOk,
+    HttpSts,
+    HttpRsp,
+    ReadTimeout,
+    BrokenPipe,
+}
+
+impl Observed {
+    fn from_u8(v: u8) -> Observed {
+        match v {
+            1 => Observed::L4Ok,
+            2 => Observed::L4Err,
+            3 => Observed::HttpOk,
+            4 => Observed::HttpSts,
+            5 => Observed::HttpRsp,
+            6 => Observed::ReadTimeout,
+            _ => Observed::BrokenPipe,
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            Observed::L4Ok => "L4 successful connection",
+            Observed::L4Err => "L4 unsuccessful connection",
+            Observed::HttpOk => "Correct http response",
+            Observed::HttpSts => "Wrong http response",
+            Observed::HttpRsp => "Invalid http response",
+            Observed::ReadTimeout => "Read timeout (http)",
+            Observed::BrokenPipe => "Close from server (http)",
+        }
+    }
+
+    /// HAProxy's table: `Some(true)` an error, `Some(false)` a success, `None` ignored.
+    fn verdict(self, mode: Observe) -> Option<bool> {
+        match (self, mode) {
+            (Observed::L4Ok, Observe::Layer4) => Some(false),
+            (Observed::L4Ok, Observe::Layer7) => None,
+            (Observed::L4Err, _) => Some(true),
+            (_, Observe::Layer4) => None,
+            (Observed::HttpOk, Observe::Layer7) => Some(false),
+            (_, Observe::Layer7) => Some(true),
+        }
+    }
+}
+
+/// One check's outcome.
+struct Outcome {
+    status: Status,
+    code: u16,
+    desc: String,
+}
+
+impl Outcome {
+    fn new(status: Status, code: u16, desc: impl Into<String>) -> Outcome {
+        Outcome {
+            status,
+            code,
+            desc: desc.into(),
+        }
+    }
+}
+
+/// What changed a server's operational state (for the log line).
+enum Why<'a> {
+    Check {
+        status: Status,
+        code: u16,
+        desc: &'a str,
+        ms: Option<u64>,
+    },
+    /// `track`: the state of `be/srv`.
+    Via(&'a str),
+}
+
+/// Reads at most this much of a check response (HAProxy reads one buffer).
+const MAX_READ: usize = 16384;
+
+// =============================================================================================
+// Shared state
+// =============================================================================================
 
 impl CheckState {
     pub fn new(c: &CheckCfg) -> CheckState {
@@ -148,13 +316,23 @@ impl CheckState {
             last_duration_ms: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             downs: AtomicU64::new(0),
-            enabled: std::sync::atomic::AtomicBool::new(true),
+            enabled: AtomicBool::new(true),
             durations: crate::histogram::Histogram::default(),
+            desc: Mutex::new(String::new()),
         }
     }
 
     pub fn status(&self) -> Status {
         Status::from_u8(self.status.load(Relaxed))
+    }
+
+    /// `check_desc`: the last result's info text.
+    pub fn desc(&self) -> String {
+        self.desc.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+
+    fn up(&self) -> bool {
+        self.health.load(Relaxed) >= self.rise
     }
 
     /// The stats `status` text: `UP`, `DOWN`, or a transition such as `UP 1/3`/`DOWN 1/2`.
@@ -176,81 +354,398 @@ impl CheckState {
     }
 }
 
-/// Starts the check tasks of the servers this worker thread owns: checked servers are dealt
-/// round-robin over threads, and each first check is spread over its interval so that
-/// thousands of servers do not all connect at once.
+impl AgentState {
+    fn new() -> AgentState {
+        AgentState {
+            up: AtomicBool::new(true),
+            status: AtomicU8::new(Status::Ini as u8),
+            last_duration_ms: AtomicU64::new(0),
+            desc: Mutex::new(String::new()),
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        Status::from_u8(self.status.load(Relaxed))
+    }
+
+    pub fn desc(&self) -> String {
+        self.desc.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+}
+
+impl Health {
+    pub fn new(s: &crate::config::Server) -> Health {
+        Health {
+            agent: s.health.agent.as_ref().map(|_| AgentState::new()),
+            ..Health::default()
+        }
+    }
+
+    /// The slowstart throttle (`throttle` column), when ramping.
+    pub fn throttle(&self) -> Option<u32> {
+        match self.ss_pct.load(Relaxed) {
+            0 => None,
+            p => Some(p),
+        }
+    }
+}
+
+/// The one seam for TLS checks (`check-ssl`, `tcp-check connect ssl|sni`): refused with this
+/// reason until sluice has TLS; the TLS work replaces it (and wraps the stream in `connect`).
+pub fn tls_check_support() -> Result<(), &'static str> {
+    Err("TLS checks need TLS support, which this build of sluice does not have")
+}
+
+// =============================================================================================
+// The data path's seam: `observe`
+// =============================================================================================
+
+/// Reports what traffic saw on server `srv`: a relaxed load when `observe` is off; a relaxed
+/// add (or a store on a success after errors) when on; at `error-limit` errors, one flag swap
+/// and a wake of the check task, which applies `on-error`.
+#[inline]
+pub fn observe(srv: &ServerState, ev: Observed) {
+    let Some(mode) = srv.conf.health.observe else {
+        return;
+    };
+    let Some(error) = ev.verdict(mode) else {
+        return;
+    };
+    let h = &srv.health;
+    if !error {
+        if h.errors.load(Relaxed) != 0 {
+            h.errors.store(0, Relaxed);
+        }
+        return;
+    }
+    let n = h.errors.fetch_add(1, Relaxed) + 1;
+    h.last_error.store(ev as u8, Relaxed);
+    if n >= srv.conf.health.error_limit && !h.hana_pending.swap(true, Relaxed) {
+        h.wake.notify_one();
+    }
+}
+
+/// An HTTP transaction's end as the data path accounts it: the status from the server, or the
+/// termination state when the server failed before its response head (`SH`, `sH`).
+#[inline]
+pub fn observe_txn(srv: &ServerState, from_server: bool, status: i32, term: [u8; 2]) {
+    if srv.conf.health.observe != Some(Observe::Layer7) {
+        return;
+    }
+    let ev = if from_server {
+        // HAProxy: 5xx are errors, except 501 and 505 (the server's own choice).
+        if (100..500).contains(&status) || status == 501 || status == 505 {
+            Observed::HttpOk
+        } else {
+            Observed::HttpSts
+        }
+    } else {
+        match term {
+            [b'S', b'H'] => Observed::HttpRsp,
+            [b's', b'H'] => Observed::ReadTimeout,
+            [b'S', b'D'] => Observed::BrokenPipe,
+            _ => return,
+        }
+    };
+    observe(srv, ev);
+}
+
+// =============================================================================================
+// Scheduling
+// =============================================================================================
+
+/// Starts the check and agent tasks of the servers this worker thread owns: checked servers
+/// are dealt round-robin over threads, and each first check is spread over its interval so
+/// that thousands of servers do not all connect at once.
 pub fn spawn_checks(w: &Rc<Worker>, thread: usize, nbthread: usize) {
     let shared = w.shared.clone();
-    let mut n = 0usize;
+    if let Ok(mut c) = CURRENT.lock() {
+        *c = Some(std::sync::Arc::downgrade(&shared));
+    }
+    let g = &shared.cfg.global.checks;
+    // HAProxy spreads first checks over the smallest interval of all (at most
+    // `max-spread-checks`), in declaration order.
+    let servers = || {
+        shared
+            .cfg
+            .proxies
+            .iter()
+            .flat_map(|p| p.servers.iter())
+            .filter(|s| s.check.is_some() || s.health.agent.is_some())
+    };
+    let total = servers().count().max(1) as u32;
+    let mininter = servers()
+        .flat_map(|s| {
+            s.check
+                .as_ref()
+                .map(|c| c.inter)
+                .into_iter()
+                .chain(s.health.agent.as_ref().map(|a| a.inter))
+        })
+        .min()
+        .unwrap_or(Duration::from_secs(2));
+    let window = g.max_spread.map_or(mininter, |m| m.min(mininter));
+    let mut n = 0u32;
     for (pi, p) in shared.cfg.proxies.iter().enumerate() {
         for (si, s) in p.servers.iter().enumerate() {
-            let Some(cfg) = s.check.clone() else { continue };
-            let mine = n % nbthread == thread;
+            if s.check.is_none() && s.health.agent.is_none() {
+                continue;
+            }
+            let offset = window * n / total;
+            let mine = n as usize % nbthread == thread;
             n += 1;
             if !mine {
                 continue;
             }
-            let w = w.clone();
-            // Spread: the k-th checked server starts at k/N of its interval.
-            let offset = cfg.inter.mul_f64((n % 97) as f64 / 97.0);
-            tokio::task::spawn_local(async move {
-                tokio::time::sleep(offset).await;
-                run(w, pi, si, cfg).await;
-            });
+            if let Some(cfg) = s.check.clone() {
+                load(thread).fetch_add(1, Relaxed);
+                let w = w.clone();
+                tokio::task::spawn_local(async move {
+                    run(w, pi, si, cfg, offset, false).await;
+                });
+            }
+            if s.health.agent.is_some() {
+                tokio::task::spawn_local(run_agent(w.clone(), pi, si, offset));
+            }
         }
     }
 }
 
 /// Starts the checks of a server added at run time (`add server ... check`) on this thread.
 pub fn spawn_one(w: &Rc<Worker>, pi: usize, si: usize, cfg: CheckCfg) {
-    tokio::task::spawn_local(run(w.clone(), pi, si, cfg));
+    load(w.id).fetch_add(1, Relaxed);
+    tokio::task::spawn_local(run(w.clone(), pi, si, cfg, Duration::ZERO, false));
 }
 
-async fn run(w: Rc<Worker>, pi: usize, si: usize, cfg: CheckCfg) {
+/// The check task of one server: sleeps until the next check is due (or the data path reports
+/// `error-limit` errors), runs it, and applies the result.
+async fn run(
+    w: Rc<Worker>,
+    pi: usize,
+    si: usize,
+    cfg: CheckCfg,
+    first: Duration,
+    mut migrated: bool,
+) {
     let shared = w.shared.clone();
     let p = &shared.cfg.proxies[pi];
     let srv = shared.server(pi, si);
-    let st = srv.check.as_ref().expect("checked server has check state");
+    let Some(st) = srv.check.as_ref() else { return };
+    let h = &srv.health;
+    let spread = shared.cfg.global.checks.spread;
+    let mut due = tokio::time::Instant::now() + first;
     loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(due) => {}
+            _ = h.wake.notified() => {
+                if h.hana_pending.swap(false, Relaxed) {
+                    on_traffic_errors(&w, p, pi, si);
+                    // The next check comes after `fastinter` at the latest.
+                    due = due.min(tokio::time::Instant::now() + cfg.fastinter);
+                    h.fastinter_once.store(false, Relaxed);
+                }
+                continue;
+            }
+        }
         if w.stopping.get() || srv.deleted.load(Relaxed) {
+            load(w.id).fetch_sub(1, Relaxed);
             return;
         }
         if !st.enabled.load(Relaxed) {
-            tokio::time::sleep(cfg.inter).await;
+            due = tokio::time::Instant::now() + cfg.inter;
             continue;
         }
+        // At most one migration per wake-up, and never right after one (no bouncing).
+        if !migrated && let Some(to) = migration_target(&w) {
+            let c2 = cfg.clone();
+            let job: crate::worker::CtlJob = Box::new(move |w2| {
+                tokio::task::spawn_local(run(w2.clone(), pi, si, c2, Duration::ZERO, true));
+            });
+            if let Some(tx) = shared.workers.get().and_then(|ws| ws.get(to)) {
+                load(to).fetch_add(1, Relaxed);
+                if tx.send(job).is_ok() {
+                    load(w.id).fetch_sub(1, Relaxed);
+                    return;
+                }
+                // That worker is gone (stopping): keep running here.
+                load(to).fetch_sub(1, Relaxed);
+            }
+        }
+        migrated = false;
         let start = Instant::now();
-        let base = **srv.addr.load();
-        let addr = SocketAddr::new(
-            cfg.addr.unwrap_or(base.ip()),
-            cfg.port.unwrap_or(base.port()),
-        );
-        let (status, code, info) = check_once(p, addr, &cfg).await;
+        let out = {
+            // `tune.max-checks-per-thread`: wait for a slot in this thread's FIFO.
+            let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
+            // Boxed: the running check's state lives on the heap only while it runs, so a
+            // sleeping check task stays small.
+            Box::pin(check_once(&w, p, srv, &cfg)).await
+        };
         let took = start.elapsed();
         let ms = took.as_millis() as u64;
         st.durations.record(took);
-        st.status.store(status as u8, Relaxed);
-        st.last_code.store(code as u32, Relaxed);
-        st.last_duration_ms.store(ms, Relaxed);
-        if !status.ok() {
-            st.failed.fetch_add(1, Relaxed);
-        }
-        let transition = apply(st, status.ok());
-        report(&w, p, pi, si, status, &info, ms, transition);
-        let h = st.health.load(Relaxed);
-        let wait = if h == 0 {
-            cfg.downinter
-        } else if h == st.rise + st.fall - 1 {
-            cfg.inter
-        } else {
-            cfg.fastinter
-        };
-        tokio::time::sleep(wait).await;
+        apply_result(&w, p, pi, si, out, ms);
+        due = tokio::time::Instant::now() + jitter(next_interval(st, h, &cfg), spread);
     }
 }
 
-/// HAProxy's health counter update; returns `Some(true)` when the server just went UP,
-/// `Some(false)` when it just went DOWN.
+/// `spread-checks N`: HAProxy's random variation of each interval, within +/- N%.
+fn jitter(d: Duration, pct: u32) -> Duration {
+    if pct == 0 {
+        return d;
+    }
+    let rv = d.as_secs_f64() * pct as f64 / 100.0;
+    let r = crate::util::rand_u32() as f64 / u32::MAX as f64;
+    Duration::from_secs_f64((d.as_secs_f64() + rv * (1.0 - 2.0 * r)).max(0.001))
+}
+
+/// Check load per worker thread: check tasks it owns (what migration compares).
+static LOADS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
+
+fn load(thread: usize) -> &'static AtomicU32 {
+    &LOADS[thread % LOADS.len()]
+}
+
+/// DESIGN §5: a waking check moves to one random other thread whose check load is under half
+/// of this thread's.
+fn migration_target(w: &Worker) -> Option<usize> {
+    let n = w.shared.nbthread;
+    if n < 2 {
+        return None;
+    }
+    let k = crate::util::rand_u32() as usize % (n - 1);
+    let other = if k >= w.id { k + 1 } else { k };
+    should_migrate(load(w.id).load(Relaxed), load(other).load(Relaxed)).then_some(other)
+}
+
+/// `other` is under half of `mine` even once it has this check (so the check cannot bounce
+/// back at its next wake-up).
+fn should_migrate(mine: u32, other: u32) -> bool {
+    2 * (other + 1) <= mine
+}
+
+thread_local! {
+    /// This thread's running checks and the FIFO of those waiting for a slot.
+    static LIMITER: std::cell::RefCell<(u32, std::collections::VecDeque<tokio::sync::oneshot::Sender<()>>)> =
+        const { std::cell::RefCell::new((0, std::collections::VecDeque::new())) };
+}
+
+/// A running check's place under `tune.max-checks-per-thread`; handed to the oldest waiter
+/// when dropped.
+struct CheckSlot(bool);
+
+impl CheckSlot {
+    async fn take(max: u32) -> CheckSlot {
+        if max == 0 {
+            return CheckSlot(false);
+        }
+        let rx = LIMITER.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.0 < max {
+                l.0 += 1;
+                None
+            } else {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                l.1.push_back(tx);
+                Some(rx)
+            }
+        });
+        if let Some(rx) = rx {
+            // The slot of a finishing check is handed over as is (the count stays).
+            let _ = rx.await;
+        }
+        CheckSlot(true)
+    }
+}
+
+impl Drop for CheckSlot {
+    fn drop(&mut self) {
+        if !self.0 {
+            return;
+        }
+        LIMITER.with(|l| {
+            let mut l = l.borrow_mut();
+            while let Some(tx) = l.1.pop_front() {
+                if tx.send(()).is_ok() {
+                    return;
+                }
+            }
+            l.0 -= 1;
+        });
+    }
+}
+
+/// HAProxy's `srv_getinter`: `inter` at full health, `downinter` when down, `fastinter` in
+/// between — and `fastinter` once after traffic errors even at full health (HAProxy 2.7 fix).
+fn next_interval(st: &CheckState, h: &Health, cfg: &CheckCfg) -> Duration {
+    let hv = st.health.load(Relaxed);
+    if h.fastinter_once.swap(false, Relaxed) {
+        cfg.fastinter
+    } else if hv == st.rise + st.fall - 1 {
+        cfg.inter
+    } else if hv == 0 {
+        cfg.downinter
+    } else {
+        cfg.fastinter
+    }
+}
+
+// =============================================================================================
+// Results and state changes
+// =============================================================================================
+
+/// Records a check's outcome, updates the health counter and the server's state, and logs.
+fn apply_result(w: &Worker, p: &Proxy, pi: usize, si: usize, out: Outcome, ms: u64) {
+    let srv = w.shared.server(pi, si);
+    let Some(st) = srv.check.as_ref() else { return };
+    let prev = st.status.swap(out.status as u8, Relaxed);
+    st.last_code.store(out.code as u32, Relaxed);
+    st.last_duration_ms.store(ms, Relaxed);
+    if let Ok(mut d) = st.desc.lock() {
+        d.clone_from(&out.desc);
+    }
+    if !out.status.ok() {
+        st.failed.fetch_add(1, Relaxed);
+    } else if srv.conf.health.observe.is_some() {
+        // As HAProxy: a passed check clears the traffic error count.
+        srv.health.errors.store(0, Relaxed);
+    }
+    let before = st.health.load(Relaxed);
+    apply(st, out.status.ok());
+    let why = Why::Check {
+        status: out.status,
+        code: out.code,
+        desc: &out.desc,
+        ms: Some(ms),
+    };
+    // NOLB follows the conditional pass of `disable-on-404`; any other pass clears it.
+    if out.status.ok() && st.up() {
+        let nolb = out.status == Status::L7OkC;
+        if srv.health.nolb.swap(nolb, Relaxed) != nolb {
+            srv.last_change.store(unix_now(), Relaxed);
+            w.shared.backend(pi).changed();
+            if nolb && srv.up.load(Relaxed) {
+                let line = format!(
+                    "Server {}/{} is stopping, reason: {}{}{}. {}",
+                    p.name,
+                    srv.name,
+                    out.status.reason(),
+                    info_text(&why),
+                    duration_text(&why),
+                    counts(w, pi, true),
+                );
+                w.log.emit(&p.logs, 4, &line);
+            }
+        }
+    }
+    // HAProxy reports a check when its status or the health counter changed.
+    let report = prev != out.status as u8 || before != st.health.load(Relaxed);
+    if !update_state(w, pi, si, &why) && report && p.options.log_health_checks {
+        log_check(w, p, srv, st, &why);
+    }
+}
+
+/// HAProxy's health counter update; returns `Some(true)` when the counter just crossed to UP,
+/// `Some(false)` when it just crossed to DOWN.
 pub fn apply(st: &CheckState, ok: bool) -> Option<bool> {
     let (rise, fall) = (st.rise, st.fall);
     let full = rise + fall - 1;
@@ -285,13 +780,189 @@ pub fn apply(st: &CheckState, ok: bool) -> Option<bool> {
     }
 }
 
+/// Whether every source of health agrees the server is up: its checks, its agent, and the
+/// server it tracks.
+fn healthy(w: &Worker, srv: &ServerState) -> bool {
+    let check_ok = srv
+        .check
+        .as_ref()
+        .is_none_or(|c| !c.enabled.load(Relaxed) || c.up());
+    let agent_ok = srv.health.agent.as_ref().is_none_or(|a| a.up.load(Relaxed));
+    let track_ok = srv
+        .conf
+        .health
+        .track_idx
+        .is_none_or(|(tp, ts)| w.shared.server(tp, ts).up.load(Relaxed));
+    check_ok && agent_ok && track_ok
+}
+
+/// Recomputes server `si`'s operational state; on a change applies it (tables, trackers,
+/// `on-marked-*`, slowstart) and logs it. Returns whether it changed.
+fn update_state(w: &Worker, pi: usize, si: usize, why: &Why) -> bool {
+    let shared = &w.shared;
+    let srv = shared.server(pi, si);
+    let up = healthy(w, srv);
+    if srv.up.swap(up, Relaxed) == up {
+        return false;
+    }
+    let p = &shared.cfg.proxies[pi];
+    srv.last_change.store(unix_now(), Relaxed);
+    if !up {
+        srv.health.nolb.store(false, Relaxed);
+        srv.health.ss_w16.store(0, Relaxed);
+        srv.health.ss_pct.store(0, Relaxed);
+    } else if let Some(t) = srv.conf.health.slowstart {
+        // Throttled before anything sees it up (tables, logs, stats).
+        start_slowstart(w, pi, si, t);
+    }
+    let be = shared.backend(pi);
+    be.changed();
+    let line = match why {
+        Why::Check { status, .. } => format!(
+            "Server {}/{} is {}, reason: {}{}{}. {}",
+            p.name,
+            srv.name,
+            if up { "UP" } else { "DOWN" },
+            status.reason(),
+            info_text(why),
+            duration_text(why),
+            counts(w, pi, up),
+        ),
+        Why::Via(t) => format!(
+            "Server {}/{} is {} via {t}. {}",
+            p.name,
+            srv.name,
+            if up { "UP" } else { "DOWN" },
+            counts(w, pi, up),
+        ),
+    };
+    eprintln!(
+        "[{}] ({}) : {line}",
+        if up { "NOTICE" } else { "WARNING" },
+        std::process::id()
+    );
+    w.log.emit(&p.logs, if up { 5 } else { 1 }, &line);
+    let h = &srv.conf.health;
+    if !up && h.down_kills_sessions {
+        kill_sessions(w, pi, &[si]);
+    }
+    if up && h.up_kills_backup_sessions && !srv.backup {
+        let backups: Vec<usize> = be
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.backup)
+            .map(|(i, _)| i)
+            .collect();
+        kill_sessions(w, pi, &backups);
+    }
+    // Servers tracking this one follow it.
+    let me = format!("{}/{}", p.name, srv.name);
+    for (tpi, tp) in shared.cfg.proxies.iter().enumerate() {
+        for (tsi, ts) in tp.servers.iter().enumerate() {
+            if ts.health.track_idx == Some((pi, si)) {
+                update_state(w, tpi, tsi, &Why::Via(&me));
+            }
+        }
+    }
+    true
+}
+
+/// `N active and M backup servers online|left.`
+fn counts(w: &Worker, pi: usize, up: bool) -> String {
+    let be = w.shared.backend(pi);
+    let (act, bck) = be.servers.iter().fold((0, 0), |(a, b), s| {
+        if s.usable() {
+            if s.backup { (a, b + 1) } else { (a + 1, b) }
+        } else {
+            (a, b)
+        }
+    });
+    format!(
+        "{act} active and {bck} backup servers {}.",
+        if up { "online" } else { "left" }
+    )
+}
+
+/// `, code: N, info: "..."` as HAProxy appends them.
+fn info_text(why: &Why) -> String {
+    let Why::Check {
+        status, code, desc, ..
+    } = why
+    else {
+        return String::new();
+    };
+    let mut s = String::new();
+    if status.has_code() {
+        s.push_str(&format!(", code: {code}"));
+    }
+    if !desc.is_empty() {
+        s.push_str(&format!(", info: \"{}\"", desc.replace('"', "\\\"")));
+    }
+    s
+}
+
+fn duration_text(why: &Why) -> String {
+    match why {
+        Why::Check { ms: Some(ms), .. } => format!(", check duration: {ms}ms"),
+        _ => String::new(),
+    }
+}
+
+/// `Health check for server be/s succeeded|failed, reason: ..., status: 2/3 UP.`
+fn log_check(w: &Worker, p: &Proxy, srv: &ServerState, st: &CheckState, why: &Why) {
+    let Why::Check { status, .. } = why else {
+        return;
+    };
+    let h = st.health.load(Relaxed);
+    let state = if h >= st.rise {
+        let word = if srv.weight.load(Relaxed) == 0 {
+            "DRAIN"
+        } else {
+            "UP"
+        };
+        format!("{}/{} {word}", h - st.rise + 1, st.fall)
+    } else {
+        format!("{}/{} DOWN", h, st.rise)
+    };
+    let line = format!(
+        "Health check for {}server {}/{} {}{}, reason: {}{}{}, status: {state}.",
+        if srv.backup { "backup " } else { "" },
+        p.name,
+        srv.name,
+        if *status == Status::L7OkC {
+            "conditionally "
+        } else {
+            ""
+        },
+        if status.ok() { "succeeded" } else { "failed" },
+        status.reason(),
+        info_text(why),
+        duration_text(why),
+    );
+    w.log.emit(&p.logs, 5, &line);
+}
+
+/// `on-marked-down shutdown-sessions` / `on-marked-up shutdown-backup-sessions`: every worker
+/// thread closes the client connections attached to these servers.
+fn kill_sessions(w: &Worker, pi: usize, servers: &[usize]) {
+    let Some(workers) = w.shared.workers.get() else {
+        return;
+    };
+    for tx in workers {
+        let list = servers.to_vec();
+        let job: crate::worker::CtlJob = Box::new(move |w| {
+            for s in &list {
+                w.kill_server_sessions(pi, *s);
+            }
+        });
+        let _ = tx.send(job);
+    }
+}
+
 /// `set server B/S health up|down` and `enable|disable health`: forces the health counter
 /// and the server's state at once. Returns whether the server's state changed.
-pub fn force(
-    srv: &crate::backend::ServerState,
-    be: &crate::backend::BackendState,
-    up: bool,
-) -> bool {
+pub fn force(srv: &ServerState, be: &crate::backend::BackendState, up: bool) -> bool {
     let Some(st) = srv.check.as_ref() else {
         return false;
     };
@@ -304,188 +975,1013 @@ pub fn force(
         }
         srv.last_change.store(unix_now(), Relaxed);
         be.changed();
+        // The CLI has no worker at hand: servers tracking this one follow it here.
+        let shared = CURRENT
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().and_then(|w| w.upgrade()));
+        if let Some(shared) = shared {
+            follow_trackers(&shared, be.proxy_idx, srv);
+        }
     }
     changed
 }
 
-/// Applies a transition to the server and logs it; logs each check with
-/// `option log-health-checks`.
-#[allow(clippy::too_many_arguments)]
-fn report(
-    w: &Worker,
-    p: &Proxy,
-    pi: usize,
-    si: usize,
-    status: Status,
-    info: &str,
-    ms: u64,
-    transition: Option<bool>,
-) {
-    let shared = &w.shared;
-    let srv = shared.server(pi, si);
-    let st = srv.check.as_ref().expect("check state");
-    let info_part = if info.is_empty() {
-        String::new()
-    } else {
-        format!(", info: \"{info}\"")
+/// The run-time state the workers use, for `force` (called by the CLI, which passes only the
+/// backend). Set when checks start; read on CLI commands only.
+static CURRENT: Mutex<Option<std::sync::Weak<crate::backend::Shared>>> = Mutex::new(None);
+
+/// Servers tracking `srv` (of proxy `pi`) take its state, recursively; no log lines (the
+/// command that forced the state is the reason).
+fn follow_trackers(shared: &crate::backend::Shared, pi: usize, srv: &ServerState) {
+    let be = shared.backend(pi);
+    let Some((si, _)) = be
+        .servers
+        .iter()
+        .enumerate()
+        .find(|(_, s)| std::ptr::eq(*s, srv))
+    else {
+        return;
     };
-    let code_part = match st.last_code.load(Relaxed) {
-        0 => String::new(),
-        c => format!(", code: {c}"),
-    };
-    if let Some(up) = transition {
-        srv.up.store(up, Relaxed);
-        srv.last_change.store(unix_now(), Relaxed);
-        let be = shared.backend(pi);
-        be.changed();
-        let (act, bck) = be.servers.iter().fold((0, 0), |(a, b), s| {
-            if s.usable() {
-                if s.backup { (a, b + 1) } else { (a + 1, b) }
-            } else {
-                (a, b)
+    let up = srv.up.load(Relaxed);
+    for (tpi, tp) in shared.cfg.proxies.iter().enumerate() {
+        for (tsi, ts) in tp.servers.iter().enumerate() {
+            if ts.health.track_idx != Some((pi, si)) {
+                continue;
             }
-        });
-        let line = format!(
-            "Server {}/{} is {}, reason: {}{}{}, check duration: {ms}ms. {act} active and {bck} backup servers {}.",
-            p.name,
-            srv.name,
-            if up { "UP" } else { "DOWN" },
-            status.reason(),
-            code_part,
-            info_part,
-            if up { "online" } else { "left" },
-        );
-        let level = if up { 5 } else { 1 };
-        eprintln!(
-            "[{}] ({}) : {line}",
-            if up { "NOTICE" } else { "WARNING" },
-            std::process::id()
-        );
-        w.log.emit(&p.logs, level, &line);
-    } else if p.options.log_health_checks {
-        let line = format!(
-            "Health check for server {}/{} {}, reason: {}{}{}, check duration: {ms}ms, status: {}.",
-            p.name,
-            srv.name,
-            if status.ok() { "succeeded" } else { "failed" },
-            status.reason(),
-            code_part,
-            info_part,
-            health_text(st),
-        );
-        w.log.emit(&p.logs, 6, &line);
+            let t = shared.server(tpi, tsi);
+            if t.up.swap(up, Relaxed) != up {
+                t.last_change.store(unix_now(), Relaxed);
+                shared.backend(tpi).changed();
+                follow_trackers(shared, tpi, t);
+            }
+        }
     }
 }
 
-/// `status: 2/3 UP` as in HAProxy's health-check log lines.
-fn health_text(st: &CheckState) -> String {
-    let h = st.health.load(Relaxed);
-    if h >= st.rise {
-        format!("{}/{} UP", h - st.rise + 1, st.fall)
+/// `on-error`: applies the configured reaction to `error-limit` consecutive traffic errors.
+fn on_traffic_errors(w: &Worker, p: &Proxy, pi: usize, si: usize) {
+    let srv = w.shared.server(pi, si);
+    let Some(st) = srv.check.as_ref() else { return };
+    let h = &srv.health;
+    let n = h.errors.swap(0, Relaxed);
+    let last = Observed::from_u8(h.last_error.load(Relaxed));
+    h.failed_hana.fetch_add(1, Relaxed);
+    // Every mode forces `fastinter` for the next check.
+    h.fastinter_once.store(true, Relaxed);
+    let (rise, full) = (st.rise, st.rise + st.fall - 1);
+    let fail = match srv.conf.health.on_error {
+        OnError::Fastinter => false,
+        OnError::SuddenDeath => {
+            // A pre-fatal failed check: the next failure takes the server down.
+            if st.health.load(Relaxed) > rise {
+                st.health.store((rise + 1).min(full), Relaxed);
+            }
+            true
+        }
+        OnError::FailCheck => true,
+        OnError::MarkDown => {
+            st.health.store(rise, Relaxed);
+            true
+        }
+    };
+    if !fail {
+        return;
+    }
+    let desc = format!(
+        "Detected {} consecutive errors, last one was: {}",
+        n.max(srv.conf.health.error_limit),
+        last.text()
+    );
+    st.status.store(Status::Hana as u8, Relaxed);
+    if let Ok(mut d) = st.desc.lock() {
+        d.clone_from(&desc);
+    }
+    st.failed.fetch_add(1, Relaxed);
+    apply(st, false);
+    let why = Why::Check {
+        status: Status::Hana,
+        code: 0,
+        desc: &desc,
+        ms: None,
+    };
+    if !update_state(w, pi, si, &why) && p.options.log_health_checks {
+        log_check(w, p, srv, st, &why);
+    }
+}
+
+/// `slowstart T`: after coming back, the server's weight grows linearly from 1/16 of its
+/// weight to all of it over T (HAProxy: `(16 * elapsed + T) / T` sixteenths, dynamic
+/// algorithms only), and its maxconn from 1 to all of it (`max(1, maxconn * elapsed / T)`),
+/// re-evaluated every max(1 s, T/20).
+fn start_slowstart(w: &Worker, pi: usize, si: usize, t: Duration) {
+    let shared = w.shared.clone();
+    let step = t.div_f64(20.0).max(Duration::from_secs(1));
+    let tms = t.as_millis().max(1) as u64;
+    let start = Instant::now();
+    let set = move |shared: &crate::backend::Shared| -> bool {
+        let srv = shared.server(pi, si);
+        let be = shared.backend(pi);
+        let el = start.elapsed().as_millis() as u64;
+        let h = &srv.health;
+        if el >= tms || !srv.up.load(Relaxed) {
+            h.ss_w16.store(0, Relaxed);
+            h.ss_pct.store(0, Relaxed);
+            be.changed();
+            return false;
+        }
+        let w16 = if be.dynamic_weights() {
+            ((16 * el + tms) / tms).clamp(1, 16) as u32
+        } else {
+            16
+        };
+        h.ss_w16.store(w16, Relaxed);
+        h.ss_pct
+            .store((100 * el / tms).clamp(1, 100) as u32, Relaxed);
+        be.changed();
+        true
+    };
+    if !set(&shared) {
+        return;
+    }
+    tokio::task::spawn_local(async move {
+        loop {
+            tokio::time::sleep(step).await;
+            if !set(&shared) {
+                return;
+            }
+        }
+    });
+}
+
+// =============================================================================================
+// Running one check
+// =============================================================================================
+
+/// A check's own connection and what it received since the last send.
+struct Conn {
+    s: TcpStream,
+    buf: Vec<u8>,
+    eof: bool,
+    /// The last HTTP response allows another request on this connection.
+    reusable: bool,
+    /// A request was sent on it already.
+    used: bool,
+}
+
+/// One step of a check sequence, with HAProxy's implicit steps made explicit.
+enum Step<'a> {
+    /// The implicit first connect (HAProxy's step "initial connection").
+    Connect0,
+    Connect(&'a ConnectRule),
+    /// The request of `option httpchk` (no `http-check send`).
+    HttpDefault,
+    Send(&'a SendData),
+    Expect(&'a ExpectRule),
+    /// An HTTP response is valid if its status is 2xx or 3xx (no `http-check expect`).
+    ExpectDefault,
+}
+
+/// The steps of a proxy's check, with their comments.
+fn plan(p: &Proxy) -> Vec<(Step<'_>, Option<&str>)> {
+    let mut v: Vec<(Step, Option<&str>)> = Vec::new();
+    let rules = match p.options.check_type {
+        CheckType::Connect => return vec![(Step::Connect0, None)],
+        CheckType::Http => &p.options.http_checks,
+        CheckType::Tcp => &p.options.tcp_checks,
+    };
+    if !matches!(rules.first(), Some(CheckRule::Connect(_))) {
+        v.push((Step::Connect0, None));
+    }
+    let http = p.options.check_type == CheckType::Http;
+    if http && !rules.iter().any(|r| matches!(r, CheckRule::Send(_))) {
+        let at = v.len() + usize::from(matches!(rules.first(), Some(CheckRule::Connect(_))));
+        for r in rules {
+            v.push((to_step(r), r.comment()));
+        }
+        v.insert(at, (Step::HttpDefault, None));
     } else {
-        format!("{}/{} DOWN", h, st.rise)
+        for r in rules {
+            v.push((to_step(r), r.comment()));
+        }
+    }
+    if http {
+        // Every request gets an expectation: 2xx/3xx unless a rule says otherwise.
+        let mut i = 0;
+        while i < v.len() {
+            if matches!(v[i].0, Step::Send(_) | Step::HttpDefault) {
+                let has = v[i + 1..]
+                    .iter()
+                    .take_while(|(s, _)| {
+                        !matches!(
+                            s,
+                            Step::Send(_) | Step::HttpDefault | Step::Connect(_) | Step::Connect0
+                        )
+                    })
+                    .any(|(s, _)| matches!(s, Step::Expect(_)));
+                if !has {
+                    v.insert(i + 1, (Step::ExpectDefault, None));
+                }
+            }
+            i += 1;
+        }
+    }
+    v
+}
+
+fn to_step(r: &CheckRule) -> Step<'_> {
+    match r {
+        CheckRule::Connect(c) => Step::Connect(c),
+        CheckRule::Send(s) => Step::Send(&s.data),
+        CheckRule::Expect(e) => Step::Expect(e),
     }
 }
 
-/// One check: connect (and with `option httpchk`, one HTTP exchange). Returns the status,
-/// the HTTP code (0 if none) and HAProxy-style info text.
-async fn check_once(p: &Proxy, addr: SocketAddr, cfg: &CheckCfg) -> (Status, u16, String) {
-    // HAProxy: connect within min(timeout connect, inter); then `timeout check` (or inter
-    // without it) bounds the response.
+/// Runs the proxy's check sequence against server `srv`.
+async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) -> Outcome {
+    // HAProxy: connect within min(timeout connect, inter); `timeout check` (or inter without
+    // it) then bounds the rest.
     let connect_to = p.timeouts.connect.map_or(cfg.inter, |c| c.min(cfg.inter));
     let read_to = p.timeouts.check.unwrap_or(cfg.inter);
-    let conn = tokio::time::timeout(connect_to, TcpStream::connect(addr)).await;
-    let mut stream = match conn {
-        Err(_) => return (Status::L4Tout, 0, String::new()),
+    let steps = plan(p);
+    let tcp_rules = p.options.check_type == CheckType::Tcp;
+    let http = p.options.check_type == CheckType::Http;
+    let mut conn: Option<Conn> = None;
+    let mut deadline = tokio::time::Instant::now() + connect_to + read_to;
+    let mut last: Option<Outcome> = None;
+    for (idx, (step, comment)) in steps.iter().enumerate() {
+        let step_id = idx + 1;
+        let cmt = |s: String| match comment {
+            Some(c) => format!("{s} comment: '{c}'"),
+            None => s,
+        };
+        // Where a tcp-check failed, as HAProxy appends it to connection errors.
+        let at = |what: &str| -> String {
+            if !tcp_rules {
+                return String::new();
+            }
+            if matches!(step, Step::Connect0) {
+                " at initial connection step of tcp-check".into()
+            } else {
+                cmt(format!(" at step {step_id} of tcp-check{what}"))
+            }
+        };
+        match step {
+            Step::Connect0 | Step::Connect(_) => {
+                let rule = match step {
+                    Step::Connect(c) => Some(*c),
+                    _ => None,
+                };
+                let base = **srv.addr.load();
+                let default = rule.is_none_or(|r| r.default);
+                let ip = rule
+                    .and_then(|r| r.addr)
+                    .or(if default { cfg.addr } else { None })
+                    .unwrap_or(base.ip());
+                let port = rule
+                    .and_then(|r| r.port)
+                    .or(if default { cfg.port } else { None })
+                    .unwrap_or(base.port());
+                let proxy_hdr = rule.is_some_and(|r| r.send_proxy) || (default && cfg.send_proxy);
+                let what = match rule.and_then(|r| r.port) {
+                    Some(port) => format!(" (connect port {port})"),
+                    None => " (connect)".into(),
+                };
+                // A new connect closes the previous connection first.
+                drop(conn.take());
+                match connect(SocketAddr::new(ip, port), connect_to, proxy_hdr).await {
+                    Ok(c) => conn = Some(c),
+                    Err((st, e)) => return Outcome::new(st, 0, format!("{e}{}", at(&what))),
+                }
+                deadline = tokio::time::Instant::now() + read_to;
+            }
+            Step::HttpDefault | Step::Send(_) => {
+                let Some(c) = conn.as_mut() else {
+                    return Outcome::new(Status::SockErr, 0, "no connection");
+                };
+                let more = steps[idx + 1..]
+                    .iter()
+                    .any(|(s, _)| matches!(s, Step::Send(_) | Step::HttpDefault))
+                    && !steps[idx + 1..]
+                        .iter()
+                        .take_while(|(s, _)| !matches!(s, Step::Send(_) | Step::HttpDefault))
+                        .any(|(s, _)| matches!(s, Step::Connect(_)));
+                let bytes = match step {
+                    Step::Send(SendData::Bytes(b)) => b.clone(),
+                    Step::Send(SendData::Http(h)) => {
+                        http_request(w, p, srv, p.options.httpchk.as_ref(), Some(h), !more)
+                    }
+                    _ => http_request(w, p, srv, p.options.httpchk.as_ref(), None, !more),
+                };
+                if http && c.used && !c.reusable {
+                    // The previous response ends the connection: a new one for this request.
+                    let addr = c.s.peer_addr().ok();
+                    if let Some(a) = addr {
+                        match connect(a, connect_to, cfg.send_proxy).await {
+                            Ok(n) => *c = n,
+                            Err((st, e)) => return Outcome::new(st, 0, e),
+                        }
+                    }
+                }
+                c.buf.clear();
+                c.reusable = false;
+                c.used = true;
+                let wr = tokio::time::timeout_at(deadline, c.s.write_all(&bytes)).await;
+                match wr {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        return Outcome::new(Status::SockErr, 0, format!("{e}{}", at(" (send)")));
+                    }
+                    Err(_) => return Outcome::new(Status::L7Tout, 0, at(" (send)")),
+                }
+            }
+            Step::Expect(_) | Step::ExpectDefault => {
+                let Some(c) = conn.as_mut() else {
+                    return Outcome::new(Status::SockErr, 0, "no connection");
+                };
+                let out = if http {
+                    let rule = match step {
+                        Step::Expect(e) => Some(*e),
+                        _ => None,
+                    };
+                    expect_http(w, p, srv, c, rule, deadline, &cmt).await
+                } else {
+                    let Step::Expect(e) = step else {
+                        continue;
+                    };
+                    expect_tcp(c, e, deadline, step_id, &cmt, &at).await
+                };
+                match out {
+                    Ok(o) => last = Some(o),
+                    Err(o) => return o,
+                }
+            }
+        }
+    }
+    // All steps ran: the last one decides the result (HAProxy's end of `tcpcheck_main`).
+    match steps.last().map(|(s, _)| s) {
+        Some(Step::Expect(_) | Step::ExpectDefault) if http => {
+            last.unwrap_or_else(|| Outcome::new(Status::L7Ok, 0, ""))
+        }
+        Some(Step::Connect0) | None => Outcome::new(Status::L4Ok, 0, ""),
+        Some(Step::Connect(_)) => Outcome::new(Status::L4Ok, 0, "(tcp-check)"),
+        _ => Outcome::new(Status::L7Ok, 0, "(tcp-check)"),
+    }
+}
+
+/// Opens a check connection (never a pooled one), with an optional PROXY v1 header.
+async fn connect(
+    addr: SocketAddr,
+    to: Duration,
+    proxy_hdr: bool,
+) -> Result<Conn, (Status, String)> {
+    let s = match tokio::time::timeout(to, TcpStream::connect(addr)).await {
+        Err(_) => return Err((Status::L4Tout, String::new())),
         Ok(Err(e)) => {
             let info = match e.kind() {
                 std::io::ErrorKind::ConnectionRefused => "Connection refused".to_string(),
                 _ => e.to_string(),
             };
-            return (Status::L4Con, 0, info);
+            return Err((Status::L4Con, info));
         }
         Ok(Ok(s)) => s,
     };
-    let Some(chk) = p.options.httpchk.as_ref() else {
-        return (Status::L4Ok, 0, String::new());
+    let _ = s.set_nodelay(true);
+    let mut c = Conn {
+        s,
+        buf: Vec::new(),
+        eof: false,
+        reusable: false,
+        used: false,
     };
-    let req = format!(
-        "{} {} {}\r\nConnection: close\r\n\r\n",
-        chk.method, chk.uri, chk.version
-    );
-    let exchange = async {
-        stream.write_all(req.as_bytes()).await?;
-        // Bounded: a check reads at most 16 KiB (HAProxy reads one buffer).
-        let mut buf = Vec::with_capacity(4096);
-        let mut chunk = [0u8; 4096];
-        loop {
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if buf.len() >= 16384 {
-                break;
-            }
+    if proxy_hdr {
+        // A check has no client: HAProxy sends the "UNKNOWN" form.
+        if let Err(e) = c.s.write_all(b"PROXY UNKNOWN\r\n").await {
+            return Err((Status::SockErr, e.to_string()));
         }
-        Ok::<Vec<u8>, std::io::Error>(buf)
+    }
+    Ok(c)
+}
+
+/// Reads once more into `c.buf` (bounded); false at EOF, error, or when the buffer is full.
+/// Reads straight into the heap buffer: no array lives in the check task's future, so an idle
+/// check keeps no buffer.
+async fn read_more(c: &mut Conn, deadline: tokio::time::Instant) -> Result<bool, ()> {
+    if c.eof || c.buf.len() >= MAX_READ {
+        return Ok(false);
+    }
+    let start = c.buf.len();
+    c.buf.resize(start + (MAX_READ - start).min(4096), 0);
+    let r = tokio::time::timeout_at(deadline, c.s.read(&mut c.buf[start..])).await;
+    let n = match &r {
+        Ok(Ok(n)) => *n,
+        _ => 0,
     };
-    let buf = match tokio::time::timeout(read_to, exchange).await {
-        Err(_) => return (Status::L7Tout, 0, String::new()),
-        Ok(Err(e)) => return (Status::L7Rsp, 0, e.to_string()),
-        Ok(Ok(b)) => b,
+    c.buf.truncate(start + n);
+    match r {
+        Err(_) => Err(()),
+        Ok(Ok(0)) | Ok(Err(_)) => {
+            c.eof = true;
+            Ok(false)
+        }
+        Ok(Ok(_)) => Ok(true),
+    }
+}
+
+/// `tcp-check expect`: waits for enough data, then matches.
+async fn expect_tcp(
+    c: &mut Conn,
+    e: &ExpectRule,
+    deadline: tokio::time::Instant,
+    step_id: usize,
+    cmt: &dyn Fn(String) -> String,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Outcome, Outcome> {
+    let desc_what = match &e.kind {
+        ExpectKind::String(s) => format!(" (expect string '{}')", String::from_utf8_lossy(s)),
+        ExpectKind::Binary(b) => format!(" (expect binary '{}')", hex_upper(b)),
+        ExpectKind::RString(_) => " (expect regex)".into(),
+        ExpectKind::RBinary(_) => " (expect binary regex)".into(),
+        _ => String::new(),
     };
-    let (code, reason) = match parse_status_line(&buf) {
-        Some(x) => x,
-        None => return (Status::L7Rsp, 0, "invalid response".into()),
-    };
-    let ok = match &p.options.http_check_expect {
-        None => (200..400).contains(&code),
-        Some(e) => {
+    loop {
+        let last_read = c.eof || c.buf.len() >= MAX_READ;
+        if c.buf.is_empty() && last_read {
+            return Err(Outcome::new(
+                Status::L7Rsp,
+                0,
+                cmt(format!("TCPCHK got an empty response at step {step_id}")),
+            ));
+        }
+        let need = match &e.kind {
+            ExpectKind::String(s) | ExpectKind::Binary(s) => s.len(),
+            _ => 0,
+        }
+        .max(e.min_recv.unwrap_or(0));
+        if !c.buf.is_empty() && (last_read || c.buf.len() >= need) {
             let m = match &e.kind {
-                ExpectKind::Status(ranges) => ranges.iter().any(|(a, b)| (*a..=*b).contains(&code)),
-                ExpectKind::RStatus(re) => re.is_match(&code.to_string()),
-                ExpectKind::String(s) => body_of(&buf)
-                    .windows(s.len().max(1))
-                    .any(|w| w == s.as_bytes()),
-                ExpectKind::RString(re) => re.is_match(&String::from_utf8_lossy(body_of(&buf))),
+                ExpectKind::String(s) | ExpectKind::Binary(s) => contains(&c.buf, s),
+                ExpectKind::RString(re) => re.is_match(&c.buf),
+                ExpectKind::RBinary(re) => re.is_match(&hex_upper(&c.buf)),
+                _ => false,
             };
-            m != e.negate
+            // Without `min-recv`, a mismatch waits for more data while more may come.
+            if m || last_read || e.min_recv.is_some() {
+                if m != e.negate {
+                    return Ok(Outcome::new(Status::L7Ok, 0, "(tcp-check)"));
+                }
+                let what = match &e.kind {
+                    ExpectKind::String(s) => format!(" '{}'", String::from_utf8_lossy(s)),
+                    ExpectKind::Binary(_) => " (binary)".into(),
+                    ExpectKind::RString(_) => " (regex)".into(),
+                    _ => " (binary regex)".into(),
+                };
+                let head = if m {
+                    "TCPCHK matched unwanted content"
+                } else {
+                    "TCPCHK did not match content"
+                };
+                return Err(Outcome::new(
+                    Status::L7Rsp,
+                    0,
+                    cmt(format!("{head}{what} at step {step_id}")),
+                ));
+            }
+        }
+        match read_more(c, deadline).await {
+            Ok(_) => {}
+            Err(()) => return Err(Outcome::new(Status::L7Tout, 0, at(&desc_what))),
+        }
+    }
+}
+
+/// A parsed check response.
+struct Resp {
+    code: u16,
+    reason: String,
+    headers: Vec<(String, String)>,
+    body_at: usize,
+}
+
+/// `http-check expect` (or the default 2xx/3xx): reads the whole response (bounded), then
+/// matches.
+async fn expect_http(
+    w: &Worker,
+    p: &Proxy,
+    srv: &ServerState,
+    c: &mut Conn,
+    rule: Option<&ExpectRule>,
+    deadline: tokio::time::Instant,
+    cmt: &dyn Fn(String) -> String,
+) -> Result<Outcome, Outcome> {
+    let _ = w;
+    let resp = loop {
+        match parse_head(&c.buf) {
+            Ok(Some(r)) => {
+                // Read the body: by length, chunked to its end, or to EOF.
+                if body_complete(&r, &c.buf) || c.eof || c.buf.len() >= MAX_READ {
+                    c.reusable = keep_alive(&r) && body_complete(&r, &c.buf) && !c.eof;
+                    break r;
+                }
+            }
+            Ok(None) => {
+                if c.eof || c.buf.len() >= MAX_READ {
+                    return Err(Outcome::new(Status::L7Rsp, 0, cmt(String::new())));
+                }
+            }
+            Err(()) => return Err(Outcome::new(Status::L7Rsp, 0, cmt(String::new()))),
+        }
+        if read_more(c, deadline).await.is_err() {
+            return Err(Outcome::new(Status::L7Tout, 0, cmt(String::new())));
+        }
+        if c.eof && c.buf.is_empty() {
+            return Err(Outcome::new(
+                Status::L7Rsp,
+                0,
+                cmt("TCPCHK got an empty response".to_string()),
+            ));
         }
     };
-    if ok {
-        (Status::L7Ok, code, reason)
+    let code = resp.code;
+    let body = decoded_body(&resp, &c.buf);
+    // `disable-on-404`: a 404 from a server that is up means "stopping" (NOLB).
+    if p.options.disable_on_404 && code == 404 && srv.up.load(Relaxed) {
+        return Ok(Outcome::new(Status::L7OkC, code, resp.reason.clone()));
+    }
+    let Some(e) = rule else {
+        return if (200..400).contains(&code) {
+            Ok(Outcome::new(Status::L7Ok, code, resp.reason))
+        } else {
+            Err(Outcome::new(Status::L7Sts, code, cmt(resp.reason)))
+        };
+    };
+    let (m, fail_status, fail_desc) = match &e.kind {
+        ExpectKind::Status(ranges) => (
+            ranges.iter().any(|(a, b)| (*a..=*b).contains(&code)),
+            Status::L7Sts,
+            resp.reason.clone(),
+        ),
+        ExpectKind::RStatus(re) => (
+            re.is_match(&code.to_string()),
+            Status::L7Sts,
+            resp.reason.clone(),
+        ),
+        ExpectKind::Hdr { name, value, full } => {
+            let m = resp.headers.iter().any(|(n, v)| {
+                if !name.matches(n, true) {
+                    return false;
+                }
+                let Some(vm) = value else { return true };
+                if *full {
+                    vm.matches(v, false)
+                } else {
+                    v.split(',').any(|part| vm.matches(part.trim(), false))
+                }
+            });
+            (m, Status::L7Sts, resp.reason.clone())
+        }
+        ExpectKind::String(s) | ExpectKind::Binary(s) => {
+            if body.is_empty() {
+                return Err(Outcome::new(
+                    Status::L7Rsp,
+                    code,
+                    cmt("HTTP content check could not find a response body".into()),
+                ));
+            }
+            (contains(&body, s), Status::L7Rsp, String::new())
+        }
+        ExpectKind::RString(re) => {
+            if body.is_empty() {
+                return Err(Outcome::new(
+                    Status::L7Rsp,
+                    code,
+                    cmt("HTTP content check could not find a response body".into()),
+                ));
+            }
+            (re.is_match(&body), Status::L7Rsp, String::new())
+        }
+        ExpectKind::RBinary(_) => (false, Status::L7Rsp, String::new()),
+    };
+    if m != e.negate {
+        return Ok(Outcome::new(Status::L7Ok, code, resp.reason));
+    }
+    let desc = if fail_status == Status::L7Rsp {
+        if e.negate {
+            "HTTP check matched unwanted content".to_string()
+        } else {
+            "HTTP content check did not match".to_string()
+        }
     } else {
-        (Status::L7Sts, code, reason)
+        fail_desc
+    };
+    Err(Outcome::new(fail_status, code, cmt(desc)))
+}
+
+/// Parses a response head; `Ok(None)` = incomplete.
+fn parse_head(buf: &[u8]) -> Result<Option<Resp>, ()> {
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut hs);
+    match r.parse(buf) {
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(_) => Err(()),
+        Ok(httparse::Status::Complete(n)) => Ok(Some(Resp {
+            code: r.code.ok_or(())?,
+            reason: r.reason.unwrap_or("").to_string(),
+            headers: r
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_string(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect(),
+            body_at: n,
+        })),
     }
 }
 
-/// `HTTP/1.x CODE REASON` of a response.
-fn parse_status_line(buf: &[u8]) -> Option<(u16, String)> {
-    let end = buf.iter().position(|&b| b == b'\n')?;
-    let line = std::str::from_utf8(&buf[..end])
-        .ok()?
-        .trim_end_matches('\r');
-    let mut it = line.splitn(3, ' ');
-    let v = it.next()?;
-    if !v.starts_with("HTTP/1.") {
-        return None;
-    }
-    let code: u16 = it.next()?.parse().ok()?;
-    Some((code, it.next().unwrap_or("").to_string()))
+fn header<'a>(r: &'a Resp, name: &str) -> Option<&'a str> {
+    r.headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
-fn body_of(buf: &[u8]) -> &[u8] {
-    match buf.windows(4).position(|w| w == b"\r\n\r\n") {
-        Some(i) => &buf[i + 4..],
-        None => &[],
+fn chunked(r: &Resp) -> bool {
+    header(r, "transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
+}
+
+fn keep_alive(r: &Resp) -> bool {
+    let close = header(r, "connection").is_some_and(|v| v.to_ascii_lowercase().contains("close"));
+    !close && (chunked(r) || header(r, "content-length").is_some() || no_body(r))
+}
+
+fn no_body(r: &Resp) -> bool {
+    (100..200).contains(&r.code) || r.code == 204 || r.code == 304
+}
+
+fn body_complete(r: &Resp, buf: &[u8]) -> bool {
+    let body = &buf[r.body_at..];
+    if no_body(r) {
+        return true;
+    }
+    if chunked(r) {
+        return dechunk(body).1;
+    }
+    match header(r, "content-length").and_then(|v| v.trim().parse::<usize>().ok()) {
+        Some(n) => body.len() >= n,
+        None => false,
+    }
+}
+
+fn decoded_body(r: &Resp, buf: &[u8]) -> Vec<u8> {
+    let body = &buf[r.body_at.min(buf.len())..];
+    if chunked(r) {
+        return dechunk(body).0;
+    }
+    match header(r, "content-length").and_then(|v| v.trim().parse::<usize>().ok()) {
+        Some(n) => body[..n.min(body.len())].to_vec(),
+        None => body.to_vec(),
+    }
+}
+
+/// Decodes as much of a chunked body as is there; `.1` = the last chunk was seen.
+fn dechunk(mut b: &[u8]) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = b.windows(2).position(|x| x == b"\r\n") else {
+            return (out, false);
+        };
+        let line = String::from_utf8_lossy(&b[..eol]);
+        let size = line.split(';').next().unwrap_or("").trim();
+        let Ok(n) = usize::from_str_radix(size, 16) else {
+            return (out, false);
+        };
+        b = &b[eol + 2..];
+        if n == 0 {
+            return (out, true);
+        }
+        if b.len() < n {
+            out.extend_from_slice(b);
+            return (out, false);
+        }
+        out.extend_from_slice(&b[..n]);
+        b = &b[(n + 2).min(b.len())..];
+    }
+}
+
+/// The request of an HTTP check: `option httpchk`'s line, overridden by `http-check send`.
+fn http_request(
+    w: &Worker,
+    p: &Proxy,
+    srv: &ServerState,
+    base: Option<&HttpChk>,
+    send: Option<&HttpSend>,
+    last: bool,
+) -> Vec<u8> {
+    let meth = send
+        .and_then(|s| s.meth.as_deref())
+        .or(base.map(|b| b.method.as_str()))
+        .unwrap_or("OPTIONS");
+    let uri = send
+        .and_then(|s| s.uri.as_deref())
+        .or(base.map(|b| b.uri.as_str()))
+        .unwrap_or("/");
+    let ver = send
+        .and_then(|s| s.ver.as_deref())
+        .or(base.map(|b| b.version.as_str()))
+        .unwrap_or("HTTP/1.0");
+    let mut r = format!("{meth} {uri} {ver}\r\n");
+    if let Some(s) = send {
+        for (n, v) in &s.hdrs {
+            r.push_str(&format!("{n}: {v}\r\n"));
+        }
+    }
+    if p.options.send_state {
+        r.push_str(&format!(
+            "X-Haproxy-Server-State: {}\r\n",
+            server_state_header(w, p, srv)
+        ));
+    }
+    let body = send.and_then(|s| s.body.as_deref()).unwrap_or("");
+    if !body.is_empty() {
+        r.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    if last {
+        r.push_str("Connection: close\r\n");
+    }
+    r.push_str("\r\n");
+    r.push_str(body);
+    r.into_bytes()
+}
+
+/// `http-check send-state`: `UP 2/3; address=...; port=...; name=be/s; node=...;
+/// weight=W/TOTAL; scur=S/BESCUR; qcur=Q`, as HAProxy builds it.
+fn server_state_header(w: &Worker, p: &Proxy, srv: &ServerState) -> String {
+    let be = w.shared.backend(
+        w.shared
+            .cfg
+            .proxies
+            .iter()
+            .position(|x| std::ptr::eq(x, p))
+            .unwrap_or(0),
+    );
+    let state = match srv.check.as_ref() {
+        None => "no check".to_string(),
+        Some(st) if !st.enabled.load(Relaxed) => "no check".to_string(),
+        Some(st) => {
+            let h = st.health.load(Relaxed);
+            let nolb = srv.health.nolb.load(Relaxed);
+            if srv.up.load(Relaxed) {
+                let word = if nolb { "NOLB" } else { "UP" };
+                if h == st.rise + st.fall - 1 {
+                    word.to_string()
+                } else {
+                    format!("{word} {}/{}", h.saturating_sub(st.rise) + 1, st.fall)
+                }
+            } else if h > 0 {
+                format!("DOWN {h}/{}", st.rise)
+            } else {
+                "DOWN".to_string()
+            }
+        }
+    };
+    let addr = **srv.addr.load();
+    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let total: u32 = be
+        .servers
+        .iter()
+        .filter(|s| s.usable() && s.backup == srv.backup)
+        .map(|s| s.eweight())
+        .sum();
+    format!(
+        "{state}; address={}; port={}; name={}/{}; node={node}; weight={}/{total}; scur={}/{}; qcur={}",
+        addr.ip(),
+        addr.port(),
+        p.name,
+        srv.name,
+        srv.eweight(),
+        srv.served.load(Relaxed),
+        be.cur_conns.load(Relaxed),
+        srv.queued.load(Relaxed),
+    )
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || memchr::memmem::find(hay, needle).is_some()
+}
+
+fn hex_upper(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02X}")).collect()
+}
+
+// =============================================================================================
+// Agent checks
+// =============================================================================================
+
+/// The agent task of one server: connects to the agent every `agent-inter`, sends
+/// `agent-send`, reads one line and applies it.
+async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
+    let shared = w.shared.clone();
+    let p = &shared.cfg.proxies[pi];
+    let srv = shared.server(pi, si);
+    let (Some(cfg), Some(ag)) = (srv.conf.health.agent.clone(), srv.health.agent.as_ref()) else {
+        return;
+    };
+    tokio::time::sleep(first).await;
+    loop {
+        if w.stopping.get() || srv.deleted.load(Relaxed) {
+            return;
+        }
+        let start = Instant::now();
+        let connect_to = p.timeouts.connect.map_or(cfg.inter, |c| c.min(cfg.inter));
+        let read_to = p.timeouts.check.unwrap_or(cfg.inter);
+        let addr = SocketAddr::new(cfg.addr.unwrap_or(srv.addr.load().ip()), cfg.port);
+        let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
+        let res = Box::pin(async {
+            let mut c = connect(addr, connect_to, false).await?;
+            if let Some(s) = &cfg.send {
+                c.s.write_all(s.as_bytes())
+                    .await
+                    .map_err(|e| (Status::SockErr, e.to_string()))?;
+            }
+            let deadline = tokio::time::Instant::now() + read_to;
+            loop {
+                if let Some(i) = c.buf.iter().position(|&b| b == b'\n' || b == b'\r') {
+                    c.buf.truncate(i);
+                    return Ok(Some(c.buf));
+                }
+                match read_more(&mut c, deadline).await {
+                    Ok(true) => {}
+                    // HAProxy ignores an incomplete line.
+                    Ok(false) => return Ok(None),
+                    Err(()) => return Err((Status::L7Tout, String::new())),
+                }
+            }
+        })
+        .await;
+        let ms = start.elapsed().as_millis() as u64;
+        ag.last_duration_ms.store(ms, Relaxed);
+        match res {
+            Err((st, e)) => {
+                // Failing to reach the agent never marks the server down.
+                ag.status.store(st as u8, Relaxed);
+                if let Ok(mut d) = ag.desc.lock() {
+                    *d = e;
+                }
+            }
+            Ok(None) => {
+                if let Ok(mut d) = ag.desc.lock() {
+                    *d = "Ignoring incomplete line from agent".into();
+                }
+            }
+            Ok(Some(line)) => {
+                apply_agent(&w, p, pi, si, &String::from_utf8_lossy(&line), ms);
+            }
+        }
+        drop(_slot);
+        tokio::time::sleep(jitter(cfg.inter, shared.cfg.global.checks.spread)).await;
+    }
+}
+
+/// What an agent line asks for (HAProxy's agent protocol): words separated by spaces, tabs
+/// or commas, in any order, the last of each kind winning; `#` starts a description.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct AgentReply {
+    /// `up` (true) or `down`/`stopped`/`fail` (false), with the word.
+    pub health: Option<(bool, String)>,
+    /// `ready`, `drain` or `maint`.
+    pub admin: Option<String>,
+    /// `N%`.
+    pub weight: Option<String>,
+    /// `maxconn:N` (the value).
+    pub maxconn: Option<String>,
+    /// The first word it did not understand.
+    pub error: Option<String>,
+    pub desc: String,
+}
+
+pub fn parse_agent(line: &str) -> AgentReply {
+    let mut r = AgentReply::default();
+    let (words, desc) = match line.split_once('#') {
+        Some((a, d)) => (a, d.trim()),
+        None => (line, ""),
+    };
+    r.desc = desc.to_string();
+    for word in words.split([' ', '\t', ',']).filter(|x| !x.is_empty()) {
+        let lw = word.to_ascii_lowercase();
+        match lw.as_str() {
+            "up" => r.health = Some((true, word.to_string())),
+            "down" | "stopped" | "fail" => r.health = Some((false, word.to_string())),
+            "ready" | "drain" | "maint" => r.admin = Some(lw),
+            _ if word.as_bytes()[0].is_ascii_digit() && word.contains('%') => {
+                r.weight = Some(word.to_string())
+            }
+            _ if lw.starts_with("maxconn:") => r.maxconn = Some(word[8..].to_string()),
+            _ => {
+                if r.error.is_none() {
+                    r.error = Some(word.to_string());
+                }
+            }
+        }
+    }
+    r
+}
+
+fn apply_agent(w: &Worker, p: &Proxy, pi: usize, si: usize, line: &str, ms: u64) {
+    let shared = &w.shared;
+    let srv = shared.server(pi, si);
+    let be = shared.backend(pi);
+    let Some(ag) = srv.health.agent.as_ref() else {
+        return;
+    };
+    let r = parse_agent(line);
+    // Admin state first, then weight and maxconn, then health (HAProxy's order).
+    if let Some(a) = &r.admin {
+        let st = match a.as_str() {
+            "drain" => crate::cli::AdminState::Drain,
+            "maint" => crate::cli::AdminState::Maint,
+            _ => crate::cli::AdminState::Ready,
+        };
+        crate::cli::set_state(be, srv, st);
+    }
+    let mut warn = String::new();
+    if let Some(wt) = &r.weight {
+        warn = crate::cli::set_weight(be, srv, wt).trim_end().to_string();
+    }
+    if let Some(mc) = &r.maxconn {
+        let m = crate::cli::set_maxconn(be, srv, mc).trim_end().to_string();
+        if warn.is_empty() {
+            warn = m;
+        }
+    }
+    let (status, desc) = match &r.health {
+        Some((up, word)) => {
+            let mut msg = r.desc.clone();
+            if msg.is_empty() || *up {
+                if let Some(e) = &r.error {
+                    msg = e.clone();
+                } else if !warn.is_empty() {
+                    msg = warn.clone();
+                }
+            }
+            let desc = if msg.is_empty() {
+                format!("via agent : {word}")
+            } else {
+                format!("via agent : {word} ({msg})")
+            };
+            (if *up { Status::L7Ok } else { Status::L7Sts }, desc)
+        }
+        None => match (&r.error, warn.is_empty()) {
+            (Some(e), _) => (Status::Checked, format!("agent reports an error : {e}")),
+            (None, false) => (Status::Checked, format!("agent warns : {warn}")),
+            (None, true) => (Status::Checked, String::new()),
+        },
+    };
+    ag.status.store(status as u8, Relaxed);
+    if let Ok(mut d) = ag.desc.lock() {
+        d.clone_from(&desc);
+    }
+    if let Some((up, _)) = r.health {
+        ag.up.store(up, Relaxed);
+    }
+    let why = Why::Check {
+        status,
+        code: 0,
+        desc: &desc,
+        ms: Some(ms),
+    };
+    if !update_state(w, pi, si, &why) && p.options.log_health_checks && r.health.is_some() {
+        let line = format!(
+            "Agent check for {}server {}/{} {}, reason: {}{}{}, status: {}.",
+            if srv.backup { "backup " } else { "" },
+            p.name,
+            srv.name,
+            if status == Status::L7Sts {
+                "failed"
+            } else {
+                "succeeded"
+            },
+            status.reason(),
+            info_text(&why),
+            duration_text(&why),
+            if ag.up.load(Relaxed) {
+                "1/1 UP"
+            } else {
+                "0/1 DOWN"
+            },
+        );
+        w.log.emit(&p.logs, 5, &line);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn st(rise: u32, fall: u32) -> CheckState {
         CheckState::new(&CheckCfg {
@@ -496,6 +1992,7 @@ mod tests {
             fall,
             port: None,
             addr: None,
+            send_proxy: false,
         })
     }
 
@@ -528,12 +2025,63 @@ mod tests {
     }
 
     #[test]
-    fn status_line_and_body() {
-        assert_eq!(
-            parse_status_line(b"HTTP/1.1 503 Service Unavailable\r\n\r\n"),
-            Some((503, "Service Unavailable".into()))
+    fn response_heads_and_bodies() {
+        let r = parse_head(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.code, r.reason.as_str()), (503, "Service Unavailable"));
+        assert!(parse_head(b"SSH-2.0\r\n").is_err());
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+        let r = parse_head(raw).unwrap().unwrap();
+        assert!(body_complete(&r, raw));
+        assert_eq!(decoded_body(&r, raw), b"hello");
+        let raw = b"HTTP/1.0 200 OK\r\nContent-Length: 10\r\n\r\nhello";
+        let r = parse_head(raw).unwrap().unwrap();
+        assert!(!body_complete(&r, raw));
+    }
+
+    #[test]
+    fn agent_words() {
+        let r = parse_agent("75%, drain maxconn:30 #going away");
+        assert_eq!(r.weight.as_deref(), Some("75%"));
+        assert_eq!(r.admin.as_deref(), Some("drain"));
+        assert_eq!(r.maxconn.as_deref(), Some("30"));
+        assert_eq!(r.desc, "going away");
+        assert_eq!(r.health, None);
+        let r = parse_agent("up\tready junk stopped");
+        assert_eq!(r.health, Some((false, "stopped".into())));
+        assert_eq!(r.error.as_deref(), Some("junk"));
+    }
+
+    #[test]
+    fn spreading_and_migration_rules() {
+        let d = Duration::from_secs(1);
+        assert_eq!(jitter(d, 0), d);
+        for _ in 0..100 {
+            let j = jitter(d, 10);
+            assert!(
+                j >= Duration::from_millis(899) && j <= Duration::from_millis(1101),
+                "{j:?}"
+            );
+        }
+        assert!(should_migrate(10, 4));
+        assert!(!should_migrate(10, 5));
+        assert!(
+            !should_migrate(1, 0),
+            "a lone check does not bounce between threads"
         );
-        assert_eq!(parse_status_line(b"SSH-2.0\r\n"), None);
-        assert_eq!(body_of(b"HTTP/1.0 200 OK\r\nA: b\r\n\r\nhello"), b"hello");
+        // After a move the reverse move is never due.
+        assert!(should_migrate(4, 1) && !should_migrate(2, 3));
+    }
+
+    #[test]
+    fn observe_table() {
+        use Observe::*;
+        assert_eq!(Observed::L4Ok.verdict(Layer4), Some(false));
+        assert_eq!(Observed::L4Ok.verdict(Layer7), None);
+        assert_eq!(Observed::L4Err.verdict(Layer7), Some(true));
+        assert_eq!(Observed::HttpSts.verdict(Layer4), None);
+        assert_eq!(Observed::HttpSts.verdict(Layer7), Some(true));
+        assert_eq!(Observed::HttpOk.verdict(Layer7), Some(false));
     }
 }

@@ -437,7 +437,7 @@ fn get_weight(shared: &Shared, rest: &[&str]) -> String {
 }
 
 /// HAProxy's `server_parse_weight_change_request`: `W` (0..=256) or `W%` of the initial weight.
-fn set_weight(be: &crate::backend::BackendState, s: &ServerState, w: &str) -> String {
+pub(crate) fn set_weight(be: &crate::backend::BackendState, s: &ServerState, w: &str) -> String {
     if w.is_empty() {
         return "Require <weight> or <weight%>.\n".into();
     }
@@ -615,7 +615,7 @@ fn health_enable(be: &crate::backend::BackendState, s: &ServerState, on: bool) -
     }
 }
 
-fn set_maxconn(be: &crate::backend::BackendState, s: &ServerState, v: &str) -> String {
+pub(crate) fn set_maxconn(be: &crate::backend::BackendState, s: &ServerState, v: &str) -> String {
     if v.is_empty() {
         return "Require <maxconn>.\n".into();
     }

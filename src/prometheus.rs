@@ -924,6 +924,7 @@ fn server_state(s: &ServerState) -> &'static str {
         "MAINT" => "MAINT",
         "DOWN" => "DOWN",
         "DRAIN" => "DRAIN",
+        "NOLB" => "NOLB",
         // "UP", or "no check" for a server without health checks.
         _ => "UP",
     }

@@ -498,6 +498,8 @@ pub fn server_status(s: &ServerState) -> &'static str {
         "DOWN"
     } else if s.drain.load(Relaxed) {
         "DRAIN"
+    } else if s.health.nolb.load(Relaxed) {
+        "NOLB"
     } else if s.check.is_some() {
         "UP"
     } else {
@@ -556,8 +558,22 @@ pub fn server_row(
     r.set("eint", 0);
     if let Some(ck) = &s.check {
         if !s.maint.load(Relaxed) && !s.drain.load(Relaxed) {
-            r.set("status", ck.status_text());
+            let text = ck.status_text();
+            if s.health.nolb.load(Relaxed) {
+                // HAProxy: NOLB, or NOLB 2/3 while it degrades.
+                r.set("status", text.replacen("UP", "NOLB", 1));
+            } else if !s.up.load(Relaxed) && text.starts_with("UP") {
+                // Down although its own checks pass: the agent or a tracked server says so.
+                r.set("status", "DOWN");
+            } else {
+                r.set("status", text);
+            }
         }
+        let desc = ck.desc();
+        if !desc.is_empty() {
+            r.set("check_desc", desc);
+        }
+        r.set("hanafail", u(&s.health.failed_hana));
         r.set("chkfail", u(&ck.failed));
         r.set("chkdown", u(&ck.downs));
         let st = ck.status();
@@ -571,6 +587,41 @@ pub fn server_row(
         r.set("check_rise", ck.rise);
         r.set("check_fall", ck.fall);
         r.set("check_health", ck.health.load(Relaxed));
+    }
+    if let Some(ag) = &s.health.agent {
+        let st = ag.status();
+        r.set("agent_status", st.code());
+        r.set("last_agt", st.code());
+        r.set("agent_duration", ag.last_duration_ms.load(Relaxed));
+        let desc = ag.desc();
+        if !desc.is_empty() {
+            r.set("agent_desc", desc);
+        }
+        r.set("agent_rise", 1);
+        r.set("agent_fall", 1);
+        r.set("agent_health", u8::from(ag.up.load(Relaxed)));
+        if s.check.is_none() && !s.up.load(Relaxed) && !s.maint.load(Relaxed) {
+            r.set("status", "DOWN");
+        }
+    }
+    if s.check.is_none() && s.conf.health.track_idx.is_some() && !s.maint.load(Relaxed) {
+        if !s.up.load(Relaxed) {
+            r.set("status", "DOWN");
+        } else if !s.drain.load(Relaxed) {
+            r.set("status", "UP");
+        }
+    }
+    if let Some((tp, ts)) = s.conf.health.track_idx {
+        r.set(
+            "tracked",
+            format!(
+                "{}/{}",
+                shared.cfg.proxies[tp].name, shared.cfg.proxies[tp].servers[ts].name
+            ),
+        );
+    }
+    if let Some(t) = s.health.throttle() {
+        r.set("throttle", t);
     }
     if p.mode == Mode::Http {
         let g = &s.pool;

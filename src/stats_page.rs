@@ -614,6 +614,8 @@ fn row_html(h: &mut String, pxname: &str, r: &Row, form: bool) {
             "MAINT" => ("maintain".to_string(), "MAINT", ""),
             "DOWN" => (format!("{side}_down"), "DOWN", ""),
             "DRAIN" => (format!("{side}_draining"), "DRAIN", ""),
+            // `disable-on-404`: soft-stopped like DRAIN, shown as HAProxy names it.
+            s if s.starts_with("NOLB") => (format!("{side}_draining"), s, ""),
             "no check" => (format!("{side}_no_check"), "no check", ""),
             // Transitions keep their `n/m` count, coloured as HAProxy does.
             s if s.starts_with("UP ") => (format!("{side}_going_down"), s, ""),

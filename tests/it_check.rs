@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use std::net::TcpListener;
+use std::time::Duration;
 
 const CHECK_DEFAULTS: &str = "global
     nbthread 1
@@ -65,7 +66,10 @@ fn tcp_check_marks_a_dead_server_down_and_traffic_avoids_it() {
     }
     assert_eq!(stat_col(&sock, "dead", "status"), "DOWN");
     assert_eq!(stat_col(&sock, "dead", "check_status"), "L4CON");
-    assert_eq!(stat_col(&sock, "good", "status"), "UP");
+    // First checks are spread over the interval: good's may come a little later.
+    wait_until("good checked", WAIT, || {
+        stat_col(&sock, "good", "status") == "UP"
+    });
     assert_eq!(stat_col(&sock, "good", "check_status"), "L4OK");
     assert_eq!(stat_col(&sock, "dead", "chkdown"), "1");
 
@@ -146,10 +150,7 @@ fn check_keywords_are_validated() {
             "    server s 127.0.0.1:1 check rise 0\n",
             "'rise': '0' is out of range",
         ),
-        (
-            "    http-check send meth GET\n",
-            "not supported by sluice yet",
-        ),
+        ("    http-check send uri-lf /x\n", "not supported by sluice"),
         (
             "    http-check expect statsu 200\n",
             "did you mean 'status'",
@@ -157,6 +158,58 @@ fn check_keywords_are_validated() {
         (
             "    option httpchk GET / HTTP/2\n",
             "not supported by sluice",
+        ),
+        (
+            "    tcp-check connect port 80 ssl\n",
+            "'tcp-check connect ssl': TLS checks need TLS support",
+        ),
+        (
+            "    server s 127.0.0.1:1 check check-ssl\n",
+            "'check-ssl': TLS checks need TLS support",
+        ),
+        (
+            "    tcp-check send-binary 5g\n",
+            "is not an even number of hexadecimal digits",
+        ),
+        (
+            "    tcp-check expect status 200\n",
+            "unknown 'tcp-check expect' match 'status'",
+        ),
+        (
+            "    http-check expect hdr value x\n",
+            "expected 'name' after 'hdr'",
+        ),
+        (
+            "    http-check expect hdr name -m dom x\n",
+            "unknown match method 'dom'",
+        ),
+        (
+            "    tcp-check set-var(check.x) int(1)\n",
+            "unknown 'tcp-check' action",
+        ),
+        (
+            "    server s 127.0.0.1:1 agent-check\n",
+            "'agent-check' needs 'agent-port'",
+        ),
+        (
+            "    server s 127.0.0.1:1 on-error reboot\n",
+            "'on-error' expects 'fastinter', 'fail-check', 'sudden-death' or 'mark-down'",
+        ),
+        (
+            "    server s 127.0.0.1:1 check track t\n",
+            "unable to enable checks and tracking at the same time",
+        ),
+        (
+            "    server s 127.0.0.1:1 track nope\n",
+            "'track': unknown server 'nope' in backend 'be'",
+        ),
+        (
+            "    server t 127.0.0.1:1\n    server s 127.0.0.1:1 track t\n",
+            "unable to use be/t for tracking as it does not have any check enabled",
+        ),
+        (
+            "    server s 127.0.0.1:1 observe layer4\n",
+            "'observe' needs 'check'",
         ),
     ];
     for (line, want) in bad {
@@ -222,4 +275,885 @@ fn cli_forces_health_and_moves_a_server() {
         "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n\n"
     );
     assert!(stats_cli(&sock, "set server be/a addr nowhere").starts_with("Invalid addr"));
+    // Agents and tracking are not wired for servers added at run time: refused, not ignored.
+    let reply = stats_cli(
+        &sock,
+        "add server be/x 127.0.0.1:1 agent-check agent-port 1",
+    );
+    assert!(
+        reply.contains("'agent-check' is not supported on 'add server'"),
+        "{reply}"
+    );
+    let reply = stats_cli(&sock, "add server be/x 127.0.0.1:1 track a");
+    assert!(
+        reply.contains("'track' is not supported on 'add server'"),
+        "{reply}"
+    );
+}
+
+/// A backend section `be` with one checked server `s1` at `b`, these extra lines, and a
+/// frontend on `port`.
+fn one_server(port: u16, extra: &str, b: &HttpBackend, srv_opts: &str) -> String {
+    format!(
+        "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    option log-health-checks\n{extra}    server s1 {} check inter 100ms rise 1 fall 1 {srv_opts}\n",
+        b.hostport()
+    )
+}
+
+/// A backend answering `/health` with two `X-Role` values and `/ready` with a body.
+fn role_backend() -> HttpBackend {
+    HttpBackend::with_handler("s1", |r| match r.target.as_str() {
+        "/health" => Reply::Full {
+            status: 200,
+            headers: vec![("X-Role".into(), "primary, replica".into())],
+            body: b"ok".to_vec(),
+        },
+        "/ready" => Reply::status(200, "s1", "all good"),
+        _ => Reply::named("s1"),
+    })
+}
+
+#[test]
+fn http_check_send_sequences_on_one_connection() {
+    let b = role_backend();
+    let port = free_port();
+    let rules = "    option httpchk\n    http-check send meth GET uri /health ver HTTP/1.1 hdr Host example.org hdr X-Probe 1\n    http-check expect status 200\n    http-check expect hdr name x-role value -m sub prim\n    http-check send meth POST uri /ready ver HTTP/1.1 body hello\n    http-check expect string good\n";
+    let s = Sluice::start(&one_server(port, rules, &b, ""));
+    let line = s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    assert!(
+        line.contains("reason: Layer7 check passed, code: 200, info: \"OK\""),
+        "{line}"
+    );
+    let reqs = b.wait_requests(2, WAIT);
+    let (get, post) = (&reqs[0], &reqs[1]);
+    assert_eq!(
+        (get.method.as_str(), get.target.as_str()),
+        ("GET", "/health")
+    );
+    assert_eq!(get.header("host"), Some("example.org"));
+    assert_eq!(get.header("x-probe"), Some("1"));
+    assert_eq!(
+        get.header("connection"),
+        None,
+        "more requests follow on this connection"
+    );
+    assert_eq!(
+        (post.method.as_str(), post.target.as_str()),
+        ("POST", "/ready")
+    );
+    assert_eq!(post.body, b"hello");
+    assert_eq!(post.header("connection"), Some("close"));
+    assert_eq!(
+        get.conn_id, post.conn_id,
+        "both requests on one check connection"
+    );
+    assert_eq!(http_get(port, "/x").status, 200);
+}
+
+#[test]
+fn http_check_expect_matches_and_negations() {
+    let b = role_backend();
+    // (rules, expected log fragment, whether the server ends up down)
+    let cases = [
+        (
+            "    http-check expect hdr name -m beg x-ro value -m reg ^rep\n",
+            "Health check for server be/s1 succeeded",
+            false,
+        ),
+        (
+            "    http-check expect fhdr name X-Role value -m str \"primary, replica\"\n",
+            "Health check for server be/s1 succeeded",
+            false,
+        ),
+        (
+            "    http-check expect rstatus ^2\n",
+            "Health check for server be/s1 succeeded",
+            false,
+        ),
+        (
+            "    http-check expect ! hdr name x-role\n",
+            "Server be/s1 is DOWN, reason: Layer7 wrong status, code: 200, info: \"OK\"",
+            true,
+        ),
+        (
+            "    http-check expect hdr name x-role value -m end prim\n",
+            "Server be/s1 is DOWN, reason: Layer7 wrong status, code: 200",
+            true,
+        ),
+        (
+            "    http-check expect string nothere\n",
+            "Server be/s1 is DOWN, reason: Layer7 invalid response, info: \"HTTP content check did not match\"",
+            true,
+        ),
+        (
+            "    http-check expect ! rstring ^o\n",
+            "Server be/s1 is DOWN, reason: Layer7 invalid response, info: \"HTTP check matched unwanted content\"",
+            true,
+        ),
+        (
+            "    http-check expect status 500-599\n",
+            "Server be/s1 is DOWN, reason: Layer7 wrong status, code: 200",
+            true,
+        ),
+    ];
+    for (rules, want, down) in cases {
+        let port = free_port();
+        let extra = format!("    option httpchk GET /health\n{rules}");
+        let s = Sluice::start(&one_server(port, &extra, &b, ""));
+        let line = s.wait_log_line(|l| l.contains(want), WAIT);
+        assert!(line.contains(want), "{rules}: {line}");
+        let status = http_get(port, "/x").status;
+        assert_eq!(status, if down { 503 } else { 200 }, "{rules}");
+    }
+}
+
+#[test]
+fn disable_on_404_drains_and_recovers() {
+    let not_found = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nf = not_found.clone();
+    let a = HttpBackend::with_handler("a", move |r| {
+        if r.target == "/health" && nf.load(std::sync::atomic::Ordering::SeqCst) {
+            Reply::status(404, "a", "gone")
+        } else {
+            Reply::named("a")
+        }
+    });
+    let b = HttpBackend::start("b");
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    option httpchk GET /health\n    http-check disable-on-404\n    http-check send-state\n    server a {} check inter 100ms weight 3\n    server b {} check inter 100ms\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    // send-state: the server's state travels in every check request.
+    wait_until("a check request to a", WAIT, || {
+        a.requests().iter().any(|r| r.target == "/health")
+    });
+    let req = a
+        .requests()
+        .into_iter()
+        .find(|r| r.target == "/health")
+        .unwrap();
+    let state = req
+        .header("x-haproxy-server-state")
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        state.starts_with("UP")
+            && state.contains(&format!("address=127.0.0.1; port={}; name=be/a;", a.port()))
+            && state.contains("weight=3/4"),
+        "{state}"
+    );
+    not_found.store(true, std::sync::atomic::Ordering::SeqCst);
+    let line = s.wait_log_line(|l| l.contains("Server be/a is stopping"), WAIT);
+    assert!(
+        line.contains("reason: Layer7 check conditionally passed, code: 404"),
+        "{line}"
+    );
+    assert_eq!(stat_col(&sock, "a", "status"), "NOLB");
+    assert_eq!(stat_col(&sock, "a", "weight"), "0");
+    assert_eq!(stat_col(&sock, "a", "check_status"), "L7OKC");
+    for i in 0..6 {
+        assert_eq!(
+            http_get(port, &format!("/n{i}")).header("x-server"),
+            Some("b")
+        );
+    }
+    // Back to 200: full weight and traffic again.
+    not_found.store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_until("a back to UP", WAIT, || {
+        stat_col(&sock, "a", "status") == "UP"
+    });
+    assert_eq!(stat_col(&sock, "a", "weight"), "3");
+    let seen_a = (0..8).any(|i| http_get(port, &format!("/u{i}")).header("x-server") == Some("a"));
+    assert!(seen_a);
+}
+
+/// A Redis-like TCP server: answers `+PONG` to a line containing `PING` (mode 0), `-ERR`
+/// (mode 1), closes at once (mode 2) or never answers (mode 3). Records what it received.
+struct PingServer {
+    tcp: TcpBackend,
+    mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    got: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl PingServer {
+    fn start() -> PingServer {
+        use std::io::{Read, Write};
+        let mode = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(0));
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (m, g) = (mode.clone(), got.clone());
+        let tcp = TcpBackend::with_handler(move |mut s, _| {
+            let mode = m.load(std::sync::atomic::Ordering::SeqCst);
+            if mode == 2 {
+                return;
+            }
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 256];
+            while !buf.windows(4).any(|w| w == b"PING") {
+                match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            g.lock().unwrap().push(buf);
+            match mode {
+                0 => {
+                    let _ = s.write_all(b"+PONG\r\n");
+                }
+                1 => {
+                    let _ = s.write_all(b"-ERR unknown\r\n");
+                }
+                _ => {
+                    let _ = s.read(&mut chunk);
+                }
+            }
+        });
+        PingServer { tcp, mode, got }
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn tcp_cfg(port: u16, rules: &str, srv: &str, srv_opts: &str) -> String {
+    format!(
+        "global\n    nbthread 1\n    log stdout format raw local0\ndefaults\n    mode tcp\n    log global\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n    timeout check 300ms\nlisten li\n    bind 127.0.0.1:{port}\n    option log-health-checks\n    option tcp-check\n{rules}    server s1 {srv} check inter 100ms rise 1 fall 1 {srv_opts}\n"
+    )
+}
+
+#[test]
+fn tcp_check_sequences_and_their_failure_texts() {
+    let ping = PingServer::start();
+    let addr = ping.tcp.hostport();
+    let rules = "    tcp-check send PING\\r\\n\n    tcp-check comment pong-step\n    tcp-check expect string +PONG\n";
+    let port = free_port();
+    let s = Sluice::start(&tcp_cfg(port, rules, &addr, ""));
+    let line = s.wait_log_line(
+        |l| l.contains("Health check for server li/s1 succeeded"),
+        WAIT,
+    );
+    assert!(
+        line.contains("reason: Layer7 check passed, code: 0, info: \"(tcp-check)\""),
+        "{line}"
+    );
+    assert!(ping.got.lock().unwrap().iter().any(|g| g == b"PING\r\n"));
+    // Wrong answer, with the comment of the failing step.
+    ping.set(1);
+    let line = s.wait_log_line(|l| l.contains("Server li/s1 is DOWN"), WAIT);
+    assert!(
+        line.contains(
+            "reason: Layer7 invalid response, info: \"TCPCHK did not match content '+PONG' at step 3 comment: 'pong-step'\""
+        ),
+        "{line}"
+    );
+    ping.set(0);
+    s.wait_log_line(|l| l.contains("Server li/s1 is UP"), WAIT);
+    // Closed without a byte.
+    ping.set(2);
+    let line = s.wait_log_lines(2, |l| l.contains("Server li/s1 is DOWN"), WAIT)[1].clone();
+    assert!(
+        line.contains("info: \"TCPCHK got an empty response at step 3 comment: 'pong-step'\""),
+        "{line}"
+    );
+    ping.set(0);
+    s.wait_log_lines(2, |l| l.contains("Server li/s1 is UP"), WAIT);
+    // Never answers: a timeout at the expect step (HAProxy's leading space included).
+    ping.set(3);
+    let line = s.wait_log_lines(3, |l| l.contains("Server li/s1 is DOWN"), WAIT)[2].clone();
+    assert!(
+        line.contains(
+            "reason: Layer7 timeout, info: \" at step 3 of tcp-check (expect string '+PONG') comment: 'pong-step'\""
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn tcp_check_binary_negation_connect_options() {
+    let ping = PingServer::start();
+    let addr = ping.tcp.hostport();
+    let other = ping.tcp.addr.port();
+    let dead = closed_port();
+    let cases = [
+        // send-binary + expect binary.
+        (
+            "    tcp-check send-binary 50494e470d0a\n    tcp-check expect binary 2b504f4e47\n",
+            addr.clone(),
+            "Health check for server li/s1 succeeded",
+        ),
+        // Negation and rstring with min-recv.
+        (
+            "    tcp-check send PING\\r\\n\n    tcp-check expect ! string -ERR\n    tcp-check expect min-recv 5 rstring ^.PONG\n",
+            addr.clone(),
+            "Health check for server li/s1 succeeded",
+        ),
+        // A connect rule to another port than the server's, with a PROXY header.
+        (
+            &*format!(
+                "    tcp-check connect port {other} send-proxy\n    tcp-check send PING\\r\\n\n    tcp-check expect string PONG\n"
+            ),
+            format!("127.0.0.1:{dead}"),
+            "Health check for server li/s1 succeeded",
+        ),
+        // The implicit first connect fails.
+        (
+            "    tcp-check send PING\\r\\n\n",
+            format!("127.0.0.1:{dead}"),
+            "Server li/s1 is DOWN, reason: Layer4 connection problem, info: \"Connection refused at initial connection step of tcp-check\"",
+        ),
+        // An explicit connect fails.
+        (
+            &*format!("    tcp-check connect port {dead}\n"),
+            addr.clone(),
+            &*format!(
+                "Server li/s1 is DOWN, reason: Layer4 connection problem, info: \"Connection refused at step 1 of tcp-check (connect port {dead})\""
+            ),
+        ),
+        // Matched unwanted content.
+        (
+            "    tcp-check send PING\\r\\n\n    tcp-check expect ! string PONG\n",
+            addr.clone(),
+            "info: \"TCPCHK matched unwanted content 'PONG' at step 3\"",
+        ),
+    ];
+    for (rules, server, want) in cases {
+        let port = free_port();
+        let s = Sluice::start(&tcp_cfg(port, rules, &server, ""));
+        let line = s.wait_log_line(|l| l.contains(want), WAIT);
+        assert!(line.contains(want), "{rules}: {line}");
+    }
+    assert!(
+        ping.got
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|g| g.starts_with(b"PROXY UNKNOWN\r\nPING")),
+        "the PROXY header precedes the check's data"
+    );
+}
+
+/// An agent: answers every connection with the current reply line and closes; records what
+/// the check sent first.
+struct Agent {
+    tcp: TcpBackend,
+    reply: std::sync::Arc<std::sync::Mutex<String>>,
+    got: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Agent {
+    fn start(first: &str) -> Agent {
+        use std::io::{Read, Write};
+        let reply = std::sync::Arc::new(std::sync::Mutex::new(first.to_string()));
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (r, g) = (reply.clone(), got.clone());
+        let tcp = TcpBackend::with_handler(move |mut s, _| {
+            s.set_read_timeout(Some(std::time::Duration::from_millis(50)))
+                .unwrap();
+            let mut b = [0u8; 64];
+            if let Ok(n) = s.read(&mut b) {
+                *g.lock().unwrap() = b[..n].to_vec();
+            }
+            let line = r.lock().unwrap().clone();
+            let _ = s.write_all(line.as_bytes());
+        });
+        Agent { tcp, reply, got }
+    }
+
+    fn say(&self, line: &str) {
+        *self.reply.lock().unwrap() = line.to_string();
+    }
+}
+
+#[test]
+fn agent_replies_change_weight_state_and_maxconn() {
+    let a = HttpBackend::start("a");
+    let b = HttpBackend::start("b");
+    let agent = Agent::start("up 50%\n");
+    let dead = closed_port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms weight 10 agent-check agent-port {} agent-inter 100ms agent-send \"hello\\n\"\n    server b {} check inter 100ms\n    server c {} agent-check agent-port {dead} agent-inter 100ms\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        agent.tcp.addr.port(),
+        b.hostport(),
+        b.hostport(),
+    );
+    let s = Sluice::start(&cfg);
+    let col = |srv: &str, c: &str| stat_col(&sock, srv, c);
+    wait_until("agent weight 50%", WAIT, || col("a", "weight") == "5");
+    assert_eq!(col("a", "agent_status"), "L7OK");
+    assert_eq!(*agent.got.lock().unwrap(), b"hello\n");
+    // An unreachable agent changes nothing.
+    wait_until("agent of c unreachable", WAIT, || {
+        col("c", "agent_status") == "L4CON"
+    });
+    assert_eq!(col("c", "status"), "no check");
+    agent.say("maxconn:7 drain\n");
+    wait_until("agent drain", WAIT, || col("a", "status") == "DRAIN");
+    assert_eq!(col("a", "slim"), "7");
+    assert_eq!(col("a", "weight"), "0");
+    for i in 0..6 {
+        assert_ne!(
+            http_get(port, &format!("/d{i}")).header("x-server"),
+            Some("a")
+        );
+    }
+    agent.say("ready,up\n");
+    wait_until("agent ready", WAIT, || col("a", "status") == "UP");
+    assert_eq!(col("a", "weight"), "5");
+    agent.say("down #maintenance window\n");
+    let line = s.wait_log_line(|l| l.contains("Server be/a is DOWN"), WAIT);
+    assert!(
+        line.contains(
+            "reason: Layer7 wrong status, code: 0, info: \"via agent : down (maintenance window)\""
+        ),
+        "{line}"
+    );
+    assert_eq!(col("a", "status"), "DOWN");
+    assert_eq!(col("a", "agent_status"), "L7STS");
+    for i in 0..6 {
+        assert_ne!(
+            http_get(port, &format!("/x{i}")).header("x-server"),
+            Some("a")
+        );
+    }
+    agent.say("up 100%\n");
+    s.wait_log_line(|l| l.contains("Server be/a is UP"), WAIT);
+    wait_until("full weight", WAIT, || col("a", "weight") == "10");
+    agent.say("maint\n");
+    wait_until("agent maint", WAIT, || col("a", "status") == "MAINT");
+}
+
+/// Config for observe tests: server `s1` whose traffic goes to `srv` but whose checks go to
+/// port `chk` on 127.0.0.1.
+fn observe_cfg(port: u16, srv: &str, chk: u16, opts: &str, extra: &str) -> String {
+    format!(
+        "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    retries 0\n    option log-health-checks\n{extra}    server s1 {srv} check port {chk} {opts}\n"
+    )
+}
+
+#[test]
+fn observe_layer4_mark_down_and_sudden_death() {
+    let live = TcpBackend::echo();
+    let chk = live.addr.port();
+    let dead = closed_port();
+    // mark-down: two failed connects take the server down at once.
+    let port = free_port();
+    let s = Sluice::start(&observe_cfg(
+        port,
+        &format!("127.0.0.1:{dead}"),
+        chk,
+        "inter 100ms rise 1 fall 3 observe layer4 error-limit 2 on-error mark-down",
+        "",
+    ));
+    s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    assert_eq!(http_get(port, "/1").status, 503);
+    assert_eq!(http_get(port, "/2").status, 503);
+    let line = s.wait_log_line(|l| l.contains("Server be/s1 is DOWN"), WAIT);
+    assert!(
+        line.contains(
+            "reason: Health analyze, info: \"Detected 2 consecutive errors, last one was: L4 unsuccessful connection\". "
+        ),
+        "{line}"
+    );
+    // The checks themselves pass: it comes back.
+    s.wait_log_line(|l| l.contains("Server be/s1 is UP"), WAIT);
+    drop(s);
+    // sudden-death: one error leaves the server one failure away from DOWN.
+    let port = free_port();
+    let s = Sluice::start(&observe_cfg(
+        port,
+        &format!("127.0.0.1:{dead}"),
+        chk,
+        "inter 100ms rise 1 fall 3 observe layer4 error-limit 1 on-error sudden-death",
+        "",
+    ));
+    s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    assert_eq!(http_get(port, "/1").status, 503);
+    let line = s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 failed, reason: Health analyze"),
+        WAIT,
+    );
+    assert!(line.ends_with("status: 1/3 UP."), "{line}");
+}
+
+#[test]
+fn on_error_fastinter_works_at_full_health() {
+    // HAProxy 2.7 fix: with `inter 10s`, a traffic error brings the next check within
+    // `fastinter` even though the server's health is at its maximum.
+    let live = TcpBackend::echo();
+    let dead = closed_port();
+    let port = free_port();
+    let s = Sluice::start(&observe_cfg(
+        port,
+        &format!("127.0.0.1:{dead}"),
+        live.addr.port(),
+        "inter 10s fastinter 100ms rise 1 fall 3 observe layer4 error-limit 1 on-error fastinter",
+        "",
+    ));
+    s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    wait_until("first check connection", WAIT, || live.conns() >= 1);
+    let before = live.conns();
+    assert_eq!(http_get(port, "/1").status, 503);
+    wait_until(
+        "a fastinter check after the error",
+        Duration::from_secs(3),
+        || live.conns() > before,
+    );
+}
+
+#[test]
+fn observe_layer7_counts_server_errors() {
+    let b = HttpBackend::with_handler("s1", |r| match r.target.as_str() {
+        "/fail" => Reply::status(500, "s1", "boom"),
+        "/nope" => Reply::status(501, "s1", "not implemented"),
+        _ => Reply::named("s1"),
+    });
+    let port = free_port();
+    let s = Sluice::start(&observe_cfg(
+        port,
+        &b.hostport(),
+        b.port(),
+        "inter 100ms rise 1 fall 2 observe layer7 error-limit 3 on-error mark-down",
+        "    option httpchk GET /health\n",
+    ));
+    s.wait_log_line(
+        |l| l.contains("Health check for server be/s1 succeeded"),
+        WAIT,
+    );
+    // 501 is the server's choice, not an error; a success resets the count.
+    for p in ["/fail", "/fail", "/nope", "/ok", "/fail", "/fail"] {
+        http_get(port, p);
+    }
+    assert!(!s.stdout.text().contains("is DOWN"), "{}", s.stdout.text());
+    http_get(port, "/fail");
+    let line = s.wait_log_line(|l| l.contains("Server be/s1 is DOWN"), WAIT);
+    assert!(
+        line.contains("info: \"Detected 3 consecutive errors, last one was: Wrong http response\""),
+        "{line}"
+    );
+}
+
+#[test]
+fn marked_down_shuts_sessions_down() {
+    use std::io::{Read, Write};
+    let echo = TcpBackend::echo();
+    let chk = TcpListener::bind(lo(0)).unwrap();
+    let chk_port = chk.local_addr().unwrap().port();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 2\n    log stdout format raw local0\ndefaults\n    mode tcp\n    log global\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\nlisten li\n    bind 127.0.0.1:{port}\n    server s1 {} check port {chk_port} inter 100ms rise 1 fall 1 on-marked-down shutdown-sessions\n",
+        echo.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(b"hi").unwrap();
+    let mut b = [0u8; 2];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"hi");
+    drop(chk);
+    s.wait_log_line(|l| l.contains("Server li/s1 is DOWN"), WAIT);
+    let mut rest = [0u8; 8];
+    let n = c.read(&mut rest).unwrap_or(0);
+    assert_eq!(n, 0, "the session was shut down with its server");
+}
+
+#[test]
+fn slowstart_ramps_weight_after_coming_back() {
+    let a = HttpBackend::start("a");
+    let b = HttpBackend::start("b");
+    let chk = TcpListener::bind(lo(0)).unwrap();
+    let chk_port = chk.local_addr().unwrap().port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1 weight 100 maxconn 50 slowstart 2s\n    server b {} check inter 100ms\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let col = |c: &str| stat_col(&sock, "a", c);
+    // No slowstart at start-up.
+    assert_eq!(col("weight"), "100");
+    assert_eq!(col("throttle"), "");
+    drop(chk);
+    s.wait_log_line(|l| l.contains("Server be/a is DOWN"), WAIT);
+    let _back = TcpListener::bind(lo(chk_port)).expect("rebind the check port");
+    s.wait_log_line(|l| l.contains("Server be/a is UP"), WAIT);
+    // Starts near 1/16 of its weight, with its maxconn throttled, and ramps up to all of it.
+    let w: u32 = col("weight").parse().unwrap();
+    assert!((7..100).contains(&w), "weight right after coming back: {w}");
+    assert!(!col("throttle").is_empty());
+    let mut seen = vec![w];
+    wait_until("full weight after slowstart", WAIT, || {
+        let w: u32 = col("weight").parse().unwrap();
+        if seen.last() != Some(&w) {
+            seen.push(w);
+        }
+        w == 100
+    });
+    assert!(seen.len() >= 3, "the weight grew in steps: {seen:?}");
+    assert!(seen.windows(2).all(|p| p[0] < p[1]), "{seen:?}");
+    assert_eq!(col("throttle"), "");
+}
+
+#[test]
+fn track_follows_the_tracked_server() {
+    let a = HttpBackend::start("a");
+    let t = HttpBackend::start("t");
+    let o = HttpBackend::start("o");
+    let chk = TcpListener::bind(lo(0)).unwrap();
+    let chk_port = chk.local_addr().unwrap().port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1\n    server t {} track a\n    server o {} check inter 100ms\nbackend be2\n    server u {} track be/t\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        t.hostport(),
+        o.hostport(),
+        t.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    assert_eq!(stat_col(&sock, "t", "tracked"), "be/a");
+    assert_eq!(stat_col(&sock, "t", "status"), "UP");
+    drop(chk);
+    let line = s.wait_log_line(|l| l.contains("Server be/t is DOWN"), WAIT);
+    assert!(
+        line.contains("Server be/t is DOWN via be/a. 1 active and 0 backup servers left."),
+        "{line}"
+    );
+    s.wait_log_line(|l| l.contains("Server be2/u is DOWN via be/t."), WAIT);
+    assert_eq!(stat_col(&sock, "t", "status"), "DOWN");
+    assert_eq!(stat_column(&sock, "be2", "u", "status"), "DOWN");
+    for i in 0..6 {
+        assert_eq!(
+            http_get(port, &format!("/t{i}")).header("x-server"),
+            Some("o")
+        );
+    }
+    let _back = TcpListener::bind(lo(chk_port)).expect("rebind the check port");
+    s.wait_log_line(|l| l.contains("Server be/t is UP via be/a."), WAIT);
+    s.wait_log_line(|l| l.contains("Server be2/u is UP via be/t."), WAIT);
+    assert_eq!(stat_col(&sock, "t", "status"), "UP");
+    // A state forced over the CLI is followed too.
+    assert_eq!(stats_cli(&sock, "disable health be/a"), "\n");
+    assert_eq!(stats_cli(&sock, "set server be/a health down"), "\n");
+    assert_eq!(stat_col(&sock, "t", "status"), "DOWN");
+    assert_eq!(stat_column(&sock, "be2", "u", "status"), "DOWN");
+}
+
+#[test]
+fn max_checks_per_thread_queues_checks_in_order() {
+    // Three servers whose checks hang until `timeout check` (200ms): with a limit of 1 running
+    // check per thread, each check starts only once the previous one gave up, in order.
+    let starts = std::sync::Arc::new(std::sync::Mutex::new(
+        Vec::<(std::time::Instant, u16)>::new(),
+    ));
+    let hang = || {
+        let st = starts.clone();
+        let t = std::sync::Arc::new(std::sync::OnceLock::<u16>::new());
+        let t2 = t.clone();
+        let b = TcpBackend::with_handler(move |mut s, _| {
+            use std::io::Read;
+            st.lock()
+                .unwrap()
+                .push((std::time::Instant::now(), *t2.get().unwrap_or(&0)));
+            let mut buf = [0u8; 256];
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+        });
+        let _ = t.set(b.addr.port());
+        b
+    };
+    let (a, b, c) = (hang(), hang(), hang());
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n    tune.max-checks-per-thread 1\n    spread-checks 5\n    log stdout format raw local0\ndefaults\n    mode http\n    log global\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n    timeout check 200ms\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    option httpchk GET /health\n    default-server check inter 100ms rise 1 fall 1\n    server a {}\n    server b {}\n    server c {}\n",
+        a.hostport(),
+        b.hostport(),
+        c.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    for srv in ["a", "b", "c"] {
+        let line = s.wait_log_line(|l| l.contains(&format!("Server be/{srv} is DOWN")), WAIT);
+        assert!(line.contains("reason: Layer7 timeout"), "{line}");
+    }
+    let st = starts.lock().unwrap().clone();
+    assert!(st.len() >= 3, "{st:?}");
+    // Declaration order, then one at a time: each start waits for the previous timeout.
+    let order: Vec<u16> = st.iter().take(3).map(|(_, p)| *p).collect();
+    assert_eq!(order, vec![a.addr.port(), b.addr.port(), c.addr.port()]);
+    for w in st.windows(2).take(2) {
+        let gap = w[1].0 - w[0].0;
+        assert!(
+            gap >= Duration::from_millis(150),
+            "checks overlapped: {gap:?}"
+        );
+    }
+}
+
+#[test]
+fn marked_up_shuts_backup_sessions_down() {
+    use std::io::{Read, Write};
+    let echo = TcpBackend::echo();
+    let chk_port = closed_port();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 2\n    log stdout format raw local0\ndefaults\n    mode tcp\n    log global\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\nlisten li\n    bind 127.0.0.1:{port}\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1 on-marked-up shutdown-backup-sessions\n    server bk {} backup\n",
+        echo.hostport(),
+        echo.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    s.wait_log_line(|l| l.contains("Server li/a is DOWN"), WAIT);
+    // Served by the backup.
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(b"hi").unwrap();
+    let mut b = [0u8; 2];
+    c.read_exact(&mut b).unwrap();
+    let _chk = TcpListener::bind(lo(chk_port)).expect("bind the check port");
+    s.wait_log_line(|l| l.contains("Server li/a is UP"), WAIT);
+    let mut rest = [0u8; 8];
+    assert_eq!(
+        c.read(&mut rest).unwrap_or(0),
+        0,
+        "the backup's session was shut down"
+    );
+}
+
+#[test]
+fn checks_never_use_data_connections() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms\n",
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    for i in 0..5 {
+        assert_eq!(c.get(&format!("/r{i}")).status, 200);
+    }
+    wait_until("three checks", WAIT, || {
+        b.requests()
+            .iter()
+            .filter(|r| r.target == "/health")
+            .count()
+            >= 3
+    });
+    assert_eq!(c.get("/last").status, 200);
+    let reqs = b.requests();
+    let checks: Vec<usize> = reqs
+        .iter()
+        .filter(|r| r.target == "/health")
+        .map(|r| r.conn_id)
+        .collect();
+    let data: Vec<usize> = reqs
+        .iter()
+        .filter(|r| r.target != "/health")
+        .map(|r| r.conn_id)
+        .collect();
+    assert!(
+        checks.iter().all(|c| !data.contains(c)),
+        "checks {checks:?} data {data:?}"
+    );
+    let mut uniq = checks.clone();
+    uniq.dedup();
+    assert_eq!(
+        uniq.len(),
+        checks.len(),
+        "one fresh connection per check: {checks:?}"
+    );
+    assert!(
+        data.windows(2).all(|w| w[0] == w[1]),
+        "traffic reused its pooled connection: {data:?}"
+    );
+}
+
+#[test]
+fn downinter_and_fastinter_pace_the_checks() {
+    // The checked service fails (closes at once) until `ok` is set, then answers "OK".
+    let ok = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let times = std::sync::Arc::new(std::sync::Mutex::new(
+        Vec::<(std::time::Instant, bool)>::new(),
+    ));
+    let (o, t) = (ok.clone(), times.clone());
+    let srv = TcpBackend::with_handler(move |mut s, _| {
+        use std::io::Write;
+        let good = o.load(std::sync::atomic::Ordering::SeqCst);
+        t.lock().unwrap().push((std::time::Instant::now(), good));
+        if good {
+            let _ = s.write_all(b"OK\n");
+        }
+    });
+    let port = free_port();
+    let rules = "    tcp-check expect string OK\n";
+    let s = Sluice::start(&tcp_cfg(
+        port,
+        rules,
+        &srv.hostport(),
+        "inter 10s fastinter 200ms downinter 100ms rise 3 fall 2",
+    ));
+    // Down at the first failure, then checked every `downinter`, not every `inter`.
+    s.wait_log_line(|l| l.contains("Server li/s1 is DOWN"), WAIT);
+    wait_until("checks at downinter", WAIT, || {
+        times.lock().unwrap().len() >= 5
+    });
+    // Coming back: `fastinter` between the checks that raise the health.
+    ok.store(true, std::sync::atomic::Ordering::SeqCst);
+    s.wait_log_line(|l| l.contains("Server li/s1 is UP"), WAIT);
+    let up_at = std::time::Instant::now();
+    let good: Vec<std::time::Instant> = times
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(good.len(), 3, "rise 3");
+    for w in good.windows(2) {
+        assert!(
+            w[1] - w[0] >= Duration::from_millis(190),
+            "{:?}",
+            w[1] - w[0]
+        );
+    }
+    // UP and healthy: back to `inter` (10s), so no check for a good while.
+    std::thread::sleep(Duration::from_millis(800));
+    let after = times
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, _)| *t > up_at)
+        .count();
+    assert_eq!(after, 0, "no check within inter once UP");
 }

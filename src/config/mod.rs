@@ -10,6 +10,7 @@
 //! `acl` (conditions: parsing and evaluation).
 
 pub mod acl;
+pub mod checks;
 pub mod parser;
 pub mod tokenizer;
 
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use acl::{Cond, HttpView};
+pub use checks::*;
 pub use parser::{dynamic_server, load, load_files};
 
 /// One configuration problem: `file:line: message` (line 0 = the whole file).
@@ -127,6 +129,8 @@ pub struct Global {
     pub stats_sockets: Vec<StatsSocket>,
     /// `stats timeout` (default 10s): idle time allowed on a CLI connection.
     pub stats_timeout: Duration,
+    /// `spread-checks`, `max-spread-checks`, `tune.max-checks-per-thread`.
+    pub checks: GlobalChecks,
 }
 
 /// Privilege of a CLI socket (`level`), ordered: each level can do what the lower ones can.
@@ -167,6 +171,7 @@ impl Default for Global {
             hard_stop_after: None,
             stats_sockets: Vec::new(),
             stats_timeout: Duration::from_secs(10),
+            checks: GlobalChecks::default(),
         }
     }
 }
@@ -293,10 +298,19 @@ pub struct ProxyOptions {
     pub redispatch: bool,
     /// `http-reuse` (a backend setting).
     pub http_reuse: HttpReuse,
-    /// `option httpchk [METHOD] [URI] [VERSION]`: HTTP health checks instead of TCP connects.
+    /// Which health check the servers run (`option httpchk`, `option tcp-check`, or a
+    /// plain connect).
+    pub check_type: CheckType,
+    /// `option httpchk [METHOD] [URI] [VERSION]`: the request line of HTTP checks.
     pub httpchk: Option<HttpChk>,
-    /// `http-check expect ...` (default: a 2xx or 3xx status).
-    pub http_check_expect: Option<HttpCheckExpect>,
+    /// `http-check connect|send|expect` rules, in order (empty: one request, expect 2xx/3xx).
+    pub http_checks: Vec<CheckRule>,
+    /// `tcp-check connect|send|expect` rules, in order (empty: connect only).
+    pub tcp_checks: Vec<CheckRule>,
+    /// `http-check disable-on-404`.
+    pub disable_on_404: bool,
+    /// `http-check send-state`.
+    pub send_state: bool,
     /// `option log-health-checks`.
     pub log_health_checks: bool,
     /// `option tcp-smart-accept`: the ACK of a client's request waits to ride on the
@@ -315,22 +329,6 @@ pub struct HttpChk {
     pub version: String,
 }
 
-/// `http-check expect [!] status CODES | rstatus RE | string S | rstring RE`.
-#[derive(Debug, Clone)]
-pub struct HttpCheckExpect {
-    pub negate: bool,
-    pub kind: ExpectKind,
-}
-
-#[derive(Debug, Clone)]
-pub enum ExpectKind {
-    /// Status codes or ranges (`200`, `200-399`, `200,302`).
-    Status(Vec<(u16, u16)>),
-    RStatus(regex::Regex),
-    String(String),
-    RString(regex::Regex),
-}
-
 /// Health-check settings of a `server` line (`check` and its timings).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckCfg {
@@ -344,6 +342,8 @@ pub struct CheckCfg {
     /// `port` / `addr`: where checks go (default: the server's address).
     pub port: Option<u16>,
     pub addr: Option<std::net::IpAddr>,
+    /// `check-send-proxy`: checks start with a PROXY protocol header.
+    pub send_proxy: bool,
 }
 
 /// A `frontend`, `backend` or `listen` section, with its `defaults` applied.
@@ -482,6 +482,8 @@ pub struct Server {
     pub max_reuse: Option<u32>,
     /// `check` (with its timings), `None` without it.
     pub check: Option<CheckCfg>,
+    /// Agent, observe, slowstart, track and on-marked-* settings.
+    pub health: HealthCfg,
 }
 
 /// A naming expression (`pool-conn-name`): the subset of HAProxy's sample expressions sluice

@@ -376,7 +376,8 @@ impl State {
         self.close_section();
         let mut errors = std::mem::take(&mut self.errors);
         global::finish(&mut self.global, &self.gx);
-        let proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
+        let mut proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
+        checks::resolve_tracks(&mut proxies, &mut errors);
         if errors.is_empty() {
             return Ok(Config {
                 global: self.global,

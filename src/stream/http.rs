@@ -776,6 +776,7 @@ impl<C: ClientIo> Conn<'_, C> {
         let mut t = txn.timings;
         t.total = Some(txn.start.elapsed());
         srv.timers.record(self.ctx.w.id, &t);
+        crate::check::observe_txn(srv, f.from_server, txn.status, txn.term);
         let sc = &srv.counters;
         add(&sc.req_total, 1);
         if f.from_server {

@@ -153,7 +153,13 @@ pub async fn connect_with_slot(
         let addr = **slot.server_state().addr.load();
         let started = Instant::now();
         slot.server_state().counters.connects.fetch_add(1, Relaxed);
-        match connect_one(addr, bp.timeouts.connect, bp.options.tcp_smart_connect).await {
+        let res = connect_one(addr, bp.timeouts.connect, bp.options.tcp_smart_connect).await;
+        let seen = match res {
+            Ok(_) => crate::check::Observed::L4Ok,
+            Err(_) => crate::check::Observed::L4Err,
+        };
+        crate::check::observe(slot.server_state(), seen);
+        match res {
             Ok(stream) => {
                 return Ok(ServerConn {
                     stream,

@@ -1,11 +1,23 @@
-//! Health-check keywords of proxies: `option httpchk` and `http-check`. (The per-server
-//! `check`, `inter`, `rise`, ... options are parsed with the other server options.)
+//! Health-check keywords: `option httpchk`, `http-check ...`, `tcp-check ...` (proxies), the
+//! check options of `server`/`default-server` lines (`check`, `inter`, `agent-check`,
+//! `observe`, `slowstart`, `track`, ...) and the cross-proxy resolution of `track`.
+//!
+//! Produces the plain data of `config::checks`; it must not run anything (that is `check`).
 
-use super::super::{ExpectKind, HttpCheckExpect, HttpChk};
+use std::time::Duration;
+
+use super::super::{
+    AgentCfg, CheckCfg, CheckRule, ConfigError, ConnectRule, ExpectKind, ExpectRule, GlobalChecks,
+    HealthCfg, HttpChk, HttpSend, Match, MatchMethod, Observe, OnError, Proxy, SendData, SendRule,
+};
 use super::proxy::Draft;
-use super::values::{arg, no_extra};
+use super::values::{arg, no_extra, parse_port, parse_range, parse_time};
 use super::{KwErr, did_you_mean};
 use crate::config::tokenizer::Line;
+
+// ---------------------------------------------------------------------------------------------
+// option httpchk
+// ---------------------------------------------------------------------------------------------
 
 /// `option httpchk`, `option httpchk URI`, `option httpchk METHOD URI [VERSION]`.
 pub(super) fn httpchk(w: &[String]) -> Result<HttpChk, String> {
@@ -26,79 +38,450 @@ pub(super) fn httpchk(w: &[String]) -> Result<HttpChk, String> {
         }
         _ => return Err(format!("'option httpchk': unexpected argument '{}'", w[3])),
     }
-    if !c.method.bytes().all(|b| b.is_ascii_alphabetic()) || c.method.is_empty() {
-        return Err(format!("'option httpchk': invalid method '{}'", c.method));
+    check_method(&c.method).map_err(|e| format!("'option httpchk': {e}"))?;
+    check_uri(&c.uri).map_err(|e| format!("'option httpchk': {e}"))?;
+    check_version(&c.version).map_err(|e| format!("'option httpchk': {e}"))?;
+    Ok(c)
+}
+
+fn check_method(m: &str) -> Result<(), String> {
+    if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return Err(format!("invalid method '{m}'"));
     }
-    if c.uri.bytes().any(|b| b <= b' ') {
-        return Err(format!("'option httpchk': invalid URI '{}'", c.uri));
+    Ok(())
+}
+
+fn check_uri(u: &str) -> Result<(), String> {
+    if u.is_empty() || u.bytes().any(|b| b <= b' ') {
+        return Err(format!("invalid URI '{u}'"));
     }
-    if !matches!(c.version.as_str(), "HTTP/1.0" | "HTTP/1.1") {
+    Ok(())
+}
+
+fn check_version(v: &str) -> Result<(), String> {
+    if !matches!(v, "HTTP/1.0" | "HTTP/1.1") {
         return Err(format!(
-            "'option httpchk': version '{}' is not supported by sluice (HTTP/1.0 or HTTP/1.1)",
-            c.version
+            "version '{v}' is not supported by sluice (HTTP/1.0 or HTTP/1.1)"
         ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// http-check / tcp-check
+// ---------------------------------------------------------------------------------------------
+
+const HTTP_SUB: &[&str] = &[
+    "comment",
+    "connect",
+    "disable-on-404",
+    "expect",
+    "send",
+    "send-state",
+];
+const TCP_SUB: &[&str] = &["comment", "connect", "expect", "send", "send-binary"];
+/// Real HAProxy actions of both that sluice does not implement.
+const UNSUPPORTED_SUB: &[&str] = &[
+    "set-var",
+    "set-var-fmt",
+    "unset-var",
+    "send-lf",
+    "send-binary-lf",
+    "action",
+];
+
+/// Which rule list a keyword writes to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Set {
+    Http,
+    Tcp,
+}
+
+impl Set {
+    fn kw(self) -> &'static str {
+        match self {
+            Set::Http => "http-check",
+            Set::Tcp => "tcp-check",
+        }
+    }
+}
+
+/// `http-check connect|send|expect|comment|send-state|disable-on-404 ...`.
+pub(super) fn http_check(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    check_keyword(d, l, Set::Http)
+}
+
+/// `tcp-check connect|send|send-binary|expect|comment ...`.
+pub(super) fn tcp_check(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    check_keyword(d, l, Set::Tcp)
+}
+
+fn check_keyword(d: &mut Draft, l: &Line, set: Set) -> Result<(), KwErr> {
+    let w = &l.words;
+    let kw = set.kw();
+    let sub = arg(w, 1, &format!("'{kw}' action"))?;
+    let subs = if set == Set::Http { HTTP_SUB } else { TCP_SUB };
+    if UNSUPPORTED_SUB.contains(&sub) {
+        return Err(format!("'{kw} {sub}' is not supported by sluice").into());
+    }
+    if !subs.contains(&sub) {
+        return Err(format!(
+            "unknown '{kw}' action '{sub}'{}",
+            did_you_mean(sub, subs.iter().copied())
+        )
+        .into());
+    }
+    match sub {
+        "disable-on-404" => {
+            no_extra(w, 2)?;
+            d.p.options.disable_on_404 = true;
+            return Ok(());
+        }
+        "send-state" => {
+            no_extra(w, 2)?;
+            d.p.options.send_state = true;
+            return Ok(());
+        }
+        _ => {}
+    }
+    let rule = match sub {
+        "comment" => {
+            let c = arg(w, 2, "comment text")?;
+            no_extra(w, 3)?;
+            // A comment names the rule that follows it.
+            d.pending_check_comment = Some(c.to_string());
+            return Ok(());
+        }
+        "connect" => CheckRule::Connect(connect(&w[2..], kw)?),
+        "send" if set == Set::Http => CheckRule::Send(http_send(&w[2..])?),
+        "send" | "send-binary" => CheckRule::Send(tcp_send(&w[2..], sub == "send-binary")?),
+        _ => CheckRule::Expect(expect(&w[2..], set)?),
+    };
+    let idx = if set == Set::Http { 0 } else { 1 };
+    if !d.checks_own[idx] {
+        // The first rule of a proxy replaces the rules inherited from `defaults`.
+        d.checks_own[idx] = true;
+        rules_mut(d, set).clear();
+    }
+    let mut rule = rule;
+    if let Some(c) = d.pending_check_comment.take() {
+        set_comment(&mut rule, c);
+    }
+    rules_mut(d, set).push(rule);
+    Ok(())
+}
+
+fn rules_mut(d: &mut Draft, set: Set) -> &mut Vec<CheckRule> {
+    match set {
+        Set::Http => &mut d.p.options.http_checks,
+        Set::Tcp => &mut d.p.options.tcp_checks,
+    }
+}
+
+fn set_comment(rule: &mut CheckRule, c: String) {
+    let slot = match rule {
+        CheckRule::Connect(x) => &mut x.comment,
+        CheckRule::Send(x) => &mut x.comment,
+        CheckRule::Expect(x) => &mut x.comment,
+    };
+    if slot.is_none() {
+        *slot = Some(c);
+    }
+}
+
+/// `connect [default] [port N] [addr A] [send-proxy] [linger] [comment C]`; TLS options go
+/// through the one TLS seam of `check`.
+fn connect(w: &[String], kw: &str) -> Result<ConnectRule, String> {
+    let mut c = ConnectRule::default();
+    let mut i = 0;
+    while i < w.len() {
+        let o = w[i].as_str();
+        let val = |what: &str| arg(w, i + 1, &format!("{what} after '{o}'"));
+        match o {
+            "default" => c.default = true,
+            "port" => {
+                let v = val("port")?;
+                c.port = Some(parse_port(v, v)?);
+                i += 1;
+            }
+            "addr" => {
+                let v = val("address")?;
+                c.addr = Some(
+                    v.parse()
+                        .map_err(|_| format!("'{kw} connect addr': invalid IP address '{v}'"))?,
+                );
+                i += 1;
+            }
+            "send-proxy" => c.send_proxy = true,
+            // sluice closes check connections with a FIN, which is what `linger` asks for.
+            "linger" => {}
+            "comment" => {
+                c.comment = Some(val("text")?.to_string());
+                i += 1;
+            }
+            "ssl" | "sni" | "alpn" => {
+                crate::check::tls_check_support()
+                    .map_err(|e| format!("'{kw} connect {o}': {e}"))?;
+                if o != "ssl" {
+                    c.sni = Some(val("name")?.to_string());
+                    i += 1;
+                }
+            }
+            "via-socks4" | "proto" => {
+                return Err(format!("'{kw} connect {o}' is not supported by sluice"));
+            }
+            _ => {
+                return Err(format!(
+                    "unknown '{kw} connect' option '{o}'{}",
+                    did_you_mean(
+                        o,
+                        [
+                            "default",
+                            "port",
+                            "addr",
+                            "send-proxy",
+                            "linger",
+                            "comment",
+                            "ssl",
+                            "sni"
+                        ]
+                    )
+                ));
+            }
+        }
+        i += 1;
     }
     Ok(c)
 }
 
-const SUBKEYWORDS: &[&str] = &["expect"];
-const UNSUPPORTED_SUB: &[&str] = &[
-    "send",
-    "connect",
-    "send-state",
-    "disable-on-404",
-    "comment",
-    "set-var",
-    "set-var-fmt",
-    "unset-var",
-];
+/// `http-check send [meth M] [uri U] [ver V] [hdr NAME VALUE]... [body STR] [comment C]`.
+fn http_send(w: &[String]) -> Result<SendRule, String> {
+    let mut s = HttpSend::default();
+    let mut comment = None;
+    let mut i = 0;
+    while i < w.len() {
+        let o = w[i].as_str();
+        let val = |what: &str| arg(w, i + 1, &format!("{what} after '{o}'"));
+        match o {
+            "meth" => {
+                let m = val("method")?;
+                check_method(m).map_err(|e| format!("'http-check send meth': {e}"))?;
+                s.meth = Some(m.to_string());
+            }
+            "uri" => {
+                let u = val("URI")?;
+                check_uri(u).map_err(|e| format!("'http-check send uri': {e}"))?;
+                s.uri = Some(u.to_string());
+            }
+            "ver" => {
+                let v = val("version")?;
+                check_version(v).map_err(|e| format!("'http-check send ver': {e}"))?;
+                s.ver = Some(v.to_string());
+            }
+            "hdr" => {
+                let name = super::values::header_name(val("header name")?)?;
+                let v = arg(w, i + 2, "header value after 'hdr NAME'")?;
+                if v.bytes().any(|b| b == b'\r' || b == b'\n') {
+                    return Err(format!("'http-check send hdr {name}': invalid value"));
+                }
+                s.hdrs.push((name, v.to_string()));
+                i += 1;
+            }
+            "body" => s.body = Some(val("body")?.to_string()),
+            "comment" => comment = Some(val("text")?.to_string()),
+            "uri-lf" | "body-lf" => {
+                return Err(format!(
+                    "'http-check send {o}' (log-format) is not supported by sluice"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "unknown 'http-check send' option '{o}'{}",
+                    did_you_mean(o, ["meth", "uri", "ver", "hdr", "body", "comment"])
+                ));
+            }
+        }
+        i += 2;
+    }
+    Ok(SendRule {
+        data: SendData::Http(s),
+        comment,
+    })
+}
 
-/// `http-check expect [!] status CODES | rstatus RE | string S | rstring RE`.
-pub(super) fn http_check(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
-    let w = &l.words;
-    let sub = arg(w, 1, "'http-check' action")?;
-    if UNSUPPORTED_SUB.contains(&sub) {
-        return Err(format!("'http-check {sub}' is not supported by sluice yet").into());
+/// `tcp-check send STRING [comment C]` / `send-binary HEX [comment C]`.
+fn tcp_send(w: &[String], binary: bool) -> Result<SendRule, String> {
+    let data = arg(w, 0, if binary { "hex string" } else { "data" })?;
+    let mut comment = None;
+    match w.get(1).map(String::as_str) {
+        None => {}
+        Some("comment") => {
+            comment = Some(arg(w, 2, "text after 'comment'")?.to_string());
+            no_extra(w, 3)?;
+        }
+        Some(x) => return Err(format!("unexpected argument '{x}'")),
     }
-    if sub != "expect" {
+    let bytes = if binary {
+        hex(data).map_err(|e| format!("'tcp-check send-binary': {e}"))?
+    } else {
+        data.as_bytes().to_vec()
+    };
+    Ok(SendRule {
+        data: SendData::Bytes(bytes),
+        comment,
+    })
+}
+
+fn hex(s: &str) -> Result<Vec<u8>, String> {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("'{s}' is not an even number of hexadecimal digits"));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// `expect [min-recv N] [comment C] [!] MATCH PATTERN`.
+fn expect(w: &[String], set: Set) -> Result<ExpectRule, String> {
+    let kw = set.kw();
+    let mut i = 0;
+    let mut min_recv = None;
+    let mut comment = None;
+    let mut negate = false;
+    loop {
+        let o = arg(w, i, "match")?;
+        match o {
+            "min-recv" => {
+                let v = arg(w, i + 1, "number after 'min-recv'")?;
+                min_recv = if v == "-1" {
+                    None
+                } else {
+                    Some(parse_range(v, 0, 1 << 20)? as usize)
+                };
+                i += 2;
+            }
+            "comment" => {
+                comment = Some(arg(w, i + 1, "text after 'comment'")?.to_string());
+                i += 2;
+            }
+            "!" => {
+                negate = true;
+                i += 1;
+            }
+            "ok-status" | "error-status" | "tout-status" | "on-success" | "on-error"
+            | "status-code" => {
+                return Err(format!("'{kw} expect {o}' is not supported by sluice"));
+            }
+            _ => break,
+        }
+    }
+    let what = w[i].as_str();
+    let pat = arg(w, i + 1, "pattern")?;
+    let mut end = i + 2;
+    let re = |p: &str| regex::Regex::new(p).map_err(|e| format!("'{kw} expect {what}': {e}"));
+    let bre =
+        |p: &str| regex::bytes::Regex::new(p).map_err(|e| format!("'{kw} expect {what}': {e}"));
+    let kind = match (set, what) {
+        (Set::Http, "status") => ExpectKind::Status(status_list(pat)?),
+        (Set::Http, "rstatus") => ExpectKind::RStatus(re(pat)?),
+        (_, "string") => ExpectKind::String(pat.as_bytes().to_vec()),
+        (_, "rstring") => ExpectKind::RString(bre(pat)?),
+        (Set::Tcp, "binary") => {
+            ExpectKind::Binary(hex(pat).map_err(|e| format!("'tcp-check expect binary': {e}"))?)
+        }
+        (Set::Tcp, "rbinary") => ExpectKind::RBinary(re(pat)?),
+        (Set::Http, "hdr" | "fhdr") => {
+            let (k, n) = hdr_expect(&w[i + 1..], what == "fhdr")?;
+            end = i + 1 + n;
+            k
+        }
+        (_, "custom" | "string-lf" | "binary-lf") => {
+            return Err(format!("'{kw} expect {what}' is not supported by sluice"));
+        }
+        (_, x) => {
+            let known: &[&str] = if set == Set::Http {
+                &["status", "rstatus", "string", "rstring", "hdr", "fhdr"]
+            } else {
+                &["string", "rstring", "binary", "rbinary"]
+            };
+            return Err(format!(
+                "unknown '{kw} expect' match '{x}'{}",
+                did_you_mean(x, known.iter().copied())
+            ));
+        }
+    };
+    // `comment` may also come after the pattern.
+    if w.get(end).is_some_and(|x| x == "comment") {
+        comment = Some(arg(w, end + 1, "text after 'comment'")?.to_string());
+        end += 2;
+    }
+    no_extra(w, end)?;
+    Ok(ExpectRule {
+        negate,
+        kind,
+        min_recv,
+        comment,
+    })
+}
+
+/// `name [-m M] NAME [value [-m M] VALUE] [full]`; returns the match and the words used.
+fn hdr_expect(w: &[String], fhdr: bool) -> Result<(ExpectKind, usize), String> {
+    let what = if fhdr { "fhdr" } else { "hdr" };
+    if w.first().map(String::as_str) != Some("name") {
         return Err(format!(
-            "unknown 'http-check' action '{sub}'{}",
-            did_you_mean(sub, SUBKEYWORDS.iter().copied())
-        )
-        .into());
+            "'http-check expect {what}': expected 'name' after '{what}'"
+        ));
     }
-    let mut i = 2;
-    let negate = w.get(i).is_some_and(|x| x == "!");
-    if negate {
+    let (name, mut i) = one_match(w, 1, what)?;
+    let mut value = None;
+    if w.get(i).is_some_and(|x| x == "value") {
+        let (v, j) = one_match(w, i + 1, what)?;
+        value = Some(v);
+        i = j;
+    }
+    let mut full = fhdr;
+    if w.get(i).is_some_and(|x| x == "full") {
+        full = true;
         i += 1;
     }
-    let what = arg(w, i, "match ('status', 'rstatus', 'string' or 'rstring')")?;
-    let pat = arg(w, i + 1, "pattern")?;
-    no_extra(w, i + 2)?;
-    let regex = |p: &str| {
-        regex::Regex::new(p).map_err(|e| format!("'http-check expect {what}': bad regex: {e}"))
+    Ok((ExpectKind::Hdr { name, value, full }, i))
+}
+
+/// `[-m str|beg|end|sub|reg] PATTERN` at `w[i..]`; returns it and the next index.
+fn one_match(w: &[String], mut i: usize, what: &str) -> Result<(Match, usize), String> {
+    let mut method = MatchMethod::Str;
+    if w.get(i).is_some_and(|x| x == "-m") {
+        let m = arg(w, i + 1, "method after '-m'")?;
+        method = match m {
+            "str" => MatchMethod::Str,
+            "beg" => MatchMethod::Beg,
+            "end" => MatchMethod::End,
+            "sub" => MatchMethod::Sub,
+            "reg" => MatchMethod::Reg,
+            x => {
+                return Err(format!(
+                    "'http-check expect {what}': unknown match method '{x}'{}",
+                    did_you_mean(x, ["str", "beg", "end", "sub", "reg"])
+                ));
+            }
+        };
+        i += 2;
+    }
+    let pattern = arg(w, i, "pattern")?.to_string();
+    let regex = if method == MatchMethod::Reg {
+        Some(regex::Regex::new(&pattern).map_err(|e| format!("'http-check expect {what}': {e}"))?)
+    } else {
+        None
     };
-    let kind = match what {
-        "status" => ExpectKind::Status(status_list(pat)?),
-        "rstatus" => ExpectKind::RStatus(regex(pat)?),
-        "string" => ExpectKind::String(pat.to_string()),
-        "rstring" => ExpectKind::RString(regex(pat)?),
-        "hdr" | "fhdr" | "custom" => {
-            return Err(
-                format!("'http-check expect {what}' is not supported by sluice yet").into(),
-            );
-        }
-        x => {
-            return Err(format!(
-                "unknown 'http-check expect' match '{x}'{}",
-                did_you_mean(x, ["status", "rstatus", "string", "rstring"])
-            )
-            .into());
-        }
-    };
-    d.p.options.http_check_expect = Some(HttpCheckExpect { negate, kind });
-    d.needs_http(l, "http-check");
-    Ok(())
+    Ok((
+        Match {
+            method,
+            pattern,
+            regex,
+        },
+        i + 1,
+    ))
 }
 
 /// `200`, `200-399`, `200,302,400-404`.
@@ -124,4 +507,399 @@ fn status_list(s: &str) -> Result<Vec<(u16, u16)>, String> {
             }
         })
         .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server options
+// ---------------------------------------------------------------------------------------------
+
+/// Check options of `server` / `default-server` lines, as parsed so far.
+#[derive(Debug, Clone)]
+pub(super) struct ServerCheckOpts {
+    pub check: bool,
+    pub inter: Duration,
+    pub fastinter: Option<Duration>,
+    pub downinter: Option<Duration>,
+    pub rise: u32,
+    pub fall: u32,
+    pub port: Option<u16>,
+    pub addr: Option<std::net::IpAddr>,
+    pub send_proxy: bool,
+    pub agent: bool,
+    pub agent_port: Option<u16>,
+    pub agent_addr: Option<std::net::IpAddr>,
+    pub agent_inter: Option<Duration>,
+    pub agent_send: Option<String>,
+    pub health: HealthCfg,
+}
+
+impl Default for ServerCheckOpts {
+    fn default() -> Self {
+        ServerCheckOpts {
+            check: false,
+            inter: Duration::from_secs(2),
+            fastinter: None,
+            downinter: None,
+            rise: 2,
+            fall: 3,
+            port: None,
+            addr: None,
+            send_proxy: false,
+            agent: false,
+            agent_port: None,
+            agent_addr: None,
+            agent_inter: None,
+            agent_send: None,
+            health: HealthCfg {
+                error_limit: 10,
+                ..HealthCfg::default()
+            },
+        }
+    }
+}
+
+impl ServerCheckOpts {
+    pub fn check_cfg(&self) -> Option<CheckCfg> {
+        self.check.then(|| CheckCfg {
+            inter: self.inter,
+            fastinter: self.fastinter.unwrap_or(self.inter),
+            downinter: self.downinter.unwrap_or(self.inter),
+            rise: self.rise,
+            fall: self.fall,
+            port: self.port,
+            addr: self.addr,
+            send_proxy: self.send_proxy,
+        })
+    }
+
+    pub fn health_cfg(&self) -> HealthCfg {
+        let mut h = self.health.clone();
+        h.agent = match (self.agent, self.agent_port) {
+            (true, Some(port)) => Some(AgentCfg {
+                port,
+                addr: self.agent_addr,
+                inter: self.agent_inter.unwrap_or(self.inter),
+                send: self.agent_send.clone(),
+            }),
+            _ => None,
+        };
+        h
+    }
+
+    /// What a `server` line must satisfy once all its options are known.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.agent && self.agent_port.is_none() {
+            return Err("'agent-check' needs 'agent-port' (the agent's TCP port)".into());
+        }
+        if !self.check && self.health.observe.is_some() {
+            // The check task is what acts on the errors traffic reports.
+            return Err("'observe' needs 'check' on the same server".into());
+        }
+        if self.check && self.health.track.is_some() {
+            // As HAProxy: a tracking server takes its state from the tracked one.
+            return Err("unable to enable checks and tracking at the same time".into());
+        }
+        Ok(())
+    }
+}
+
+impl ServerCheckOpts {
+    /// What `add server` (CLI) cannot do yet: its checks start from the CLI, but agents and
+    /// tracking are wired at start-up only.
+    pub fn validate_dynamic(&self) -> Result<(), String> {
+        if self.agent {
+            return Err("'agent-check' is not supported on 'add server' by sluice".into());
+        }
+        if self.health.track.is_some() {
+            return Err("'track' is not supported on 'add server' by sluice".into());
+        }
+        Ok(())
+    }
+}
+
+/// Check options a `server` line accepts (for "did you mean").
+pub(super) const SERVER_OPTIONS: &[&str] = &[
+    "check",
+    "no-check",
+    "inter",
+    "fastinter",
+    "downinter",
+    "rise",
+    "fall",
+    "port",
+    "addr",
+    "check-send-proxy",
+    "agent-check",
+    "no-agent-check",
+    "agent-port",
+    "agent-addr",
+    "agent-inter",
+    "agent-send",
+    "observe",
+    "error-limit",
+    "on-error",
+    "on-marked-down",
+    "on-marked-up",
+    "slowstart",
+    "track",
+];
+
+/// Parses the check option at `words[i]` into `o`. `None`: not a check option; otherwise the
+/// number of value words it used.
+pub(super) fn server_opt(
+    words: &[String],
+    i: usize,
+    o: &mut ServerCheckOpts,
+) -> Option<Result<usize, String>> {
+    let opt = words[i].as_str();
+    let val = |what: &str| arg(words, i + 1, &format!("{what} after '{opt}'"));
+    let time = |what: &str| -> Result<Duration, String> {
+        let t = parse_time(val(what)?)?;
+        if t.is_zero() {
+            return Err(format!("'{opt}' must be greater than 0"));
+        }
+        Ok(t)
+    };
+    let r = || -> Result<usize, String> {
+        match opt {
+            "check" => o.check = true,
+            "no-check" => o.check = false,
+            "inter" => o.inter = time("time")?,
+            "fastinter" => o.fastinter = Some(time("time")?),
+            "downinter" => o.downinter = Some(time("time")?),
+            "rise" | "fall" => {
+                let v = parse_range(val("number")?, 1, 1_000_000)
+                    .map_err(|e| format!("'{opt}': {e}"))? as u32;
+                if opt == "rise" {
+                    o.rise = v;
+                } else {
+                    o.fall = v;
+                }
+            }
+            "port" => {
+                let v = val("port")?;
+                o.port = Some(parse_port(v, v)?);
+            }
+            "addr" | "agent-addr" => {
+                let v = val("address")?;
+                let a = v
+                    .parse()
+                    .map_err(|_| format!("'{opt}': invalid IP address '{v}'"))?;
+                if opt == "addr" {
+                    o.addr = Some(a);
+                } else {
+                    o.agent_addr = Some(a);
+                }
+            }
+            "check-send-proxy" => {
+                o.send_proxy = true;
+                return Ok(0);
+            }
+            "check-ssl" | "check-sni" | "check-alpn" => {
+                crate::check::tls_check_support().map_err(|e| format!("'{opt}': {e}"))?;
+                return Ok(if opt == "check-ssl" { 0 } else { 1 });
+            }
+            "no-check-ssl" => return Ok(0),
+            "check-proto" | "check-via-socks4" | "check-reuse-pool" | "no-check-reuse-pool" => {
+                return Err(format!("server option '{opt}' is not supported by sluice"));
+            }
+            "agent-check" => o.agent = true,
+            "no-agent-check" => o.agent = false,
+            "agent-port" => {
+                let v = val("port")?;
+                o.agent_port = Some(parse_port(v, v)?);
+            }
+            "agent-inter" => o.agent_inter = Some(time("time")?),
+            "agent-send" => o.agent_send = Some(val("string")?.to_string()),
+            "observe" => {
+                o.health.observe = match val("mode")? {
+                    "layer4" => Some(Observe::Layer4),
+                    "layer7" => Some(Observe::Layer7),
+                    "none" => None,
+                    x => {
+                        return Err(format!(
+                            "'observe' expects 'layer4', 'layer7' or 'none', not '{x}'"
+                        ));
+                    }
+                }
+            }
+            "error-limit" => {
+                o.health.error_limit = parse_range(val("number")?, 1, 1_000_000)
+                    .map_err(|e| format!("'error-limit': {e}"))?
+                    as u32;
+            }
+            "on-error" => {
+                o.health.on_error = match val("mode")? {
+                    "fastinter" => OnError::Fastinter,
+                    "fail-check" => OnError::FailCheck,
+                    "sudden-death" => OnError::SuddenDeath,
+                    "mark-down" => OnError::MarkDown,
+                    x => {
+                        return Err(format!(
+                            "'on-error' expects 'fastinter', 'fail-check', 'sudden-death' or \
+                             'mark-down', not '{x}'"
+                        ));
+                    }
+                }
+            }
+            "on-marked-down" => match val("action")? {
+                "shutdown-sessions" => o.health.down_kills_sessions = true,
+                x => {
+                    return Err(format!(
+                        "'on-marked-down' expects 'shutdown-sessions', not '{x}'"
+                    ));
+                }
+            },
+            "on-marked-up" => match val("action")? {
+                "shutdown-backup-sessions" => o.health.up_kills_backup_sessions = true,
+                x => {
+                    return Err(format!(
+                        "'on-marked-up' expects 'shutdown-backup-sessions', not '{x}'"
+                    ));
+                }
+            },
+            "slowstart" => {
+                let t = parse_time(val("time")?)?;
+                o.health.slowstart = (!t.is_zero()).then_some(t);
+            }
+            "track" => {
+                let v = val("[backend/]server")?;
+                o.health.track = Some(match v.split_once('/') {
+                    Some((b, s)) if !b.is_empty() && !s.is_empty() => {
+                        (Some(b.to_string()), s.to_string())
+                    }
+                    None if !v.is_empty() => (None, v.to_string()),
+                    _ => return Err(format!("'track': invalid server '{v}'")),
+                });
+            }
+            _ => unreachable!("filtered below"),
+        }
+        Ok(match opt {
+            "check" | "no-check" | "agent-check" | "no-agent-check" => 0,
+            _ => 1,
+        })
+    };
+    let known = SERVER_OPTIONS.contains(&opt)
+        || matches!(
+            opt,
+            "check-ssl"
+                | "check-sni"
+                | "check-alpn"
+                | "no-check-ssl"
+                | "check-proto"
+                | "check-via-socks4"
+                | "check-reuse-pool"
+                | "no-check-reuse-pool"
+        );
+    known.then(r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Global keywords
+// ---------------------------------------------------------------------------------------------
+
+/// `spread-checks N`, `max-spread-checks T`, `tune.max-checks-per-thread N`; `None` for any
+/// other global keyword.
+pub(super) fn global_keyword(g: &mut GlobalChecks, w: &[String]) -> Option<Result<(), String>> {
+    let kw = w[0].as_str();
+    let r = || -> Result<(), String> {
+        match kw {
+            "spread-checks" => {
+                g.spread = parse_range(arg(w, 1, "percentage")?, 0, 50)
+                    .map_err(|e| format!("'spread-checks': {e}"))?
+                    as u32;
+            }
+            "max-spread-checks" => {
+                g.max_spread = Some(parse_time(arg(w, 1, "time")?)?);
+            }
+            _ => {
+                g.max_per_thread = parse_range(arg(w, 1, "number")?, 0, 1_000_000)
+                    .map_err(|e| format!("'tune.max-checks-per-thread': {e}"))?
+                    as u32;
+            }
+        }
+        no_extra(w, 2)
+    };
+    matches!(
+        kw,
+        "spread-checks" | "max-spread-checks" | "tune.max-checks-per-thread"
+    )
+    .then(r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// track
+// ---------------------------------------------------------------------------------------------
+
+/// Resolves every `track [BACKEND/]SERVER` to indexes: the tracked server must exist, have
+/// health checks (or track another one in turn), and chains must not loop.
+pub(super) fn resolve_tracks(proxies: &mut [Proxy], errors: &mut Vec<ConfigError>) {
+    let mut found = Vec::new();
+    for (pi, p) in proxies.iter().enumerate() {
+        for (si, s) in p.servers.iter().enumerate() {
+            let Some((be, name)) = &s.health.track else {
+                continue;
+            };
+            let err = |m: String| ConfigError {
+                file: s.origin.file.clone(),
+                line: s.origin.line,
+                message: format!("'server {}' in backend '{}': {m}", s.name, p.name),
+            };
+            let ti = match be {
+                None => Some(pi),
+                Some(b) => proxies
+                    .iter()
+                    .position(|x| &x.name == b && x.kind.has_backend()),
+            };
+            let Some(ti) = ti else {
+                errors.push(err(format!(
+                    "'track': unknown backend '{}'",
+                    be.as_deref().unwrap_or("")
+                )));
+                continue;
+            };
+            let Some(tsi) = proxies[ti].servers.iter().position(|x| &x.name == name) else {
+                errors.push(err(format!(
+                    "'track': unknown server '{name}' in backend '{}'",
+                    proxies[ti].name
+                )));
+                continue;
+            };
+            let t = &proxies[ti].servers[tsi];
+            if t.check.is_none() && t.health.track.is_none() {
+                errors.push(err(format!(
+                    "'track': unable to use {}/{name} for tracking as it does not have any \
+                     check enabled",
+                    proxies[ti].name
+                )));
+                continue;
+            }
+            found.push(((pi, si), (ti, tsi)));
+        }
+    }
+    for ((pi, si), t) in &found {
+        proxies[*pi].servers[*si].health.track_idx = Some(*t);
+    }
+    // Loops: follow each chain at most as many steps as there are trackers.
+    for ((pi, si), _) in &found {
+        let mut cur = (*pi, *si);
+        for _ in 0..=found.len() {
+            match proxies[cur.0].servers[cur.1].health.track_idx {
+                Some(n) => cur = n,
+                None => break,
+            }
+            if cur == (*pi, *si) {
+                let s = &proxies[*pi].servers[*si];
+                errors.push(ConfigError {
+                    file: s.origin.file.clone(),
+                    line: s.origin.line,
+                    message: format!(
+                        "'server {}' in backend '{}': 'track' loop detected",
+                        s.name, proxies[*pi].name
+                    ),
+                });
+                break;
+            }
+        }
+    }
 }

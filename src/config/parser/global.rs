@@ -69,8 +69,6 @@ const UNSUPPORTED: &[&str] = &[
     "nosplice",
     "nogetaddrinfo",
     "noreuseport",
-    "spread-checks",
-    "max-spread-checks",
     "server-state-file",
     "server-state-base",
     "h1-case-adjust",
@@ -133,6 +131,9 @@ pub(crate) enum ThreadSel {
 pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<(), KwErr> {
     let w = &l.words;
     let kw = w[0].as_str();
+    if let Some(r) = super::checks::global_keyword(&mut g.checks, w) {
+        return r.map_err(Into::into);
+    }
     match kw {
         "nbthread" => {
             g.nbthread = Some(parse_range(arg(w, 1, "number of threads")?, 1, 1024)? as usize);

@@ -15,10 +15,12 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("http-keep-alive", D | F | B, true),
     ("http-server-close", D | F | B, true),
     ("httpclose", D | F | B, true),
-    ("httpchk", D | B, true),
+    // HAProxy runs HTTP checks on TCP backends too.
+    ("httpchk", D | B, false),
     ("httplog", D | F, true),
     ("log-health-checks", D | B, false),
     ("redispatch", D | B, false),
+    ("tcp-check", D | B, false),
     ("tcplog", D | F, false),
     ("tcp-smart-accept", D | F, false),
     ("tcp-smart-connect", D | B, false),
@@ -65,7 +67,6 @@ const UNSUPPORTED: &[&str] = &[
     "spop-check",
     "srvtcpka",
     "ssl-hello-chk",
-    "tcp-check",
     "tcpka",
     "transparent",
 ];
@@ -112,7 +113,17 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             }
             "tcplog" => o.tcplog = false,
             "redispatch" => o.redispatch = false,
-            "httpchk" => o.httpchk = None,
+            // Back to plain connects only if that was the check type in force.
+            "httpchk" | "tcp-check" => {
+                let t = if name == "httpchk" {
+                    super::super::CheckType::Http
+                } else {
+                    super::super::CheckType::Tcp
+                };
+                if o.check_type == t {
+                    o.check_type = super::super::CheckType::Connect;
+                }
+            }
             "log-health-checks" => o.log_health_checks = false,
             "tcp-smart-accept" => o.tcp_smart_accept = false,
             "tcp-smart-connect" => o.tcp_smart_connect = false,
@@ -146,7 +157,10 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             o.tcplog = false;
         }
         "forwardfor" => o.forwardfor = Some(forwardfor(words)?),
-        "httpchk" => o.httpchk = Some(super::checks::httpchk(&words[1..])?),
+        "httpchk" => {
+            o.httpchk = Some(super::checks::httpchk(&words[1..])?);
+            o.check_type = super::super::CheckType::Http;
+        }
         _ => {
             no_extra(words, 1)?;
             match name {
@@ -161,6 +175,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "log-health-checks" => o.log_health_checks = true,
                 "tcp-smart-accept" => o.tcp_smart_accept = true,
                 "tcp-smart-connect" => o.tcp_smart_connect = true,
+                "tcp-check" => o.check_type = super::super::CheckType::Tcp,
                 "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,
                 "httpclose" => o.http_conn_mode = HttpConnMode::Close,
                 "http-keep-alive" => o.http_conn_mode = HttpConnMode::KeepAlive,

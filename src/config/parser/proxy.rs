@@ -34,14 +34,8 @@ pub(super) struct ServerOpts {
     pub pool_conn_name: Option<crate::config::NameExpr>,
     pub check_pool_conn_name: Option<crate::config::NameExpr>,
     pub max_reuse: Option<u32>,
-    pub check: bool,
-    pub inter: std::time::Duration,
-    pub fastinter: Option<std::time::Duration>,
-    pub downinter: Option<std::time::Duration>,
-    pub rise: u32,
-    pub fall: u32,
-    pub check_port: Option<u16>,
-    pub check_addr: Option<std::net::IpAddr>,
+    /// Health-check options (`check`, `inter`, `agent-check`, `track`, ...).
+    pub chk: super::checks::ServerCheckOpts,
 }
 
 impl Default for ServerOpts {
@@ -58,14 +52,7 @@ impl Default for ServerOpts {
             pool_conn_name: None,
             check_pool_conn_name: None,
             max_reuse: None,
-            check: false,
-            inter: std::time::Duration::from_secs(2),
-            fastinter: None,
-            downinter: None,
-            rise: 2,
-            fall: 3,
-            check_port: None,
-            check_addr: None,
+            chk: super::checks::ServerCheckOpts::default(),
         }
     }
 }
@@ -87,6 +74,11 @@ pub(super) struct Draft {
     pub http_only: Vec<(Origin, String, String)>,
     /// Whether `p.stats` came from this section's own `stats` lines (not from `defaults`).
     pub stats_own: bool,
+    /// Whether the `http-check` / `tcp-check` rules are this section's own: the first rule a
+    /// proxy writes replaces the ones inherited from `defaults` (HAProxy 2.2+).
+    pub checks_own: [bool; 2],
+    /// `http-check comment` / `tcp-check comment`: the comment of the next rule.
+    pub pending_check_comment: Option<String>,
 }
 
 fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
@@ -159,6 +151,8 @@ impl Draft {
             id_at: None,
             http_only: Vec::new(),
             stats_own: false,
+            checks_own: [false; 2],
+            pending_check_comment: None,
         }
     }
 
@@ -262,6 +256,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("http-request", F | B),
     ("http-reuse", D | B),
     ("http-check", D | B),
+    ("tcp-check", D | B),
     ("http-response", F | B),
     ("id", F | B),
     ("log", D | F | B),
@@ -285,7 +280,6 @@ const UNSUPPORTED: &[&str] = &[
     "stick",
     "stick-store-request",
     "stick-store-response",
-    "tcp-check",
     "tcp-request",
     "tcp-response",
     "cookie",
@@ -483,6 +477,7 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             d.needs_http(l, "http-reuse");
         }
         "http-check" => super::checks::http_check(d, l)?,
+        "tcp-check" => super::checks::tcp_check(d, l)?,
         "monitor-uri" => {
             let uri = arg(w, 1, "URI")?;
             no_extra(w, 2)?;

@@ -1,6 +1,6 @@
 //! `bind`, `server` and `default-server`.
 
-use super::super::{Bind, BindAddr, CheckCfg, Origin, Server};
+use super::super::{Bind, BindAddr, Origin, Server};
 use super::proxy::{Draft, ServerOpts};
 use super::values::{
     Family, arg, parse_port, parse_range, parse_time, parse_u32, resolve_host, split_host_port,
@@ -99,15 +99,6 @@ const SERVER_OPTIONS: &[&str] = &[
     "pool-conn-name",
     "check-pool-conn-name",
     "max-reuse",
-    "check",
-    "no-check",
-    "inter",
-    "fastinter",
-    "downinter",
-    "rise",
-    "fall",
-    "port",
-    "addr",
 ];
 
 /// Real HAProxy server options that sluice does not implement.
@@ -129,18 +120,6 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "send-proxy-v2-ssl-cn",
     "no-send-proxy",
     "proxy-v2-options",
-    "agent-check",
-    "agent-port",
-    "agent-inter",
-    "agent-addr",
-    "agent-send",
-    "observe",
-    "on-error",
-    "on-marked-down",
-    "on-marked-up",
-    "error-limit",
-    "slowstart",
-    "track",
     "redir",
     "source",
     "usesrc",
@@ -152,12 +131,6 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "alpn",
     "npn",
     "proto",
-    "check-ssl",
-    "check-sni",
-    "check-alpn",
-    "check-proto",
-    "check-send-proxy",
-    "check-via-socks4",
     "no-tls-tickets",
     "no-sslv3",
     "no-tlsv10",
@@ -380,43 +353,6 @@ fn server_opts(
                 o.pool_purge_delay = t;
                 i += 1;
             }
-            "check" => o.check = true,
-            "no-check" => o.check = false,
-            "inter" | "fastinter" | "downinter" => {
-                let t = parse_time(val("time")?)?;
-                if t.is_zero() {
-                    return Err(format!("'{opt}' must be greater than 0"));
-                }
-                match opt {
-                    "inter" => o.inter = t,
-                    "fastinter" => o.fastinter = Some(t),
-                    _ => o.downinter = Some(t),
-                }
-                i += 1;
-            }
-            "rise" | "fall" => {
-                let v = parse_range(val("number")?, 1, 1_000_000)
-                    .map_err(|e| format!("'{opt}': {e}"))? as u32;
-                if opt == "rise" {
-                    o.rise = v;
-                } else {
-                    o.fall = v;
-                }
-                i += 1;
-            }
-            "port" => {
-                let v = val("port")?;
-                o.check_port = Some(parse_port(v, v)?);
-                i += 1;
-            }
-            "addr" => {
-                let v = val("address")?;
-                o.check_addr = Some(
-                    v.parse()
-                        .map_err(|_| format!("'addr': invalid IP address '{v}'"))?,
-                );
-                i += 1;
-            }
             "backup" => o.backup = true,
             "no-backup" => o.backup = false,
             "disabled" => o.disabled = true,
@@ -434,12 +370,21 @@ fn server_opts(
             _ if SERVER_UNSUPPORTED.contains(&opt) => {
                 return Err(format!("server option '{opt}' is not supported by sluice"));
             }
-            _ => {
-                return Err(format!(
-                    "unknown server option '{opt}'{}",
-                    did_you_mean(opt, SERVER_OPTIONS.iter().copied())
-                ));
-            }
+            _ => match super::checks::server_opt(words, i, &mut o.chk) {
+                Some(r) => i += r?,
+                None => {
+                    return Err(format!(
+                        "unknown server option '{opt}'{}",
+                        did_you_mean(
+                            opt,
+                            SERVER_OPTIONS
+                                .iter()
+                                .chain(super::checks::SERVER_OPTIONS)
+                                .copied()
+                        )
+                    ));
+                }
+            },
         }
         i += 1;
     }
@@ -469,6 +414,7 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let mut o = d.default_server.clone();
     let mut id = None;
     server_opts(&w[3..], &mut o, Some(&mut id))?;
+    o.chk.validate()?;
     if let Some(id) = id
         && let Some(prev) = d.p.servers.iter().find(|s| s.id == Some(id))
     {
@@ -485,6 +431,8 @@ pub fn dynamic_server(name: &str, addr: &str, opts: &[String]) -> Result<Server,
     let mut o = ServerOpts::default();
     let mut id = None;
     server_opts(opts, &mut o, Some(&mut id))?;
+    o.chk.validate()?;
+    o.chk.validate_dynamic()?;
     let origin = Origin {
         file: "stats socket".into(),
         line: 0,
@@ -516,15 +464,8 @@ fn make_server(
         pool_conn_name: o.pool_conn_name.clone(),
         check_pool_conn_name: o.check_pool_conn_name.clone(),
         max_reuse: o.max_reuse,
-        check: o.check.then(|| CheckCfg {
-            inter: o.inter,
-            fastinter: o.fastinter.unwrap_or(o.inter),
-            downinter: o.downinter.unwrap_or(o.inter),
-            rise: o.rise,
-            fall: o.fall,
-            port: o.check_port,
-            addr: o.check_addr,
-        }),
+        check: o.chk.check_cfg(),
+        health: o.chk.health_cfg(),
     }
 }
 

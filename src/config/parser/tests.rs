@@ -1666,7 +1666,7 @@ fn server_errors() {
         "  server s10",                            // 12
         "  server",                                // 13
         "  default-server id 3",                   // 14
-        "  default-server agent-inter 2s",         // 15
+        "  default-server check-via-socks4",       // 15
         "  server s11 10.0.0.11:80 maxconn",       // 16
         "  server s12 :80",                        // 17
         "  server s13 10.0.0.13:80 id 0",          // 18
@@ -1684,10 +1684,7 @@ fn server_errors() {
     for line in [2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 16, 17, 18] {
         has(find(line), &["'server' in backend 'be': "]);
     }
-    has(
-        find(2),
-        &["server option 'check-ssl' is not supported by sluice"],
-    );
+    has(find(2), &["'check-ssl': TLS checks need TLS support"]);
     has(find(3), &["server option 'ssl' is not supported by sluice"]);
     has(
         find(4),
@@ -1718,7 +1715,7 @@ fn server_errors() {
         find(15),
         &[
             "'default-server' in backend 'be'",
-            "server option 'agent-inter' is not supported by sluice",
+            "server option 'check-via-socks4' is not supported by sluice",
         ],
     );
     has(find(16), &["missing number after 'maxconn'"]);
@@ -2916,7 +2913,6 @@ fn unsupported_haproxy_keywords() {
         "cookie SRV insert",
         "compression algo gzip",
         "tcp-request content accept",
-        "tcp-check connect",
         "capture request header Host len 20",
         "log-format %ci",
         "redirect prefix /x",

@@ -268,6 +268,8 @@ pub struct BackendState {
     /// whether it is DOWN now (no usable server).
     pub last_change: AtomicU64,
     pub down_total: AtomicU64,
+    /// The tables no longer match the servers' states and weights (see `tables`).
+    tables_dirty: AtomicBool,
     pub down: AtomicBool,
     /// Worker threads: servers added at run time get a histogram block for each.
     nbthread: usize,
@@ -418,8 +420,12 @@ impl ServerState {
         m == 0 || self.served.load(SeqCst) < m
     }
 
-    /// Takes a slot if the server is below its maxconn.
+    /// Takes a slot if the server is usable and below its maxconn. (Usability is checked here
+    /// too: a pick may run on tables a concurrent change has not been rebuilt into yet.)
     fn try_take(&self) -> bool {
+        if !self.usable() {
+            return false;
+        }
         let m = self.eff_maxconn();
         let mut cur = self.served.load(SeqCst);
         loop {
@@ -484,6 +490,7 @@ impl BackendState {
             max_queued: AtomicU32::new(0),
             last_change: AtomicU64::new(unix_now()),
             down_total: AtomicU64::new(0),
+            tables_dirty: AtomicBool::new(false),
             down: AtomicBool::new(false),
             nbthread,
         };
@@ -510,11 +517,16 @@ impl BackendState {
         // Without `option allbackups`, HAProxy uses only the first usable backup.
         let mut b = cand(true);
         b.truncate(1);
-        let down = active.is_empty() && b.is_empty();
         self.active
             .store(Arc::new(Tables::build(&active, consistent)));
         self.backup.store(Arc::new(Tables::build(&b, consistent)));
-        // UP/DOWN bookkeeping for the stats plane (`lastchg`, `downtime`).
+        self.note_down();
+    }
+
+    /// UP/DOWN bookkeeping for the stats plane (`lastchg`, `downtime`): one pass over the
+    /// servers, so it can follow every change at once while the tables are rebuilt lazily.
+    fn note_down(&self) {
+        let down = !self.servers.iter().any(|s| s.usable());
         if self.down.swap(down, Relaxed) != down {
             let now = unix_now();
             let was = self.last_change.swap(now, Relaxed);
@@ -563,7 +575,14 @@ impl BackendState {
     }
 
     /// The tables in force: active servers, or backups when no active server is usable.
+    /// Rebuilt here, by the first pick after changes: a burst of state changes (thousands of
+    /// servers marked down by their checks at once) costs one rebuild, not one per change.
+    /// Picks racing the rebuild on other threads use the previous tables; they still skip
+    /// servers that are no longer usable.
     fn tables(&self) -> Arc<Tables> {
+        if self.tables_dirty.load(Relaxed) && self.tables_dirty.swap(false, AcqRel) {
+            self.rebuild_tables();
+        }
         let a = self.active.load_full();
         if !a.is_empty() {
             return a;
@@ -983,7 +1002,8 @@ impl BackendState {
     /// maintenance, a new weight): rebuild the tables and give queued requests every slot
     /// that is now free.
     pub fn changed(&self) {
-        self.rebuild_tables();
+        self.tables_dirty.store(true, Release);
+        self.note_down();
         while self.queued.load(SeqCst) > 0 {
             let before = self.queued.load(SeqCst);
             dispatch_queue(self, None);

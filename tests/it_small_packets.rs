@@ -50,6 +50,23 @@ fn proxy_to(addr: std::net::SocketAddr) -> (Sluice, u16) {
     (Sluice::start(&cfg), port)
 }
 
+/// Reads one response with a `Content-Length` body from `c`, which must be a 200.
+fn read_200(c: &mut std::net::TcpStream, i: usize) {
+    let mut w = Wire::new(c);
+    let head = w.read_until(b"\r\n\r\n").unwrap().expect("response head");
+    let text = String::from_utf8_lossy(&head).to_string();
+    assert!(text.starts_with("HTTP/1.1 200"), "{i}: {text}");
+    let len: usize = text
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap();
+    w.take(len).unwrap();
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -92,19 +109,7 @@ fn a_request_in_two_segments_is_answered_at_once() {
         std::thread::sleep(Duration::from_millis(30));
         let t = Instant::now();
         c.write_all(b"st: t\r\n\r\n").unwrap();
-        let mut w = Wire::new(&mut c);
-        let head = w.read_until(b"\r\n\r\n").unwrap().expect("response head");
-        let text = String::from_utf8_lossy(&head).to_string();
-        assert!(text.starts_with("HTTP/1.1 200"), "{i}: {text}");
-        let len: usize = text
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse().unwrap())
-            })
-            .unwrap();
-        w.take(len).unwrap();
+        read_200(&mut c, i);
         times.push(t.elapsed());
     }
     let m = median(times.clone());
@@ -161,19 +166,7 @@ fn tcp_smart_accept_never_stalls_a_client_sending_a_body() {
         )
         .unwrap();
         c.write_all(b"hello").unwrap();
-        let mut w = Wire::new(&mut c);
-        let head = w.read_until(b"\r\n\r\n").unwrap().expect("response head");
-        let text = String::from_utf8_lossy(&head).to_string();
-        assert!(text.starts_with("HTTP/1.1 200"), "{i}: {text}");
-        let len: usize = text
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse().unwrap())
-            })
-            .unwrap();
-        w.take(len).unwrap();
+        read_200(&mut c, i);
         times.push(t.elapsed());
     }
     assert_eq!(b.reqs(), 12);

@@ -393,7 +393,7 @@ impl Health {
 /// The one seam for TLS checks (`check-ssl`, `tcp-check connect ssl|sni`): refused with this
 /// reason until sluice has TLS; the TLS work replaces it (and wraps the stream in `connect`).
 pub fn tls_check_support() -> Result<(), &'static str> {
-    Err("TLS checks need TLS support, which this build of sluice does not have")
+    Err("TLS health checks are not supported by sluice yet")
 }
 
 // =============================================================================================

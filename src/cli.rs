@@ -161,6 +161,26 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
         "clear max statistics counters (or all counters)",
         CliLevel::Operator,
     ),
+    (
+        "show ssl cert [<certfile>]",
+        "display the SSL certificates used in memory, or the details of a file",
+        CliLevel::Admin,
+    ),
+    (
+        "set ssl cert <certfile> <payload>",
+        "replace a certificate file (PEM payload after '<<', ends with an empty line)",
+        CliLevel::Admin,
+    ),
+    (
+        "commit ssl cert <certfile>",
+        "commit a certificate file: new handshakes use it, open connections keep theirs",
+        CliLevel::Admin,
+    ),
+    (
+        "abort ssl cert <certfile>",
+        "abort a transaction for a certificate file",
+        CliLevel::Admin,
+    ),
 ];
 
 fn usage(level: CliLevel, head: &str) -> String {
@@ -338,6 +358,19 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
             admin(sess, || set_maxconn_frontend(shared, rest))
         }
         ["set", "maxconn", "global", rest @ ..] => admin(sess, || set_maxconn_global(shared, rest)),
+        ["show", "ssl", "cert", rest @ ..] => admin(sess, || {
+            crate::tls::cli_show_cert(&shared.cfg, rest.first().copied())
+        }),
+        ["set", "ssl", "cert", path, payload] => admin(sess, || {
+            crate::tls::cli_set_cert(&shared.cfg, path, payload)
+        }),
+        ["set", "ssl", "cert", ..] => admin(sess, || {
+            "'set ssl cert' expects a filename and the certificate as a payload\n".into()
+        }),
+        ["commit", "ssl", "cert", path] => {
+            admin(sess, || crate::tls::cli_commit_cert(&shared.cfg, path))
+        }
+        ["abort", "ssl", "cert", path] => admin(sess, || crate::tls::cli_abort_cert(path)),
         ["set", "maxconn", ..] => admin(sess, || {
             "Required arguments: 'frontend', 'server' or 'global'.\n".into()
         }),
@@ -1013,8 +1046,20 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches(['\n', '\r']);
+        let mut cmds = split_commands(text);
+        // A command ending with `<<` takes the following lines, up to an empty one, as its
+        // last argument (HAProxy's payload syntax, used by `set ssl cert`).
+        if let Some(last) = cmds.last_mut()
+            && last.last().is_some_and(|w| w == "<<")
+        {
+            let Some(payload) = read_payload(&mut r, timeout).await else {
+                return;
+            };
+            last.pop();
+            last.push(payload);
+        }
         let mut quit = false;
-        for cmd in split_commands(text) {
+        for cmd in cmds {
             let (mut out, after) = execute(&shared, &mut sess, &cmd).await;
             if after == After::Quit {
                 quit = true;
@@ -1032,6 +1077,35 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
         }
     }
 }
+
+/// Lines up to the first empty one (or EOF), at most [`MAX_PAYLOAD`] bytes.
+async fn read_payload<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    timeout: Duration,
+) -> Option<String> {
+    let mut payload = Vec::new();
+    loop {
+        let mut l = Vec::new();
+        let n = tokio::time::timeout(
+            timeout.max(Duration::from_millis(1)),
+            r.take(MAX_PAYLOAD as u64).read_until(b'\n', &mut l),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        if n == 0 || l == b"\n" || l == b"\r\n" {
+            break;
+        }
+        payload.extend_from_slice(&l);
+        if payload.len() > MAX_PAYLOAD {
+            return None;
+        }
+    }
+    Some(String::from_utf8_lossy(&payload).into_owned())
+}
+
+/// Largest `<<` payload accepted (a certificate chain with its key fits easily).
+const MAX_PAYLOAD: usize = 1 << 20;
 
 /// A bound CLI socket, not yet serving.
 pub enum CliListener {

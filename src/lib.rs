@@ -4,7 +4,8 @@
 //! one event loop per thread; `stream` carries a connection (`tcp` tunnel or `http`
 //! transactions); `backend` + `lb` pick servers and queue; `log` writes access logs; `stats`
 //! renders counters (CSV, `show info`), `prometheus` the `/metrics` exposition with the
-//! latency histograms `histogram` keeps, and `cli` serves the `stats socket` commands.
+//! latency histograms `histogram` keeps, and `cli` serves the `stats socket` commands; `tls`
+//! owns certificates, rustls configurations and handshakes.
 
 pub mod backend;
 pub mod check;
@@ -24,6 +25,7 @@ pub mod stats;
 pub mod stats_page;
 pub mod stream;
 pub mod sys;
+pub mod tls;
 pub mod util;
 pub mod worker;
 

@@ -371,8 +371,9 @@ async fn accept_loop(
                 });
                 let w2 = w.clone();
                 let guard = ActiveGuard::new(&w, key);
+                let tls = bl.bind.ssl.clone();
                 let task = tokio::task::spawn_local(async move {
-                    crate::stream::serve(w2, pidx, client, adm, key).await;
+                    crate::stream::serve(w2, pidx, client, adm, key, tls).await;
                     drop(guard);
                 });
                 if let Some(e) = w.sessions.borrow_mut().get_mut(key) {

@@ -33,6 +33,10 @@ pub trait HttpView {
     fn for_each_header(&self, name: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> bool;
     /// Client source address.
     fn src(&self) -> Option<IpAddr>;
+    /// The client handshake's results on an `ssl` bind (`ssl_fc_*`, `ssl_c_*`).
+    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
+        None
+    }
 }
 
 /// A parsed `if`/`unless` condition, ready to evaluate.
@@ -144,6 +148,19 @@ enum Fetch {
     HdrIp {
         name: Box<[u8]>,
     },
+    /// `ssl_fc`: the connection is TLS.
+    SslFc,
+    SslFcSni,
+    SslFcProtocol,
+    SslFcCipher,
+    SslFcAlpn,
+    /// `ssl_c_used`: the client presented a certificate.
+    SslCUsed,
+    /// `ssl_c_verify`: 0 when the client certificate verified (always, since a failed one
+    /// aborts the handshake).
+    SslCVerify,
+    SslCSDn,
+    SslCIDn,
 }
 
 fn trim_ows(mut s: &[u8]) -> &[u8] {
@@ -204,15 +221,42 @@ fn parse_ip(s: &[u8]) -> Option<IpAddr> {
 
 impl Fetch {
     fn is_http(&self) -> bool {
-        !matches!(self, Fetch::AlwaysTrue | Fetch::AlwaysFalse | Fetch::Src)
+        !matches!(
+            self,
+            Fetch::AlwaysTrue
+                | Fetch::AlwaysFalse
+                | Fetch::Src
+                | Fetch::SslFc
+                | Fetch::SslFcSni
+                | Fetch::SslFcProtocol
+                | Fetch::SslFcCipher
+                | Fetch::SslFcAlpn
+                | Fetch::SslCUsed
+                | Fetch::SslCVerify
+                | Fetch::SslCSDn
+                | Fetch::SslCIDn
+        )
     }
 
     fn out_type(&self) -> SmpType {
         match self {
-            Fetch::AlwaysTrue | Fetch::AlwaysFalse | Fetch::ProtoHttp => SmpType::Bool,
-            Fetch::Path | Fetch::Url | Fetch::Method | Fetch::Hdr { .. } => SmpType::Str,
+            Fetch::AlwaysTrue
+            | Fetch::AlwaysFalse
+            | Fetch::ProtoHttp
+            | Fetch::SslFc
+            | Fetch::SslCUsed => SmpType::Bool,
+            Fetch::Path
+            | Fetch::Url
+            | Fetch::Method
+            | Fetch::Hdr { .. }
+            | Fetch::SslFcSni
+            | Fetch::SslFcProtocol
+            | Fetch::SslFcCipher
+            | Fetch::SslFcAlpn
+            | Fetch::SslCSDn
+            | Fetch::SslCIDn => SmpType::Str,
             Fetch::Src | Fetch::HdrIp { .. } => SmpType::Ip,
-            Fetch::HdrCnt { .. } | Fetch::HdrVal { .. } => SmpType::Int,
+            Fetch::HdrCnt { .. } | Fetch::HdrVal { .. } | Fetch::SslCVerify => SmpType::Int,
         }
     }
 
@@ -267,6 +311,29 @@ impl Fetch {
                     .filter_map(|p| parse_ip(trim_ows(p)))
                     .any(|ip| f(Sample::Ip(ip)))
             }),
+            Fetch::SslFc => f(Sample::Bool(view.tls().is_some())),
+            Fetch::SslCUsed => f(Sample::Bool(view.tls().is_some_and(|t| t.client_cert))),
+            Fetch::SslCVerify => match view.tls() {
+                Some(_) => f(Sample::Int(0)),
+                None => false,
+            },
+            Fetch::SslFcSni
+            | Fetch::SslFcProtocol
+            | Fetch::SslFcCipher
+            | Fetch::SslFcAlpn
+            | Fetch::SslCSDn
+            | Fetch::SslCIDn => {
+                let Some(t) = view.tls() else { return false };
+                let v: Option<&[u8]> = match self {
+                    Fetch::SslFcSni => t.sni.as_deref().map(str::as_bytes),
+                    Fetch::SslFcProtocol => Some(t.protocol.as_bytes()),
+                    Fetch::SslFcCipher => Some(t.cipher.as_bytes()),
+                    Fetch::SslFcAlpn => t.alpn.as_deref(),
+                    Fetch::SslCSDn => t.c_s_dn.as_deref().map(str::as_bytes),
+                    _ => t.c_i_dn.as_deref().map(str::as_bytes),
+                };
+                v.is_some_and(|v| f(Sample::Str(v)))
+            }
         }
     }
 }
@@ -468,6 +535,17 @@ const CRITERIA: &[&str] = &[
     "fhdr_cnt",
     "req.fhdr",
     "req.fhdr_cnt",
+    "ssl_fc",
+    "ssl_fc_sni",
+    "ssl_fc_sni_end",
+    "ssl_fc_sni_reg",
+    "ssl_fc_protocol",
+    "ssl_fc_cipher",
+    "ssl_fc_alpn",
+    "ssl_c_used",
+    "ssl_c_verify",
+    "ssl_c_s_dn",
+    "ssl_c_i_dn",
 ];
 
 /// Sample fetches HAProxy has that sluice does not evaluate (yet).
@@ -524,9 +602,6 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
     "src_http_req_rate",
     "src_port",
     "srv_id",
-    "ssl_c_used",
-    "ssl_fc",
-    "ssl_fc_sni",
     "status",
     "url_ip",
     "url_param",
@@ -595,8 +670,10 @@ fn parse_fetch(word: &str) -> Result<(Fetch, &'static str), String> {
     // Suffixes on path/url/hdr.
     let (base, suffix) = match name.rsplit_once('_') {
         Some((b, s))
-            if matches!(b, "path" | "url" | "hdr" | "req.hdr" | "fhdr" | "req.fhdr")
-                && matches!(s, "beg" | "end" | "sub" | "reg" | "dir" | "dom" | "len") =>
+            if matches!(
+                b,
+                "path" | "url" | "hdr" | "req.hdr" | "fhdr" | "req.fhdr" | "ssl_fc_sni"
+            ) && matches!(s, "beg" | "end" | "sub" | "reg" | "dir" | "dom" | "len") =>
         {
             (b, Some(s))
         }
@@ -644,6 +721,15 @@ fn parse_fetch(word: &str) -> Result<(Fetch, &'static str), String> {
         },
         "hdr_val" | "req.hdr_val" => Fetch::HdrVal { name: hdr_name()? },
         "hdr_ip" | "req.hdr_ip" => Fetch::HdrIp { name: hdr_name()? },
+        "ssl_fc" => no_args(Fetch::SslFc)?,
+        "ssl_fc_sni" => no_args(Fetch::SslFcSni)?,
+        "ssl_fc_protocol" => no_args(Fetch::SslFcProtocol)?,
+        "ssl_fc_cipher" => no_args(Fetch::SslFcCipher)?,
+        "ssl_fc_alpn" => no_args(Fetch::SslFcAlpn)?,
+        "ssl_c_used" => no_args(Fetch::SslCUsed)?,
+        "ssl_c_verify" => no_args(Fetch::SslCVerify)?,
+        "ssl_c_s_dn" => no_args(Fetch::SslCSDn)?,
+        "ssl_c_i_dn" => no_args(Fetch::SslCIDn)?,
         _ => {
             if UNSUPPORTED_FETCHES.contains(&name)
                 || UNSUPPORTED_FETCHES
@@ -1393,8 +1479,8 @@ mod tests {
             "unknown ACL criterion 'pth_beg' (did you mean 'path_beg'?)"
         );
         assert_eq!(
-            expr_err("ssl_fc"),
-            "ACL criterion 'ssl_fc' is not supported by sluice"
+            expr_err("req.ssl_sni"),
+            "ACL criterion 'req.ssl_sni' is not supported by sluice"
         );
         assert_eq!(
             expr_err("cook_beg(a) x"),

@@ -450,6 +450,8 @@ pub struct Bind {
     pub defer_accept: bool,
     pub v4v6: bool,
     pub v6only: bool,
+    /// `ssl` and its options, certificates loaded (`None`: plain TCP).
+    pub ssl: Option<std::sync::Arc<crate::tls::BindTls>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -484,6 +486,10 @@ pub struct Server {
     pub check: Option<CheckCfg>,
     /// Agent, observe, slowstart, track and on-marked-* settings.
     pub health: HealthCfg,
+    /// `ssl` and its options (`None`: plain TCP to this server).
+    pub tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
+    /// `ssl`: sessions use TLS.
+    pub ssl: bool,
 }
 
 /// A naming expression (`pool-conn-name`): the subset of HAProxy's sample expressions sluice

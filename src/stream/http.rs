@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::tcp::{TunnelTimeouts, tunnel};
-use super::{ClientIo, ConnectError, SessionCtx, connect_with_slot};
+use super::{ClientIo, ConnectError, ServerStream, SessionCtx, connect_with_slot};
 use crate::backend::{self, PickInput, Slot};
 use crate::config::{
     HeaderAction, HttpConnMode, HttpRequestAction, HttpReuse, HttpView, Proxy, Redirect,
@@ -32,9 +31,9 @@ use crate::worker::Worker;
 use std::rc::Rc;
 
 /// `HttpView` for contexts that only know the client address (`mode tcp`).
-pub struct SrcView(pub Option<IpAddr>);
+pub struct SrcView<'a>(pub Option<IpAddr>, pub Option<&'a crate::tls::TlsInfo>);
 
-impl HttpView for SrcView {
+impl HttpView for SrcView<'_> {
     fn method(&self) -> &[u8] {
         b""
     }
@@ -46,6 +45,9 @@ impl HttpView for SrcView {
     }
     fn src(&self) -> Option<IpAddr> {
         self.0
+    }
+    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
+        self.1
     }
 }
 
@@ -164,6 +166,7 @@ struct ReqView<'a> {
     head: &'a RequestHead,
     hdrs: &'a Headers,
     src: Option<IpAddr>,
+    tls: Option<&'a crate::tls::TlsInfo>,
 }
 
 impl HttpView for ReqView<'_> {
@@ -184,6 +187,9 @@ impl HttpView for ReqView<'_> {
     fn src(&self) -> Option<IpAddr> {
         self.src
     }
+    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
+        self.tls
+    }
 }
 
 /// A response as `http-response` rules see it (request-only fetches see the request).
@@ -191,6 +197,7 @@ struct RspView<'a> {
     buf: &'a [u8],
     hdrs: &'a Headers,
     src: Option<IpAddr>,
+    tls: Option<&'a crate::tls::TlsInfo>,
 }
 
 impl HttpView for RspView<'_> {
@@ -210,6 +217,9 @@ impl HttpView for RspView<'_> {
     }
     fn src(&self) -> Option<IpAddr> {
         self.src
+    }
+    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
+        self.tls
     }
 }
 
@@ -254,7 +264,12 @@ impl PoolGuard {
     }
 
     /// Returns the connection to the pool (if pooling applies; otherwise it closes).
-    fn keep(mut self, stream: TcpStream, uses: u32) {
+    /// TLS server connections are not pooled yet (the pool holds plain sockets and has no
+    /// SNI in its key): they close, and the next connection resumes the TLS session.
+    fn keep(mut self, stream: ServerStream, uses: u32) {
+        let ServerStream::Plain(stream) = stream else {
+            return;
+        };
         if let Some(w) = self.w.take() {
             let g = &w.shared.server(self.key.0, self.key.1).pool;
             w.pool.release(
@@ -283,7 +298,8 @@ impl Drop for PoolGuard {
 
 /// The server side of a request in progress.
 struct ServerSide {
-    stream: TcpStream,
+    stream: ServerStream,
+    sni: Option<Box<str>>,
     slot: Slot,
     /// Requests this connection carried before the current one.
     uses: u32,
@@ -298,7 +314,9 @@ struct ServerSide {
 struct Kept {
     be: usize,
     server: usize,
-    stream: TcpStream,
+    stream: ServerStream,
+    /// The SNI a TLS connection was opened with.
+    sni: Option<Box<str>>,
     uses: u32,
     /// The server's address generation at connect time.
     epoch: u32,
@@ -351,7 +369,7 @@ fn connection_auth_challenge(status: u16, hdrs: &Headers, buf: &[u8]) -> bool {
 impl Kept {
     /// An idle server connection is usable only if it has neither closed nor sent anything.
     fn alive(&self) -> bool {
-        crate::pool::socket_alive(&self.stream)
+        self.stream.alive()
     }
 }
 
@@ -698,7 +716,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     first && self.cbuf.is_empty() && status == 408 && self.fe.options.dontlognull;
                 if !client_gone && !silent_probe {
                     let resp = crate::errorfile::response(self.fe, None, status).into_owned();
-                    let _ = self.client.write_all(&resp).await;
+                    let _ = self.client.send(&resp).await;
                     txn.bytes_out = resp.len() as u64;
                 }
                 txn.flags.bad_request = !client_gone && !silent_probe;
@@ -860,7 +878,7 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.bytes_out = resp.len() as u64;
         self.cbuf.advance(head.head_len);
         let body_left = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
-        if self.client.write_all(resp).await.is_err() {
+        if self.client.send(resp).await.is_err() {
             txn.term = *b"CD";
             return None;
         }
@@ -920,6 +938,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 head,
                 hdrs: &self.hdrs,
                 src,
+                tls: self.ctx.tls.as_deref(),
             };
             self.fe
                 .use_backends
@@ -968,6 +987,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 head,
                 hdrs: &self.hdrs,
                 src,
+                tls: self.ctx.tls.as_deref(),
             })
         });
         let (status, resp) = if !sp::authorized(page, auth) {
@@ -1053,6 +1073,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     head,
                     hdrs: &self.hdrs,
                     src,
+                    tls: self.ctx.tls.as_deref(),
                 }),
             };
             if !ok {
@@ -1213,16 +1234,26 @@ impl<C: ClientIo> Conn<'_, C> {
             &self.hdrs,
             &self.cbuf,
         );
-        let mut got: Option<(TcpStream, u32, u32)> = None;
+        // The Host header, kept only for a TLS server whose SNI comes from it (the head's
+        // offsets are gone once the buffer advances past it).
+        let srv_tls = shared.server(be_idx, slot.server).conf.tls.as_ref();
+        let host: Option<Vec<u8>> = match srv_tls {
+            Some(t) if t.sni == Some(crate::tls::SniExpr::ReqHost) => {
+                self.hdrs.first(&self.cbuf, b"host").map(|v| v.to_vec())
+            }
+            _ => None,
+        };
+        let mut got: Option<(ServerStream, u32, u32, Option<Box<str>>)> = None;
         let mut private = false;
         if let Some(k) = self.kept.take()
             && k.be == be_idx
             && k.server == slot.server
             && k.epoch == cur_gen
+            && k.sni.as_deref() == srv_tls.and_then(|t| super::server_sni(t, host.as_deref()))
             && k.alive()
         {
             private = k.private;
-            got = Some((k.stream, k.uses, k.epoch));
+            got = Some((k.stream, k.uses, k.epoch, k.sni));
         }
         if got.is_none()
             && let Some(m) = min_uses
@@ -1234,24 +1265,24 @@ impl<C: ClientIo> Conn<'_, C> {
                 cur_gen,
             )
         {
-            got = Some((c.stream, c.uses, c.epoch));
+            got = Some((ServerStream::Plain(c.stream), c.uses, c.epoch, None));
         }
-        let (stream, slot, uses, epoch, reused) = match got {
-            Some((stream, uses, epoch)) => {
+        let (stream, sni, slot, uses, epoch, reused) = match got {
+            Some((stream, uses, epoch, sni)) => {
                 txn.flags.reused = true;
-                (stream, slot, uses, epoch, true)
+                (stream, sni, slot, uses, epoch, true)
             }
             None => match if abort {
                 let ctx = self.ctx;
                 tokio::select! {
-                    r = connect_with_slot(ctx, be_idx, &input, slot) => r,
+                    r = connect_with_slot(ctx, be_idx, &input, slot, host.as_deref()) => r,
                     _ = client_closed(&mut self.client, &mut self.cbuf, room) => {
                         txn.term = *b"CC";
                         return None;
                     }
                 }
             } else {
-                connect_with_slot(self.ctx, be_idx, &input, slot).await
+                connect_with_slot(self.ctx, be_idx, &input, slot, host.as_deref()).await
             } {
                 Ok(sc) => {
                     txn.timings.connect = Some(sc.connect_time);
@@ -1261,7 +1292,7 @@ impl<C: ClientIo> Conn<'_, C> {
                         pool.opened((be_idx, sc.slot.server, name), &sc.slot.server_state().pool);
                     }
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
-                    (sc.stream, sc.slot, 0, epoch, false)
+                    (sc.stream, sc.sni, sc.slot, 0, epoch, false)
                 }
                 Err(e) => {
                     if let ConnectError::Failed { retries, .. } = e {
@@ -1291,6 +1322,7 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.bytes_in += initial as u64;
         let mut conn = ServerSide {
             stream,
+            sni,
             // A private connection is outside the pool's accounting.
             guard: if private {
                 PoolGuard::new(
@@ -1315,7 +1347,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 allowed: replayable && again < bp.retries,
                 reused,
             };
-            let slot = if conn.stream.write_all(&self.out).await.is_err() {
+            let slot = if conn.stream.send(&self.out).await.is_err() {
                 if !(reused && retry.allowed) {
                     txn.term = *b"SH";
                     return self.error_response_after_head(txn, 502).await;
@@ -1342,7 +1374,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 slot.server_state().pool.replayed.fetch_add(1, Relaxed);
             }
             slot.server_state().counters.retries.fetch_add(1, Relaxed);
-            match connect_with_slot(self.ctx, be_idx, &input, slot).await {
+            match connect_with_slot(self.ctx, be_idx, &input, slot, host.as_deref()).await {
                 Ok(sc) => {
                     txn.timings.connect = Some(sc.connect_time);
                     txn.retries += 1 + sc.retries;
@@ -1354,6 +1386,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
                     conn = ServerSide {
                         stream: sc.stream,
+                        sni: sc.sni,
                         guard: PoolGuard::new(&self.ctx.w, reuse, (be_idx, server, name), epoch),
                         slot: sc.slot,
                         uses: 0,
@@ -1383,7 +1416,7 @@ impl<C: ClientIo> Conn<'_, C> {
         if txn.term == *b"--" {
             txn.term = *b"SH";
         }
-        let _ = self.client.write_all(&resp).await;
+        let _ = self.client.send(&resp).await;
         None
     }
 
@@ -1403,6 +1436,7 @@ impl<C: ClientIo> Conn<'_, C> {
     ) -> Option<Next> {
         let ServerSide {
             mut stream,
+            sni,
             slot,
             uses,
             guard,
@@ -1434,7 +1468,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     }
                 };
                 if n > 0 {
-                    if stream.write_all(&self.cbuf[..n]).await.is_err() {
+                    if stream.send(&self.cbuf[..n]).await.is_err() {
                         txn.term = *b"SD";
                         return self.error_response_after_head(txn, 502).await;
                     }
@@ -1450,7 +1484,7 @@ impl<C: ClientIo> Conn<'_, C> {
                         if (100..200).contains(&r.status) && r.status != 101 {
                             // Interim response: relay as is and keep waiting.
                             let n = r.head_len;
-                            if self.client.write_all(&self.sbuf[..n]).await.is_err() {
+                            if self.client.send(&self.sbuf[..n]).await.is_err() {
                                 txn.term = *b"CD";
                                 return None;
                             }
@@ -1522,7 +1556,7 @@ impl<C: ClientIo> Conn<'_, C> {
             // Beyond HAProxy: a server that writes its head and its body in two sends with
             // Nagle on holds the body until the head is acknowledged, and the kernel delays
             // that ACK by up to 40 ms. Acknowledge now.
-            let _ = socket2::SockRef::from(&stream).set_tcp_quickack(true);
+            let _ = socket2::SockRef::from(stream.tcp()).set_tcp_quickack(true);
         }
         if retry.allowed && bp.retry_on.status(resp.status) && !interim_sent {
             // `retry-on <status>`: this answer is dropped with its connection, and the request
@@ -1548,6 +1582,7 @@ impl<C: ClientIo> Conn<'_, C> {
                         buf: &self.sbuf,
                         hdrs: &self.hdrs,
                         src,
+                        tls: self.ctx.tls.as_deref(),
                     })
                 });
                 if ok {
@@ -1640,7 +1675,7 @@ impl<C: ClientIo> Conn<'_, C> {
         self.out.extend_from_slice(&self.sbuf[..n]);
         self.sbuf.advance(n);
         let w = if rsp_body.done() {
-            self.client.write_all(&self.out).await
+            self.client.send(&self.out).await
         } else {
             self.client.write_all_more(&self.out).await
         };
@@ -1685,7 +1720,7 @@ impl<C: ClientIo> Conn<'_, C> {
             };
             let piece = &self.sbuf[..n];
             let w = if rsp_body.done() {
-                super::with_timeout(t_client, self.client.write_all(piece)).await
+                super::with_timeout(t_client, self.client.send(piece)).await
             } else {
                 super::with_timeout(t_client, self.client.write_all_more(piece)).await
             };
@@ -1719,6 +1754,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     be,
                     server,
                     stream,
+                    sni,
                     uses: uses + 1,
                     epoch: guard.epoch,
                     private,

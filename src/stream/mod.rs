@@ -29,8 +29,15 @@ pub enum Client {
     Unix(UnixStream),
 }
 
-/// Entry point for every accepted connection.
-pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission, key: usize) {
+/// Entry point for every accepted connection; `tls` is the bind's `ssl` configuration.
+pub async fn serve(
+    w: Rc<Worker>,
+    proxy: usize,
+    client: Client,
+    adm: Admission,
+    key: usize,
+    tls: Option<Arc<crate::tls::BindTls>>,
+) {
     let accepted_at = std::time::SystemTime::now();
     let p = &w.shared.cfg.proxies[proxy];
     let fe = &w.shared.proxies[proxy].fe;
@@ -60,8 +67,13 @@ pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission, 
         peer,
         accepted_at,
         key,
+        tls: None,
         _adm: adm,
     };
+    if let Some(tls) = tls {
+        // Boxed: a TLS session's futures are large and must not size plain sessions' tasks.
+        return Box::pin(serve_tls(ctx, client, tls)).await;
+    }
     match (client, p.mode) {
         // Boxed: the tunnel future is large and would size every HTTP connection's task too.
         (Client::Tcp(s, _), Mode::Tcp) => Box::pin(tcp::serve(ctx, s)).await,
@@ -69,6 +81,60 @@ pub async fn serve(w: Rc<Worker>, proxy: usize, client: Client, adm: Admission, 
         (Client::Tcp(s, _), Mode::Http) => http::serve(ctx, s).await,
         (Client::Unix(s), Mode::Http) => http::serve(ctx, s).await,
     }
+}
+
+/// Handshakes, then serves the decrypted stream like a plain one. The handshake is bounded
+/// by `timeout client` (`timeout http-request` first in `mode http`); a failure is logged as
+/// HAProxy does ("SSL handshake failure") and closes the connection.
+async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::BindTls>) {
+    let p = &ctx.w.shared.cfg.proxies[ctx.proxy];
+    let t = &p.timeouts;
+    let limit = match p.mode {
+        Mode::Http => t.http_request.or(t.client),
+        Mode::Tcp => t.client,
+    };
+    let http = p.mode == Mode::Http;
+    macro_rules! run {
+        ($io:expr) => {
+            match crate::tls::accept(&tls, $io, limit).await {
+                Ok(s) => {
+                    ctx.tls = Some(Box::new(crate::tls::server_info(&s)));
+                    if http {
+                        http::serve(ctx, s).await
+                    } else {
+                        tcp::serve(ctx, s).await
+                    }
+                }
+                Err(e) => handshake_failed(&ctx, &e),
+            }
+        };
+    }
+    match client {
+        Client::Tcp(s, _) => run!(s),
+        Client::Unix(s) => run!(s),
+    }
+}
+
+/// Logs a failed client handshake: `IP:PORT [date] fe/bind: SSL handshake failure (why)`.
+fn handshake_failed(ctx: &SessionCtx, e: &crate::tls::HandshakeError) {
+    let shared = ctx.shared();
+    let p = &shared.cfg.proxies[ctx.proxy];
+    if p.logs.is_empty() {
+        return;
+    }
+    let mut line = String::with_capacity(96);
+    match ctx.peer {
+        Some(a) => line.push_str(&a.to_string()),
+        None => line.push_str("unix:1"),
+    }
+    line.push_str(" [");
+    crate::log::Tm::from_system(ctx.accepted_at).haproxy(&mut line);
+    line.push_str("] ");
+    line.push_str(&p.name);
+    line.push_str("/1: SSL handshake failure (");
+    line.push_str(&e.to_string());
+    line.push(')');
+    ctx.w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);
 }
 
 /// What a session knows about itself.
@@ -80,6 +146,8 @@ pub struct SessionCtx {
     pub accepted_at: std::time::SystemTime,
     /// Its entry in the worker's session registry.
     pub key: usize,
+    /// The client handshake's results on `ssl` binds (boxed: plain sessions pay one pointer).
+    pub tls: Option<Box<crate::tls::TlsInfo>>,
     _adm: Admission,
 }
 
@@ -89,9 +157,111 @@ impl SessionCtx {
     }
 }
 
+/// A server connection: plain TCP, or TLS (`server ... ssl`). An enum rather than a generic
+/// so that pools and sessions hold either without doubling every server-side code path;
+/// plain connections pay one predictable branch per I/O call.
+pub enum ServerStream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl ServerStream {
+    /// The TCP socket underneath.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            ServerStream::Plain(s) => s,
+            ServerStream::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    /// Writes all of `buf`; TLS records are flushed to the socket too.
+    pub async fn send(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        match self {
+            ServerStream::Plain(s) => s.write_all(buf).await,
+            ServerStream::Tls(s) => {
+                s.write_all(buf).await?;
+                s.flush().await
+            }
+        }
+    }
+
+    /// Neither closed nor sent anything while idle (see [`crate::pool::socket_alive`]).
+    pub fn alive(&self) -> bool {
+        crate::pool::socket_alive(self.tcp())
+    }
+}
+
+impl AsyncRead for ServerStream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ServerStream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ServerStream::Plain(s) => s.is_write_vectored(),
+            ServerStream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ServerStream::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}
+
 /// A connected server, with its slot (released when dropped) and connect metrics.
 pub struct ServerConn {
-    pub stream: TcpStream,
+    pub stream: ServerStream,
+    /// The SNI it was opened with (TLS with `sni` only): a connection is reused only for
+    /// requests that would send the same.
+    pub sni: Option<Box<str>>,
     pub slot: Slot,
     pub retries: u32,
     pub redispatched: bool,
@@ -134,15 +304,61 @@ pub async fn connect_server(
     let slot = backend::acquire(ctx.shared(), be, input, None)
         .await
         .map_err(ConnectError::Pick)?;
-    connect_with_slot(ctx, be, input, slot).await
+    connect_with_slot(ctx, be, input, slot, None).await
+}
+
+/// The SNI a TLS server connection sends: `sni str(..)`, or the request's Host header
+/// without its port (`sni req.hdr(host)`; `host` is that header, when the caller has one).
+pub fn server_sni<'a>(t: &'a crate::tls::ServerTls, host: Option<&'a [u8]>) -> Option<&'a str> {
+    match t.sni.as_ref()? {
+        crate::tls::SniExpr::Str(s) => Some(s),
+        crate::tls::SniExpr::ReqHost => {
+            let h = std::str::from_utf8(host?).ok()?.trim();
+            let h = match h.rsplit_once(':') {
+                Some((name, port))
+                    if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    name
+                }
+                _ => h,
+            };
+            (!h.is_empty()).then_some(h)
+        }
+    }
+}
+
+/// A TCP connection to `addr`, with TLS on top for `server ... ssl`; the TLS handshake
+/// shares the `timeout connect` budget. `Err(true)` = timed out.
+async fn connect_stream(
+    srv: &crate::backend::ServerState,
+    addr: SocketAddr,
+    timeout: Option<Duration>,
+    smart: bool,
+    host: Option<&[u8]>,
+) -> Result<(ServerStream, Option<Box<str>>), bool> {
+    let started = Instant::now();
+    let tcp = connect_one(addr, timeout, smart).await?;
+    let tls = match &srv.conf.tls {
+        Some(t) if srv.conf.ssl => t,
+        _ => return Ok((ServerStream::Plain(tcp), None)),
+    };
+    let sni = server_sni(tls, host);
+    let name = crate::tls::server_name(sni, addr.ip());
+    let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
+    match crate::tls::connect(tls, tcp, name, left).await {
+        Ok(s) => Ok((ServerStream::Tls(Box::new(s)), sni.map(Into::into))),
+        Err(e) => Err(e.kind() == std::io::ErrorKind::TimedOut),
+    }
 }
 
 /// Connects to the server `slot` holds, retrying and redispatching on failure.
+/// `host`: the request's Host header, for servers whose SNI comes from it.
 pub async fn connect_with_slot(
     ctx: &SessionCtx,
     be: usize,
     input: &PickInput<'_>,
     mut slot: Slot,
+    host: Option<&[u8]>,
 ) -> Result<ServerConn, ConnectError> {
     let shared = ctx.shared();
     let bp = &shared.cfg.proxies[be];
@@ -153,16 +369,26 @@ pub async fn connect_with_slot(
         let addr = **slot.server_state().addr.load();
         let started = Instant::now();
         slot.server_state().counters.connects.fetch_add(1, Relaxed);
-        let res = connect_one(addr, bp.timeouts.connect, bp.options.tcp_smart_connect).await;
+        let res = connect_stream(
+            slot.server_state(),
+            addr,
+            bp.timeouts.connect,
+            bp.options.tcp_smart_connect,
+            host,
+        )
+        .await;
+        // (A failed TLS handshake counts as a layer-4 error for `observe`, as HAProxy's
+        // connection errors do.)
         let seen = match res {
             Ok(_) => crate::check::Observed::L4Ok,
             Err(_) => crate::check::Observed::L4Err,
         };
         crate::check::observe(slot.server_state(), seen);
         match res {
-            Ok(stream) => {
+            Ok((stream, sni)) => {
                 return Ok(ServerConn {
                     stream,
+                    sni,
                     connect_time: started.elapsed(),
                     slot,
                     retries: attempt,
@@ -251,6 +477,15 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + 'static {
     /// Acknowledges what arrived at once (`TCP_QUICKACK`): a client that sends a body after
     /// its head may be waiting for that ACK (Nagle), which `tcp-smart-accept` delays.
     fn quick_ack(&self) {}
+
+    /// Writes all of `buf` and hands it to the kernel: a no-op flush on plain sockets, while
+    /// TLS streams keep records the socket did not take until flushed.
+    fn send(&mut self, buf: &[u8]) -> impl std::future::Future<Output = std::io::Result<()>> {
+        async move {
+            tokio::io::AsyncWriteExt::write_all(self, buf).await?;
+            tokio::io::AsyncWriteExt::flush(self).await
+        }
+    }
 }
 
 impl ClientIo for TcpStream {
@@ -287,6 +522,30 @@ impl ClientIo for UnixStream {
 
     async fn write_all_more(&mut self, buf: &[u8]) -> std::io::Result<()> {
         tokio::io::AsyncWriteExt::write_all(self, buf).await
+    }
+}
+
+impl<S: ClientIo> ClientIo for tokio_rustls::server::TlsStream<S> {
+    async fn wait_readable(&self) -> std::io::Result<()> {
+        let (io, conn) = self.get_ref();
+        // Records already read and decrypted are waiting in rustls: the socket may never
+        // become readable again for them.
+        if !conn.wants_read() {
+            return Ok(());
+        }
+        io.wait_readable().await
+    }
+
+    fn quick_ack(&self) {
+        self.get_ref().0.quick_ack();
+    }
+
+    async fn write_all_more(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        // rustls keeps what the socket did not take; flushing hands it all to the kernel now
+        // (nothing else would, if the next write is a while away).
+        self.write_all(buf).await?;
+        self.flush().await
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{ClientIo, ConnectError, SessionCtx, connect_server};
+use super::{ClientIo, ConnectError, ServerStream, SessionCtx, connect_server};
 use crate::backend::PickInput;
 use crate::histogram::Timings;
 use crate::log::{Entry, LEVEL_INFO};
@@ -55,7 +55,7 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     bufsize: usize,
 ) -> DirEnd {
     if !initial.is_empty() {
-        if w.write_all(initial).await.is_err() {
+        if w.write_all(initial).await.is_err() || w.flush().await.is_err() {
             return DirEnd::WriteErr;
         }
         bytes.set(bytes.get() + initial.len() as u64);
@@ -97,7 +97,8 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
             Ok(n) => {
                 activity.set(Instant::now());
-                if w.write_all(&buf[..n]).await.is_err() {
+                // The flush is free on plain sockets and sends what TLS buffered.
+                if w.write_all(&buf[..n]).await.is_err() || w.flush().await.is_err() {
                     return DirEnd::WriteErr;
                 }
                 activity.set(Instant::now());
@@ -112,14 +113,43 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 /// `to_server` / `to_client` are bytes already read that must be sent first.
 pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut C,
-    server: &mut tokio::net::TcpStream,
+    server: &mut ServerStream,
     to_server: &[u8],
     to_client: &[u8],
     t: TunnelTimeouts,
     bufsize: usize,
 ) -> TunnelEnd {
-    let (mut cr, mut cw) = tokio::io::split(client);
-    let (mut sr, mut sw) = server.split();
+    let (cr, cw) = tokio::io::split(client);
+    match server {
+        // A plain socket splits into borrowed halves without the lock `io::split` takes.
+        ServerStream::Plain(s) => {
+            let (sr, sw) = s.split();
+            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
+        }
+        ServerStream::Tls(s) => {
+            let (sr, sw) = tokio::io::split(&mut **s);
+            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn tunnel_halves<CR, CW, SR, SW>(
+    mut cr: CR,
+    mut cw: CW,
+    mut sr: SR,
+    mut sw: SW,
+    to_server: &[u8],
+    to_client: &[u8],
+    t: TunnelTimeouts,
+    bufsize: usize,
+) -> TunnelEnd
+where
+    CR: AsyncRead + Unpin,
+    CW: AsyncWrite + Unpin,
+    SR: AsyncRead + Unpin,
+    SW: AsyncWrite + Unpin,
+{
     let activity = Cell::new(Instant::now());
     let up = Cell::new(0u64);
     let down = Cell::new(0u64);
@@ -281,7 +311,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
 /// `use_backend` rules evaluated on what a TCP session has (its source), then the default.
 fn select_backend(ctx: &SessionCtx) -> Option<usize> {
     let p = &ctx.shared().cfg.proxies[ctx.proxy];
-    let view = crate::stream::http::SrcView(ctx.peer.map(|a| a.ip()));
+    let view = crate::stream::http::SrcView(ctx.peer.map(|a| a.ip()), ctx.tls.as_deref());
     for ub in &p.use_backends {
         if ub.cond.as_ref().is_none_or(|c| c.eval(&view)) {
             return Some(ub.backend);

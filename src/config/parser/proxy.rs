@@ -36,6 +36,7 @@ pub(super) struct ServerOpts {
     pub max_reuse: Option<u32>,
     /// Health-check options (`check`, `inter`, `agent-check`, `track`, ...).
     pub chk: super::checks::ServerCheckOpts,
+    pub tls: crate::tls::ServerTlsOpts,
 }
 
 impl Default for ServerOpts {
@@ -53,6 +54,7 @@ impl Default for ServerOpts {
             check_pool_conn_name: None,
             max_reuse: None,
             chk: super::checks::ServerCheckOpts::default(),
+            tls: Default::default(),
         }
     }
 }
@@ -205,6 +207,14 @@ impl Draft {
     /// `tcplog`, `forwardfor` is dropped, layer-7 balancing becomes `roundrobin`).
     pub(super) fn finish(&mut self) -> Vec<ConfigError> {
         let mut errors = Vec::new();
+        if self.p.mode == Mode::Http {
+            // HTTP/1.1 only: never advertise h2 (see tls::BindTls::http1_only).
+            for b in &mut self.p.binds {
+                if let Some(t) = &b.ssl {
+                    b.ssl = Some(t.http1_only());
+                }
+            }
+        }
         if self.p.mode != Mode::Tcp {
             return errors;
         }

@@ -20,17 +20,12 @@ const BIND_OPTIONS: &[&str] = &[
 
 /// Real HAProxy bind options that sluice does not implement.
 const BIND_UNSUPPORTED: &[&str] = &[
-    "ssl",
-    "crt",
-    "crt-list",
-    "ca-file",
     "ca-ignore-err",
     "ca-sign-file",
     "ca-sign-pass",
     "ca-verify-file",
     "crl-file",
     "crt-ignore-err",
-    "alpn",
     "npn",
     "accept-proxy",
     "accept-netscaler-cip",
@@ -52,29 +47,15 @@ const BIND_UNSUPPORTED: &[&str] = &[
     "level",
     "severity-output",
     "expose-fd",
-    "verify",
-    "ciphers",
-    "ciphersuites",
     "curves",
     "ecdhe",
     "sigalgs",
     "client-sigalgs",
-    "ssl-min-ver",
-    "ssl-max-ver",
-    "strict-sni",
     "allow-0rtt",
     "no-ca-names",
-    "no-sslv3",
-    "no-tlsv10",
-    "no-tlsv11",
-    "no-tlsv12",
-    "no-tlsv13",
-    "no-tls-tickets",
     "force-sslv3",
     "force-tlsv10",
     "force-tlsv11",
-    "force-tlsv12",
-    "force-tlsv13",
     "generate-certificates",
     "prefer-client-ciphers",
     "tcp-ut",
@@ -103,11 +84,7 @@ const SERVER_OPTIONS: &[&str] = &[
 
 /// Real HAProxy server options that sluice does not implement.
 const SERVER_UNSUPPORTED: &[&str] = &[
-    "ssl",
-    "no-ssl",
-    "verify",
     "verifyhost",
-    "sni",
     "cookie",
     "resolvers",
     "resolve-prefer",
@@ -123,27 +100,12 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "redir",
     "source",
     "usesrc",
-    "ca-file",
-    "crt",
     "crl-file",
-    "ciphers",
-    "ciphersuites",
-    "alpn",
     "npn",
     "proto",
-    "no-tls-tickets",
-    "no-sslv3",
-    "no-tlsv10",
-    "no-tlsv11",
-    "no-tlsv12",
-    "no-tlsv13",
     "force-sslv3",
     "force-tlsv10",
     "force-tlsv11",
-    "force-tlsv12",
-    "force-tlsv13",
-    "ssl-min-ver",
-    "ssl-max-ver",
     "ssl-reuse",
     "no-ssl-reuse",
     "tfo",
@@ -187,7 +149,9 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         defer_accept: false,
         v4v6: false,
         v6only: false,
+        ssl: None,
     };
+    let mut tls = crate::tls::BindTlsOpts::default();
     let mut i = 2;
     while i < w.len() {
         let opt = w[i].as_str();
@@ -207,13 +171,24 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             "defer-accept" => proto.defer_accept = true,
             "v4v6" => proto.v4v6 = true,
             "v6only" => proto.v6only = true,
+            _ if crate::tls::BIND_TLS_OPTIONS.contains(&opt) => {
+                if let Some(r) = crate::tls::parse_bind_opt(&mut tls, w, &mut i) {
+                    r?;
+                }
+            }
             _ if BIND_UNSUPPORTED.contains(&opt) => {
                 return Err(format!("bind option '{opt}' is not supported by sluice").into());
             }
             _ => {
                 return Err(format!(
                     "unknown bind option '{opt}'{}",
-                    did_you_mean(opt, BIND_OPTIONS.iter().copied())
+                    did_you_mean(
+                        opt,
+                        BIND_OPTIONS
+                            .iter()
+                            .chain(crate::tls::BIND_TLS_OPTIONS)
+                            .copied()
+                    )
                 )
                 .into());
             }
@@ -225,6 +200,7 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             .to_string()
             .into());
     }
+    proto.ssl = tls.build()?;
     for a in addrs {
         d.p.binds.push(Bind {
             addr: a,
@@ -367,6 +343,13 @@ fn server_opts(
                 }
                 i += 1;
             }
+            _ if crate::tls::SERVER_TLS_OPTIONS.contains(&opt) => {
+                let mut j = i;
+                if let Some(r) = crate::tls::parse_server_opt(&mut o.tls, words, &mut j) {
+                    r?;
+                }
+                i = j;
+            }
             _ if SERVER_UNSUPPORTED.contains(&opt) => {
                 return Err(format!("server option '{opt}' is not supported by sluice"));
             }
@@ -380,6 +363,7 @@ fn server_opts(
                             SERVER_OPTIONS
                                 .iter()
                                 .chain(super::checks::SERVER_OPTIONS)
+                                .chain(crate::tls::SERVER_TLS_OPTIONS)
                                 .copied()
                         )
                     ));
@@ -421,7 +405,7 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         return Err(format!("server id {id} is already used by server '{}'", prev.name).into());
     }
     let sa = server_addr(addr)?;
-    d.p.servers.push(make_server(name, origin(l), sa, &o, id));
+    d.p.servers.push(make_server(name, origin(l), sa, &o, id)?);
     Ok(())
 }
 
@@ -437,7 +421,7 @@ pub fn dynamic_server(name: &str, addr: &str, opts: &[String]) -> Result<Server,
         file: "stats socket".into(),
         line: 0,
     };
-    Ok(make_server(name, origin, server_addr(addr)?, &o, id))
+    make_server(name, origin, server_addr(addr)?, &o, id)
 }
 
 /// A `Server` from parsed options.
@@ -447,8 +431,8 @@ fn make_server(
     addr: std::net::SocketAddr,
     o: &ServerOpts,
     id: Option<u32>,
-) -> Server {
-    Server {
+) -> Result<Server, String> {
+    Ok(Server {
         name: name.to_string(),
         origin,
         addr,
@@ -466,7 +450,9 @@ fn make_server(
         max_reuse: o.max_reuse,
         check: o.chk.check_cfg(),
         health: o.chk.health_cfg(),
-    }
+        tls: o.tls.build()?,
+        ssl: o.tls.ssl,
+    })
 }
 
 fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {

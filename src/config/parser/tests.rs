@@ -956,6 +956,7 @@ fn bind_addresses() {
             defer_accept: false,
             v4v6: false,
             v6only: false,
+            ssl: None,
         }
     );
 }
@@ -1025,7 +1026,7 @@ fn bind_errors() {
     has(find(3), &["invalid port '0'"]);
     has(find(4), &["invalid port '70000'"]);
     has(find(5), &["invalid port range '8002-8000'", "start > end"]);
-    has(find(6), &["bind option 'ssl' is not supported by sluice"]);
+    has(find(6), &["cannot read '/x.pem'"]);
     has(
         find(7),
         &["unknown bind option 'nmae'", "(did you mean 'name'?)"],
@@ -1652,27 +1653,27 @@ fn servers_and_default_server() {
 #[test]
 fn server_errors() {
     let e = errs(&[
-        "backend be",                              // 1
-        "  server s1 10.0.0.1:80 check-ssl",       // 2
-        "  server s2 10.0.0.2:80 ssl verify none", // 3
-        "  server s3 10.0.0.3:80 wieght 2",        // 4
-        "  server s4 10.0.0.4:80 weight 257",      // 5
-        "  server s5 10.0.0.5",                    // 6
-        "  server s6 unix@/run/app.sock",          // 7
-        "  server s7 10.0.0.7:+1",                 // 8
-        "  server s8 10.0.0.8:80 id 5",            // 9
-        "  server s9 10.0.0.9:80 id 5",            // 10
-        "  server s8 10.0.0.10:80",                // 11
-        "  server s10",                            // 12
-        "  server",                                // 13
-        "  default-server id 3",                   // 14
-        "  default-server check-via-socks4",       // 15
-        "  server s11 10.0.0.11:80 maxconn",       // 16
-        "  server s12 :80",                        // 17
-        "  server s13 10.0.0.13:80 id 0",          // 18
-        "frontend fe",                             // 19
-        "  server s 10.0.0.1:80",                  // 20
-        "  default-server weight 2",               // 21
+        "backend be",                             // 1
+        "  server s1 10.0.0.1:80 check-ssl",      // 2
+        "  server s2 10.0.0.2:80 ssl sni foo(x)", // 3
+        "  server s3 10.0.0.3:80 wieght 2",       // 4
+        "  server s4 10.0.0.4:80 weight 257",     // 5
+        "  server s5 10.0.0.5",                   // 6
+        "  server s6 unix@/run/app.sock",         // 7
+        "  server s7 10.0.0.7:+1",                // 8
+        "  server s8 10.0.0.8:80 id 5",           // 9
+        "  server s9 10.0.0.9:80 id 5",           // 10
+        "  server s8 10.0.0.10:80",               // 11
+        "  server s10",                           // 12
+        "  server",                               // 13
+        "  default-server id 3",                  // 14
+        "  default-server check-via-socks4",      // 15
+        "  server s11 10.0.0.11:80 maxconn",      // 16
+        "  server s12 :80",                       // 17
+        "  server s13 10.0.0.13:80 id 0",         // 18
+        "frontend fe",                            // 19
+        "  server s 10.0.0.1:80",                 // 20
+        "  default-server weight 2",              // 21
     ]);
     assert_eq!(e.len(), 18, "{e:#?}");
     let find = |line: usize| -> &str {
@@ -1684,8 +1685,14 @@ fn server_errors() {
     for line in [2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 16, 17, 18] {
         has(find(line), &["'server' in backend 'be': "]);
     }
-    has(find(2), &["'check-ssl': TLS checks need TLS support"]);
-    has(find(3), &["server option 'ssl' is not supported by sluice"]);
+    has(
+        find(2),
+        &["'check-ssl': TLS health checks are not supported by sluice yet"],
+    );
+    has(
+        find(3),
+        &["'sni foo(x)': only 'str(NAME)' and 'req.hdr(host)'"],
+    );
     has(
         find(4),
         &["unknown server option 'wieght'", "(did you mean 'weight'?)"],

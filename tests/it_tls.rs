@@ -1,0 +1,805 @@
+//! TLS: `bind ... ssl` (SNI certificate selection, strict-sni, ALPN, client certificates),
+//! `ssl_fc*`/`ssl_c*` fetches, session resumption across threads, `server ... ssl` towards a
+//! TLS backend, `set ssl cert` + `commit ssl cert`, and configuration errors. Certificates are
+//! generated per test with rcgen; the client is rustls over std sockets.
+
+mod common;
+
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------------------------
+// Certificates
+// ---------------------------------------------------------------------------------------------
+
+/// A test CA that signs leaf certificates.
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// A leaf certificate and its key, as PEM and DER.
+struct Leaf {
+    cert_pem: String,
+    key_pem: String,
+    der: Vec<u8>,
+}
+
+impl Ca {
+    fn new(cn: &str) -> Ca {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, cn);
+        Ca {
+            issuer: CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap(),
+        }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    fn leaf(&self, cn: &str, sans: &[&str]) -> Leaf {
+        let mut p =
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        let key = KeyPair::generate().unwrap();
+        let c = p.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            cert_pem: c.pem(),
+            key_pem: key.serialize_pem(),
+            der: c.der().to_vec(),
+        }
+    }
+}
+
+impl Leaf {
+    fn bundle(&self) -> String {
+        format!("{}{}", self.cert_pem, self.key_pem)
+    }
+}
+
+fn roots(ca_pem: &str) -> rustls::RootCertStore {
+    let mut r = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        r.add(c.unwrap()).unwrap();
+    }
+    r
+}
+
+use rustls::pki_types::pem::PemObject;
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// A client trusting `ca_pem`, offering `alpn`, presenting `cert` if given.
+fn client_cfg(ca_pem: &str, alpn: &[&str], cert: Option<&Leaf>) -> Arc<ClientConfig> {
+    let b = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots(ca_pem));
+    let mut c = match cert {
+        Some(l) => b
+            .with_client_auth_cert(
+                vec![CertificateDer::from(l.der.clone())],
+                PrivateKeyDer::from_pem_slice(l.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => b.with_no_client_auth(),
+    };
+    c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    // Every handshake full, so that the certificate is always sent (a resumed session keeps
+    // the one it was made with).
+    c.resumption = rustls::client::Resumption::disabled();
+    Arc::new(c)
+}
+
+type Tls = StreamOwned<ClientConnection, TcpStream>;
+
+/// Connects and completes the handshake. `sni`: `None` connects by IP (no SNI sent).
+fn tls_connect(port: u16, sni: Option<&str>, cfg: &Arc<ClientConfig>) -> io::Result<Tls> {
+    let name = match sni {
+        Some(n) => ServerName::try_from(n.to_string()).unwrap(),
+        None => ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
+    };
+    let mut conn = ClientConnection::new(cfg.clone(), name).map_err(io::Error::other)?;
+    let mut sock = TcpStream::connect(lo(port))?;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+    sock.set_nodelay(true)?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock)?;
+    }
+    Ok(StreamOwned::new(conn, sock))
+}
+
+fn peer_der(t: &Tls) -> Vec<u8> {
+    t.conn.peer_certificates().unwrap()[0].as_ref().to_vec()
+}
+
+/// One GET over an established TLS connection; `Err` when the server closed or reset instead.
+fn tls_get(t: &mut Tls, path: &str, host: &str) -> io::Result<Response> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    t.write_all(req.as_bytes())?;
+    t.flush()?;
+    let mut c = HttpClient::from_stream(t);
+    c.try_read_response(false)
+}
+
+fn write_file(dir: &TempDir, name: &str, text: &str) -> PathBuf {
+    dir.write(name, text)
+}
+
+/// A frontend on `port` with `bind_opts`, routing by `rules`, default backend `be`.
+fn tls_proxy(port: u16, bind_opts: &str, fe_extra: &str, backends: &str) -> Sluice {
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port} {bind_opts}\n{fe_extra}\n    default_backend be\n{backends}"
+    );
+    Sluice::start(&cfg)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server side: certificates, SNI, ALPN
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn sni_selects_exact_wildcard_and_default_certificates() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let def = ca.leaf("default.example", &["default.example"]);
+    let a = ca.leaf("a.example", &["a.example"]);
+    let w = ca.leaf("wild", &["*.w.example"]);
+    let d = write_file(&dir, "default.pem", &def.bundle());
+    std::fs::create_dir(dir.join("certs")).unwrap();
+    write_file(&dir, "certs/a.pem", &a.bundle());
+    // The key beside the certificate, as HAProxy also loads it.
+    write_file(&dir, "certs/w.pem", &w.cert_pem);
+    write_file(&dir, "certs/w.pem.key", &w.key_pem);
+    let b = HttpBackend::start("s1");
+    let bsni = HttpBackend::start("sni-a");
+    let port = free_port();
+    let _s = tls_proxy(
+        port,
+        &format!(
+            "ssl crt {} crt {}",
+            d.display(),
+            dir.join("certs").display()
+        ),
+        "    use_backend be_a if { ssl_fc_sni a.example } { ssl_fc } { ssl_fc_protocol TLSv1.3 }",
+        &format!(
+            "{}{}",
+            backend_section("be", "", &[&b]),
+            backend_section("be_a", "", &[&bsni])
+        ),
+    );
+    let cfg = client_cfg(&ca.pem(), &[], None);
+    let mut t = tls_connect(port, Some("a.example"), &cfg).unwrap();
+    assert_eq!(peer_der(&t), a.der, "exact name");
+    assert_eq!(
+        tls_get(&mut t, "/", "a.example").unwrap().body_str(),
+        "sni-a"
+    );
+    let mut t = tls_connect(port, Some("x.w.example"), &cfg).unwrap();
+    assert_eq!(peer_der(&t), w.der, "wildcard");
+    assert_eq!(tls_get(&mut t, "/", "x").unwrap().body_str(), "s1");
+    // The wildcard covers one label only, and unknown names get the default.
+    let no_verify = insecure_cfg(&[]);
+    let t = tls_connect(port, Some("y.x.w.example"), &no_verify).unwrap();
+    assert_eq!(peer_der(&t), def.der, "wildcard is one label deep");
+    let t = tls_connect(port, Some("other.example"), &no_verify).unwrap();
+    assert_eq!(peer_der(&t), def.der, "unknown name -> default");
+    let mut t = tls_connect(port, None, &no_verify).unwrap();
+    assert_eq!(peer_der(&t), def.der, "no SNI -> default");
+    let r = tls_get(&mut t, "/", "x").unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn strict_sni_refuses_unknown_and_missing_names() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let a = ca.leaf("a.example", &["a.example"]);
+    let f = write_file(&dir, "a.pem", &a.bundle());
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let _s = tls_proxy(
+        port,
+        &format!("ssl crt {} strict-sni", f.display()),
+        "",
+        &backend_section("be", "", &[&b]),
+    );
+    let cfg = client_cfg(&ca.pem(), &[], None);
+    let mut t = tls_connect(port, Some("a.example"), &cfg).unwrap();
+    assert_eq!(tls_get(&mut t, "/", "a").unwrap().status, 200);
+    let insecure = insecure_cfg(&[]);
+    assert!(tls_connect(port, Some("b.example"), &insecure).is_err());
+    assert!(tls_connect(port, None, &insecure).is_err());
+}
+
+#[test]
+fn alpn_in_tcp_mode_is_as_configured_and_http_mode_never_picks_h2() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let a = ca.leaf("a.example", &["a.example"]);
+    let f = write_file(&dir, "a.pem", &a.bundle());
+    let echo = TcpBackend::echo();
+    let b = HttpBackend::start("s1");
+    let bh2 = HttpBackend::start("alpn-h1");
+    let (tport, hport) = (free_port(), free_port());
+    let cfg = format!(
+        "defaults\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend ft\n    mode tcp\n    bind 127.0.0.1:{tport} ssl crt {f} alpn h2,http/1.1\n    default_backend bt\n\
+backend bt\n    mode tcp\n    server e {}\n\
+frontend fh\n    mode http\n    bind 127.0.0.1:{hport} ssl crt {f} alpn h2,http/1.1\n\
+\x20   use_backend bh2 if {{ ssl_fc_alpn http/1.1 }}\n    default_backend bh\n\
+backend bh\n    mode http\n    server s1 {}\n\
+backend bh2\n    mode http\n    server s2 {}\n",
+        echo.hostport(),
+        b.hostport(),
+        bh2.hostport(),
+        f = f.display()
+    );
+    let _s = Sluice::start(&cfg);
+    let c = client_cfg(&ca.pem(), &["h2", "http/1.1"], None);
+    // mode tcp: TLS is terminated and the bytes relayed; h2 is negotiated as configured.
+    let mut t = tls_connect(tport, Some("a.example"), &c).unwrap();
+    assert_eq!(t.conn.alpn_protocol(), Some(&b"h2"[..]));
+    t.write_all(b"ping over tls").unwrap();
+    t.flush().unwrap();
+    let mut got = [0u8; 13];
+    t.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"ping over tls");
+    // mode http: h2 is never advertised, the client falls back to http/1.1.
+    let mut t = tls_connect(hport, Some("a.example"), &c).unwrap();
+    assert_eq!(t.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    assert_eq!(tls_get(&mut t, "/", "a").unwrap().body_str(), "alpn-h1");
+    // A client that asks for h2 only gets no protocol agreed, which rustls refuses.
+    let only_h2 = client_cfg(&ca.pem(), &["h2"], None);
+    assert!(tls_connect(hport, Some("a.example"), &only_h2).is_err());
+}
+
+/// A client that accepts any server certificate.
+fn insecure_cfg(alpn: &[&str]) -> Arc<ClientConfig> {
+    #[derive(Debug)]
+    struct Any(Arc<rustls::crypto::CryptoProvider>);
+    impl rustls::client::danger::ServerCertVerifier for Any {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            m: &[u8],
+            c: &CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn verify_tls13_signature(
+            &self,
+            m: &[u8],
+            c: &CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    let mut c = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Any(provider())))
+        .with_no_client_auth();
+    c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    Arc::new(c)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client certificates
+// ---------------------------------------------------------------------------------------------
+
+/// What happened to one request with a given client certificate.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    /// Served, by the backend named.
+    Served(String),
+    Refused,
+}
+
+fn attempt(port: u16, cfg: &Arc<ClientConfig>) -> Outcome {
+    // TLS 1.3: the server judges the client certificate after the client thinks the handshake
+    // is done, so a refusal shows on the first read.
+    match tls_connect(port, Some("a.example"), cfg).and_then(|mut t| tls_get(&mut t, "/", "a")) {
+        Ok(r) => Outcome::Served(r.body_str()),
+        Err(_) => Outcome::Refused,
+    }
+}
+
+#[test]
+fn client_certificate_verification_none_optional_required() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let client_ca = Ca::new("Client CA");
+    let rogue_ca = Ca::new("Rogue CA");
+    let srv = ca.leaf("a.example", &["a.example"]);
+    let good = client_ca.leaf("alice", &["alice.example"]);
+    let bad = rogue_ca.leaf("mallory", &["mallory.example"]);
+    let f = write_file(&dir, "a.pem", &srv.bundle());
+    let cafile = write_file(&dir, "clients.pem", &client_ca.pem());
+    let b = HttpBackend::start("anon");
+    let bc = HttpBackend::start("cert");
+    let (pn, po, pr) = (free_port(), free_port(), free_port());
+    let route = "    use_backend bc if { ssl_c_used } { ssl_c_verify 0 } { ssl_c_s_dn -m sub CN=alice } { ssl_c_i_dn -m end /CN=Client\\ CA }\n";
+    let cfg = format!(
+        "{DEFAULTS_HTTP}\
+frontend fn\n    bind 127.0.0.1:{pn} ssl crt {f}\n{route}    default_backend be\n\
+frontend fo\n    bind 127.0.0.1:{po} ssl crt {f} ca-file {ca} verify optional\n{route}    default_backend be\n\
+frontend fr\n    bind 127.0.0.1:{pr} ssl crt {f} ca-file {ca} verify required\n{route}    default_backend be\n\
+{}{}",
+        backend_section("be", "", &[&b]),
+        backend_section("bc", "", &[&bc]),
+        f = f.display(),
+        ca = cafile.display()
+    );
+    let _s = Sluice::start(&cfg);
+    let none = client_cfg(&ca.pem(), &[], None);
+    let with_good = client_cfg(&ca.pem(), &[], Some(&good));
+    let with_bad = client_cfg(&ca.pem(), &[], Some(&bad));
+    let served = |n: &str| Outcome::Served(n.to_string());
+    // verify none: no certificate is asked for, so none is used.
+    assert_eq!(attempt(pn, &none), served("anon"));
+    assert_eq!(attempt(pn, &with_good), served("anon"));
+    assert_eq!(attempt(pn, &with_bad), served("anon"));
+    // verify optional: absent is fine, a valid one is seen, an invalid one is refused.
+    assert_eq!(attempt(po, &none), served("anon"));
+    assert_eq!(attempt(po, &with_good), served("cert"));
+    assert_eq!(attempt(po, &with_bad), Outcome::Refused);
+    // verify required: only a valid one gets through.
+    assert_eq!(attempt(pr, &none), Outcome::Refused);
+    assert_eq!(attempt(pr, &with_good), served("cert"));
+    assert_eq!(attempt(pr, &with_bad), Outcome::Refused);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Session resumption
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn sessions_resume_across_worker_threads() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let a = ca.leaf("a.example", &["a.example"]);
+    let f = write_file(&dir, "a.pem", &a.bundle());
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let sock = dir.join("admin.sock");
+    let cfg = format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{DEFAULTS_HTTP}\
+frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
+        sock.display(),
+        f.display(),
+        backend_section("be", "", &[&b])
+    );
+    let _s = Sluice::start(&cfg);
+    for versions in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        // One client configuration = one session store, as a browser has.
+        let mut c = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[versions])
+            .unwrap()
+            .with_root_certificates(roots(&ca.pem()))
+            .with_no_client_auth();
+        c.resumption = rustls::client::Resumption::in_memory_sessions(256);
+        let c = Arc::new(c);
+        let n = 40;
+        let mut resumed = 0;
+        let mut ports = std::collections::HashSet::new();
+        for i in 0..n {
+            let mut t = tls_connect(port, Some("a.example"), &c).unwrap();
+            if t.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                resumed += 1;
+            }
+            ports.insert(t.sock.local_addr().unwrap().port());
+            // Reading the response also reads the TLS 1.3 tickets sent after the handshake.
+            let r = tls_get(&mut t, &format!("/{i}"), "a").unwrap();
+            assert_eq!(r.status, 200);
+        }
+        assert_eq!(
+            resumed,
+            n - 1,
+            "{versions:?}: every connection after the first resumes"
+        );
+        assert_eq!(ports.len(), n, "each request used a new connection");
+    }
+    // Both threads did handshakes: the kernel spread the 80 connections over the two
+    // SO_REUSEPORT sockets, so resumption worked across threads.
+    let act = stats_cli(&sock, "show activity");
+    let line = act
+        .lines()
+        .find(|l| l.starts_with("accepted"))
+        .unwrap_or_else(|| panic!("no accepted line in:\n{act}"))
+        .to_string();
+    // `accepted: TOTAL [ T1 T2 ]`
+    let per_thread: Vec<u64> = line
+        .split('[')
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    assert!(
+        per_thread.len() == 2 && per_thread.iter().all(|&n| n > 0),
+        "both threads accepted TLS connections: {line}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handshake failures
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn failed_and_stalled_handshakes_are_logged_and_bounded() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let a = ca.leaf("a.example", &["a.example"]);
+    let f = write_file(&dir, "a.pem", &a.bundle());
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    log stdout format raw local0\ndefaults\n    mode http\n    log global\n\
+\x20   timeout connect 2s\n    timeout client 10s\n    timeout http-request 1s\n    timeout server 10s\n\
+frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
+        f.display(),
+        backend_section("be", "", &[&b])
+    );
+    let s = Sluice::start(&cfg);
+    // Plain HTTP on a TLS port: refused, logged, no crash.
+    let mut c = HttpClient::connect(port);
+    c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    // A TLS alert may come first; then the connection closes.
+    loop {
+        match c.wait_closed(WAIT) {
+            Closed::Data(d) => assert_eq!(d[0], 21, "only a TLS alert record: {d:?}"),
+            other => {
+                assert!(other.is_closed(), "{other:?}");
+                break;
+            }
+        }
+    }
+    s.wait_log_line(|l| l.contains("fe/1: SSL handshake failure"), WAIT);
+    // A client that never speaks is cut after `timeout http-request`.
+    let mut idle = HttpClient::connect(port);
+    let started = std::time::Instant::now();
+    idle.expect_closed();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "handshake bounded by timeout http-request (1s): took {took:?}"
+    );
+    s.wait_log_line(|l| l.contains("SSL handshake failure (timeout)"), WAIT);
+    // And TLS still works.
+    let cfg = client_cfg(&ca.pem(), &[], None);
+    let mut t = tls_connect(port, Some("a.example"), &cfg).unwrap();
+    assert_eq!(tls_get(&mut t, "/", "a").unwrap().status, 200);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runtime certificate update
+// ---------------------------------------------------------------------------------------------
+
+/// Sends `set ssl cert` with a payload; returns the reply.
+fn set_cert(sock: &Path, file: &Path, pem: &str) -> String {
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let pem = pem.trim_end();
+    write!(s, "set ssl cert {} <<\n{pem}\n\n", file.display()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn set_and_commit_ssl_cert_swaps_for_new_handshakes_only() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let old = ca.leaf("a.example", &["a.example"]);
+    let new = ca.leaf("a.example", &["a.example", "b.example"]);
+    let f = write_file(&dir, "a.pem", &old.bundle());
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let sock = dir.join("admin.sock");
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS_HTTP}\
+frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
+        sock.display(),
+        f.display(),
+        backend_section("be", "", &[&b])
+    );
+    let _s = Sluice::start(&cfg);
+    let c = client_cfg(&ca.pem(), &[], None);
+    let mut kept = tls_connect(port, Some("a.example"), &c).unwrap();
+    assert_eq!(peer_der(&kept), old.der);
+    assert_eq!(tls_get(&mut kept, "/1", "a").unwrap().status, 200);
+
+    let listing = stats_cli(&sock, "show ssl cert");
+    assert!(listing.contains(&f.display().to_string()), "{listing}");
+    let r = set_cert(&sock, &f, &new.bundle());
+    assert!(r.contains("Transaction created"), "{r}");
+    let listing = stats_cli(&sock, "show ssl cert");
+    assert!(listing.contains(&format!("*{}", f.display())), "{listing}");
+    // Not committed yet: new handshakes still get the old certificate.
+    let t = tls_connect(port, Some("a.example"), &c).unwrap();
+    assert_eq!(peer_der(&t), old.der);
+    let r = stats_cli(&sock, &format!("commit ssl cert {}", f.display()));
+    assert!(r.contains("Success!"), "{r}");
+    let t = tls_connect(port, Some("b.example"), &c).unwrap();
+    assert_eq!(
+        peer_der(&t),
+        new.der,
+        "new handshakes see the committed certificate"
+    );
+    // The connection opened before the swap keeps working.
+    assert_eq!(tls_get(&mut kept, "/2", "a").unwrap().status, 200);
+    let details = stats_cli(&sock, &format!("show ssl cert {}", f.display()));
+    assert!(details.contains("DNS:b.example"), "{details}");
+
+    // abort drops a pending change; a mismatched key is refused.
+    let other = ca.leaf("a.example", &["a.example"]);
+    let r = set_cert(&sock, &f, &other.cert_pem);
+    assert!(r.contains("does not match"), "{r}");
+    let r = set_cert(&sock, &f, &other.bundle());
+    assert!(r.contains("Transaction created"), "{r}");
+    let r = stats_cli(&sock, &format!("abort ssl cert {}", f.display()));
+    assert!(r.contains("aborted"), "{r}");
+    let t = tls_connect(port, Some("a.example"), &c).unwrap();
+    assert_eq!(peer_der(&t), new.der);
+    let r = set_cert(&sock, &dir.join("nope.pem"), &other.bundle());
+    assert!(r.contains("not referenced"), "{r}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration errors
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn configuration_errors_name_file_line_and_reason() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let a = ca.leaf("a.example", &["a.example"]);
+    let other = ca.leaf("b.example", &["b.example"]);
+    let good = write_file(&dir, "good.pem", &a.bundle());
+    let nokey = write_file(&dir, "nokey.pem", &a.cert_pem);
+    let mismatch = write_file(
+        &dir,
+        "mismatch.pem",
+        &format!("{}{}", a.cert_pem, other.key_pem),
+    );
+    let badpem = write_file(
+        &dir,
+        "bad.pem",
+        "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n",
+    );
+    let cases: Vec<(String, &str)> = vec![
+        (format!("ssl crt {}", nokey.display()), "no private key"),
+        (format!("ssl crt {}", mismatch.display()), "does not match"),
+        (format!("ssl crt {}", badpem.display()), "bad PEM"),
+        (
+            format!("ssl crt {}", dir.join("missing.pem").display()),
+            "cannot read",
+        ),
+        (format!("crt {}", good.display()), "requires 'ssl'"),
+        ("ssl".to_string(), "at least one certificate"),
+        (
+            format!("ssl crt {} ciphers DHE-RSA-AES128-SHA", good.display()),
+            "not available",
+        ),
+        (
+            format!("ssl crt {} ssl-min-ver TLSv1.0", good.display()),
+            "not supported",
+        ),
+        (
+            format!("ssl crt {} verify required", good.display()),
+            "ca-file",
+        ),
+        (
+            format!("ssl crt {} npn h2", good.display()),
+            "not supported",
+        ),
+        (
+            format!("ssl crt {} strict-snii", good.display()),
+            "did you mean 'strict-sni'",
+        ),
+    ];
+    for (opts, want) in cases {
+        let cfg = format!("frontend fe\n    mode http\n    bind 127.0.0.1:8443 {opts}\n");
+        let (code, out) = Sluice::check(&cfg);
+        assert_ne!(code, 0, "{opts}: expected an error");
+        assert!(
+            out.contains(":3") && out.contains(want),
+            "{opts}: expected file:3 and '{want}' in:\n{out}"
+        );
+    }
+    let cfg = format!(
+        "backend be\n    server s 127.0.0.1:1 ssl\n    server t 127.0.0.1:1 ssl verify none sni foo(bar)\n\
+frontend fe\n    bind 127.0.0.1:8443 ssl crt {}\n    default_backend be\n",
+        good.display()
+    );
+    let (code, out) = Sluice::check(&cfg);
+    assert_ne!(code, 0);
+    assert!(out.contains(":2") && out.contains("no CA file"), "{out}");
+    assert!(
+        out.contains(":3") && out.contains("'sni foo(bar)'"),
+        "{out}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS towards servers
+// ---------------------------------------------------------------------------------------------
+
+/// A TLS HTTP/1.1 server answering every request with its name and the SNI it saw; counts
+/// full and resumed handshakes.
+struct TlsBackend {
+    port: u16,
+    handshakes: Arc<std::sync::atomic::AtomicUsize>,
+    resumed: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl TlsBackend {
+    fn start(leaf: &Leaf) -> TlsBackend {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let mut sc = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(leaf.der.clone())],
+                PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap();
+        sc.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().unwrap();
+        let sc = Arc::new(sc);
+        let l = TcpListener::bind(lo(0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let handshakes = Arc::new(AtomicUsize::new(0));
+        let resumed = Arc::new(AtomicUsize::new(0));
+        let (h2, r2) = (handshakes.clone(), resumed.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let sc = sc.clone();
+                let (h, r) = (h2.clone(), r2.clone());
+                std::thread::spawn(move || {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                    let Ok(mut conn) = rustls::ServerConnection::new(sc) else {
+                        return;
+                    };
+                    while conn.is_handshaking() {
+                        if conn.complete_io(&mut s).is_err() {
+                            return;
+                        }
+                    }
+                    h.fetch_add(1, Ordering::SeqCst);
+                    if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                        r.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let sni = conn.server_name().unwrap_or("-").to_string();
+                    let mut t = StreamOwned::new(conn, s);
+                    let mut buf = Vec::new();
+                    let mut b = [0u8; 4096];
+                    loop {
+                        while let Some(end) = find(&buf, b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            let body = format!("tls-backend sni={sni}");
+                            let resp = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                            if t.write_all(resp.as_bytes())
+                                .and_then(|_| t.flush())
+                                .is_err()
+                            {
+                                return;
+                            }
+                        }
+                        match t.read(&mut b) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&b[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        TlsBackend {
+            port,
+            handshakes,
+            resumed,
+        }
+    }
+}
+
+#[test]
+fn tls_to_servers_with_verify_sni_and_session_reuse() {
+    use std::sync::atomic::Ordering;
+    let dir = TempDir::new();
+    let ca = Ca::new("Backend CA");
+    let wrong = Ca::new("Other CA");
+    let leaf = ca.leaf("backend.example", &["backend.example"]);
+    let tb = TlsBackend::start(&leaf);
+    let ca_file = write_file(&dir, "ca.pem", &ca.pem());
+    let wrong_file = write_file(&dir, "wrong.pem", &wrong.pem());
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n\
+\x20   use_backend b_none if {{ path_beg /none }}\n\
+\x20   use_backend b_host if {{ path_beg /host }}\n\
+\x20   use_backend b_wrong if {{ path_beg /wrong }}\n\
+\x20   use_backend b_name if {{ path_beg /name }}\n\
+\x20   default_backend b_ok\n\
+backend b_ok\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(backend.example)\n\
+backend b_none\n    server s 127.0.0.1:{p} ssl verify none\n\
+backend b_host\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni req.hdr(host)\n\
+backend b_wrong\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {wrong}\n\
+backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(other.example)\n",
+        p = tb.port,
+        ca = ca_file.display(),
+        wrong = wrong_file.display()
+    );
+    let _s = Sluice::start(&cfg);
+    let r = http_get(port, "/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_str(), "tls-backend sni=backend.example");
+    let r = http_get(port, "/none");
+    assert_eq!(
+        r.body_str(),
+        "tls-backend sni=-",
+        "no sni configured: none sent"
+    );
+    // `sni req.hdr(host)`: the Host header is the SNI, and the name verified.
+    let r = http_raw(port, "GET /host HTTP/1.1\r\nHost: test\r\n\r\n");
+    assert_eq!(r.status, 503, "the certificate is not valid for 'test'");
+    let r = http_raw(
+        port,
+        "GET /host HTTP/1.1\r\nHost: backend.example:443\r\n\r\n",
+    );
+    assert_eq!(r.body_str(), "tls-backend sni=backend.example");
+    // Verification failures: the server is unreachable for this request (HAProxy's 503).
+    assert_eq!(http_get(port, "/wrong").status, 503, "wrong CA");
+    assert_eq!(http_get(port, "/name").status, 503, "name mismatch");
+    // New connections to the same server resume their TLS session.
+    let before = tb.resumed.load(Ordering::SeqCst);
+    for _ in 0..5 {
+        let r = http_raw(
+            port,
+            "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, 200);
+    }
+    let resumed = tb.resumed.load(Ordering::SeqCst) - before;
+    assert!(resumed >= 4, "server sessions resumed: {resumed} of 5");
+    assert!(tb.handshakes.load(Ordering::SeqCst) >= 5);
+}

@@ -803,3 +803,117 @@ backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca
     assert!(resumed >= 4, "server sessions resumed: {resumed} of 5");
     assert!(tb.handshakes.load(Ordering::SeqCst) >= 5);
 }
+
+// ---------------------------------------------------------------------------------------------
+// crt-list and tls-ticket-keys
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn crt_list_sni_filters_replace_the_certificate_names() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let def = ca.leaf("default.example", &["default.example"]);
+    let a = ca.leaf("a.example", &["a.example"]);
+    let d = write_file(&dir, "default.pem", &def.bundle());
+    let f = write_file(&dir, "a.pem", &a.bundle());
+    let list = write_file(
+        &dir,
+        "list.txt",
+        &format!(
+            "# certificates\n{}\n\n{} *.filtered.example other.example   # names from the list\n",
+            d.display(),
+            f.display()
+        ),
+    );
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let _s = tls_proxy(
+        port,
+        &format!("ssl crt-list {}", list.display()),
+        "",
+        &backend_section("be", "", &[&b]),
+    );
+    let c = insecure_cfg(&[]);
+    let der = |sni: &str| peer_der(&tls_connect(port, Some(sni), &c).unwrap());
+    assert_eq!(der("other.example"), a.der);
+    assert_eq!(der("x.filtered.example"), a.der);
+    assert_eq!(
+        der("a.example"),
+        def.der,
+        "the filters replace the certificate's own names"
+    );
+    assert_eq!(der("default.example"), def.der);
+}
+
+#[test]
+fn tls_ticket_keys_file_lets_instances_resume_each_others_sessions() {
+    use base64::Engine;
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let a = ca.leaf("a.example", &["a.example"]);
+    let f = write_file(&dir, "a.pem", &a.bundle());
+    let key = |seed: u8| base64::engine::general_purpose::STANDARD.encode([seed; 48]);
+    let shared = write_file(
+        &dir,
+        "keys",
+        &format!("{}\n{}\n{}\n", key(1), key(2), key(3)),
+    );
+    let other = write_file(
+        &dir,
+        "other",
+        &format!("{}\n{}\n{}\n", key(4), key(5), key(6)),
+    );
+    let b = HttpBackend::start("s1");
+    let start = |keys: &Path| {
+        let port = free_port();
+        let s = tls_proxy(
+            port,
+            &format!("ssl crt {} tls-ticket-keys {}", f.display(), keys.display()),
+            "",
+            &backend_section("be", "", &[&b]),
+        );
+        (s, port)
+    };
+    let (_s1, p1) = start(&shared);
+    let (_s2, p2) = start(&shared);
+    let (_s3, p3) = start(&other);
+    for versions in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        let session = |port: u16, c: &Arc<ClientConfig>| {
+            let mut t = tls_connect(port, Some("a.example"), c).unwrap();
+            assert_eq!(tls_get(&mut t, "/", "a").unwrap().status, 200);
+            t.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+        };
+        let cfg = || {
+            let mut c = ClientConfig::builder_with_provider(provider())
+                .with_protocol_versions(&[versions])
+                .unwrap()
+                .with_root_certificates(roots(&ca.pem()))
+                .with_no_client_auth();
+            c.resumption = rustls::client::Resumption::in_memory_sessions(64);
+            Arc::new(c)
+        };
+        // The client's session store is keyed by server name, not port: a ticket from one
+        // instance is offered to the next.
+        let c = cfg();
+        assert!(!session(p1, &c), "{versions:?}: first connection is full");
+        assert!(
+            session(p2, &c),
+            "{versions:?}: same key file: resumed on another instance"
+        );
+        let c = cfg();
+        assert!(!session(p1, &c));
+        assert!(!session(p3, &c), "{versions:?}: other keys: full handshake");
+    }
+    let bad = write_file(&dir, "bad", &format!("{}\n{}\n", key(1), key(2)));
+    let cfg = format!(
+        "frontend fe\n    mode http\n    bind 127.0.0.1:8443 ssl crt {} tls-ticket-keys {}\n",
+        f.display(),
+        bad.display()
+    );
+    let (code, out) = Sluice::check(&cfg);
+    assert_ne!(code, 0);
+    assert!(
+        out.contains(":3") && out.contains("at least 3 keys"),
+        "{out}"
+    );
+}

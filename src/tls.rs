@@ -399,9 +399,11 @@ fn certified_key(
     }
 }
 
-/// Loads one PEM bundle as HAProxy does: certificate, chain and key in one file, or the key in
-/// `FILE.key` beside it.
-fn load_bundle(path: &Path) -> Result<CertifiedKey, String> {
+/// Reads one PEM bundle as HAProxy does: certificate, chain and key in one file, or the key
+/// in `FILE.key` beside it.
+fn read_bundle(
+    path: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     let data = std::fs::read(path).map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
     let (certs, key) = read_pem(path, &data)?;
     if certs.is_empty() {
@@ -428,6 +430,12 @@ fn load_bundle(path: &Path) -> Result<CertifiedKey, String> {
                 .ok_or_else(|| format!("'{}': no private key found", kp.display()))?
         }
     };
+    Ok((certs, key))
+}
+
+/// A bundle loaded and checked: the key parses and belongs to the certificate.
+fn load_bundle(path: &Path) -> Result<CertifiedKey, String> {
+    let (certs, key) = read_bundle(path)?;
     certified_key(path, certs, key)
 }
 
@@ -1238,9 +1246,10 @@ impl ServerTlsOpts {
             .with_custom_certificate_verifier(verifier);
         let mut cfg = match &self.crt {
             Some(c) => {
-                let k = load_bundle(Path::new(c))?;
+                let (certs, key) = read_bundle(Path::new(c))?;
+                certified_key(Path::new(c), certs.clone(), key.clone_key())?;
                 builder
-                    .with_client_auth_cert(k.cert.clone(), load_key_again(c)?)
+                    .with_client_auth_cert(certs, key)
                     .map_err(|e| format!("'crt {c}': {e}"))?
             }
             None => builder.with_no_client_auth(),
@@ -1260,20 +1269,6 @@ impl ServerTlsOpts {
             verify,
         })))
     }
-}
-
-/// The key of a client-certificate bundle (checked by `load_bundle` first).
-fn load_key_again(c: &str) -> Result<PrivateKeyDer<'static>, String> {
-    let path = Path::new(c);
-    let data = std::fs::read(path).map_err(|e| format!("cannot read '{c}': {e}"))?;
-    if let Some(k) = read_pem(path, &data)?.1 {
-        return Ok(k);
-    }
-    let kp = format!("{c}.key");
-    let kdata = std::fs::read(&kp).map_err(|e| format!("cannot read '{kp}': {e}"))?;
-    read_pem(Path::new(&kp), &kdata)?
-        .1
-        .ok_or_else(|| format!("'{c}': no private key found"))
 }
 
 /// `verify required`: the chain must lead to the CA; the name is checked only when an SNI is
@@ -1385,6 +1380,23 @@ impl fmt::Debug for ServerTls {
             .field("sni", &self.sni)
             .field("verify", &self.verify)
             .finish()
+    }
+}
+
+impl ServerTls {
+    /// The same server for `mode http`, which speaks HTTP/1.1 to servers: `h2` is not offered,
+    /// so a server that prefers it answers in HTTP/1.1 instead of a protocol we cannot read.
+    pub fn http1_only(self: &Arc<Self>) -> Arc<ServerTls> {
+        if !self.config.alpn_protocols.iter().any(|p| p == b"h2") {
+            return self.clone();
+        }
+        let mut cfg = (*self.config).clone();
+        cfg.alpn_protocols.retain(|p| p != b"h2");
+        Arc::new(ServerTls {
+            config: Arc::new(cfg),
+            sni: self.sni.clone(),
+            verify: self.verify,
+        })
     }
 }
 

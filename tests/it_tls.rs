@@ -682,6 +682,7 @@ impl TlsBackend {
             )
             .unwrap();
         sc.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().unwrap();
+        sc.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let sc = Arc::new(sc);
         let l = TcpListener::bind(lo(0)).unwrap();
         let port = l.local_addr().unwrap().port();
@@ -708,13 +709,22 @@ impl TlsBackend {
                         r.fetch_add(1, Ordering::SeqCst);
                     }
                     let sni = conn.server_name().unwrap_or("-").to_string();
+                    let alpn = conn
+                        .alpn_protocol()
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .unwrap_or_else(|| "-".into());
                     let mut t = StreamOwned::new(conn, s);
                     let mut buf = Vec::new();
                     let mut b = [0u8; 4096];
                     loop {
                         while let Some(end) = find(&buf, b"\r\n\r\n") {
+                            let is_alpn = buf.starts_with(b"GET /alpn");
                             buf.drain(..end + 4);
-                            let body = format!("tls-backend sni={sni}");
+                            let body = if is_alpn {
+                                format!("alpn={alpn}")
+                            } else {
+                                format!("tls-backend sni={sni}")
+                            };
                             let resp = format!(
                                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
                                 body.len()
@@ -759,9 +769,11 @@ fn tls_to_servers_with_verify_sni_and_session_reuse() {
 \x20   use_backend b_host if {{ path_beg /host }}\n\
 \x20   use_backend b_wrong if {{ path_beg /wrong }}\n\
 \x20   use_backend b_name if {{ path_beg /name }}\n\
+\x20   use_backend b_alpn if {{ path_beg /alpn }}\n\
 \x20   default_backend b_ok\n\
 backend b_ok\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(backend.example)\n\
 backend b_none\n    server s 127.0.0.1:{p} ssl verify none\n\
+backend b_alpn\n    server s 127.0.0.1:{p} ssl verify none alpn h2,http/1.1\n\
 backend b_host\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni req.hdr(host)\n\
 backend b_wrong\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {wrong}\n\
 backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(other.example)\n",
@@ -787,6 +799,8 @@ backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca
         "GET /host HTTP/1.1\r\nHost: backend.example:443\r\n\r\n",
     );
     assert_eq!(r.body_str(), "tls-backend sni=backend.example");
+    // mode http never offers h2 to a server: it would answer in a protocol we do not read.
+    assert_eq!(http_get(port, "/alpn").body_str(), "alpn=http/1.1");
     // Verification failures: the server is unreachable for this request (HAProxy's 503).
     assert_eq!(http_get(port, "/wrong").status, 503, "wrong CA");
     assert_eq!(http_get(port, "/name").status, 503, "name mismatch");

@@ -214,6 +214,11 @@ impl Draft {
                     b.ssl = Some(t.http1_only());
                 }
             }
+            for sv in &mut self.p.servers {
+                if let Some(t) = &sv.tls {
+                    sv.tls = Some(t.http1_only());
+                }
+            }
         }
         if self.p.mode != Mode::Tcp {
             return errors;

@@ -161,6 +161,8 @@ struct FileTicketer {
     /// Index in `keys` of the one that encrypts: the penultimate, as HAProxy does, so that
     /// appending a new key and reloading rotates without invalidating live tickets.
     enc: usize,
+    /// Authenticated with every ticket (see `ticket_context`).
+    context: [u8; 32],
 }
 
 /// A `set ssl cert` waiting for `commit` or `abort` (one at a time per process, as in HAProxy).
@@ -711,16 +713,31 @@ impl CertResolver {
 // Session tickets
 // =============================================================================================
 
-/// The ticket encrypter of binds without `tls-ticket-keys`: one for the whole process, so
-/// every thread (and every bind) resumes the others' sessions; rustls rotates its key.
-fn process_ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>, String> {
-    static T: OnceLock<Arc<dyn rustls::server::ProducesTickets>> = OnceLock::new();
-    if let Some(t) = T.get() {
-        return Ok(t.clone());
+/// The ticket encrypter of a bind without `tls-ticket-keys`: one per bind, built at config
+/// load and shared by every worker thread through the bind's `ServerConfig` (a client resumes
+/// on whichever thread accepts it); rustls rotates its key.
+///
+/// Never one for the whole process: rustls does not re-check client authentication when it
+/// resumes a session, so a ticket from a bind without `verify` must not open a session on a
+/// bind with `verify required`.
+fn bind_ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>, String> {
+    rustls::crypto::aws_lc_rs::Ticketer::new()
+        .map_err(|e| format!("cannot set up session tickets: {e}"))
+}
+
+/// What a ticket sealed with a `tls-ticket-keys` key is bound to besides the key: the bind's
+/// client-certificate policy (verify mode and CA file contents). Binds (or instances) sharing
+/// a key file resume each other's sessions only when they verify clients alike.
+fn ticket_context(verify: Verify, ca_file: Option<&str>) -> Result<[u8; 32], String> {
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    ctx.update(&[verify as u8]);
+    if let Some(ca) = ca_file {
+        let data = std::fs::read(ca).map_err(|e| format!("cannot read ca-file '{ca}': {e}"))?;
+        ctx.update(&data);
     }
-    let t = rustls::crypto::aws_lc_rs::Ticketer::new()
-        .map_err(|e| format!("cannot set up session tickets: {e}"))?;
-    Ok(T.get_or_init(|| t).clone())
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    Ok(out)
 }
 
 impl fmt::Debug for FileTicketer {
@@ -732,7 +749,7 @@ impl fmt::Debug for FileTicketer {
 const TICKET_NONCE: usize = 12;
 
 impl FileTicketer {
-    fn load(path: &str) -> Result<FileTicketer, String> {
+    fn load(path: &str, context: [u8; 32]) -> Result<FileTicketer, String> {
         use aws_lc_rs::aead::{AES_256_GCM, LessSafeKey, UnboundKey};
         use base64::Engine;
         let text = std::fs::read_to_string(path)
@@ -772,7 +789,21 @@ impl FileTicketer {
                 .map_err(|_| format!("tls-ticket-keys '{path}': unusable key"))?;
             keys.push((name, LessSafeKey::new(k)));
         }
-        Ok(FileTicketer { keys, enc: 1 })
+        Ok(FileTicketer {
+            keys,
+            enc: 1,
+            context,
+        })
+    }
+}
+
+impl FileTicketer {
+    /// Additional data of a ticket: its key name and the bind's context.
+    fn aad(&self, name: &[u8; 16]) -> [u8; 48] {
+        let mut a = [0u8; 48];
+        a[..16].copy_from_slice(name);
+        a[16..].copy_from_slice(&self.context);
+        a
     }
 }
 
@@ -797,7 +828,7 @@ impl rustls::server::ProducesTickets for FileTicketer {
         let mut body = plain.to_vec();
         key.seal_in_place_append_tag(
             Nonce::assume_unique_for_key(nonce),
-            Aad::from(name),
+            Aad::from(self.aad(name)),
             &mut body,
         )
         .ok()?;
@@ -815,7 +846,9 @@ impl rustls::server::ProducesTickets for FileTicketer {
         let (kname, key) = self.keys.iter().find(|(n, _)| n == name)?;
         let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
         let mut body = body.to_vec();
-        let plain = key.open_in_place(nonce, Aad::from(kname), &mut body).ok()?;
+        let plain = key
+            .open_in_place(nonce, Aad::from(self.aad(kname)), &mut body)
+            .ok()?;
         let n = plain.len();
         body.truncate(n);
         Some(body)
@@ -970,8 +1003,11 @@ impl BindTlsOpts {
         cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(20000);
         if !self.no_tickets {
             cfg.ticketer = match &self.ticket_keys {
-                Some(f) => Arc::new(FileTicketer::load(f)?),
-                None => process_ticketer()?,
+                Some(f) => Arc::new(FileTicketer::load(
+                    f,
+                    ticket_context(verify, self.ca_file.as_deref())?,
+                )?),
+                None => bind_ticketer()?,
             };
         }
         let alpn = self.alpn.clone().unwrap_or_default();

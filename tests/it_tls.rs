@@ -931,3 +931,59 @@ fn tls_ticket_keys_file_lets_instances_resume_each_others_sessions() {
         "{out}"
     );
 }
+
+#[test]
+fn a_session_from_a_bind_without_client_auth_never_resumes_on_one_that_requires_it() {
+    use base64::Engine;
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let client_ca = Ca::new("Client CA");
+    let a = ca.leaf("a.example", &["a.example"]);
+    let f = write_file(&dir, "a.pem", &a.bundle());
+    let cafile = write_file(&dir, "clients.pem", &client_ca.pem());
+    let key = |seed: u8| base64::engine::general_purpose::STANDARD.encode([seed; 48]);
+    let keys = write_file(
+        &dir,
+        "keys",
+        &format!("{}\n{}\n{}\n", key(1), key(2), key(3)),
+    );
+    let b = HttpBackend::start("s1");
+    // Same certificate and name on every bind; (open, mTLS) pairs with rustls' own ticket keys
+    // and with one shared tls-ticket-keys file.
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let tk = format!("tls-ticket-keys {}", keys.display());
+    let req = format!("ca-file {} verify required", cafile.display());
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n\
+\x20   bind 127.0.0.1:{} ssl crt {f}\n\
+\x20   bind 127.0.0.1:{} ssl crt {f} {req}\n\
+\x20   bind 127.0.0.1:{} ssl crt {f} {tk}\n\
+\x20   bind 127.0.0.1:{} ssl crt {f} {req} {tk}\n\
+\x20   default_backend be\n{}",
+        ports[0],
+        ports[1],
+        ports[2],
+        ports[3],
+        backend_section("be", "", &[&b]),
+        f = f.display()
+    );
+    let _s = Sluice::start(&cfg);
+    for (open, mtls) in [(ports[0], ports[1]), (ports[2], ports[3])] {
+        for versions in [&rustls::version::TLS13, &rustls::version::TLS12] {
+            let mut c = ClientConfig::builder_with_provider(provider())
+                .with_protocol_versions(&[versions])
+                .unwrap()
+                .with_root_certificates(roots(&ca.pem()))
+                .with_no_client_auth();
+            c.resumption = rustls::client::Resumption::in_memory_sessions(64);
+            let c = Arc::new(c);
+            assert_eq!(attempt(open, &c), Outcome::Served("s1".into()));
+            // The client offers the session it just got; the mTLS bind must not take it.
+            assert_eq!(
+                attempt(mtls, &c),
+                Outcome::Refused,
+                "{versions:?}: ports {open} -> {mtls}"
+            );
+        }
+    }
+}

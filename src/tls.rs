@@ -82,6 +82,9 @@ pub struct BindTls {
     pub verify: Verify,
     /// The ALPN list as configured (`config` may advertise less, see [`BindTls::http1_only`]).
     pub alpn: Vec<Vec<u8>>,
+    /// How logs name the listener: its `name`, else its number in the proxy (HAProxy's
+    /// `fe/1` in "SSL handshake failure" lines).
+    pub label: String,
 }
 
 /// What a `server` connection's SNI is taken from (`sni EXPR`).
@@ -948,7 +951,8 @@ pub fn parse_bind_opt(
 
 impl BindTlsOpts {
     /// The bind's TLS configuration (`None` without `ssl`), loading every certificate now.
-    pub fn build(&self) -> Result<Option<Arc<BindTls>>, String> {
+    /// `label`: how logs name the listener (see [`BindTls::label`]).
+    pub fn build(&self, label: String) -> Result<Option<Arc<BindTls>>, String> {
         if !self.ssl {
             if let Some(kw) = self.seen.first() {
                 return Err(format!("'{kw}' requires 'ssl' on the same bind line"));
@@ -1017,6 +1021,7 @@ impl BindTlsOpts {
             resolver,
             verify,
             alpn,
+            label,
         })))
     }
 }
@@ -1072,6 +1077,7 @@ impl BindTls {
             resolver: self.resolver.clone(),
             verify: self.verify,
             alpn: self.alpn.clone(),
+            label: self.label.clone(),
         })
     }
 }

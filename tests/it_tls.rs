@@ -468,13 +468,14 @@ fn failed_and_stalled_handshakes_are_logged_and_bounded() {
     let a = ca.leaf("a.example", &["a.example"]);
     let f = write_file(&dir, "a.pem", &a.bundle());
     let b = HttpBackend::start("s1");
-    let port = free_port();
+    let (port, named) = (free_port(), free_port());
     let cfg = format!(
         "global\n    log stdout format raw local0\ndefaults\n    mode http\n    log global\n\
 \x20   timeout connect 2s\n    timeout client 10s\n    timeout http-request 1s\n    timeout server 10s\n\
-frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
-        f.display(),
-        backend_section("be", "", &[&b])
+frontend fe\n    bind 127.0.0.1:{port} ssl crt {f}\n    bind 127.0.0.1:{named} name alt ssl crt {f}\n\
+\x20   default_backend be\n{}",
+        backend_section("be", "", &[&b]),
+        f = f.display()
     );
     let s = Sluice::start(&cfg);
     // Plain HTTP on a TLS port: refused, logged, no crash.
@@ -491,6 +492,10 @@ frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
         }
     }
     s.wait_log_line(|l| l.contains("fe/1: SSL handshake failure"), WAIT);
+    // A named bind is logged by its name.
+    let mut c = HttpClient::connect(named);
+    c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    s.wait_log_line(|l| l.contains("fe/alt: SSL handshake failure"), WAIT);
     // A client that never speaks is cut after `timeout http-request`.
     let mut idle = HttpClient::connect(port);
     let started = std::time::Instant::now();

@@ -105,7 +105,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
                         tcp::serve(ctx, s).await
                     }
                 }
-                Err(e) => handshake_failed(&ctx, &e),
+                Err(e) => handshake_failed(&ctx, &tls.label, &e),
             }
         };
     }
@@ -116,7 +116,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
 }
 
 /// Logs a failed client handshake: `IP:PORT [date] fe/bind: SSL handshake failure (why)`.
-fn handshake_failed(ctx: &SessionCtx, e: &crate::tls::HandshakeError) {
+fn handshake_failed(ctx: &SessionCtx, bind: &str, e: &crate::tls::HandshakeError) {
     let shared = ctx.shared();
     let p = &shared.cfg.proxies[ctx.proxy];
     if p.logs.is_empty() {
@@ -131,7 +131,9 @@ fn handshake_failed(ctx: &SessionCtx, e: &crate::tls::HandshakeError) {
     crate::log::Tm::from_system(ctx.accepted_at).haproxy(&mut line);
     line.push_str("] ");
     line.push_str(&p.name);
-    line.push_str("/1: SSL handshake failure (");
+    line.push('/');
+    line.push_str(bind);
+    line.push_str(": SSL handshake failure (");
     line.push_str(&e.to_string());
     line.push(')');
     ctx.w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);

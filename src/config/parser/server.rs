@@ -200,7 +200,11 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             .to_string()
             .into());
     }
-    proto.ssl = tls.build()?;
+    let label = proto
+        .name
+        .clone()
+        .unwrap_or_else(|| (d.p.binds.len() + 1).to_string());
+    proto.ssl = tls.build(label)?;
     for a in addrs {
         d.p.binds.push(Bind {
             addr: a,

@@ -809,6 +809,14 @@ backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca
     // Verification failures: the server is unreachable for this request (HAProxy's 503).
     assert_eq!(http_get(port, "/wrong").status, 503, "wrong CA");
     assert_eq!(http_get(port, "/name").status, 503, "name mismatch");
+    // A keep-alive client keeps its TLS server connection: one handshake for three requests.
+    let before = tb.handshakes.load(Ordering::SeqCst);
+    let mut c = HttpClient::connect(port);
+    for _ in 0..3 {
+        assert_eq!(c.get("/").body_str(), "tls-backend sni=backend.example");
+    }
+    assert_eq!(tb.handshakes.load(Ordering::SeqCst) - before, 1);
+    drop(c);
     // New connections to the same server resume their TLS session.
     let before = tb.resumed.load(Ordering::SeqCst);
     for _ in 0..5 {

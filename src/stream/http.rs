@@ -264,8 +264,8 @@ impl PoolGuard {
     }
 
     /// Returns the connection to the pool (if pooling applies; otherwise it closes).
-    /// TLS server connections are not pooled yet (the pool holds plain sockets and has no
-    /// SNI in its key): they close, and the next connection resumes the TLS session.
+    /// TLS server connections are not pooled (the pool holds plain sockets and has no SNI in
+    /// its key): callers keep them with the client connection; one given here just closes.
     fn keep(mut self, stream: ServerStream, uses: u32) {
         let ServerStream::Plain(stream) = stream else {
             return;
@@ -1746,7 +1746,9 @@ impl<C: ClientIo> Conn<'_, C> {
         let (be, server) = (bp_index(shared, bp), slot.server);
         drop(slot);
         if server_keep && self.sbuf.is_empty() && server_ka_max != Some(0) {
-            if guard.w.is_some() && !private {
+            // TLS connections stay with their client connection instead: the pool holds plain
+            // sockets only (see `PoolGuard::keep`).
+            if guard.w.is_some() && !private && matches!(stream, ServerStream::Plain(_)) {
                 guard.keep(stream, uses + 1);
             } else {
                 // (An armed guard dropped here takes the connection out of the pool's count.)

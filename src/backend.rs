@@ -125,6 +125,22 @@ impl PoolGauges {
         }
     }
 
+    /// Counts `n` idle connections closed by thread `thread`'s pool.
+    pub fn count_purged(&self, thread: usize, n: u64) {
+        self.purged.fetch_add(n, Relaxed);
+        if let Some(t) = self.threads.get(thread) {
+            t.purged.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Counts a request replayed by thread `thread` after a reused connection failed.
+    pub fn count_replayed(&self, thread: usize) {
+        self.replayed.fetch_add(1, Relaxed);
+        if let Some(t) = self.threads.get(thread) {
+            t.replayed.fetch_add(1, Relaxed);
+        }
+    }
+
     /// How long a connection may stay idle and still be reused: three quarters of the
     /// learned timeout, so the request never races the server's close (`None`: unknown).
     pub fn reuse_window(&self) -> Option<std::time::Duration> {

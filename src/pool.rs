@@ -158,6 +158,10 @@ pub struct ThreadShelf {
     pub new: AtomicU64,
     pub reused: AtomicU64,
     pub takeovers: AtomicU64,
+    /// Idle connections this thread closed as dead, expired or surplus, and requests it
+    /// replayed after a reused connection failed unanswered.
+    pub purged: AtomicU64,
+    pub replayed: AtomicU64,
 }
 
 /// `shelves` for `nbthread` threads.
@@ -275,7 +279,7 @@ impl ThreadPool {
                     t.idle.fetch_sub(1, Relaxed);
                 }
                 if c.epoch != epoch || !c.usable(g) {
-                    g.purged.fetch_add(1, Relaxed);
+                    g.count_purged(self.id, 1);
                     continue;
                 }
                 if let Some(t) = shelf {
@@ -352,7 +356,7 @@ impl ThreadPool {
                     match moved {
                         Ok(c) if c.epoch == epoch && c.usable(g) => return Some(c),
                         _ => {
-                            g.purged.fetch_add(1, Relaxed);
+                            g.count_purged(self.id, 1);
                         }
                     }
                 }
@@ -413,7 +417,7 @@ impl ThreadPool {
         if let Some(w) = self.watcher.borrow().as_ref()
             && !c.arm(w)
         {
-            g.purged.fetch_add(1, Relaxed);
+            g.count_purged(self.id, 1);
             return;
         }
         idle_gauge(g, c.uses).fetch_add(1, Relaxed);
@@ -450,7 +454,7 @@ impl ThreadPool {
             });
             let gone = before - conns.len();
             if gone > 0 {
-                g.purged.fetch_add(gone as u64, Relaxed);
+                g.count_purged(self.id, gone as u64);
                 if let Some(t) = g.threads.get(self.id) {
                     t.idle.fetch_sub(gone as u32, Relaxed);
                 }
@@ -533,7 +537,7 @@ impl ThreadPool {
                 idle_gauge(g, c.uses).fetch_sub(1, Relaxed);
             }
             let gone = before - conns.len();
-            g.purged.fetch_add(gone as u64, Relaxed);
+            g.count_purged(self.id, gone as u64);
             if let Some(t) = g.threads.get(self.id) {
                 t.idle.fetch_sub(gone as u32, Relaxed);
             }

@@ -651,7 +651,7 @@ pub fn show_pools(shared: &Shared) -> String {
          the server's idle timeout as learned from its Keep-Alive header or its closes, - if \
          unknown), then per thread: \
          idle now and its peak, pooled connections opened, reused from the thread's own pool, \
-         taken over from other threads\n",
+         taken over from other threads, idle connections closed, requests replayed\n",
     );
     for (i, p) in shared.cfg.proxies.iter().enumerate() {
         let Some(be) = shared.proxies[i].be.as_ref() else {
@@ -682,13 +682,15 @@ pub fn show_pools(shared: &Shared) -> String {
             ));
             for (t, th) in g.threads.iter().enumerate() {
                 out.push_str(&format!(
-                    "  thread {}: idle={} idle_max={} new={} reused={} takeovers={}\n",
+                    "  thread {}: idle={} idle_max={} new={} reused={} takeovers={} purged={} replayed={}\n",
                     t + 1,
                     th.idle.load(Relaxed),
                     th.idle_max.load(Relaxed),
                     th.new.load(Relaxed),
                     th.reused.load(Relaxed),
                     th.takeovers.load(Relaxed),
+                    th.purged.load(Relaxed),
+                    th.replayed.load(Relaxed),
                 ));
             }
         }

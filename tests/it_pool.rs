@@ -359,6 +359,7 @@ fn an_idle_connection_closed_by_the_server_leaves_the_pool_at_once() {
         let (s, _) = pools(&sock);
         s["idle"] == 0 && s["purged"] == 1
     });
+    assert_eq!(pools(&sock).1[0]["purged"], 1, "counted for the thread too");
     // The idle time after which the server closed is learned as its keep-alive timeout.
     let learned = pools(&sock).0.get("ka_timeout").copied();
     assert!(
@@ -605,4 +606,40 @@ fn pool_conn_name_separates_idle_connections() {
         err.contains(":4") && err.contains("unsupported expression"),
         "{err}"
     );
+}
+
+/// `pool-purge-delay`: idle connections beyond what the last period needed are closed, half
+/// of the surplus per period, until none is left once traffic stopped.
+#[test]
+fn purge_closes_idle_connections_no_longer_needed() {
+    let gate = Gate::new();
+    let b = HttpBackend::gated("s1", &gate);
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {} pool-purge-delay 200ms\n",
+        sock.display(),
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    // Four requests held by the server at once: four server connections in use together.
+    let hs: Vec<_> = (0..4)
+        .map(|i| std::thread::spawn(move || http_get(port, &format!("/slow{i}")).status))
+        .collect();
+    wait_until("four server connections", WAIT, || b.open_conns() == 4);
+    gate.open();
+    for h in hs {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+    wait_until("all four idle", WAIT, || {
+        let (s, _) = pools(&sock);
+        s["idle"] + s["safe"] == 4 || s["purged"] > 0
+    });
+    // No more traffic: every period closes half of what is left (4 -> 2 -> 1 -> 0).
+    wait_until("the purge emptied the pool", WAIT, || {
+        let (s, _) = pools(&sock);
+        s["idle"] + s["safe"] == 0 && s["purged"] == 4
+    });
+    wait_until("the server saw them close", WAIT, || b.open_conns() == 0);
 }

@@ -1371,7 +1371,7 @@ impl<C: ClientIo> Conn<'_, C> {
             // a server closing an idle connection never becomes a 502 for a GET.
             again += 1;
             if reused {
-                slot.server_state().pool.replayed.fetch_add(1, Relaxed);
+                slot.server_state().pool.count_replayed(self.ctx.w.id);
             }
             slot.server_state().counters.retries.fetch_add(1, Relaxed);
             match connect_with_slot(self.ctx, be_idx, &input, slot, host.as_deref()).await {

@@ -52,16 +52,23 @@ pub enum Status {
     SockErr,
     /// An agent reply without a health word.
     Checked,
+    /// TLS checks: the handshake passed (connect-only check), timed out, or failed.
+    L6Ok,
+    L6Tout,
+    L6Rsp,
 }
 
 impl Status {
     /// Every result a finished check can have, in HAProxy's order of check statuses.
-    pub const RESULTS: [Status; 10] = [
+    pub const RESULTS: [Status; 13] = [
         Status::Hana,
         Status::SockErr,
         Status::L4Ok,
         Status::L4Tout,
         Status::L4Con,
+        Status::L6Ok,
+        Status::L6Tout,
+        Status::L6Rsp,
         Status::L7Tout,
         Status::L7Rsp,
         Status::L7Ok,
@@ -82,6 +89,9 @@ impl Status {
             9 => Status::Hana,
             10 => Status::SockErr,
             11 => Status::Checked,
+            12 => Status::L6Ok,
+            13 => Status::L6Tout,
+            14 => Status::L6Rsp,
             _ => Status::Ini,
         }
     }
@@ -101,6 +111,9 @@ impl Status {
             Status::Hana => "HANA",
             Status::SockErr => "SOCKERR",
             Status::Checked => "CHECKED",
+            Status::L6Ok => "L6OK",
+            Status::L6Tout => "L6TOUT",
+            Status::L6Rsp => "L6RSP",
         }
     }
 
@@ -119,11 +132,17 @@ impl Status {
             Status::Hana => "Health analyze",
             Status::SockErr => "Socket error",
             Status::Checked => "No status change",
+            Status::L6Ok => "Layer6 check passed",
+            Status::L6Tout => "Layer6 timeout",
+            Status::L6Rsp => "Layer6 invalid response",
         }
     }
 
     fn ok(self) -> bool {
-        matches!(self, Status::L4Ok | Status::L7Ok | Status::L7OkC)
+        matches!(
+            self,
+            Status::L4Ok | Status::L6Ok | Status::L7Ok | Status::L7OkC
+        )
     }
 
     /// HAProxy prints `, code: N` for these (its `HCHK_STATUS_L57DATA` and above).
@@ -141,6 +160,9 @@ impl Status {
             Status::L4Ok => 6,
             Status::L4Tout => 7,
             Status::L4Con => 8,
+            Status::L6Ok => 9,
+            Status::L6Tout => 10,
+            Status::L6Rsp => 11,
             Status::L7Tout => 12,
             Status::L7Rsp => 13,
             Status::L7Ok => 15,
@@ -393,7 +415,9 @@ impl Health {
 /// The one seam for TLS checks (`check-ssl`, `tcp-check connect ssl|sni`): refused with this
 /// reason until sluice has TLS; the TLS work replaces it (and wraps the stream in `connect`).
 pub fn tls_check_support() -> Result<(), &'static str> {
-    Err("TLS health checks are not supported by sluice yet")
+    Err(
+        "per-check TLS settings are not supported by sluice yet (checks use the server's own: 'check-ssl')",
+    )
 }
 
 // =============================================================================================
@@ -1120,7 +1144,8 @@ fn start_slowstart(w: &Worker, pi: usize, si: usize, t: Duration) {
 
 /// A check's own connection and what it received since the last send.
 struct Conn {
-    s: TcpStream,
+    /// Plain, or TLS (`check-ssl`, or a server with `ssl` checked on its own address).
+    s: crate::stream::ServerStream,
     buf: Vec<u8>,
     eof: bool,
     /// The last HTTP response allows another request on this connection.
@@ -1249,7 +1274,8 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 };
                 // A new connect closes the previous connection first.
                 drop(conn.take());
-                match connect(SocketAddr::new(ip, port), connect_to, proxy_hdr).await {
+                let tls = check_tls(srv, cfg, rule);
+                match connect(SocketAddr::new(ip, port), connect_to, proxy_hdr, tls).await {
                     Ok(c) => conn = Some(c),
                     Err((st, e)) => return Outcome::new(st, 0, format!("{e}{}", at(&what))),
                 }
@@ -1275,9 +1301,11 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 };
                 if http && c.used && !c.reusable {
                     // The previous response ends the connection: a new one for this request.
-                    let addr = c.s.peer_addr().ok();
+                    let addr = c.s.tcp().peer_addr().ok();
+                    let tls =
+                        matches!(c.s, crate::stream::ServerStream::Tls(_)).then_some(&srv.conf);
                     if let Some(a) = addr {
-                        match connect(a, connect_to, cfg.send_proxy).await {
+                        match connect(a, connect_to, cfg.send_proxy, tls).await {
                             Ok(n) => *c = n,
                             Err((st, e)) => return Outcome::new(st, 0, e),
                         }
@@ -1286,7 +1314,11 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 c.buf.clear();
                 c.reusable = false;
                 c.used = true;
-                let wr = tokio::time::timeout_at(deadline, c.s.write_all(&bytes)).await;
+                let wr = tokio::time::timeout_at(deadline, async {
+                    c.s.write_all(&bytes).await?;
+                    c.s.flush().await
+                })
+                .await;
                 match wr {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
@@ -1323,17 +1355,44 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
         Some(Step::Expect(_) | Step::ExpectDefault) if http => {
             last.unwrap_or_else(|| Outcome::new(Status::L7Ok, 0, ""))
         }
+        // A connect-only check over TLS passed layer 6 (HAProxy's L6OK).
+        Some(Step::Connect0) | None
+            if conn
+                .as_ref()
+                .is_some_and(|c| matches!(c.s, crate::stream::ServerStream::Tls(_))) =>
+        {
+            Outcome::new(Status::L6Ok, 0, "")
+        }
         Some(Step::Connect0) | None => Outcome::new(Status::L4Ok, 0, ""),
         Some(Step::Connect(_)) => Outcome::new(Status::L4Ok, 0, "(tcp-check)"),
         _ => Outcome::new(Status::L7Ok, 0, "(tcp-check)"),
     }
 }
 
-/// Opens a check connection (never a pooled one), with an optional PROXY v1 header.
+/// Whether a check connect runs over TLS: `check-ssl` / `no-check-ssl`, else the server's
+/// `ssl` when the check goes to the server's own address (HAProxy: an explicit check `port` or
+/// `addr` is not assumed to speak TLS).
+fn check_tls<'a>(
+    srv: &'a ServerState,
+    cfg: &CheckCfg,
+    rule: Option<&ConnectRule>,
+) -> Option<&'a crate::config::Server> {
+    // A `tcp-check connect` rule with its own port or address is not the server's TLS port.
+    let own = rule.is_some_and(|r| !r.default && (r.port.is_some() || r.addr.is_some()));
+    let on = match cfg.ssl {
+        Some(b) => b,
+        None => srv.conf.ssl && cfg.port.is_none() && cfg.addr.is_none() && !own,
+    };
+    (on && srv.conf.tls.is_some()).then_some(&srv.conf)
+}
+
+/// Opens a check connection (never a pooled one), with an optional PROXY v1 header, over TLS
+/// with `tls`'s client settings when given.
 async fn connect(
     addr: SocketAddr,
     to: Duration,
     proxy_hdr: bool,
+    tls: Option<&crate::config::Server>,
 ) -> Result<Conn, (Status, String)> {
     let s = match tokio::time::timeout(to, TcpStream::connect(addr)).await {
         Err(_) => return Err((Status::L4Tout, String::new())),
@@ -1346,21 +1405,32 @@ async fn connect(
         }
         Ok(Ok(s)) => s,
     };
+    let mut s = s;
     let _ = s.set_nodelay(true);
-    let mut c = Conn {
+    if proxy_hdr {
+        // A check has no client: HAProxy sends the "UNKNOWN" form (before any TLS).
+        if let Err(e) = s.write_all(b"PROXY UNKNOWN\r\n").await {
+            return Err((Status::SockErr, e.to_string()));
+        }
+    }
+    let s = match tls {
+        None => crate::stream::ServerStream::Plain(s),
+        Some(srv) => match crate::tls::check_stream(srv, s, Some(to)).await {
+            Ok(s) => s,
+            // HAProxy's layer 6 results: the TLS handshake failed or timed out.
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                return Err((Status::L6Tout, String::new()));
+            }
+            Err(e) => return Err((Status::L6Rsp, format!("SSL handshake failure: {e}"))),
+        },
+    };
+    Ok(Conn {
         s,
         buf: Vec::new(),
         eof: false,
         reusable: false,
         used: false,
-    };
-    if proxy_hdr {
-        // A check has no client: HAProxy sends the "UNKNOWN" form.
-        if let Err(e) = c.s.write_all(b"PROXY UNKNOWN\r\n").await {
-            return Err((Status::SockErr, e.to_string()));
-        }
-    }
-    Ok(c)
+    })
 }
 
 /// Reads once more into `c.buf` (bounded); false at EOF, error, or when the buffer is full.
@@ -1803,7 +1873,7 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         let addr = SocketAddr::new(cfg.addr.unwrap_or(srv.addr.load().ip()), cfg.port);
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = Box::pin(async {
-            let mut c = connect(addr, connect_to, false).await?;
+            let mut c = connect(addr, connect_to, false, None).await?;
             if let Some(s) = &cfg.send {
                 c.s.write_all(s.as_bytes())
                     .await
@@ -1993,6 +2063,7 @@ mod tests {
             port: None,
             addr: None,
             send_proxy: false,
+            ssl: None,
         })
     }
 

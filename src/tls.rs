@@ -1473,18 +1473,20 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// For health checks (`check-ssl`, not wired yet: the checks code refuses the keyword): the
-/// connected socket as the server's sessions would use it, TLS on top when the server has
-/// `ssl`, with the same client configuration, session store and SNI (`sni str(..)`; a check
-/// has no request, so no Host header).
+/// For health checks that run over TLS (`check-ssl`, or inherited from `ssl`; `check::connect`
+/// decides): the connected socket with TLS on top, with the server line's client
+/// configuration, session store and SNI (`sni str(..)`; a check has no request, so no Host
+/// header).
 pub async fn check_stream(
     srv: &crate::config::Server,
     tcp: tokio::net::TcpStream,
     timeout: Option<Duration>,
 ) -> std::io::Result<crate::stream::ServerStream> {
+    // The check decides whether it runs over TLS (`check-ssl`, or the server's `ssl`); the
+    // settings exist whenever it may.
     let tls = match &srv.tls {
-        Some(t) if srv.ssl => t,
-        _ => return Ok(crate::stream::ServerStream::Plain(tcp)),
+        Some(t) => t,
+        None => return Ok(crate::stream::ServerStream::Plain(tcp)),
     };
     let ip = tcp.peer_addr()?.ip();
     let sni = match &tls.sni {

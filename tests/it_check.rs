@@ -161,11 +161,11 @@ fn check_keywords_are_validated() {
         ),
         (
             "    tcp-check connect port 80 ssl\n",
-            "'tcp-check connect ssl': TLS health checks are not supported by sluice yet",
+            "'tcp-check connect ssl': per-check TLS settings are not supported",
         ),
         (
             "    server s 127.0.0.1:1 check check-ssl\n",
-            "'check-ssl': TLS health checks are not supported by sluice yet",
+            "no CA file specified",
         ),
         (
             "    tcp-check send-binary 5g\n",

@@ -1000,3 +1000,54 @@ fn a_session_from_a_bind_without_client_auth_never_resumes_on_one_that_requires_
         }
     }
 }
+
+/// Health checks over TLS: inherited from `ssl` (a connect check passes at layer 6, an HTTP
+/// check runs inside TLS), forced by `check-ssl` on a plain server (the handshake fails:
+/// L6RSP, DOWN), and not inherited when the check goes to its own `port`.
+#[test]
+fn health_checks_over_tls() {
+    use std::sync::atomic::Ordering;
+    let dir = TempDir::new();
+    let ca = Ca::new("Check CA");
+    let leaf = ca.leaf("backend.example", &["backend.example"]);
+    let tb = TlsBackend::start(&leaf);
+    let plain = HttpBackend::start("plain");
+    // A plain server that closes at once: a TLS handshake with it fails outright.
+    let closer = TcpBackend::with_handler(|s, _| drop(s));
+    let sock = dir.join("admin.sock");
+    let cfg = format!(
+        "global\n    stats socket {sock} level admin\n{DEFAULTS_HTTP}\
+backend b_l6\n    server s 127.0.0.1:{p} ssl verify none check inter 100ms rise 1\n\
+backend b_http\n    option httpchk GET /\n    server s 127.0.0.1:{p} ssl verify none check inter 100ms rise 1\n\
+backend b_plain\n    server s {closer} check-ssl verify none check inter 100ms rise 1 fall 1\n\
+backend b_port\n    server s 127.0.0.1:{p} ssl verify none check port {pport} inter 100ms rise 1\n",
+        sock = sock.display(),
+        p = tb.port,
+        closer = closer.addr,
+        pport = plain.addr.port(),
+    );
+    let _s = Sluice::start(&cfg);
+    let status = |be: &str| stat_column(&sock, be, "s", "check_status");
+    wait_until("TLS connect check passes at layer 6", WAIT, || {
+        status("b_l6") == "L6OK"
+    });
+    wait_until("HTTP check inside TLS", WAIT, || status("b_http") == "L7OK");
+    assert_eq!(stat_column(&sock, "b_http", "s", "check_code"), "200");
+    wait_until("a TLS check against a plain server fails", WAIT, || {
+        status("b_plain") == "L6RSP"
+    });
+    assert!(stat_column(&sock, "b_plain", "s", "status").starts_with("DOWN"));
+    wait_until("a check on its own port stays plain", WAIT, || {
+        status("b_port") == "L4OK"
+    });
+    assert!(
+        tb.handshakes.load(Ordering::SeqCst) >= 2,
+        "checks shook hands"
+    );
+    // `check-ssl` needs nothing else; `check-sni` is still refused.
+    let (code, out) = Sluice::check(
+        "defaults\n    mode http\nbackend be\n    server s 127.0.0.1:1 check check-sni x\n",
+    );
+    assert_ne!(code, 0);
+    assert!(out.contains("check-sni"), "{out}");
+}

@@ -344,6 +344,9 @@ pub struct CheckCfg {
     pub addr: Option<std::net::IpAddr>,
     /// `check-send-proxy`: checks start with a PROXY protocol header.
     pub send_proxy: bool,
+    /// `check-ssl` (`Some(true)`) / `no-check-ssl` (`Some(false)`); `None`: checks use TLS
+    /// when the server does (`ssl`) and no check `port`/`addr` is set (HAProxy's rule).
+    pub ssl: Option<bool>,
 }
 
 /// A `frontend`, `backend` or `listen` section, with its `defaults` applied.

@@ -525,6 +525,7 @@ pub(super) struct ServerCheckOpts {
     pub port: Option<u16>,
     pub addr: Option<std::net::IpAddr>,
     pub send_proxy: bool,
+    pub ssl: Option<bool>,
     pub agent: bool,
     pub agent_port: Option<u16>,
     pub agent_addr: Option<std::net::IpAddr>,
@@ -545,6 +546,7 @@ impl Default for ServerCheckOpts {
             port: None,
             addr: None,
             send_proxy: false,
+            ssl: None,
             agent: false,
             agent_port: None,
             agent_addr: None,
@@ -569,6 +571,7 @@ impl ServerCheckOpts {
             port: self.port,
             addr: self.addr,
             send_proxy: self.send_proxy,
+            ssl: self.ssl,
         })
     }
 
@@ -695,11 +698,19 @@ pub(super) fn server_opt(
                 o.send_proxy = true;
                 return Ok(0);
             }
-            "check-ssl" | "check-sni" | "check-alpn" => {
-                crate::check::tls_check_support().map_err(|e| format!("'{opt}': {e}"))?;
-                return Ok(if opt == "check-ssl" { 0 } else { 1 });
+            // Checks over TLS use the server's own client settings (its `ssl` options).
+            "check-ssl" => {
+                o.ssl = Some(true);
+                return Ok(0);
             }
-            "no-check-ssl" => return Ok(0),
+            "no-check-ssl" => {
+                o.ssl = Some(false);
+                return Ok(0);
+            }
+            "check-sni" | "check-alpn" => {
+                crate::check::tls_check_support().map_err(|e| format!("'{opt}': {e}"))?;
+                return Ok(1);
+            }
             "check-proto" | "check-via-socks4" | "check-reuse-pool" | "no-check-reuse-pool" => {
                 return Err(format!("server option '{opt}' is not supported by sluice"));
             }

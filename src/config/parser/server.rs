@@ -454,7 +454,15 @@ fn make_server(
         max_reuse: o.max_reuse,
         check: o.chk.check_cfg(),
         health: o.chk.health_cfg(),
-        tls: o.tls.build()?,
+        // `check-ssl` on a server whose traffic is plain: the TLS settings of its line are
+        // built for the checks alone (`ssl` stays off for traffic).
+        tls: if o.chk.ssl == Some(true) && !o.tls.ssl {
+            let mut t = o.tls.clone();
+            t.ssl = true;
+            t.build()?
+        } else {
+            o.tls.build()?
+        },
         ssl: o.tls.ssl,
     })
 }

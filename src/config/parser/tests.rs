@@ -1685,10 +1685,7 @@ fn server_errors() {
     for line in [2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 16, 17, 18] {
         has(find(line), &["'server' in backend 'be': "]);
     }
-    has(
-        find(2),
-        &["'check-ssl': TLS health checks are not supported by sluice yet"],
-    );
+    has(find(2), &["no CA file specified"]);
     has(
         find(3),
         &["'sni foo(x)': only 'str(NAME)' and 'req.hdr(host)'"],

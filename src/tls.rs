@@ -927,19 +927,7 @@ pub fn parse_bind_opt(
             "strict-sni" => o.strict_sni = true,
             "tls-ticket-keys" => o.ticket_keys = Some(val()?),
             "no-tls-tickets" => o.no_tickets = true,
-            // rustls never speaks these.
-            "no-sslv3" | "no-tlsv10" | "no-tlsv11" => {}
-            "no-tlsv12" => o.min = Some(ProtocolVersion::TLSv1_3),
-            "no-tlsv13" => o.max = Some(ProtocolVersion::TLSv1_2),
-            "force-tlsv12" => {
-                o.min = Some(ProtocolVersion::TLSv1_2);
-                o.max = Some(ProtocolVersion::TLSv1_2);
-            }
-            "force-tlsv13" => {
-                o.min = Some(ProtocolVersion::TLSv1_3);
-                o.max = Some(ProtocolVersion::TLSv1_3);
-            }
-            _ => {}
+            _ => version_option(kw, &mut o.min, &mut o.max),
         }
         Ok(())
     })();
@@ -1212,18 +1200,7 @@ pub fn parse_server_opt(
             "ciphers" => o.ciphers = Some(val()?),
             "ciphersuites" => o.ciphersuites = Some(val()?),
             "no-tls-tickets" => o.no_tickets = true,
-            "no-sslv3" | "no-tlsv10" | "no-tlsv11" => {}
-            "no-tlsv12" => o.min = Some(ProtocolVersion::TLSv1_3),
-            "no-tlsv13" => o.max = Some(ProtocolVersion::TLSv1_2),
-            "force-tlsv12" => {
-                o.min = Some(ProtocolVersion::TLSv1_2);
-                o.max = Some(ProtocolVersion::TLSv1_2);
-            }
-            "force-tlsv13" => {
-                o.min = Some(ProtocolVersion::TLSv1_3);
-                o.max = Some(ProtocolVersion::TLSv1_3);
-            }
-            _ => {}
+            _ => version_option(kw, &mut o.min, &mut o.max),
         }
         Ok(())
     })();
@@ -1454,6 +1431,25 @@ impl Eq for ServerTls {}
 pub fn server_name(sni: Option<&str>, addr: std::net::IpAddr) -> ServerName<'static> {
     sni.and_then(|s| ServerName::try_from(s.to_string()).ok())
         .unwrap_or(ServerName::IpAddress(addr.into()))
+}
+
+/// The `no-tlsv1x` / `force-tlsv1x` options of bind and server lines, as version bounds (rustls
+/// never speaks SSLv3, TLS 1.0 or 1.1, so their `no-` forms change nothing). Other keywords are
+/// left alone.
+fn version_option(kw: &str, min: &mut Option<ProtocolVersion>, max: &mut Option<ProtocolVersion>) {
+    match kw {
+        "no-tlsv12" => *min = Some(ProtocolVersion::TLSv1_3),
+        "no-tlsv13" => *max = Some(ProtocolVersion::TLSv1_2),
+        "force-tlsv12" => {
+            *min = Some(ProtocolVersion::TLSv1_2);
+            *max = Some(ProtocolVersion::TLSv1_2);
+        }
+        "force-tlsv13" => {
+            *min = Some(ProtocolVersion::TLSv1_3);
+            *max = Some(ProtocolVersion::TLSv1_3);
+        }
+        _ => {}
+    }
 }
 
 /// Wraps a connected server socket into a TLS stream: the one entry point for sessions and

@@ -781,6 +781,22 @@ def ratio_str(rs):
     return f'{med(rs):.3f} ({min(rs):.2f}..{max(rs):.2f})'
 
 
+def paired(ok, a, b):
+    """Runs of (scenario, proxy) `a` and `b` by repetition, the repetitions both have, and
+    rat(key): the median (min..max) of b/a for that key over those repetitions."""
+    A = {r['rep']: r for r in ok if (r['scenario'], r['proxy']) == a}
+    B = {r['rep']: r for r in ok if (r['scenario'], r['proxy']) == b}
+    reps = sorted(set(A) & set(B))
+
+    def rat(key):
+        out = []
+        for i in reps:
+            x, y = B[i].get(key), A[i].get(key)
+            out.append(x / y if x is not None and y else None)
+        return ratio_str(out)
+    return A, B, reps, rat
+
+
 def summarize(recs, names, base, scen_order=None):
     lines = []
     ok = [r for r in recs if 'skipped' not in r and 'failed' not in r]
@@ -833,18 +849,9 @@ def summarize(recs, names, base, scen_order=None):
                      'median (min..max); req/s above 1 = faster while scraped')
         lines.append(f"{'proxy':<8} {'req/s':>21} {'CPU us/req':>21} {'p99':>21} {'scrapes/run':>12} {'KiB/scrape':>11}")
         for nm in names:
-            A = {r['rep']: r for r in ok if r['scenario'] == 'ka' and r['proxy'] == nm}
-            B = {r['rep']: r for r in ok if r['scenario'] == 'ka-scrape' and r['proxy'] == nm}
-            reps = sorted(set(A) & set(B))
+            A, B, reps, rat = paired(ok, ('ka', nm), ('ka-scrape', nm))
             if not reps:
                 continue
-
-            def rat(key, reps=reps, A=A, B=B):
-                out = []
-                for i in reps:
-                    x, y = B[i].get(key), A[i].get(key)
-                    out.append(x / y if x is not None and y else None)
-                return ratio_str(out)
             lines.append(f"{nm:<8} {rat('rps'):>21} {rat('cpu_us_per_req'):>21} {rat('p99_ms'):>21} "
                          f"{med([B[i]['scrapes'] for i in reps]):>12.0f} "
                          f"{med([B[i]['scrape_bytes'] / 1024 for i in reps]):>11.1f}")
@@ -860,18 +867,9 @@ def summarize(recs, names, base, scen_order=None):
             for sc in scen_order:
                 if sc == 'direct':
                     continue
-                A = {r['rep']: r for r in ok if r['scenario'] == sc and r['proxy'] == base}
-                B = {r['rep']: r for r in ok if r['scenario'] == sc and r['proxy'] == nm}
-                reps = sorted(set(A) & set(B))
+                _, _, reps, rat = paired(ok, (sc, base), (sc, nm))
                 if not reps:
                     continue
-
-                def rat(key, reps=reps, A=A, B=B):
-                    out = []
-                    for i in reps:
-                        x, y = B[i].get(key), A[i].get(key)
-                        out.append(x / y if x is not None and y else None)
-                    return ratio_str(out)
                 if sc == 'idle':
                     cols = [rat('cpu_us_per_conn'), '-', '-', rat('rss_held_kb'), rat('rss_delta_kb')]
                 else:

@@ -79,12 +79,6 @@ pub struct PoolGauges {
     pub safe: AtomicU32,
     /// Pooled connections currently carrying a request.
     pub used: AtomicU32,
-    /// Idle connections closed by the purge or found dead when taken.
-    pub purged: AtomicU64,
-    /// Requests replayed on a new connection after a reused one failed unanswered.
-    pub replayed: AtomicU64,
-    /// Idle connections one thread took from another's pool.
-    pub takeovers: AtomicU64,
     /// The server's idle keep-alive timeout as learned (ms, 0 = unknown): from its
     /// `Keep-Alive: timeout=N` header, or else from the idle time after which it was seen
     /// closing an idle connection. Idle connections are not reused near it.
@@ -127,7 +121,6 @@ impl PoolGauges {
 
     /// Counts `n` idle connections closed by thread `thread`'s pool.
     pub fn count_purged(&self, thread: usize, n: u64) {
-        self.purged.fetch_add(n, Relaxed);
         if let Some(t) = self.threads.get(thread) {
             t.purged.fetch_add(n, Relaxed);
         }
@@ -135,10 +128,28 @@ impl PoolGauges {
 
     /// Counts a request replayed by thread `thread` after a reused connection failed.
     pub fn count_replayed(&self, thread: usize) {
-        self.replayed.fetch_add(1, Relaxed);
         if let Some(t) = self.threads.get(thread) {
             t.replayed.fetch_add(1, Relaxed);
         }
+    }
+
+    /// A server's totals over its threads: idle connections closed by the purge or found dead
+    /// when taken, requests replayed after a reused connection failed unanswered, and idle
+    /// connections one thread took over from another's pool.
+    pub fn purged(&self) -> u64 {
+        self.sum(|t| &t.purged)
+    }
+
+    pub fn replayed(&self) -> u64 {
+        self.sum(|t| &t.replayed)
+    }
+
+    pub fn takeovers(&self) -> u64 {
+        self.sum(|t| &t.takeovers)
+    }
+
+    fn sum(&self, f: impl Fn(&crate::pool::ThreadShelf) -> &AtomicU64) -> u64 {
+        self.threads.iter().map(|t| f(t).load(Relaxed)).sum()
     }
 
     /// How long a connection may stay idle and still be reused: three quarters of the

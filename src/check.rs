@@ -412,8 +412,8 @@ impl Health {
     }
 }
 
-/// The one seam for TLS checks (`check-ssl`, `tcp-check connect ssl|sni`): refused with this
-/// reason until sluice has TLS; the TLS work replaces it (and wraps the stream in `connect`).
+/// Why per-check TLS settings (`check-sni`, `check-alpn`, `connect ssl|sni|alpn`) are refused:
+/// TLS checks use the server line's own settings (`check_tls`, `connect`).
 pub fn tls_check_support() -> Result<(), &'static str> {
     Err(
         "per-check TLS settings are not supported by sluice yet (checks use the server's own: 'check-ssl')",

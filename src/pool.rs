@@ -300,7 +300,6 @@ impl ThreadPool {
         if let Some(t) = shelf {
             t.takeovers.fetch_add(1, Relaxed);
         }
-        g.takeovers.fetch_add(1, Relaxed);
         sp.used += 1;
         sp.max_used = sp.max_used.max(sp.used);
         g.used.fetch_add(1, Relaxed);
@@ -564,8 +563,9 @@ pub use crate::config::HttpReuse;
 mod tests {
     use super::*;
 
+    /// The gauges of a server, for one worker thread (id 0).
     fn g() -> &'static PoolGauges {
-        Box::leak(Box::default())
+        Box::leak(Box::new(PoolGauges::new(1)))
     }
 
     const NO_LIMIT: Limits = Limits {
@@ -624,7 +624,7 @@ mod tests {
             peers.truncate(1);
             let c = p.take(key, 1, NO_LIMIT, gg, 0);
             assert!(c.is_none());
-            assert_eq!(gg.purged.load(Relaxed), 2);
+            assert_eq!(gg.purged(), 2);
             assert_eq!(p.idle_count(), 0);
         });
     }
@@ -715,12 +715,12 @@ mod tests {
                 ..NO_LIMIT
             };
             assert!(t1.take(key, 1, low, gg, 0).is_none());
-            assert_eq!(gg.takeovers.load(Relaxed), 0);
+            assert_eq!(gg.takeovers(), 0);
             // At it: thread 1 takes thread 0's connection, and the socket still works.
             let mut c = t1.take(key, 1, NO_LIMIT, gg, 0).expect("taken over");
             assert_eq!(c.uses, 2);
             assert_eq!(t0.idle_count(), 0);
-            assert_eq!(gg.takeovers.load(Relaxed), 1);
+            assert_eq!(gg.takeovers(), 1);
             assert_eq!(gg.threads[1].takeovers.load(Relaxed), 1);
             assert_eq!(gg.threads[0].idle.load(Relaxed), 0);
             assert_eq!(gg.safe.load(Relaxed), 0);
@@ -769,7 +769,7 @@ mod tests {
                     })
                     .await
                     .expect("closed idle connection dropped");
-                    assert_eq!(gg.purged.load(Relaxed), 1);
+                    assert_eq!(gg.purged(), 1);
                     assert_eq!(gg.idle.load(Relaxed), 1);
                     assert_eq!(gg.threads[0].idle.load(Relaxed), 1);
                 })

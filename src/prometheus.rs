@@ -1099,12 +1099,12 @@ impl Out {
                 let Some(s) = o.srv.filter(|_| o.http) else {
                     return;
                 };
-                let c = match m.read {
-                    Read::PoolPurged => &s.pool.purged,
-                    Read::PoolTakeovers => &s.pool.takeovers,
-                    _ => &s.pool.replayed,
+                let v = match m.read {
+                    Read::PoolPurged => s.pool.purged(),
+                    Read::PoolTakeovers => s.pool.takeovers(),
+                    _ => s.pool.replayed(),
                 };
-                self.sample(m.name, &o.labels(), c.load(Relaxed));
+                self.sample(m.name, &o.labels(), v);
             }
         }
     }

@@ -672,9 +672,9 @@ pub fn show_pools(shared: &Shared) -> String {
                 g.used.load(Relaxed),
                 c.connects.load(Relaxed),
                 c.reuses.load(Relaxed),
-                g.purged.load(Relaxed),
-                g.replayed.load(Relaxed),
-                g.takeovers.load(Relaxed),
+                g.purged(),
+                g.replayed(),
+                g.takeovers(),
                 match g.ka_timeout_ms.load(Relaxed) {
                     0 => "-".to_string(),
                     ms => format!("{ms}ms"),

@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use std::collections::HashMap;
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 /// One worker thread: pools are per thread, and which thread accepts a connection is the
@@ -319,24 +320,21 @@ fn no_takeover_when_idle_pools_are_not_shared() {
 /// a request or the purge (`pool-purge-delay` is an hour here).
 #[test]
 fn an_idle_connection_closed_by_the_server_leaves_the_pool_at_once() {
-    use std::io::{Read, Write};
     // A server that answers one request, keeps the connection, and closes it when told.
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let (close_tx, close_rx) = std::sync::mpsc::channel::<()>();
-    let server = std::thread::spawn(move || {
-        let (mut c, _) = l.accept().unwrap();
-        let mut head = Vec::new();
-        let mut b = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = c.read(&mut b).unwrap();
-            assert!(n > 0);
-            head.extend_from_slice(&b[..n]);
-        }
-        c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            .unwrap();
-        close_rx.recv().unwrap();
-    });
+    let close = Gate::new();
+    let server = {
+        let close = close.clone();
+        TcpBackend::with_handler(move |c, _| {
+            let mut w = Wire::new(c);
+            if let Ok(Some(_)) = w.read_until(b"\r\n\r\n") {
+                let _ = w
+                    .stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                close.wait();
+            }
+        })
+    };
+    let addr = server.addr;
     let dir = TempDir::new();
     let sock = dir.join("admin.sock");
     let port = free_port();
@@ -353,8 +351,7 @@ fn an_idle_connection_closed_by_the_server_leaves_the_pool_at_once() {
     // Idle for a while (the idle time is what is learned; closes sooner than 100 ms are not
     // taken for a timeout).
     std::thread::sleep(std::time::Duration::from_millis(150));
-    close_tx.send(()).unwrap();
-    server.join().unwrap();
+    close.open();
     wait_until("the closed connection is dropped", WAIT, || {
         let (s, _) = pools(&sock);
         s["idle"] == 0 && s["purged"] == 1
@@ -421,57 +418,34 @@ fn a_connection_with_no_requests_left_is_not_pooled() {
 
 /// A server closing idle connections after `idle`: each request is answered 200 with its
 /// target (and, for a body, the body); the targets seen are recorded in order.
-fn closes_idle_after(idle: std::time::Duration) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
+fn closes_idle_after(idle: std::time::Duration) -> (TcpBackend, Arc<Mutex<Vec<String>>>) {
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let log = seen.clone();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(c) = c else { return };
-            let log = log.clone();
-            std::thread::spawn(move || {
-                c.set_read_timeout(Some(idle)).unwrap();
-                let mut w = c.try_clone().unwrap();
-                let mut r = BufReader::new(c);
-                loop {
-                    let mut line = String::new();
-                    // Idle past the timeout (or the peer closed): close.
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let target = line.split(' ').nth(1).unwrap_or("").to_string();
-                    let mut len = 0;
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if h == "\r\n" {
-                            break;
-                        }
-                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap();
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if r.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    log.lock().unwrap().push(target.clone());
-                    let resp = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{target}",
-                        target.len()
-                    );
-                    if w.write_all(resp.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
+    let server = TcpBackend::with_handler(move |c, _| {
+        c.set_read_timeout(Some(idle)).unwrap();
+        let mut w = Wire::new(c);
+        // Idle past the timeout (or the peer closed): the read fails and the connection closes.
+        while let Ok(Some(head)) = w.read_until(b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+            let target = head.split(' ').nth(1).unwrap_or("").to_string();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if w.take(len).is_err() {
+                return;
+            }
+            log.lock().unwrap().push(target.clone());
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{target}",
+                target.len()
+            );
+            if w.stream.write_all(resp.as_bytes()).is_err() {
+                return;
+            }
         }
     });
-    (addr, seen)
+    (server, seen)
 }
 
 /// A server that closes idle connections after 200 ms, asked again right around that time:
@@ -480,7 +454,8 @@ fn closes_idle_after(idle: std::time::Duration) -> (std::net::SocketAddr, Arc<Mu
 #[test]
 fn a_server_closing_idle_connections_never_costs_a_get_and_never_duplicates_a_post() {
     let pause = std::time::Duration::from_millis(200);
-    let (addr, seen) = closes_idle_after(pause);
+    let (server, seen) = closes_idle_after(pause);
+    let addr = server.addr;
     let port = free_port();
     let global = LOGGED_HTTP.replacen("global\n", "global\n    nbthread 1\n", 1);
     let cfg = format!(

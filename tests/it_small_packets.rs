@@ -5,41 +5,22 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 /// A keep-alive server that answers every request with two writes (head, then body), Nagle
 /// left on as Python's `http.server` does.
-fn two_send_server() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(c) = c else { return };
-            std::thread::spawn(move || {
-                let mut w = c.try_clone().unwrap();
-                let mut r = BufReader::new(c);
-                loop {
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if r.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let body = b"hello from a naive server";
-                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
-                    if w.write_all(head.as_bytes()).is_err() || w.write_all(body).is_err() {
-                        return;
-                    }
-                }
-            });
+fn two_send_server() -> TcpBackend {
+    TcpBackend::with_handler(|c, _| {
+        let mut w = Wire::new(c);
+        while let Ok(Some(_)) = w.read_until(b"\r\n\r\n") {
+            let body = b"hello from a naive server";
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+            if w.stream.write_all(head.as_bytes()).is_err() || w.stream.write_all(body).is_err() {
+                return;
+            }
         }
-    });
-    addr
+    })
 }
 
 fn proxy_to(addr: std::net::SocketAddr) -> (Sluice, u16) {
@@ -48,23 +29,6 @@ fn proxy_to(addr: std::net::SocketAddr) -> (Sluice, u16) {
         "global\n    nbthread 1\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {addr}\n"
     );
     (Sluice::start(&cfg), port)
-}
-
-/// Reads one response with a `Content-Length` body from `c`, which must be a 200.
-fn read_200(c: &mut std::net::TcpStream, i: usize) {
-    let mut w = Wire::new(c);
-    let head = w.read_until(b"\r\n\r\n").unwrap().expect("response head");
-    let text = String::from_utf8_lossy(&head).to_string();
-    assert!(text.starts_with("HTTP/1.1 200"), "{i}: {text}");
-    let len: usize = text
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .unwrap();
-    w.take(len).unwrap();
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -76,7 +40,8 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// server's Nagle waits for the ACK of the head before sending the body).
 #[test]
 fn a_server_writing_head_and_body_apart_costs_no_40ms() {
-    let (_s, port) = proxy_to(two_send_server());
+    let server = two_send_server();
+    let (_s, port) = proxy_to(server.addr);
     let mut c = HttpClient::connect(port);
     // Warm up: the first exchanges of a connection are acknowledged at once anyway.
     for _ in 0..3 {
@@ -101,15 +66,14 @@ fn a_request_in_two_segments_is_answered_at_once() {
     let b = HttpBackend::start("s1");
     let (_s, port) = proxy_to(b.addr);
     let mut times = Vec::new();
-    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
-    c.set_nodelay(true).unwrap();
-    c.set_read_timeout(Some(WAIT)).unwrap();
+    let mut c = HttpClient::connect(port);
     for i in 0..5 {
-        c.write_all(b"GET /two HTTP/1.1\r\nHo").unwrap();
+        c.send("GET /two HTTP/1.1\r\nHo");
+        // The pause is the point of the test: the head arrives in two segments.
         std::thread::sleep(Duration::from_millis(30));
         let t = Instant::now();
-        c.write_all(b"st: t\r\n\r\n").unwrap();
-        read_200(&mut c, i);
+        c.send("st: t\r\n\r\n");
+        assert_eq!(c.read_response().status, 200, "{i}");
         times.push(t.elapsed());
     }
     let m = median(times.clone());
@@ -155,18 +119,17 @@ fn tcp_smart_accept_never_stalls_a_client_sending_a_body() {
         b.hostport()
     );
     let _s = Sluice::start(&cfg);
-    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
-    c.set_read_timeout(Some(WAIT)).unwrap();
+    let mut c = HttpClient::connect(port);
+    // Nagle on: the body waits for the ACK of the head.
+    c.tcp().set_nodelay(false).unwrap();
     let mut times = Vec::new();
     for i in 0..12 {
         let t = Instant::now();
-        // Nagle on (the default): the body waits for the ACK of the head.
-        c.write_all(
-            format!("POST /p{i} HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n").as_bytes(),
-        )
-        .unwrap();
-        c.write_all(b"hello").unwrap();
-        read_200(&mut c, i);
+        c.send(format!(
+            "POST /p{i} HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n"
+        ));
+        c.send("hello");
+        assert_eq!(c.read_response().status, 200, "{i}");
         times.push(t.elapsed());
     }
     assert_eq!(b.reqs(), 12);

@@ -1301,7 +1301,7 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 };
                 if http && c.used && !c.reusable {
                     // The previous response ends the connection: a new one for this request.
-                    let addr = c.s.tcp().peer_addr().ok();
+                    let addr = c.s.tcp().and_then(|s| s.peer_addr().ok());
                     let tls =
                         matches!(c.s, crate::stream::ServerStream::Tls(_)).then_some(&srv.conf);
                     if let Some(a) = addr {

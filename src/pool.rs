@@ -29,14 +29,17 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::backend::PoolGauges;
+use crate::stream::ServerStream;
 
 /// Pool key: backend (proxy index), server index within it, and a hash of the connection's
-/// `pool-conn-name` value (0 without one). Connections are reused only under the same key.
+/// `pool-conn-name` value and, for TLS servers whose `sni` comes from the request, of the SNI
+/// it was opened with (0 without either). Connections are reused only under the same key.
 pub type Key = (usize, usize, u64);
 
 /// An idle server connection.
 pub struct IdleConn {
-    pub stream: TcpStream,
+    /// Plain or TLS: a TLS connection keeps its session, so reusing it costs no handshake.
+    pub stream: ServerStream,
     /// Requests it has carried so far (at least 1 once pooled). A connection with 2 or more
     /// has proved that the server keeps it open between requests.
     pub uses: u32,
@@ -60,7 +63,7 @@ impl IdleConn {
     /// Asks the kernel (a non-blocking `MSG_PEEK`), not tokio's readiness cache, which may not
     /// have seen a FIN that arrived while the thread was busy.
     pub fn alive(&self) -> bool {
-        socket_alive(&self.stream)
+        self.stream.alive()
     }
 
     /// Arms the watch: the thread's watcher is woken when the server closes or writes.
@@ -69,17 +72,21 @@ impl IdleConn {
     /// tokio keeps a connection "readable" until a read meets `WouldBlock`, which a response
     /// read to its announced end never does; such a stale readiness is cleared with a peek,
     /// so that the next readiness poll registers the watcher.
+    ///
+    /// For TLS the socket is watched under the TLS layer: anything arriving while idle is a
+    /// close (`close_notify`, EOF) or unsolicited, and a connection whose session tickets
+    /// came late is merely closed early.
     fn arm(&self, watcher: &Waker) -> bool {
+        let Some(tcp) = self.stream.tcp() else {
+            return false;
+        };
         let mut cx = Context::from_waker(watcher);
-        if self.stream.poll_read_ready(&mut cx).is_pending() {
+        if tcp.poll_read_ready(&mut cx).is_pending() {
             return true;
         }
-        match self
-            .stream
-            .try_io(Interest::READABLE, || peek(&self.stream))
-        {
+        match tcp.try_io(Interest::READABLE, || peek(tcp)) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                self.stream.poll_read_ready(&mut cx).is_pending()
+                tcp.poll_read_ready(&mut cx).is_pending()
             }
             _ => false,
         }
@@ -93,10 +100,13 @@ impl IdleConn {
         if g.reuse_window().is_some_and(|w| idle >= w) {
             return false;
         }
+        let Some(tcp) = self.stream.tcp() else {
+            return false;
+        };
         let mut cx = Context::from_waker(Waker::noop());
-        let ok = match self.stream.poll_read_ready(&mut cx) {
+        let ok = match tcp.poll_read_ready(&mut cx) {
             Poll::Pending if idle < TRUST_WATCH => true,
-            _ => self.alive(),
+            _ => socket_alive(tcp),
         };
         if !ok {
             g.learn_timeout(idle, false);
@@ -342,16 +352,12 @@ impl ThreadPool {
                     t.idle.fetch_sub(1, Relaxed);
                     // Off the owner's poller, onto this thread's. A failure means the owner's
                     // event loop is gone (shutting down): the connection is dropped.
-                    let moved = c
-                        .stream
-                        .into_std()
-                        .and_then(TcpStream::from_std)
-                        .map(|stream| IdleConn {
-                            stream,
-                            uses: c.uses,
-                            epoch: c.epoch,
-                            since: c.since,
-                        });
+                    let moved = c.stream.rehome().map(|stream| IdleConn {
+                        stream,
+                        uses: c.uses,
+                        epoch: c.epoch,
+                        since: c.since,
+                    });
                     match moved {
                         Ok(c) if c.epoch == epoch && c.usable(g) => return Some(c),
                         _ => {
@@ -583,7 +589,7 @@ mod tests {
     /// A connection to pool, opened at address epoch 0.
     fn idle(stream: TcpStream, uses: u32) -> Option<IdleConn> {
         Some(IdleConn {
-            stream,
+            stream: ServerStream::Plain(stream),
             uses,
             epoch: 0,
             since: Instant::now() - Duration::from_secs(1),

@@ -1489,7 +1489,7 @@ pub async fn check_stream(
         Some(SniExpr::Str(s)) => Some(s.as_str()),
         _ => None,
     };
-    let s = connect(tls, tcp, server_name(sni, ip), timeout).await?;
+    let s = connect(tls, tcp.into(), server_name(sni, ip), timeout).await?;
     Ok(crate::stream::ServerStream::Tls(Box::new(s)))
 }
 

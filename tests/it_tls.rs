@@ -775,8 +775,10 @@ fn tls_to_servers_with_verify_sni_and_session_reuse() {
 \x20   use_backend b_wrong if {{ path_beg /wrong }}\n\
 \x20   use_backend b_name if {{ path_beg /name }}\n\
 \x20   use_backend b_alpn if {{ path_beg /alpn }}\n\
+\x20   use_backend b_never if {{ path_beg /never }}\n\
 \x20   default_backend b_ok\n\
 backend b_ok\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(backend.example)\n\
+backend b_never\n    http-reuse never\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(backend.example)\n\
 backend b_none\n    server s 127.0.0.1:{p} ssl verify none\n\
 backend b_alpn\n    server s 127.0.0.1:{p} ssl verify none alpn h2,http/1.1\n\
 backend b_host\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni req.hdr(host)\n\
@@ -809,26 +811,130 @@ backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca
     // Verification failures: the server is unreachable for this request (HAProxy's 503).
     assert_eq!(http_get(port, "/wrong").status, 503, "wrong CA");
     assert_eq!(http_get(port, "/name").status, 503, "name mismatch");
-    // A keep-alive client keeps its TLS server connection: one handshake for three requests.
+    // A keep-alive client's requests share one TLS server connection: at most one handshake
+    // for three requests (none when the connection of the first request above is still
+    // pooled).
     let before = tb.handshakes.load(Ordering::SeqCst);
     let mut c = HttpClient::connect(port);
     for _ in 0..3 {
         assert_eq!(c.get("/").body_str(), "tls-backend sni=backend.example");
     }
-    assert_eq!(tb.handshakes.load(Ordering::SeqCst) - before, 1);
+    assert!(tb.handshakes.load(Ordering::SeqCst) - before <= 1);
     drop(c);
-    // New connections to the same server resume their TLS session.
+    // New connections to the same server resume their TLS session (`http-reuse never`, so
+    // that each client connection opens its own).
     let before = tb.resumed.load(Ordering::SeqCst);
     for _ in 0..5 {
         let r = http_raw(
             port,
-            "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            "GET /never HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         );
         assert_eq!(r.status, 200);
     }
     let resumed = tb.resumed.load(Ordering::SeqCst) - before;
     assert!(resumed >= 4, "server sessions resumed: {resumed} of 5");
     assert!(tb.handshakes.load(Ordering::SeqCst) >= 5);
+}
+
+/// `key=value` pairs of the `show pools` line of server `name` (`be/srv`), and of each of
+/// its thread lines.
+fn pool_line(
+    sock: &Path,
+    name: &str,
+) -> (
+    std::collections::HashMap<String, u64>,
+    Vec<std::collections::HashMap<String, u64>>,
+) {
+    let out = stats_cli(sock, "show pools");
+    let kv = |l: &str| {
+        l.split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .filter_map(|(k, v)| Some((k.to_string(), v.trim_end_matches("ms").parse().ok()?)))
+            .collect()
+    };
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.starts_with(&format!("{name}:")));
+    let server = lines
+        .next()
+        .map(kv)
+        .unwrap_or_else(|| panic!("no {name} line: {out}"));
+    let threads = lines
+        .take_while(|l| l.trim_start().starts_with("thread "))
+        .map(kv)
+        .collect();
+    (server, threads)
+}
+
+/// TLS server connections are pooled like plain ones: sequential `Connection: close`
+/// clients accepted by either of two threads all use one TLS connection (one handshake), which
+/// moves between the threads with its session. With `sni req.hdr(host)` the SNI is part of
+/// the pool key: a request never goes out on a connection opened with another name.
+#[test]
+fn tls_server_connections_are_pooled_and_taken_over_between_threads() {
+    use std::sync::atomic::Ordering;
+    let dir = TempDir::new();
+    let ca = Ca::new("Backend CA");
+    let leaf = ca.leaf("backend.example", &["backend.example"]);
+    let tb = TlsBackend::start(&leaf);
+    let tb_host = TlsBackend::start(&leaf);
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 2\n    stats socket {sock} level admin\n\
+{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n\
+\x20   use_backend b_host if {{ path_beg /host }}\n\
+\x20   default_backend be\n\
+backend be\n    server s1 127.0.0.1:{p} ssl verify none sni str(backend.example)\n\
+backend b_host\n    server s1 127.0.0.1:{ph} ssl verify none sni req.hdr(host)\n",
+        sock = sock.display(),
+        p = tb.port,
+        ph = tb_host.port,
+    );
+    let _s = Sluice::start(&cfg);
+    for i in 0..24 {
+        let r = http_get(port, &format!("/r{i}"));
+        assert_eq!(r.body_str(), "tls-backend sni=backend.example");
+        wait_until("the server connection is released", WAIT, || {
+            pool_line(&sock, "be/s1").0["used"] == 0
+        });
+    }
+    let (srv, threads) = pool_line(&sock, "be/s1");
+    assert_eq!(threads.len(), 2, "{threads:?}");
+    // Which thread accepts a client is the kernel's choice: over 24 clients both are all but
+    // certain to serve some, and the second to do so takes the first's connection over.
+    for t in &threads {
+        assert!(t["new"] + t["reused"] + t["takeovers"] > 0, "{threads:?}");
+    }
+    assert_eq!(
+        tb.handshakes.load(Ordering::SeqCst),
+        1,
+        "one TLS connection for 24 clients: {srv:?}"
+    );
+    assert_eq!(srv["new"], 1, "{srv:?}");
+    assert!(srv["takeovers"] >= 1, "{srv:?}");
+    assert_eq!(srv["reused"], 23, "taken over ones included: {srv:?}");
+
+    // Two names on one server: each request is answered over a connection opened with its own
+    // Host as SNI, and connections are reused per name (no takeover for named keys: at most
+    // one connection per name and thread).
+    for i in 0..16 {
+        let host = if i % 2 == 0 { "a.example" } else { "b.example" };
+        let r = http_raw(
+            port,
+            format!("GET /host HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(
+            r.body_str(),
+            format!("tls-backend sni={host}"),
+            "request {i}"
+        );
+        wait_until("the server connection is released", WAIT, || {
+            pool_line(&sock, "b_host/s1").0["used"] == 0
+        });
+    }
+    let hs = tb_host.handshakes.load(Ordering::SeqCst);
+    assert!((2..=4).contains(&hs), "{hs} handshakes for 2 names");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -264,12 +264,7 @@ impl PoolGuard {
     }
 
     /// Returns the connection to the pool (if pooling applies; otherwise it closes).
-    /// TLS server connections are not pooled (the pool holds plain sockets and has no SNI in
-    /// its key): callers keep them with the client connection; one given here just closes.
     fn keep(mut self, stream: ServerStream, uses: u32) {
-        let ServerStream::Plain(stream) = stream else {
-            return;
-        };
         if let Some(w) = self.w.take() {
             let g = &w.shared.server(self.key.0, self.key.1).pool;
             w.pool.release(
@@ -334,17 +329,32 @@ fn head_without_its_body(resp: &ResponseHead, buffered: usize) -> bool {
     }
 }
 
-/// The pool key part of a request's `pool-conn-name` value (0 without the keyword; never 0
-/// with it, so named and unnamed connections never mix).
-fn conn_name_hash(e: Option<&crate::config::NameExpr>, hdrs: &Headers, buf: &[u8]) -> u64 {
+/// The pool key part of a request's `pool-conn-name` value, and of the SNI of a TLS server
+/// whose `sni` comes from the request (`sni`: `Some` for such a server, with the value sent;
+/// 0 without either; never 0 with one, so named and unnamed connections never mix).
+fn conn_name_hash(
+    e: Option<&crate::config::NameExpr>,
+    hdrs: &Headers,
+    buf: &[u8],
+    sni: Option<Option<&str>>,
+) -> u64 {
     use std::hash::Hasher;
-    let Some(e) = e else { return 0 };
-    let v: &[u8] = match e {
-        crate::config::NameExpr::Str(s) => s.as_bytes(),
-        crate::config::NameExpr::ReqHdr(n) => hdrs.first(buf, n.as_bytes()).unwrap_or(b""),
-    };
+    if e.is_none() && sni.is_none() {
+        return 0;
+    }
     let mut h = std::hash::DefaultHasher::new();
-    h.write(v);
+    if let Some(e) = e {
+        let v: &[u8] = match e {
+            crate::config::NameExpr::Str(s) => s.as_bytes(),
+            crate::config::NameExpr::ReqHdr(n) => hdrs.first(buf, n.as_bytes()).unwrap_or(b""),
+        };
+        h.write(v);
+    }
+    if let Some(sni) = sni {
+        // (Tagged, so that a name and an SNI never collide.)
+        h.write_u8(0xff);
+        h.write(sni.unwrap_or("").as_bytes());
+    }
     h.finish() | 1
 }
 
@@ -1223,26 +1233,24 @@ impl<C: ClientIo> Conn<'_, C> {
         };
         let pool = &self.ctx.w.pool;
         let cur_gen = shared.server(be_idx, slot.server).addr_gen.load(Relaxed);
-        // `pool-conn-name`: computed now, while the header spans still point into `cbuf`
-        // (a replay reuses it).
-        let name = conn_name_hash(
-            shared
-                .server(be_idx, slot.server)
-                .conf
-                .pool_conn_name
-                .as_ref(),
-            &self.hdrs,
-            &self.cbuf,
-        );
         // The Host header, kept only for a TLS server whose SNI comes from it (the head's
         // offsets are gone once the buffer advances past it).
-        let srv_tls = shared.server(be_idx, slot.server).conf.tls.as_ref();
-        let host: Option<Vec<u8>> = match srv_tls {
-            Some(t) if t.sni == Some(crate::tls::SniExpr::ReqHost) => {
-                self.hdrs.first(&self.cbuf, b"host").map(|v| v.to_vec())
-            }
-            _ => None,
+        let srv_conf = &shared.server(be_idx, slot.server).conf;
+        let srv_tls = srv_conf.tls.as_ref().filter(|_| srv_conf.ssl);
+        let sni_varies = srv_tls.is_some_and(|t| t.sni == Some(crate::tls::SniExpr::ReqHost));
+        let host: Option<Vec<u8>> = if sni_varies {
+            self.hdrs.first(&self.cbuf, b"host").map(|v| v.to_vec())
+        } else {
+            None
         };
+        // The pool key's name: `pool-conn-name` and a request-dependent SNI, computed now,
+        // while the header spans still point into `cbuf` (a replay reuses it).
+        let name = conn_name_hash(
+            srv_conf.pool_conn_name.as_ref(),
+            &self.hdrs,
+            &self.cbuf,
+            sni_varies.then(|| srv_tls.and_then(|t| super::server_sni(t, host.as_deref()))),
+        );
         let mut got: Option<(ServerStream, u32, u32, Option<Box<str>>)> = None;
         let mut private = false;
         if let Some(k) = self.kept.take()
@@ -1265,7 +1273,10 @@ impl<C: ClientIo> Conn<'_, C> {
                 cur_gen,
             )
         {
-            got = Some((ServerStream::Plain(c.stream), c.uses, c.epoch, None));
+            // The key holds the SNI's hash when it varies, so this is the SNI it was opened
+            // with.
+            let sni = srv_tls.and_then(|t| super::server_sni(t, host.as_deref()));
+            got = Some((c.stream, c.uses, c.epoch, sni.map(Into::into)));
         }
         let (stream, sni, slot, uses, epoch, reused) = match got {
             Some((stream, uses, epoch, sni)) => {
@@ -1556,7 +1567,9 @@ impl<C: ClientIo> Conn<'_, C> {
             // Beyond HAProxy: a server that writes its head and its body in two sends with
             // Nagle on holds the body until the head is acknowledged, and the kernel delays
             // that ACK by up to 40 ms. Acknowledge now.
-            let _ = socket2::SockRef::from(stream.tcp()).set_tcp_quickack(true);
+            if let Some(s) = stream.tcp() {
+                let _ = socket2::SockRef::from(s).set_tcp_quickack(true);
+            }
         }
         if retry.allowed && bp.retry_on.status(resp.status) && !interim_sent {
             // `retry-on <status>`: this answer is dropped with its connection, and the request
@@ -1746,9 +1759,7 @@ impl<C: ClientIo> Conn<'_, C> {
         let (be, server) = (bp_index(shared, bp), slot.server);
         drop(slot);
         if server_keep && self.sbuf.is_empty() && server_ka_max != Some(0) {
-            // TLS connections stay with their client connection instead: the pool holds plain
-            // sockets only (see `PoolGuard::keep`).
-            if guard.w.is_some() && !private && matches!(stream, ServerStream::Plain(_)) {
+            if guard.w.is_some() && !private {
                 guard.keep(stream, uses + 1);
             } else {
                 // (An armed guard dropped here takes the connection out of the pool's count.)

@@ -164,15 +164,113 @@ impl SessionCtx {
 /// plain connections pay one predictable branch per I/O call.
 pub enum ServerStream {
     Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::client::TlsStream<ServerTcp>>),
+}
+
+/// The TCP socket under a TLS server connection. tokio-rustls offers no way to rebuild a
+/// stream from its parts, so the socket sits in a slot that can be emptied and refilled: that
+/// is how an idle TLS connection moves from one thread's poller to another's (takeover,
+/// [`ServerStream::rehome`]) without a new handshake. The slot is empty only inside `rehome`.
+pub struct ServerTcp(Option<TcpStream>);
+
+impl From<TcpStream> for ServerTcp {
+    fn from(s: TcpStream) -> ServerTcp {
+        ServerTcp(Some(s))
+    }
+}
+
+fn no_socket() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::NotConnected, "server socket moved away")
+}
+
+impl AsyncRead for ServerTcp {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Some(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            None => std::task::Poll::Ready(Err(no_socket())),
+        }
+    }
+}
+
+impl AsyncWrite for ServerTcp {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            Some(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            None => std::task::Poll::Ready(Err(no_socket())),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            Some(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            None => std::task::Poll::Ready(Err(no_socket())),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Some(s) => std::pin::Pin::new(s).poll_flush(cx),
+            None => std::task::Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Some(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            None => std::task::Poll::Ready(Ok(())),
+        }
+    }
+}
+
+/// Moves a socket off the poller it is registered with (another thread's) onto this
+/// thread's. Fails when the old poller is gone (its thread is ending).
+fn rehome_tcp(s: TcpStream) -> std::io::Result<TcpStream> {
+    TcpStream::from_std(s.into_std()?)
 }
 
 impl ServerStream {
-    /// The TCP socket underneath.
-    pub fn tcp(&self) -> &TcpStream {
+    /// The TCP socket underneath (`None` only for a TLS stream whose socket failed to move
+    /// between threads, which is then dropped).
+    pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
-            ServerStream::Plain(s) => s,
-            ServerStream::Tls(s) => s.get_ref().0,
+            ServerStream::Plain(s) => Some(s),
+            ServerStream::Tls(s) => s.get_ref().0.0.as_ref(),
+        }
+    }
+
+    /// The same connection, registered with the calling thread's poller (takeover). The TLS
+    /// state moves along untouched: no new handshake.
+    pub fn rehome(self) -> std::io::Result<ServerStream> {
+        match self {
+            ServerStream::Plain(s) => rehome_tcp(s).map(ServerStream::Plain),
+            ServerStream::Tls(mut t) => {
+                let slot = &mut t.get_mut().0.0;
+                let s = slot.take().ok_or_else(no_socket)?;
+                *slot = Some(rehome_tcp(s)?);
+                Ok(ServerStream::Tls(t))
+            }
         }
     }
 
@@ -190,7 +288,7 @@ impl ServerStream {
 
     /// Neither closed nor sent anything while idle (see [`crate::pool::socket_alive`]).
     pub fn alive(&self) -> bool {
-        crate::pool::socket_alive(self.tcp())
+        self.tcp().is_some_and(crate::pool::socket_alive)
     }
 }
 
@@ -347,7 +445,7 @@ async fn connect_stream(
     let sni = server_sni(tls, host);
     let name = crate::tls::server_name(sni, addr.ip());
     let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
-    match crate::tls::connect(tls, tcp, name, left).await {
+    match crate::tls::connect(tls, ServerTcp::from(tcp), name, left).await {
         Ok(s) => Ok((ServerStream::Tls(Box::new(s)), sni.map(Into::into))),
         Err(e) => Err(e.kind() == std::io::ErrorKind::TimedOut),
     }

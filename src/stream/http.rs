@@ -553,7 +553,9 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             break;
         }
     }
-    let _ = c.client.shutdown().await;
+    if c.client.shutdown_before_close() {
+        let _ = c.client.shutdown().await;
+    }
     c.release_idle_memory();
 }
 

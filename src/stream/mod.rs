@@ -578,6 +578,14 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + 'static {
     /// its head may be waiting for that ACK (Nagle), which `tcp-smart-accept` delays.
     fn quick_ack(&self) {}
 
+    /// Whether ending the connection needs a shutdown before the close. A plain socket's
+    /// close sends the same FIN (and the same RST if unread input remains) as a shutdown
+    /// followed by a close, so the shutdown is one syscall per connection for nothing; TLS
+    /// must send its `close_notify` first.
+    fn shutdown_before_close(&self) -> bool {
+        true
+    }
+
     /// Writes all of `buf` and hands it to the kernel: a no-op flush on plain sockets, while
     /// TLS streams keep records the socket did not take until flushed.
     fn send(&mut self, buf: &[u8]) -> impl std::future::Future<Output = std::io::Result<()>> {
@@ -595,6 +603,10 @@ impl ClientIo for TcpStream {
 
     fn quick_ack(&self) {
         let _ = socket2::SockRef::from(self).set_tcp_quickack(true);
+    }
+
+    fn shutdown_before_close(&self) -> bool {
+        false
     }
 
     async fn write_all_more(&mut self, buf: &[u8]) -> std::io::Result<()> {
@@ -618,6 +630,10 @@ impl ClientIo for TcpStream {
 impl ClientIo for UnixStream {
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> {
         self.readable()
+    }
+
+    fn shutdown_before_close(&self) -> bool {
+        false
     }
 
     async fn write_all_more(&mut self, buf: &[u8]) -> std::io::Result<()> {

@@ -369,6 +369,8 @@ pub struct Shared {
     pub started: std::time::SystemTime,
     /// Set once a soft stop began (`show info` `Stopping`).
     pub stopping: AtomicBool,
+    /// Copies of the listening sockets for a new process (`expose-fd listeners`).
+    pub exposed: std::sync::OnceLock<crate::reload::Exposed>,
     /// One job queue per worker thread, set once the workers exist (the CLI's way in).
     pub workers:
         std::sync::OnceLock<Vec<tokio::sync::mpsc::UnboundedSender<crate::worker::CtlJob>>>,
@@ -797,6 +799,7 @@ impl Shared {
             sess_rate,
             started: std::time::SystemTime::now(),
             stopping: AtomicBool::new(false),
+            exposed: std::sync::OnceLock::new(),
             workers: std::sync::OnceLock::new(),
             nbthread,
         }

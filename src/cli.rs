@@ -1012,12 +1012,16 @@ async fn show_activity(shared: &Arc<Shared>) -> String {
 }
 
 /// Serves one CLI connection until it quits, times out, or (non-interactive) after one line.
+/// Serves one CLI connection. `getsocks`: the socket has `expose-fd listeners`; a `_getsocks`
+/// command then ends the text dialogue and gives the stream back for the descriptors to be
+/// sent over it ([`crate::reload`]).
 pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
     shared: Arc<Shared>,
     stream: S,
     level: CliLevel,
     nbthread: usize,
-) {
+    getsocks: bool,
+) -> Option<S> {
     let timeout = shared.cfg.global.stats_timeout;
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
@@ -1037,12 +1041,12 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
         )
         .await;
         match read {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
             Ok(Ok(_)) => {}
         }
         if line.len() > MAX_LINE {
             let _ = w.write_all(b"Command line too long.\n\n").await;
-            return;
+            return None;
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches(['\n', '\r']);
@@ -1052,14 +1056,22 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
         if let Some(last) = cmds.last_mut()
             && last.last().is_some_and(|w| w == "<<")
         {
-            let Some(payload) = read_payload(&mut r, timeout).await else {
-                return;
-            };
+            let payload = read_payload(&mut r, timeout).await?;
             last.pop();
             last.push(payload);
         }
         let mut quit = false;
         for cmd in cmds {
+            if cmd.first().is_some_and(|c| c == crate::reload::GETSOCKS) {
+                if getsocks {
+                    let _ = w.flush().await;
+                    return Some(r.into_inner().unsplit(w));
+                }
+                let _ = w
+                    .write_all(b"_getsocks: this stats socket has no 'expose-fd listeners'.\n\n")
+                    .await;
+                return None;
+            }
             let (mut out, after) = execute(&shared, &mut sess, &cmd).await;
             if after == After::Quit {
                 quit = true;
@@ -1067,13 +1079,13 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
             }
             out.push_str(if sess.interactive { "\n> " } else { "\n" });
             if w.write_all(out.as_bytes()).await.is_err() {
-                return;
+                return None;
             }
         }
         let _ = w.flush().await;
         if quit || !sess.interactive {
             let _ = w.shutdown().await;
-            return;
+            return None;
         }
     }
 }
@@ -1115,7 +1127,8 @@ pub enum CliListener {
 }
 
 /// Binds every `stats socket` (before workers start, so errors stop start-up).
-pub fn bind_all(socks: &[StatsSocket]) -> Result<Vec<(CliListener, CliLevel)>, String> {
+/// Each comes with its level and whether it has `expose-fd listeners`.
+pub fn bind_all(socks: &[StatsSocket]) -> Result<Vec<(CliListener, CliLevel, bool)>, String> {
     let mut out = Vec::new();
     for s in socks {
         let where_ = format!("{}:{}", s.origin.file, s.origin.line);
@@ -1163,7 +1176,7 @@ pub fn bind_all(socks: &[StatsSocket]) -> Result<Vec<(CliListener, CliLevel)>, S
                 }
             }
         };
-        out.push((l, s.level));
+        out.push((l, s.level, s.expose_fd));
     }
     Ok(out)
 }
@@ -1172,37 +1185,71 @@ pub fn bind_all(socks: &[StatsSocket]) -> Result<Vec<(CliListener, CliLevel)>, S
 /// descriptors, say) waits a little instead of spinning.
 async fn serve_accepted<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     accepted: std::io::Result<S>,
-    shared: &Arc<Shared>,
-    level: CliLevel,
-    nbthread: usize,
+    serve: impl FnOnce(S) -> tokio::task::JoinHandle<()>,
 ) {
     match accepted {
         Ok(s) => {
-            tokio::spawn(serve_conn(shared.clone(), s, level, nbthread));
+            serve(s);
         }
         Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
     }
 }
 
+/// A UNIX socket CLI connection; on `_getsocks` (with `expose-fd listeners`), the listening
+/// sockets are sent over it.
+async fn serve_unix(
+    s: tokio::net::UnixStream,
+    shared: Arc<Shared>,
+    level: CliLevel,
+    nbthread: usize,
+    expose: bool,
+) {
+    let Some(s) = serve_conn(shared.clone(), s, level, nbthread, expose).await else {
+        return;
+    };
+    let Some(x) = shared.exposed.get() else {
+        return;
+    };
+    match x.send(&s).await {
+        Ok(n) => eprintln!(
+            "[NOTICE] ({}) : {n} listening socket(s) handed to a new process (_getsocks)",
+            std::process::id()
+        ),
+        Err(e) => eprintln!(
+            "[WARNING] ({}) : _getsocks: cannot send the listening sockets: {e}",
+            std::process::id()
+        ),
+    }
+}
+
+/// A UNIX socket file this process created, and its identity (device, inode) then.
+pub type SocketFile = (std::path::PathBuf, Option<(u64, u64)>);
+
 /// Starts serving bound CLI sockets on the current (control) runtime. Returns the UNIX socket
-/// paths to remove at exit.
+/// files to remove at exit (if still the same files).
 pub fn spawn_all(
-    listeners: Vec<(CliListener, CliLevel)>,
+    listeners: Vec<(CliListener, CliLevel, bool)>,
     shared: Arc<Shared>,
     nbthread: usize,
-) -> std::io::Result<Vec<std::path::PathBuf>> {
+) -> std::io::Result<Vec<SocketFile>> {
     let mut paths = Vec::new();
-    for (l, level) in listeners {
+    for (l, level, expose) in listeners {
         let shared = shared.clone();
         match l {
             CliListener::Unix(l, path) => {
                 l.set_nonblocking(true)?;
                 let l = tokio::net::UnixListener::from_std(l)?;
-                paths.extend(path);
+                paths.extend(path.map(|p| {
+                    let id = crate::runtime::file_id(&p);
+                    (p, id)
+                }));
                 tokio::spawn(async move {
                     loop {
                         let c = l.accept().await.map(|(s, _)| s);
-                        serve_accepted(c, &shared, level, nbthread).await;
+                        serve_accepted(c, |s| {
+                            tokio::spawn(serve_unix(s, shared.clone(), level, nbthread, expose))
+                        })
+                        .await;
                     }
                 });
             }
@@ -1212,7 +1259,13 @@ pub fn spawn_all(
                 tokio::spawn(async move {
                     loop {
                         let c = l.accept().await.map(|(s, _)| s);
-                        serve_accepted(c, &shared, level, nbthread).await;
+                        serve_accepted(c, |s| {
+                            let shared = shared.clone();
+                            tokio::spawn(async move {
+                                serve_conn(shared, s, level, nbthread, false).await;
+                            })
+                        })
+                        .await;
                     }
                 });
             }

@@ -32,6 +32,8 @@ pub struct Options {
     pub terminate_pids: Vec<i32>,
     /// Flags accepted for compatibility that sluice has no use for (said under `-d`).
     pub ignored: Vec<String>,
+    /// `-x PATH`: take the listening sockets of the process behind this stats socket.
+    pub sockets_from: Option<PathBuf>,
 }
 
 impl Options {
@@ -48,6 +50,7 @@ impl Options {
             finish_pids: Vec::new(),
             terminate_pids: Vec::new(),
             ignored: Vec::new(),
+            sockets_from: None,
         };
         let mut i = 0;
         let value = |i: &mut usize, flag: &str| -> Result<String, String> {
@@ -85,6 +88,7 @@ impl Options {
                             .map_err(|_| format!("option '-n' expects a number, got '{v}'"))?,
                     );
                 }
+                "-x" => o.sockets_from = Some(PathBuf::from(value(&mut i, a)?)),
                 "-sf" | "-st" => {
                     let mut pids = Vec::new();
                     while let Some(p) = args.get(i + 1).and_then(|s| s.parse::<i32>().ok()) {

@@ -20,6 +20,7 @@ pub mod listener;
 pub mod log;
 pub mod pool;
 pub mod prometheus;
+pub mod reload;
 pub mod runtime;
 pub mod stats;
 pub mod stats_page;

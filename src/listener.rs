@@ -26,7 +26,8 @@ pub enum StdListener {
 pub struct BoundListener {
     pub proxy: usize,
     pub bind: Bind,
-    /// `sockets[t]` is thread `t`'s socket.
+    /// `sockets[i]` is thread `i % nbthread`'s socket (more sockets than threads only when
+    /// inherited from an old process that had more threads).
     pub sockets: Vec<StdListener>,
     /// Connections currently accepted on this bind (for bind `maxconn`).
     pub cur_conns: Arc<AtomicU32>,
@@ -59,7 +60,13 @@ fn tcp_socket(addr: SocketAddr, b: &Bind, backlog: i32) -> io::Result<Socket> {
 
 /// Binds every `bind` of every frontend. Errors name the proxy and address, like HAProxy's
 /// "Starting frontend fe: cannot bind socket (Address already in use) [127.0.0.1:80]".
-pub fn bind_all(cfg: &Config, nbthread: usize) -> Result<Vec<BoundListener>, Vec<String>> {
+/// Sockets taken from an old process (`-x`, [`crate::reload::fetch`]) are used for the binds
+/// they belong to, so that the connections waiting in them are served here.
+pub fn bind_all(
+    cfg: &Config,
+    nbthread: usize,
+    inherited: &mut crate::reload::Inherited,
+) -> Result<Vec<BoundListener>, Vec<String>> {
     let mut out = Vec::new();
     let mut errors = Vec::new();
     for (pi, p) in cfg.proxies.iter().enumerate() {
@@ -71,17 +78,44 @@ pub fn bind_all(cfg: &Config, nbthread: usize) -> Result<Vec<BoundListener>, Vec
                 b.backlog
                     .or(p.backlog)
                     .unwrap_or_else(|| p.maxconn.unwrap_or(1024).min(65535)) as i32;
+            let taken = crate::reload::bind_key(&b.addr)
+                .map(|k| inherited.take(&k))
+                .unwrap_or_default();
             let res: io::Result<Vec<StdListener>> = (|| match &b.addr {
                 BindAddr::Tcp(a) => {
-                    let mut v = Vec::with_capacity(nbthread);
-                    let first = tcp_socket(*a, b, backlog)?;
-                    // Port 0 binds (tests) must give every thread the same port.
-                    let actual = first.local_addr()?.as_socket().unwrap_or(*a);
-                    v.push(StdListener::Tcp(first.into()));
-                    for _ in 1..nbthread {
+                    let mut v = Vec::with_capacity(nbthread.max(taken.len()));
+                    // Every inherited socket is kept (an old process with more threads had
+                    // more): closing one would reset the connections queued in it.
+                    for fd in taken {
+                        let s = Socket::from(fd);
+                        s.set_nonblocking(true)?;
+                        // This configuration's backlog and defer-accept.
+                        s.listen(backlog)?;
+                        crate::sys::set_defer_accept(&s, i32::from(b.defer_accept))?;
+                        v.push(StdListener::Tcp(s.into()));
+                    }
+                    let actual = match v.first() {
+                        Some(StdListener::Tcp(t)) => t.local_addr()?,
+                        _ => {
+                            let first = tcp_socket(*a, b, backlog)?;
+                            // Port 0 binds (tests) must give every thread the same port.
+                            let actual = first.local_addr()?.as_socket().unwrap_or(*a);
+                            v.push(StdListener::Tcp(first.into()));
+                            actual
+                        }
+                    };
+                    while v.len() < nbthread {
                         v.push(StdListener::Tcp(tcp_socket(actual, b, backlog)?.into()));
                     }
                     Ok(v)
+                }
+                BindAddr::Unix(_) if !taken.is_empty() => {
+                    // The old process's socket, file and all (its copies are duplicates of
+                    // one socket).
+                    let fd = taken.into_iter().next().ok_or(io::ErrorKind::NotFound)?;
+                    let l = StdUnixListener::from(fd);
+                    l.set_nonblocking(true)?;
+                    shared_copies(StdListener::Unix(l), nbthread)
                 }
                 BindAddr::Unix(path) => {
                     // HAProxy replaces a stale socket file; refuse to remove anything else.
@@ -188,6 +222,20 @@ pub fn has_room(
     shared.global_conns.load(SeqCst) < shared.global_maxconn.load(Relaxed)
         && fe.cur_conns.load(SeqCst) < fe.maxconn.load(Relaxed)
         && bind.load(SeqCst) < bind_max.unwrap_or(u32::MAX)
+}
+
+/// Counts one more connection whatever the limits: for a connection already accepted when
+/// the process stops listening, which no other process can take any more (serving it beats
+/// resetting it; at most one per thread and listener).
+pub fn admit_anyway(shared: &Arc<Shared>, proxy: usize, bind: &Arc<AtomicU32>) -> Admission {
+    shared.global_conns.fetch_add(1, SeqCst);
+    shared.proxies[proxy].fe.cur_conns.fetch_add(1, SeqCst);
+    bind.fetch_add(1, SeqCst);
+    Admission {
+        shared: shared.clone(),
+        proxy,
+        bind: bind.clone(),
+    }
 }
 
 /// Counts one more connection if global, frontend and bind limits allow it.

@@ -23,6 +23,7 @@ Usage : sluice [-f <cfgfile|cfgdir>]* [ -vdVD ] [ -n <maxconn> ] [ -N <maxpconn>
         -q quiet mode : don't display messages ; -V enters verbose mode (disables quiet mode)\n\
         -n sets the maximum total # of connections (uses ulimit -n)\n\
         -sf/-st [pid ]* finishes/terminates old pids once sluice listens\n\
+        -x <unix_socket> get listening sockets from a stats socket with 'expose-fd listeners'\n\
         Accepted for compatibility: -dM[...], -dI, -dW, -dG, -de, -dp, -dS, -dr, -dV, -L <name>, -m <megs>, -N <n>, -W, -Ws, -S <sock>\n",
         env!("CARGO_PKG_VERSION"),
         sluice::config::HAPROXY_COMPAT_VERSION

@@ -126,8 +126,47 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     let maxconn = settle_maxconn(&cfg, opts, opts.quiet);
     let cfg = Arc::new(cfg);
     let shared = Arc::new(Shared::new(cfg.clone(), maxconn, nbthread));
-    let listeners =
-        crate::listener::bind_all(&cfg, nbthread).map_err(|e| e.join("\n[ALERT] (sluice) : "))?;
+    // `-x`: the old process's listening sockets, taken before anything here binds (our stats
+    // socket may replace the very file we ask through).
+    let mut inherited = match &opts.sockets_from {
+        Some(path) => match crate::reload::fetch(path) {
+            Ok(i) => {
+                if opts.debug {
+                    eprintln!(
+                        "[NOTICE] ({}) : took {} listening socket(s) from '{}'",
+                        pid(),
+                        i.len(),
+                        path.display()
+                    );
+                }
+                i
+            }
+            Err(e) => {
+                // As HAProxy: the reload goes on, binding anew.
+                eprintln!("[WARNING] ({}) : {e}; binding new sockets instead.", pid());
+                crate::reload::Inherited::default()
+            }
+        },
+        None => crate::reload::Inherited::default(),
+    };
+    let listeners = crate::listener::bind_all(&cfg, nbthread, &mut inherited)
+        .map_err(|e| e.join("\n[ALERT] (sluice) : "))?;
+    // Sockets of binds this configuration no longer has close here.
+    drop(inherited);
+    let bind_files: Vec<_> = cfg
+        .proxies
+        .iter()
+        .flat_map(|p| &p.binds)
+        .filter_map(|b| match &b.addr {
+            crate::config::BindAddr::Unix(path) => Some((path.clone(), file_id(path))),
+            _ => None,
+        })
+        .collect();
+    if cfg.global.stats_sockets.iter().any(|s| s.expose_fd) {
+        let exposed = crate::reload::Exposed::of(&listeners)
+            .map_err(|e| format!("cannot keep listening sockets for 'expose-fd': {e}"))?;
+        let _ = shared.exposed.set(exposed);
+    }
     let cli_listeners = crate::cli::bind_all(&cfg.global.stats_sockets)?;
     if opts.debug {
         for l in &listeners {
@@ -210,8 +249,8 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         let socks = std::mem::take(&mut l.sockets);
         let proxy = l.proxy;
         let l = Arc::new(l);
-        for (t, s) in socks.into_iter().enumerate() {
-            per_thread[t].push((proxy, l.clone(), s));
+        for (i, s) in socks.into_iter().enumerate() {
+            per_thread[i % nbthread].push((proxy, l.clone(), s));
         }
     }
     let (ctl_tx, ctl_rx): (Vec<_>, Vec<_>) = (0..nbthread)
@@ -252,6 +291,9 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
                     if *state_tx.borrow() == RunState::Running {
                         eprintln!("[WARNING] ({}) : soft stop requested (SIGUSR1): closing listeners, finishing in-flight requests.", pid());
                         shared_ctl.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+                        if let Some(x) = shared_ctl.exposed.get() {
+                            x.release_unless_handed_out();
+                        }
                         let _ = state_tx.send(RunState::SoftStop);
                         if let Some(d) = hard_stop_after {
                             hard_deadline = Some(tokio::time::Instant::now() + d);
@@ -266,18 +308,32 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
             }
         }
     });
-    // Remove unix socket files we created.
-    for p in &cli_paths {
-        let _ = std::fs::remove_file(p);
+    // Remove the UNIX socket files we created, unless a new process owns them now: it took
+    // our listeners (`-x`), or bound its own stats socket at the same path (a reload).
+    for (p, id) in &cli_paths {
+        remove_if_same(p, *id);
     }
-    for p in &cfg.proxies {
-        for b in &p.binds {
-            if let crate::config::BindAddr::Unix(path) = &b.addr {
-                let _ = std::fs::remove_file(path);
-            }
+    if !shared.exposed.get().is_some_and(|x| x.handed_out()) {
+        for (p, id) in &bind_files {
+            remove_if_same(p, *id);
         }
     }
     Ok(())
+}
+
+/// The identity (device, inode) of the file at `p`, if any.
+pub fn file_id(p: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Removes the file at `p` if it is still the one identified by `id`.
+fn remove_if_same(p: &std::path::Path, id: Option<(u64, u64)>) {
+    if id.is_some() && file_id(p) == id {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 /// CPUs for thread `n` (1-based) per `cpu-map`; the last matching line wins, as in HAProxy.

@@ -69,3 +69,14 @@ pub fn set_defer_accept(sock: &socket2::Socket, secs: i32) -> io::Result<()> {
         Ok(())
     }
 }
+
+/// Takes ownership of descriptors just received in an `SCM_RIGHTS` message (`-x`).
+pub fn own_received_fds(fds: &[std::os::fd::RawFd]) -> Vec<std::os::fd::OwnedFd> {
+    fds.iter()
+        .filter(|&&fd| fd >= 0)
+        // SAFETY: the kernel installed each of these descriptors in our table for this one
+        // message (recvmsg with SCM_RIGHTS); nothing else refers to them, so each is owned
+        // exactly once, here.
+        .map(|&fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+        .collect()
+}

@@ -222,14 +222,15 @@ pub fn spawn(
                     });
                 }
                 let (accept_stop_tx, accept_stop_rx) = watch::channel(false);
+                let mut accept_loops = Vec::new();
                 for (pidx, bl, sock) in listeners {
                     let w = w.clone();
                     let rx = accept_stop_rx.clone();
-                    tokio::task::spawn_local(async move {
+                    accept_loops.push(tokio::task::spawn_local(async move {
                         if let Err(e) = accept_loop(w, pidx, bl, sock, rx).await {
                             eprintln!("[ALERT] (sluice) : accept loop failed: {e}");
                         }
-                    });
+                    }));
                 }
                 // Wait for a stop request.
                 let st = loop {
@@ -243,6 +244,11 @@ pub fn spawn(
                 };
                 let _ = accept_stop_tx.send(true);
                 if st == RunState::SoftStop {
+                    // The accept loops end at once, handing over any connection they had
+                    // already accepted: only then does "no active connection" mean done.
+                    for l in accept_loops {
+                        let _ = l.await;
+                    }
                     w.stopping.set(true);
                     w.stop_notify.notify_waiters();
                     // Finish in-flight work unless a hard stop arrives meanwhile.
@@ -331,7 +337,9 @@ async fn accept_loop(
             } => r,
         };
         // Another thread may have taken the last place meanwhile: then this connection waits
-        // (accepted, unserved) for a place, exactly like one still in the backlog would.
+        // (accepted, unserved) for a place, exactly like one still in the backlog would. If
+        // the process stops listening meanwhile, it is served anyway: out of the backlog, no
+        // other process (a reload's new one) can take it any more.
         let accepted = match accepted {
             Ok(c) => loop {
                 let freed = w.shared.conn_freed.notified();
@@ -343,14 +351,17 @@ async fn accept_loop(
                     while let Err(d) = crate::listener::rate_take(&w.shared, pidx) {
                         tokio::select! {
                             _ = tokio::time::sleep(d) => {}
-                            _ = stop.changed() => return Ok(()),
+                            _ = stop.changed() => break,
                         }
                     }
                     break Ok((c, a));
                 }
                 tokio::select! {
                     _ = &mut freed => {}
-                    _ = stop.changed() => return Ok(()),
+                    _ = stop.changed() => {
+                        let a = crate::listener::admit_anyway(&w.shared, pidx, &bl.cur_conns);
+                        break Ok((c, a));
+                    }
                 }
             },
             Err(e) => Err(e),

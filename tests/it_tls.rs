@@ -109,8 +109,16 @@ fn tls_connect(port: u16, sni: Option<&str>, cfg: &Arc<ClientConfig>) -> io::Res
         Some(n) => ServerName::try_from(n.to_string()).unwrap(),
         None => ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
     };
+    tls_over(TcpStream::connect(lo(port))?, name, cfg)
+}
+
+/// Completes a TLS handshake over an established TCP connection.
+fn tls_over(
+    mut sock: TcpStream,
+    name: ServerName<'static>,
+    cfg: &Arc<ClientConfig>,
+) -> io::Result<Tls> {
     let mut conn = ClientConnection::new(cfg.clone(), name).map_err(io::Error::other)?;
-    let mut sock = TcpStream::connect(lo(port))?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
     sock.set_nodelay(true)?;
     while conn.is_handshaking() {
@@ -584,6 +592,103 @@ frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
     assert_eq!(peer_der(&t), new.der);
     let r = set_cert(&sock, &dir.join("nope.pem"), &other.bundle());
     assert!(r.contains("not referenced"), "{r}");
+}
+
+/// A reload (`-x` on a stats socket with `expose-fd listeners`, `-sf` on the old process)
+/// swaps the certificate for new handshakes without losing a connection: connections waiting
+/// in the old process's accept queues (it is at its `maxconn`) are served by the new process
+/// with the new certificate instead of being reset when the old one stops listening, a
+/// request in flight on the old process completes, and the old process exits.
+#[test]
+fn reload_with_x_and_sf_swaps_certificates_without_losing_connections() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let old = ca.leaf("a.example", &["a.example"]);
+    let new = ca.leaf("a.example", &["a.example", "b.example"]);
+    let f = write_file(&dir, "site.pem", &old.bundle());
+    let gate = Gate::new();
+    let b = HttpBackend::gated("s1", &gate);
+    let port = free_port();
+    let sock = dir.join("admin.sock");
+    // The old process takes one connection at a time; the new one, more.
+    let cfg = |maxconn: u32| {
+        format!(
+            "global\n    nbthread 2\n    stats socket {} level admin expose-fd listeners\n\
+{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port} ssl crt {} backlog 64\n\
+\x20   maxconn {maxconn}\n    default_backend be\n{}",
+            sock.display(),
+            f.display(),
+            backend_section("be", "", &[&b])
+        )
+    };
+    let a = Sluice::start(&cfg(1));
+    let c = client_cfg(&ca.pem(), &[], None);
+    let name = || ServerName::try_from("a.example").unwrap();
+
+    // A request in flight on the old process, holding its one connection slot until the
+    // server answers (when the gate opens).
+    let mut slow = tls_connect(port, Some("a.example"), &c).unwrap();
+    assert_eq!(peer_der(&slow), old.der);
+    let in_flight = std::thread::spawn(move || tls_get(&mut slow, "/slow", "a").map(|r| r.status));
+    wait_until("the slow request reached the server", WAIT, || {
+        b.requests().iter().any(|r| r.target == "/slow")
+    });
+    // Connections the old process does not accept (at maxconn): the kernel completed their
+    // TCP handshakes, and they wait in its listening sockets' queues.
+    let queued: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(lo(port)).unwrap())
+        .collect();
+
+    // The reload: a new certificate on disk, a new process taking the listeners.
+    std::fs::write(&f, new.bundle()).unwrap();
+    let n = Sluice::builder(&cfg(100))
+        .arg("-x")
+        .arg(sock.display().to_string())
+        .arg("-sf")
+        .arg(a.pid().to_string())
+        .start();
+    n.wait_stderr_line(|l| l.contains("took 2 listening socket(s)"), WAIT);
+    a.wait_stderr_line(|l| l.contains("handed to a new process"), WAIT);
+    a.wait_stderr_line(|l| l.contains("soft stop"), WAIT);
+    // The queued connections are served: by the new process, with the new certificate (or,
+    // for one that a thread of the old process had already taken from the queue while
+    // waiting for a place, by the old one).
+    let mut by_new = 0;
+    for (i, s) in queued.into_iter().enumerate() {
+        let mut t = tls_over(s, name(), &c).unwrap_or_else(|e| {
+            panic!(
+                "queued {i}: {e}\nold:\n{}\nnew:\n{}",
+                a.stderr_text(),
+                n.stderr_text()
+            )
+        });
+        by_new += usize::from(peer_der(&t) == new.der);
+        assert_eq!(
+            tls_get(&mut t, "/q", "a").unwrap().status,
+            200,
+            "queued {i}"
+        );
+    }
+    assert!(
+        by_new >= 2,
+        "{by_new} of 4 queued connections served by the new process"
+    );
+
+    // The old process finishes its request, then exits.
+    assert!(
+        a.exit_status().is_none(),
+        "the old process waits for its request"
+    );
+    gate.open();
+    assert_eq!(in_flight.join().unwrap().unwrap(), 200);
+    let st = a.wait_exit(WAIT).expect("the old process exits");
+    assert!(st.success(), "{st:?}");
+    // New clients keep being served; the stats socket file is the new process's, still
+    // there after the old one removed its own on exit.
+    let mut t = tls_connect(port, Some("b.example"), &c).unwrap();
+    assert_eq!(tls_get(&mut t, "/after", "b").unwrap().status, 200);
+    let info = stats_cli(&sock, "show info");
+    assert!(info.contains(&format!("Pid: {}", n.pid())), "{info}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -151,6 +151,8 @@ pub struct StatsSocket {
     pub level: CliLevel,
     /// `mode` of a UNIX socket file.
     pub mode: Option<u32>,
+    /// `expose-fd listeners`: a new process may take the listening sockets (`-x`).
+    pub expose_fd: bool,
 }
 
 impl Default for Global {

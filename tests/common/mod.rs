@@ -434,6 +434,11 @@ impl Sluice {
         self.pid
     }
 
+    /// Everything written to stderr so far (for failure messages).
+    pub fn stderr_text(&self) -> String {
+        self.stderr.text()
+    }
+
     fn wait_ready(&self) {
         let ok = self
             .stderr

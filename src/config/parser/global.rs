@@ -251,6 +251,7 @@ fn stats(g: &mut Global, l: &Line) -> Result<(), KwErr> {
                 },
                 level: CliLevel::Operator,
                 mode: None,
+                expose_fd: false,
             };
             let mut i = 3;
             while i < w.len() {
@@ -281,10 +282,28 @@ fn stats(g: &mut Global, l: &Line) -> Result<(), KwErr> {
                         }
                         sock.mode = Some(v);
                     }
+                    "expose-fd" => {
+                        match arg(w, i + 1, "what to expose ('listeners')")? {
+                            "listeners" => {}
+                            x => {
+                                return Err(format!(
+                                    "'expose-fd' only supports 'listeners' (got '{x}')"
+                                )
+                                .into());
+                            }
+                        }
+                        if !matches!(sock.addr, BindAddr::Unix(_) | BindAddr::Fd(_)) {
+                            return Err("'expose-fd listeners' needs a UNIX socket (descriptors \
+                                        cannot travel over TCP)"
+                                .to_string()
+                                .into());
+                        }
+                        sock.expose_fd = true;
+                    }
                     x => {
                         return Err(format!(
                             "'stats socket' option '{x}' is not supported by sluice (supported: \
-                             'level', 'mode')"
+                             'level', 'mode', 'expose-fd listeners')"
                         )
                         .into());
                     }
@@ -520,12 +539,18 @@ mod tests {
             "stats socket /x level root",
             "stats socket /x mode 999",
             "stats socket 127.0.0.1:1 mode 600",
-            "stats socket /x expose-fd listeners",
+            "stats socket /x expose-fd sessions",
+            "stats socket 127.0.0.1:2 expose-fd listeners",
             "stats maxconn 10",
             "stats",
         ]);
-        assert_eq!(e.len(), 6, "{e:?}");
-        assert!(e[4].contains("'stats maxconn' in 'global' section is not supported"));
+        assert_eq!(e.len(), 7, "{e:?}");
+        assert!(e[3].contains("only supports 'listeners'"), "{e:?}");
+        assert!(e[4].contains("needs a UNIX socket"), "{e:?}");
+        assert!(e[5].contains("'stats maxconn' in 'global' section is not supported"));
+        let (g, e) = run(&["stats socket /x level admin expose-fd listeners"]);
+        assert!(e.is_empty(), "{e:?}");
+        assert!(g.stats_sockets[0].expose_fd);
     }
 
     #[test]

@@ -711,6 +711,7 @@ fn set_maxconn_global(shared: &Shared, rest: &[&str]) -> String {
 
 /// `clear counters`: the maximums (`smax`, `qmax`); with `all`, every counter too.
 fn clear_counters(shared: &Shared, all: bool) {
+    shared.ssl_rate.clear_max();
     for ps in &shared.proxies {
         ps.fe.max_conns.store(0, Relaxed);
         if all {

@@ -290,6 +290,7 @@ async fn accept_loop(
         StdListener::Unix(u) => L::Unix(tokio::net::UnixListener::from_std(u)?),
     };
     let maxaccept = w.shared.cfg.global.maxaccept.max(1);
+    let ssl = bl.bind.ssl.is_some();
     let mut burst = 0u32;
     loop {
         if *stop.borrow() {
@@ -309,7 +310,7 @@ async fn accept_loop(
             }
         }
         // Rate limits reached: leave connections in the backlog until the next second.
-        while let Some(d) = crate::listener::rate_wait(&w.shared, pidx) {
+        while let Some(d) = crate::listener::rate_wait(&w.shared, pidx, ssl) {
             tokio::select! {
                 _ = tokio::time::sleep(d) => {}
                 _ = stop.changed() => return Ok(()),
@@ -340,7 +341,7 @@ async fn accept_loop(
                 if let Some(a) = try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
                     // Another thread may have used the second's last place meanwhile: this
                     // connection then waits for the next second, as one in the backlog would.
-                    while let Err(d) = crate::listener::rate_take(&w.shared, pidx) {
+                    while let Err(d) = crate::listener::rate_take(&w.shared, pidx, ssl) {
                         tokio::select! {
                             _ = tokio::time::sleep(d) => {}
                             _ = stop.changed() => return Ok(()),

@@ -122,6 +122,8 @@ pub struct Global {
     /// `maxconnrate` / `maxsessrate`: connections accepted per second, process-wide.
     pub maxconnrate: Option<u32>,
     pub maxsessrate: Option<u32>,
+    /// `maxsslrate`: connections accepted per second on `ssl` binds, process-wide.
+    pub maxsslrate: Option<u32>,
     /// `tune.idle-pool.shared on|off` (default on).
     pub idle_pool_shared: bool,
     pub hard_stop_after: Option<Duration>,
@@ -167,6 +169,7 @@ impl Default for Global {
             maxaccept: 64,
             maxconnrate: None,
             maxsessrate: None,
+            maxsslrate: None,
             idle_pool_shared: true,
             hard_stop_after: None,
             stats_sockets: Vec::new(),

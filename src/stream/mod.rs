@@ -94,6 +94,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
         Mode::Tcp => t.client,
     };
     let http = p.mode == Mode::Http;
+    let _ssl = SslConnGuard::new(ctx.shared());
     macro_rules! run {
         ($io:expr) => {
             match crate::tls::accept(&tls, $io, limit).await {
@@ -112,6 +113,24 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
     match client {
         Client::Tcp(s, _) => run!(s),
         Client::Unix(s) => run!(s),
+    }
+}
+
+/// Counts one client TLS connection whose handshake began, while it lives (`show info`
+/// `CurrSslConns`, `CumSslConns`).
+struct SslConnGuard(Arc<Shared>);
+
+impl SslConnGuard {
+    fn new(shared: &Arc<Shared>) -> SslConnGuard {
+        shared.ssl_conns.fetch_add(1, Relaxed);
+        shared.ssl_conns_total.fetch_add(1, Relaxed);
+        SslConnGuard(shared.clone())
+    }
+}
+
+impl Drop for SslConnGuard {
+    fn drop(&mut self) {
+        self.0.ssl_conns.fetch_sub(1, Relaxed);
     }
 }
 

@@ -66,6 +66,8 @@ pub struct Worker {
     /// Live client connections of this thread, for the CLI.
     pub sessions: std::cell::RefCell<slab::Slab<SessEntry>>,
     pub activity: Activity,
+    /// When this thread's client TLS handshakes may start (DESIGN §6).
+    pub hs: crate::handshake::HandshakeSched,
 }
 
 /// Buffers kept for reuse per thread; beyond this they go back to the allocator.
@@ -194,7 +196,12 @@ pub fn spawn(
                     pool: crate::pool::ThreadPool::new(id, idle_pool_shared),
                     sessions: std::cell::RefCell::new(slab::Slab::new()),
                     activity: Activity::default(),
+                    hs: crate::handshake::HandshakeSched::new(),
                 });
+                {
+                    let w = w.clone();
+                    tokio::task::spawn_local(async move { w.hs.run_rounds().await });
+                }
                 {
                     let w = w.clone();
                     tokio::task::spawn_local(async move {

@@ -239,3 +239,72 @@ fn ssl_rate_is_measured_without_a_limit() {
     p.cli("clear counters");
     assert_eq!(p.info()["MaxSslRate"], "0");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Handshake scheduling: clients that left cost no crypto
+// ---------------------------------------------------------------------------------------------
+
+/// `show activity` counter `name`, summed over threads.
+fn activity(p: &Proxy, name: &str) -> u64 {
+    let out = p.cli("show activity");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no {name} in show activity:\n{out}"))
+        .parse()
+        .unwrap()
+}
+
+/// The bytes of a fresh ClientHello.
+fn client_hello(c: &Certs) -> Vec<u8> {
+    let mut conn = client_conn(c);
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+/// Clients that go away before their handshake starts are never handshaken: one that connects
+/// and closes, one whose ClientHello arrives together with its FIN (a TLS client that shut
+/// its side can never finish), one that resets. An established plain keep-alive client is
+/// served throughout, and a real TLS client afterwards still is.
+#[test]
+fn clients_gone_before_their_handshake_are_never_handshaken() {
+    let c = certs();
+    let p = Proxy::start(&c, "    nbthread 1");
+    let mut ka = HttpClient::connect(p.plain);
+    assert_eq!(ka.get("/").status, 200);
+    let rounds = 25;
+    for i in 0..rounds {
+        drop(TcpStream::connect(lo(p.tls)).unwrap());
+
+        let mut s = TcpStream::connect(lo(p.tls)).unwrap();
+        // Corked: the ClientHello and the FIN leave in one segment, so sluice cannot see
+        // one without the other.
+        socket2::SockRef::from(&s).set_tcp_cork(true).unwrap();
+        s.write_all(&client_hello(&c)).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+
+        let s = TcpStream::connect(lo(p.tls)).unwrap();
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+
+        assert_eq!(ka.get(&format!("/k{i}")).status, 200);
+    }
+    wait_until("every connection seen and dropped", WAIT, || {
+        activity(&p, "ssl_hs_dropped") == 3 * rounds
+    });
+    assert_eq!(activity(&p, "ssl_hs_started"), 0);
+    assert_eq!(p.info()["CumSslConns"], "0");
+    let mut t = tls_connect(p.tls, &c).unwrap();
+    assert_eq!(tls_get(&mut t).unwrap(), "s1");
+    assert_eq!(activity(&p, "ssl_hs_started"), 1);
+    assert_eq!(p.info()["CurrSslConns"], "1");
+    drop(t);
+    wait_until("CurrSslConns back to 0", WAIT, || {
+        p.info()["CurrSslConns"] == "0"
+    });
+}

@@ -976,7 +976,7 @@ async fn del_server(shared: &Arc<Shared>, spec: &str) -> String {
 
 /// `show activity`: per-thread counters, `name: total [ thread1 thread2 ... ]` as HAProxy.
 async fn show_activity(shared: &Arc<Shared>) -> String {
-    const NAMES: [&str; 7] = [
+    const NAMES: [&str; 8] = [
         "accepted",
         "conns_cur",
         "idle_srv_conns",
@@ -986,6 +986,8 @@ async fn show_activity(shared: &Arc<Shared>) -> String {
         "ssl_hs_dropped",
         "ssl_hs_queued",
         "ssl_hs_queue_max",
+        // Times the thread's `ssl` listeners paused on `tune.runqueue-depth`.
+        "ssl_accept_paused",
     ];
     let per = on_each_worker(shared, |w| {
         [
@@ -996,6 +998,7 @@ async fn show_activity(shared: &Arc<Shared>) -> String {
             w.hs.dropped.get(),
             u64::from(w.hs.queued()),
             u64::from(w.hs.queue_max.get()),
+            w.hs.pauses.get(),
         ]
     })
     .await;

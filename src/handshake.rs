@@ -13,6 +13,14 @@
 //! place), and a handshake whose client closed or reset meanwhile is dropped when its turn
 //! comes, before any crypto (see `stream::serve_tls`).
 //!
+//! The queue is also the thread's measure of pending work for `tune.runqueue-depth`: when
+//! that many handshakes wait, the thread stops accepting on its `ssl` listeners (connections
+//! wait in the kernel backlog) until half of them have started. Only work that waits for the
+//! CPU counts: established connections, however busy, and idle TLS connections never pause a
+//! listener, and plain listeners are never paused (HAProxy's first attempt, which paused on
+//! the whole run queue, blocked new connections under heavy regular traffic and was reverted).
+//! tokio's stable metrics offer no per-thread run-queue depth to use instead.
+//!
 //! Everything here belongs to one thread: `Cell`s and a `VecDeque` whose buffer is reused,
 //! no lock and no allocation per handshake once the queue has grown.
 
@@ -49,16 +57,19 @@ pub struct HandshakeSched {
     pub dropped: Cell<u64>,
     /// The longest the queue has been.
     pub queue_max: Cell<u32>,
-}
-
-impl Default for HandshakeSched {
-    fn default() -> Self {
-        HandshakeSched::new()
-    }
+    /// `tune.runqueue-depth`.
+    depth: u32,
+    /// `ssl` listeners of this thread are paused (the queue reached `depth`).
+    paused: Cell<bool>,
+    /// Woken when they may accept again.
+    resumed: tokio::sync::Notify,
+    /// Times the `ssl` listeners were paused.
+    pub pauses: Cell<u64>,
 }
 
 impl HandshakeSched {
-    pub fn new() -> HandshakeSched {
+    /// `depth`: `tune.runqueue-depth`.
+    pub fn new(depth: u32) -> HandshakeSched {
         HandshakeSched {
             left: Cell::new(STARTS_PER_ROUND),
             base: Cell::new(0),
@@ -68,6 +79,47 @@ impl HandshakeSched {
             started: Cell::new(0),
             dropped: Cell::new(0),
             queue_max: Cell::new(0),
+            depth: depth.max(1),
+            paused: Cell::new(false),
+            resumed: tokio::sync::Notify::new(),
+            pauses: Cell::new(0),
+        }
+    }
+
+    /// Resolves once this thread's `ssl` listeners may accept (at once, unless the queue
+    /// reached `tune.runqueue-depth` and has not drained to half of it yet).
+    pub async fn accept_allowed(&self) {
+        loop {
+            let resumed = self.resumed.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            if !self.paused.get() {
+                return;
+            }
+            resumed.await;
+        }
+    }
+
+    /// One more handshake waits.
+    fn queued_one(&self) {
+        let n = self.waiting.get() + 1;
+        self.waiting.set(n);
+        if n > self.queue_max.get() {
+            self.queue_max.set(n);
+        }
+        if n >= self.depth && !self.paused.get() {
+            self.paused.set(true);
+            self.pauses.set(self.pauses.get() + 1);
+        }
+    }
+
+    /// One handshake less waits (it started, or left).
+    fn unqueued_one(&self) {
+        let n = self.waiting.get() - 1;
+        self.waiting.set(n);
+        if self.paused.get() && n <= self.depth / 2 {
+            self.paused.set(false);
+            self.resumed.notify_waiters();
         }
     }
 
@@ -130,7 +182,7 @@ impl HandshakeSched {
                 Some(Place::Waiting(w)) => {
                     self.base.set(self.base.get() + 1);
                     self.left.set(self.left.get() - 1);
-                    self.waiting.set(self.waiting.get() - 1);
+                    self.unqueued_one();
                     if let Some(w) = w {
                         w.wake();
                     }
@@ -169,11 +221,7 @@ impl Future for Turn<'_> {
                 self.ticket = Some(s.base.get() + q.len() as u64);
                 q.push_back(Place::Waiting(Some(cx.waker().clone())));
                 drop(q);
-                let n = s.waiting.get() + 1;
-                s.waiting.set(n);
-                if n > s.queue_max.get() {
-                    s.queue_max.set(n);
-                }
+                s.queued_one();
                 s.wake_rounds();
                 Poll::Pending
             }
@@ -202,9 +250,15 @@ impl Drop for Turn<'_> {
             return;
         }
         let i = (t - self.s.base.get()) as usize;
-        if let Some(p) = self.s.queue.borrow_mut().get_mut(i) {
-            *p = Place::Left;
-            self.s.waiting.set(self.s.waiting.get() - 1);
+        let left = match self.s.queue.borrow_mut().get_mut(i) {
+            Some(p) => {
+                *p = Place::Left;
+                true
+            }
+            None => false,
+        };
+        if left {
+            self.s.unqueued_one();
         }
     }
 }
@@ -227,7 +281,7 @@ mod tests {
     fn starts_are_spread_over_rounds_in_order() {
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt(), async {
-            let s = Rc::new(HandshakeSched::new());
+            let s = Rc::new(HandshakeSched::new(200));
             {
                 let s = s.clone();
                 tokio::task::spawn_local(async move { s.run_rounds().await });
@@ -268,6 +322,44 @@ mod tests {
             assert!(rounds.get() >= 5, "{} rounds", rounds.get());
             assert_eq!(s.queued(), 0);
             assert!(s.queue.borrow().is_empty());
+        });
+    }
+
+    /// At `depth` waiting handshakes the `ssl` listeners pause; they resume at half of it.
+    #[test]
+    fn listeners_pause_at_depth_and_resume_at_half() {
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt(), async {
+            let s = Rc::new(HandshakeSched::new(4));
+            s.turn().await;
+            let mut tasks = Vec::new();
+            for _ in 0..5 {
+                let s = s.clone();
+                tasks.push(tokio::task::spawn_local(async move { s.turn().await }));
+            }
+            while s.queued() < 5 {
+                tokio::task::yield_now().await;
+            }
+            assert!(s.paused.get());
+            assert_eq!(s.pauses.get(), 1);
+            let accepting = {
+                let s = s.clone();
+                tokio::task::spawn_local(async move {
+                    s.accept_allowed().await;
+                    s.queued()
+                })
+            };
+            {
+                let s = s.clone();
+                tokio::task::spawn_local(async move { s.run_rounds().await });
+            }
+            assert_eq!(accepting.await.unwrap(), 2, "resumed at half the depth");
+            for t in tasks {
+                t.await.unwrap();
+            }
+            assert_eq!(s.pauses.get(), 1);
+            assert!(!s.paused.get());
+            s.accept_allowed().await;
         });
     }
 }

@@ -184,6 +184,7 @@ pub fn spawn(
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
                 let idle_pool_shared = shared.cfg.global.idle_pool_shared;
+                let runqueue_depth = shared.cfg.global.runqueue_depth;
                 let w = Rc::new(Worker {
                     id,
                     log: Logger::new(&shared.cfg),
@@ -196,7 +197,7 @@ pub fn spawn(
                     pool: crate::pool::ThreadPool::new(id, idle_pool_shared),
                     sessions: std::cell::RefCell::new(slab::Slab::new()),
                     activity: Activity::default(),
-                    hs: crate::handshake::HandshakeSched::new(),
+                    hs: crate::handshake::HandshakeSched::new(runqueue_depth),
                 });
                 {
                     let w = w.clone();
@@ -313,6 +314,14 @@ async fn accept_loop(
             }
             tokio::select! {
                 _ = &mut freed => {}
+                _ = stop.changed() => return Ok(()),
+            }
+        }
+        // tune.runqueue-depth: this thread has a backlog of handshakes to start; new ones
+        // wait in the kernel backlog meanwhile (DESIGN §6).
+        if ssl {
+            tokio::select! {
+                _ = w.hs.accept_allowed() => {}
                 _ = stop.changed() => return Ok(()),
             }
         }

@@ -95,7 +95,7 @@ fn tls_get(t: &mut Tls) -> io::Result<String> {
 /// A sluice with a `stats socket`, a frontend `fe` with an `ssl` bind and a plain bind, and a
 /// backend `be` whose server answers with its name.
 struct Proxy {
-    _s: Sluice,
+    s: Sluice,
     tls: u16,
     plain: u16,
     dir: TempDir,
@@ -116,7 +116,7 @@ impl Proxy {
             backend_section("be", "", &[&b])
         );
         Proxy {
-            _s: Sluice::start(&cfg),
+            s: Sluice::start(&cfg),
             tls,
             plain,
             dir,
@@ -307,4 +307,114 @@ fn clients_gone_before_their_handshake_are_never_handshaken() {
     wait_until("CurrSslConns back to 0", WAIT, || {
         p.info()["CurrSslConns"] == "0"
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// tune.runqueue-depth
+// ---------------------------------------------------------------------------------------------
+
+/// A handshake storm: 48 connections whose ClientHellos all arrive at once (sent while sluice
+/// is stopped, so its thread sees them in one poll). They queue; at 8 the thread pauses its
+/// `ssl` listener, so new TLS clients wait in the backlog meanwhile. Everything is served,
+/// the pause ends, and a plain bind of the same thread is served during the storm.
+#[test]
+fn a_handshake_storm_pauses_ssl_accepts_until_it_drains() {
+    let c = certs();
+    let p = Proxy::start(&c, "    nbthread 1\n    tune.runqueue-depth 8");
+    let n: u64 = 48;
+    let socks: Vec<TcpStream> = (0..n)
+        .map(|_| TcpStream::connect(lo(p.tls)).unwrap())
+        .collect();
+    wait_until("all accepted", WAIT, || activity(&p, "accepted") == n);
+    let mut conns: Vec<ClientConnection> = (0..n).map(|_| client_conn(&c)).collect();
+    p.s.signal(nix::sys::signal::Signal::SIGSTOP);
+    for (conn, mut s) in conns.iter_mut().zip(&socks) {
+        while conn.wants_write() {
+            conn.write_tls(&mut s).unwrap();
+        }
+    }
+    p.s.signal(nix::sys::signal::Signal::SIGCONT);
+    // New TLS clients during the storm, and a plain one.
+    let late: Vec<_> = (0..4)
+        .map(|_| {
+            let (port, conn) = (p.tls, client_conn(&c));
+            std::thread::spawn(move || {
+                let mut t = finish(conn, TcpStream::connect(lo(port)).unwrap()).unwrap();
+                tls_get(&mut t).unwrap()
+            })
+        })
+        .collect();
+    assert_eq!(http_get(p.plain, "/plain").status, 200);
+    for (conn, s) in conns.into_iter().zip(socks) {
+        let mut t = finish(conn, s).unwrap();
+        assert_eq!(tls_get(&mut t).unwrap(), "s1");
+    }
+    for h in late {
+        assert_eq!(h.join().unwrap(), "s1");
+    }
+    assert!(
+        activity(&p, "ssl_hs_queue_max") >= 8,
+        "the storm queued: {}",
+        p.cli("show activity")
+    );
+    assert!(activity(&p, "ssl_accept_paused") >= 1);
+    assert_eq!(activity(&p, "ssl_hs_queued"), 0);
+    assert_eq!(activity(&p, "ssl_hs_started"), n + 4);
+    // Recovered: a new client is served.
+    let mut t = tls_connect(p.tls, &c).unwrap();
+    assert_eq!(tls_get(&mut t).unwrap(), "s1");
+}
+
+/// Regular traffic never pauses accepting, however low `tune.runqueue-depth` is: TLS clients
+/// one after another, with plain keep-alive and new plain connections alongside, never make
+/// a handshake wait, and the `ssl` listener never pauses.
+#[test]
+fn regular_traffic_never_pauses_accepts() {
+    let c = certs();
+    let p = Proxy::start(&c, "    nbthread 1\n    tune.runqueue-depth 1");
+    let plain = p.plain;
+    let busy: Vec<_> = (0..3)
+        .map(|k| {
+            std::thread::spawn(move || {
+                let mut ka = HttpClient::connect(plain);
+                for i in 0..100 {
+                    assert_eq!(ka.get(&format!("/ka{k}-{i}")).status, 200);
+                    if i % 10 == 0 {
+                        assert_eq!(http_get(plain, "/new").status, 200);
+                    }
+                }
+            })
+        })
+        .collect();
+    for _ in 0..20 {
+        let mut t = tls_connect(p.tls, &c).unwrap();
+        assert_eq!(tls_get(&mut t).unwrap(), "s1");
+    }
+    for h in busy {
+        h.join().unwrap();
+    }
+    assert_eq!(activity(&p, "ssl_hs_started"), 20);
+    assert_eq!(
+        activity(&p, "ssl_hs_queue_max"),
+        0,
+        "{}",
+        p.cli("show activity")
+    );
+    assert_eq!(activity(&p, "ssl_accept_paused"), 0);
+}
+
+#[test]
+fn runqueue_depth_config() {
+    for bad in ["0", "-3", "many"] {
+        let (code, err) = Sluice::check(&format!("global\n    tune.runqueue-depth {bad}\n"));
+        assert_ne!(code, 0, "{bad}");
+        assert!(
+            err.contains(":2") && err.contains("tune.runqueue-depth"),
+            "{err}"
+        );
+    }
+    let (code, err) = Sluice::check(
+        "global\n    tune.runqueue-depth 50\ndefaults\n    mode http\nfrontend fe\n    bind 127.0.0.1:8080\n",
+    );
+    assert_eq!(code, 0, "{err}");
 }

@@ -124,6 +124,9 @@ pub struct Global {
     pub maxsessrate: Option<u32>,
     /// `maxsslrate`: connections accepted per second on `ssl` binds, process-wide.
     pub maxsslrate: Option<u32>,
+    /// `tune.runqueue-depth` (default 200): a thread with this many client TLS handshakes
+    /// waiting to start pauses its `ssl` listeners until half of them have started.
+    pub runqueue_depth: u32,
     /// `tune.idle-pool.shared on|off` (default on).
     pub idle_pool_shared: bool,
     pub hard_stop_after: Option<Duration>,
@@ -170,6 +173,7 @@ impl Default for Global {
             maxconnrate: None,
             maxsessrate: None,
             maxsslrate: None,
+            runqueue_depth: 200,
             idle_pool_shared: true,
             hard_stop_after: None,
             stats_sockets: Vec::new(),

@@ -828,7 +828,7 @@ mod tests {
         local.block_on(&rt, async {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = l.local_addr().unwrap();
-            let hs = Rc::new(HandshakeSched::new());
+            let hs = Rc::new(HandshakeSched::new(200));
             // This round's start is taken, and no round task runs yet: the next waits.
             hs.turn().await;
             let mut clients = Vec::new();

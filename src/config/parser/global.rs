@@ -15,6 +15,7 @@ const KEYWORDS: &[&str] = &[
     "tune.bufsize",
     "tune.maxrewrite",
     "tune.maxaccept",
+    "tune.runqueue-depth",
     "tune.idle-pool.shared",
     "maxconnrate",
     "maxsessrate",
@@ -182,6 +183,11 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
                 parse_range(v, 1, u32::MAX as u64 - 1)
                     .map_err(|e| format!("{e} (or -1 for unlimited)"))? as u32
             };
+            no_extra(w, 2)?;
+        }
+        "tune.runqueue-depth" => {
+            g.runqueue_depth =
+                parse_range(arg(w, 1, "number of tasks")?, 1, u32::MAX as u64)? as u32;
             no_extra(w, 2)?;
         }
         "maxconnrate" | "maxsessrate" | "maxsslrate" => {

@@ -365,6 +365,13 @@ pub struct Shared {
     /// `maxconnrate` and `maxsessrate`.
     pub conn_rate: Option<crate::listener::RateLimit>,
     pub sess_rate: Option<crate::listener::RateLimit>,
+    /// Connections accepted per second on `ssl` binds: limited by `maxsslrate`, always
+    /// measured (`show info` `SslRate`, `MaxSslRate`).
+    pub ssl_rate: crate::listener::RateLimit,
+    /// Client TLS connections whose handshake began (crypto was done): open now, and in all
+    /// (`show info` `CurrSslConns`, `CumSslConns`).
+    pub ssl_conns: AtomicU32,
+    pub ssl_conns_total: AtomicU64,
     /// When the process started (`show info` uptime).
     pub started: std::time::SystemTime,
     /// Set once a soft stop began (`show info` `Stopping`).
@@ -788,6 +795,10 @@ impl Shared {
             .collect();
         let conn_rate = cfg.global.maxconnrate.map(crate::listener::RateLimit::new);
         let sess_rate = cfg.global.maxsessrate.map(crate::listener::RateLimit::new);
+        let ssl_rate = cfg.global.maxsslrate.map_or_else(
+            crate::listener::RateLimit::counter,
+            crate::listener::RateLimit::new,
+        );
         Shared {
             cfg,
             proxies,
@@ -797,6 +808,9 @@ impl Shared {
             conn_freed: tokio::sync::Notify::new(),
             conn_rate,
             sess_rate,
+            ssl_rate,
+            ssl_conns: AtomicU32::new(0),
+            ssl_conns_total: AtomicU64::new(0),
             started: std::time::SystemTime::now(),
             stopping: AtomicBool::new(false),
             exposed: std::sync::OnceLock::new(),

@@ -711,6 +711,7 @@ fn set_maxconn_global(shared: &Shared, rest: &[&str]) -> String {
 
 /// `clear counters`: the maximums (`smax`, `qmax`); with `all`, every counter too.
 fn clear_counters(shared: &Shared, all: bool) {
+    shared.ssl_rate.clear_max();
     for ps in &shared.proxies {
         ps.fe.max_conns.store(0, Relaxed);
         if all {
@@ -975,12 +976,30 @@ async fn del_server(shared: &Arc<Shared>, spec: &str) -> String {
 
 /// `show activity`: per-thread counters, `name: total [ thread1 thread2 ... ]` as HAProxy.
 async fn show_activity(shared: &Arc<Shared>) -> String {
+    const NAMES: [&str; 8] = [
+        "accepted",
+        "conns_cur",
+        "idle_srv_conns",
+        // Client TLS handshakes started, dropped before any crypto because their client had
+        // gone, waiting for their turn now, and the most that ever waited (`handshake`).
+        "ssl_hs_started",
+        "ssl_hs_dropped",
+        "ssl_hs_queued",
+        "ssl_hs_queue_max",
+        // Times the thread's `ssl` listeners paused on `tune.runqueue-depth`.
+        "ssl_accept_paused",
+    ];
     let per = on_each_worker(shared, |w| {
-        (
+        [
             w.activity.accepted.get(),
             w.active.get() as u64,
             w.pool.idle_count() as u64,
-        )
+            w.hs.started.get(),
+            w.hs.dropped.get(),
+            u64::from(w.hs.queued()),
+            u64::from(w.hs.queue_max.get()),
+            w.hs.pauses.get(),
+        ]
     })
     .await;
     let now = std::time::SystemTime::now()
@@ -996,18 +1015,14 @@ async fn show_activity(shared: &Arc<Shared>) -> String {
         up.as_secs(),
         up.subsec_micros()
     );
-    let line = |out: &mut String, name: &str, f: &dyn Fn(&(u64, u64, u64)) -> u64| {
-        let vals: Vec<u64> = per.iter().map(f).collect();
-        let total: u64 = vals.iter().sum();
+    for (i, name) in NAMES.iter().enumerate() {
+        let total: u64 = per.iter().map(|t| t[i]).sum();
         out.push_str(&format!("{name}: {total} ["));
-        for v in vals {
-            out.push_str(&format!(" {v}"));
+        for t in &per {
+            out.push_str(&format!(" {}", t[i]));
         }
         out.push_str(" ]\n");
-    };
-    line(&mut out, "accepted", &|t| t.0);
-    line(&mut out, "conns_cur", &|t| t.1);
-    line(&mut out, "idle_srv_conns", &|t| t.2);
+    }
     out
 }
 

@@ -5,7 +5,8 @@
 //! transactions); `backend` + `lb` pick servers and queue; `log` writes access logs; `stats`
 //! renders counters (CSV, `show info`), `prometheus` the `/metrics` exposition with the
 //! latency histograms `histogram` keeps, and `cli` serves the `stats socket` commands; `tls`
-//! owns certificates, rustls configurations and handshakes.
+//! owns certificates, rustls configurations and handshakes, `handshake` when client
+//! handshakes may start on a thread.
 
 pub mod backend;
 pub mod check;
@@ -13,6 +14,7 @@ pub mod cli;
 pub mod cli_args;
 pub mod config;
 pub mod errorfile;
+pub mod handshake;
 pub mod histogram;
 pub mod http;
 pub mod lb;

@@ -269,15 +269,18 @@ pub fn try_admit(
     })
 }
 
-/// A per-second event limit shared by all threads (`maxconnrate`, `maxsessrate`,
+/// A per-second event limit shared by all threads (`maxconnrate`, `maxsessrate`, `maxsslrate`,
 /// `rate-limit sessions`): at most `limit` events in each second of the process's monotonic
 /// clock. Beyond it, listeners stop accepting (connections wait in the backlog) until the
-/// next second, as HAProxy's paused listeners do.
+/// next second, as HAProxy's paused listeners do. With no limit ([`RateLimit::counter`]) it
+/// only measures the rate (`show info` `SslRate`).
 #[derive(Debug)]
 pub struct RateLimit {
     limit: u32,
     /// The current second (high 32 bits) and the events counted in it (low 32 bits).
     state: std::sync::atomic::AtomicU64,
+    /// The most events counted in one second (`MaxSslRate`; `clear counters` resets it).
+    max: AtomicU32,
     base: std::time::Instant,
 }
 
@@ -286,12 +289,27 @@ impl RateLimit {
         RateLimit {
             limit,
             state: std::sync::atomic::AtomicU64::new(0),
+            max: AtomicU32::new(0),
             base: std::time::Instant::now(),
         }
     }
 
+    /// A rate that is measured, never limited.
+    pub fn counter() -> RateLimit {
+        RateLimit::new(u32::MAX)
+    }
+
     pub fn limit(&self) -> u32 {
         self.limit
+    }
+
+    /// The most events seen in one second since start-up or the last [`RateLimit::clear_max`].
+    pub fn max(&self) -> u32 {
+        self.max.load(Relaxed)
+    }
+
+    pub fn clear_max(&self) {
+        self.max.store(0, Relaxed);
     }
 
     fn now(&self) -> (u64, std::time::Duration) {
@@ -310,6 +328,9 @@ impl RateLimit {
 
     /// `None` if an event may happen now, else how long until the next second.
     pub fn wait(&self) -> Option<std::time::Duration> {
+        if self.limit == u32::MAX {
+            return None;
+        }
         let (_, to_next) = self.now();
         (self.current() >= self.limit).then_some(to_next)
     }
@@ -317,7 +338,8 @@ impl RateLimit {
     /// Counts one event if the current second has room; else how long until the next one.
     pub fn take(&self) -> Result<(), std::time::Duration> {
         let (sec, to_next) = self.now();
-        self.state
+        let prev = self
+            .state
             .fetch_update(SeqCst, SeqCst, |s| {
                 if s >> 32 != sec {
                     Some(sec << 32 | 1)
@@ -327,8 +349,16 @@ impl RateLimit {
                     None
                 }
             })
-            .map(|_| ())
-            .map_err(|_| to_next)
+            .map_err(|_| to_next)?;
+        let n = if prev >> 32 == sec {
+            prev as u32 + 1
+        } else {
+            1
+        };
+        if n > self.max.load(Relaxed) {
+            self.max.fetch_max(n, Relaxed);
+        }
+        Ok(())
     }
 
     /// Gives back an event taken this second (another limit refused the connection).
@@ -340,18 +370,20 @@ impl RateLimit {
     }
 }
 
-/// The rate limits a connection accepted for `proxy` is subject to.
-fn rate_limits(shared: &Shared, proxy: usize) -> [Option<&RateLimit>; 3] {
+/// The rate limits a connection accepted for `proxy` is subject to; `ssl`: on an `ssl` bind
+/// (`maxsslrate`, and the `SslRate` measure).
+fn rate_limits(shared: &Shared, proxy: usize, ssl: bool) -> [Option<&RateLimit>; 4] {
     [
         shared.conn_rate.as_ref(),
         shared.sess_rate.as_ref(),
         shared.proxies[proxy].fe.sess_rate.as_ref(),
+        ssl.then_some(&shared.ssl_rate),
     ]
 }
 
 /// `None` if no rate limit of `proxy` is reached, else how long until one frees up.
-pub fn rate_wait(shared: &Shared, proxy: usize) -> Option<std::time::Duration> {
-    rate_limits(shared, proxy)
+pub fn rate_wait(shared: &Shared, proxy: usize, ssl: bool) -> Option<std::time::Duration> {
+    rate_limits(shared, proxy, ssl)
         .into_iter()
         .flatten()
         .filter_map(|r| r.wait())
@@ -360,8 +392,8 @@ pub fn rate_wait(shared: &Shared, proxy: usize) -> Option<std::time::Duration> {
 
 /// Counts an accepted connection in every rate limit of `proxy`, or in none (and says how
 /// long to wait) if one is reached.
-pub fn rate_take(shared: &Shared, proxy: usize) -> Result<(), std::time::Duration> {
-    let limits = rate_limits(shared, proxy);
+pub fn rate_take(shared: &Shared, proxy: usize, ssl: bool) -> Result<(), std::time::Duration> {
+    let limits = rate_limits(shared, proxy, ssl);
     for (i, r) in limits.iter().enumerate() {
         if let Some(Err(d)) = r.map(|r| r.take()) {
             for done in limits[..i].iter().flatten() {

@@ -177,6 +177,36 @@ const PROCESS: &[(&str, &str, Kind, &str)] = &[
         "Requests received (HTTP requests, and TCP sessions).",
     ),
     (
+        "CurrSslConns",
+        "haproxy_process_current_ssl_connections",
+        Gauge,
+        "Client TLS connections open now (handshake begun).",
+    ),
+    (
+        "CumSslConns",
+        "haproxy_process_ssl_connections_total",
+        Counter,
+        "Client TLS handshakes begun.",
+    ),
+    (
+        "SslRate",
+        "haproxy_process_current_ssl_rate",
+        Gauge,
+        "Connections accepted on ssl binds in the current second.",
+    ),
+    (
+        "SslRateLimit",
+        "haproxy_process_limit_ssl_rate",
+        Gauge,
+        "maxsslrate (0: none).",
+    ),
+    (
+        "MaxSslRate",
+        "haproxy_process_max_ssl_rate",
+        Gauge,
+        "Most connections accepted on ssl binds in one second.",
+    ),
+    (
         "Stopping",
         "haproxy_process_stopping",
         Gauge,

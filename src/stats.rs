@@ -907,6 +907,17 @@ pub fn info_fields(shared: &Shared, nbthread: usize) -> Vec<(&'static str, Strin
         ("CurrConns", cur.to_string()),
         ("CumConns", cum_conns.to_string()),
         ("CumReq", cum_req.to_string()),
+        ("CurrSslConns", shared.ssl_conns.load(Relaxed).to_string()),
+        (
+            "CumSslConns",
+            shared.ssl_conns_total.load(Relaxed).to_string(),
+        ),
+        ("SslRate", shared.ssl_rate.current().to_string()),
+        (
+            "SslRateLimit",
+            shared.cfg.global.maxsslrate.unwrap_or(0).to_string(),
+        ),
+        ("MaxSslRate", shared.ssl_rate.max().to_string()),
         ("node", node),
         (
             "Stopping",

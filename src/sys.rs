@@ -80,3 +80,35 @@ pub fn own_received_fds(fds: &[std::os::fd::RawFd]) -> Vec<std::os::fd::OwnedFd>
         .map(|&fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
         .collect()
 }
+
+/// What a connected socket holds right now, without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerState {
+    /// Bytes are waiting to be read.
+    pub readable: bool,
+    /// The peer shut its side down (FIN, even behind unread bytes) or the connection failed
+    /// (RST, error).
+    pub gone: bool,
+}
+
+/// `poll()` with a zero timeout for `POLLIN | POLLRDHUP` on one socket. Unlike a peek, it sees
+/// a FIN that arrived after data not yet read; unlike tokio's cached readiness, it is never
+/// an assumption.
+pub fn peer_state(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<PeerState> {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: `p` is one valid pollfd on our stack and the count passed is 1; the timeout is
+    // zero, so the call never blocks; the descriptor is borrowed for the whole call.
+    let rc = unsafe { libc::poll(&mut p, 1, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerState {
+        readable: p.revents & libc::POLLIN != 0,
+        gone: p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0,
+    })
+}

@@ -66,6 +66,8 @@ pub struct Worker {
     /// Live client connections of this thread, for the CLI.
     pub sessions: std::cell::RefCell<slab::Slab<SessEntry>>,
     pub activity: Activity,
+    /// When this thread's client TLS handshakes may start (DESIGN §6).
+    pub hs: crate::handshake::HandshakeSched,
 }
 
 /// Buffers kept for reuse per thread; beyond this they go back to the allocator.
@@ -182,6 +184,7 @@ pub fn spawn(
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
                 let idle_pool_shared = shared.cfg.global.idle_pool_shared;
+                let runqueue_depth = shared.cfg.global.runqueue_depth;
                 let w = Rc::new(Worker {
                     id,
                     log: Logger::new(&shared.cfg),
@@ -194,7 +197,12 @@ pub fn spawn(
                     pool: crate::pool::ThreadPool::new(id, idle_pool_shared),
                     sessions: std::cell::RefCell::new(slab::Slab::new()),
                     activity: Activity::default(),
+                    hs: crate::handshake::HandshakeSched::new(runqueue_depth),
                 });
+                {
+                    let w = w.clone();
+                    tokio::task::spawn_local(async move { w.hs.run_rounds().await });
+                }
                 {
                     let w = w.clone();
                     tokio::task::spawn_local(async move {
@@ -296,6 +304,7 @@ async fn accept_loop(
         StdListener::Unix(u) => L::Unix(tokio::net::UnixListener::from_std(u)?),
     };
     let maxaccept = w.shared.cfg.global.maxaccept.max(1);
+    let ssl = bl.bind.ssl.is_some();
     let mut burst = 0u32;
     loop {
         if *stop.borrow() {
@@ -314,8 +323,16 @@ async fn accept_loop(
                 _ = stop.changed() => return Ok(()),
             }
         }
+        // tune.runqueue-depth: this thread has a backlog of handshakes to start; new ones
+        // wait in the kernel backlog meanwhile (DESIGN §6).
+        if ssl {
+            tokio::select! {
+                _ = w.hs.accept_allowed() => {}
+                _ = stop.changed() => return Ok(()),
+            }
+        }
         // Rate limits reached: leave connections in the backlog until the next second.
-        while let Some(d) = crate::listener::rate_wait(&w.shared, pidx) {
+        while let Some(d) = crate::listener::rate_wait(&w.shared, pidx, ssl) {
             tokio::select! {
                 _ = tokio::time::sleep(d) => {}
                 _ = stop.changed() => return Ok(()),
@@ -348,7 +365,7 @@ async fn accept_loop(
                 if let Some(a) = try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
                     // Another thread may have used the second's last place meanwhile: this
                     // connection then waits for the next second, as one in the backlog would.
-                    while let Err(d) = crate::listener::rate_take(&w.shared, pidx) {
+                    while let Err(d) = crate::listener::rate_take(&w.shared, pidx, ssl) {
                         tokio::select! {
                             _ = tokio::time::sleep(d) => {}
                             _ = stop.changed() => break,

@@ -122,6 +122,11 @@ pub struct Global {
     /// `maxconnrate` / `maxsessrate`: connections accepted per second, process-wide.
     pub maxconnrate: Option<u32>,
     pub maxsessrate: Option<u32>,
+    /// `maxsslrate`: connections accepted per second on `ssl` binds, process-wide.
+    pub maxsslrate: Option<u32>,
+    /// `tune.runqueue-depth` (default 200): a thread with this many client TLS handshakes
+    /// waiting to start pauses its `ssl` listeners until half of them have started.
+    pub runqueue_depth: u32,
     /// `tune.idle-pool.shared on|off` (default on).
     pub idle_pool_shared: bool,
     pub hard_stop_after: Option<Duration>,
@@ -169,6 +174,8 @@ impl Default for Global {
             maxaccept: 64,
             maxconnrate: None,
             maxsessrate: None,
+            maxsslrate: None,
+            runqueue_depth: 200,
             idle_pool_shared: true,
             hard_stop_after: None,
             stats_sockets: Vec::new(),

@@ -83,9 +83,10 @@ pub async fn serve(
     }
 }
 
-/// Handshakes, then serves the decrypted stream like a plain one. The handshake is bounded
-/// by `timeout client` (`timeout http-request` first in `mode http`); a failure is logged as
-/// HAProxy does ("SSL handshake failure") and closes the connection.
+/// Handshakes, then serves the decrypted stream like a plain one. The handshake, including
+/// the wait for its turn on this thread (DESIGN §6, `handshake`), is bounded by `timeout
+/// client` (`timeout http-request` first in `mode http`); a failure is logged as HAProxy does
+/// ("SSL handshake failure") and closes the connection.
 async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::BindTls>) {
     let p = &ctx.w.shared.cfg.proxies[ctx.proxy];
     let t = &p.timeouts;
@@ -94,6 +95,26 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
         Mode::Tcp => t.client,
     };
     let http = p.mode == Mode::Http;
+    let started = Instant::now();
+    match with_timeout(limit, hello_and_turn(&ctx.w.hs, &client)).await {
+        None => {
+            let e = crate::tls::HandshakeError::Timeout;
+            return handshake_failed(&ctx, &tls.label, &e.to_string());
+        }
+        Some(false) => {
+            let hs = &ctx.w.hs;
+            hs.dropped.set(hs.dropped.get() + 1);
+            if !p.options.dontlognull {
+                handshake_failed(&ctx, &tls.label, "");
+            }
+            return;
+        }
+        Some(true) => {}
+    }
+    let hs = &ctx.w.hs;
+    hs.started.set(hs.started.get() + 1);
+    let _ssl = SslConnGuard::new(ctx.shared());
+    let limit = limit.map(|d| d.saturating_sub(started.elapsed()));
     macro_rules! run {
         ($io:expr) => {
             match crate::tls::accept(&tls, $io, limit).await {
@@ -105,7 +126,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
                         tcp::serve(ctx, s).await
                     }
                 }
-                Err(e) => handshake_failed(&ctx, &tls.label, &e),
+                Err(e) => handshake_failed(&ctx, &tls.label, &e.to_string()),
             }
         };
     }
@@ -115,8 +136,117 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
     }
 }
 
-/// Logs a failed client handshake: `IP:PORT [date] fe/bind: SSL handshake failure (why)`.
-fn handshake_failed(ctx: &SessionCtx, bind: &str, e: &crate::tls::HandshakeError) {
+/// Waits, without reading, for the client's first bytes (its ClientHello) and then for this
+/// thread's turn to start a handshake. `false`: the client closed or reset the connection
+/// before that; no crypto was done for it.
+async fn hello_and_turn(hs: &crate::handshake::HandshakeSched, client: &Client) -> bool {
+    let alive = match client {
+        Client::Tcp(s, _) => hello(s).await,
+        Client::Unix(s) => hello(s).await,
+    };
+    if !alive {
+        return false;
+    }
+    hs.turn().await;
+    // A close or reset may have come while this handshake waited.
+    let gone = match client {
+        Client::Tcp(s, _) => gone(s),
+        Client::Unix(s) => gone(s),
+    };
+    if !gone {
+        return true;
+    }
+    hs.give_back();
+    false
+}
+
+/// A socket whose state can be polled without reading it.
+trait Pollable: std::os::fd::AsFd {
+    fn readable(&self) -> impl std::future::Future<Output = std::io::Result<()>>;
+    fn try_io<R>(
+        &self,
+        interest: tokio::io::Interest,
+        f: impl FnOnce() -> std::io::Result<R>,
+    ) -> std::io::Result<R>;
+}
+
+impl Pollable for TcpStream {
+    fn readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> {
+        TcpStream::readable(self)
+    }
+    fn try_io<R>(
+        &self,
+        interest: tokio::io::Interest,
+        f: impl FnOnce() -> std::io::Result<R>,
+    ) -> std::io::Result<R> {
+        TcpStream::try_io(self, interest, f)
+    }
+}
+
+impl Pollable for UnixStream {
+    fn readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> {
+        UnixStream::readable(self)
+    }
+    fn try_io<R>(
+        &self,
+        interest: tokio::io::Interest,
+        f: impl FnOnce() -> std::io::Result<R>,
+    ) -> std::io::Result<R> {
+        UnixStream::try_io(self, interest, f)
+    }
+}
+
+/// Resolves once the client has sent bytes (`true`) or closed or failed (`false`). tokio's
+/// readiness of a new socket is an assumption, so the socket itself is asked.
+async fn hello<S: Pollable>(s: &S) -> bool {
+    loop {
+        if s.readable().await.is_err() {
+            return false;
+        }
+        let r = s.try_io(tokio::io::Interest::READABLE, || {
+            let st = crate::sys::peer_state(s.as_fd())?;
+            match (st.gone, st.readable) {
+                (true, _) => Ok(false),
+                (false, true) => Ok(true),
+                // Not yet: clears the readiness so that the next wait is for a real event.
+                (false, false) => Err(std::io::ErrorKind::WouldBlock.into()),
+            }
+        });
+        match r {
+            Ok(alive) => return alive,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The client closed its side or the connection failed (a TLS client that shut its side
+/// down can never finish a handshake).
+fn gone<S: Pollable>(s: &S) -> bool {
+    crate::sys::peer_state(s.as_fd()).map_or(true, |st| st.gone)
+}
+
+/// Counts one client TLS connection whose handshake began, while it lives (`show info`
+/// `CurrSslConns`, `CumSslConns`).
+struct SslConnGuard(Arc<Shared>);
+
+impl SslConnGuard {
+    fn new(shared: &Arc<Shared>) -> SslConnGuard {
+        shared.ssl_conns.fetch_add(1, Relaxed);
+        shared.ssl_conns_total.fetch_add(1, Relaxed);
+        SslConnGuard(shared.clone())
+    }
+}
+
+impl Drop for SslConnGuard {
+    fn drop(&mut self) {
+        self.0.ssl_conns.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Logs a failed client handshake: `IP:PORT [date] fe/bind: SSL handshake failure (why)`, or
+/// `... Connection closed during SSL handshake` when `why` is empty (the client left first).
+fn handshake_failed(ctx: &SessionCtx, bind: &str, why: &str) {
     let shared = ctx.shared();
     let p = &shared.cfg.proxies[ctx.proxy];
     if p.logs.is_empty() {
@@ -133,9 +263,13 @@ fn handshake_failed(ctx: &SessionCtx, bind: &str, e: &crate::tls::HandshakeError
     line.push_str(&p.name);
     line.push('/');
     line.push_str(bind);
-    line.push_str(": SSL handshake failure (");
-    line.push_str(&e.to_string());
-    line.push(')');
+    if why.is_empty() {
+        line.push_str(": Connection closed during SSL handshake");
+    } else {
+        line.push_str(": SSL handshake failure (");
+        line.push_str(why);
+        line.push(')');
+    }
     ctx.w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);
 }
 
@@ -673,5 +807,59 @@ pub async fn with_timeout<F: std::future::Future>(
     match d {
         Some(d) => tokio::time::timeout(d, fut).await.ok(),
         None => Some(fut.await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handshake::HandshakeSched;
+    use std::io::Write;
+
+    /// A client that sends its ClientHello, waits in the handshake queue and resets the
+    /// connection before its turn is dropped at its turn, and its start goes to the next one.
+    #[test]
+    fn a_client_that_leaves_while_queued_is_dropped_at_its_turn() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let hs = Rc::new(HandshakeSched::new(200));
+            // This round's start is taken, and no round task runs yet: the next waits.
+            hs.turn().await;
+            let mut clients = Vec::new();
+            let mut waits = Vec::new();
+            for _ in 0..2 {
+                let mut c = std::net::TcpStream::connect(addr).unwrap();
+                let (s, a) = l.accept().await.unwrap();
+                c.write_all(b"\x16\x03\x01\x00\x05hello").unwrap();
+                clients.push(c);
+                let hs = hs.clone();
+                waits.push(tokio::task::spawn_local(async move {
+                    hello_and_turn(&hs, &Client::Tcp(s, a)).await
+                }));
+            }
+            while hs.queued() < 2 {
+                tokio::task::yield_now().await;
+            }
+            // The first in line resets its connection; the second stays.
+            let gone = clients.remove(0);
+            socket2::SockRef::from(&gone)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+            drop(gone);
+            {
+                let hs = hs.clone();
+                tokio::task::spawn_local(async move { hs.run_rounds().await });
+            }
+            let second = waits.pop().unwrap();
+            assert!(!waits.pop().unwrap().await.unwrap(), "gone: dropped");
+            assert!(second.await.unwrap(), "still there: its turn");
+            assert_eq!(hs.queued(), 0);
+        });
     }
 }

@@ -15,9 +15,11 @@ const KEYWORDS: &[&str] = &[
     "tune.bufsize",
     "tune.maxrewrite",
     "tune.maxaccept",
+    "tune.runqueue-depth",
     "tune.idle-pool.shared",
     "maxconnrate",
     "maxsessrate",
+    "maxsslrate",
     "hard-stop-after",
     "stats",
 ];
@@ -37,7 +39,6 @@ const UNSUPPORTED: &[&str] = &[
     "log-tag",
     "log-send-hostname",
     "maxsslconn",
-    "maxsslrate",
     "maxcomprate",
     "maxcompcpuusage",
     "maxpipes",
@@ -184,14 +185,19 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             };
             no_extra(w, 2)?;
         }
-        "maxconnrate" | "maxsessrate" => {
+        "tune.runqueue-depth" => {
+            g.runqueue_depth =
+                parse_range(arg(w, 1, "number of tasks")?, 1, u32::MAX as u64)? as u32;
+            no_extra(w, 2)?;
+        }
+        "maxconnrate" | "maxsessrate" | "maxsslrate" => {
             let n = parse_u32(arg(w, 1, "number per second")?)?;
             no_extra(w, 2)?;
             let v = (n > 0).then_some(n);
-            if w[0] == "maxconnrate" {
-                g.maxconnrate = v;
-            } else {
-                g.maxsessrate = v;
+            match kw {
+                "maxconnrate" => g.maxconnrate = v,
+                "maxsessrate" => g.maxsessrate = v,
+                _ => g.maxsslrate = v,
             }
         }
         "tune.idle-pool.shared" => {

@@ -412,14 +412,6 @@ impl Health {
     }
 }
 
-/// Why per-check TLS settings (`check-sni`, `check-alpn`, `connect ssl|sni|alpn`) are refused:
-/// TLS checks use the server line's own settings (`check_tls`, `connect`).
-pub fn tls_check_support() -> Result<(), &'static str> {
-    Err(
-        "per-check TLS settings are not supported by sluice yet (checks use the server's own: 'check-ssl')",
-    )
-}
-
 // =============================================================================================
 // The data path's seam: `observe`
 // =============================================================================================
@@ -1232,6 +1224,10 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
     let tcp_rules = p.options.check_type == CheckType::Tcp;
     let http = p.options.check_type == CheckType::Http;
     let mut conn: Option<Conn> = None;
+    // How the current connection was opened: a new request after a closing response opens
+    // the same kind again.
+    let mut conn_tls: Option<CheckTls> = None;
+    let mut conn_proxy = false;
     let mut deadline = tokio::time::Instant::now() + connect_to + read_to;
     let mut last: Option<Outcome> = None;
     for (idx, (step, comment)) in steps.iter().enumerate() {
@@ -1275,6 +1271,8 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 // A new connect closes the previous connection first.
                 drop(conn.take());
                 let tls = check_tls(srv, cfg, rule);
+                conn_tls = tls;
+                conn_proxy = proxy_hdr;
                 match connect(SocketAddr::new(ip, port), connect_to, proxy_hdr, tls).await {
                     Ok(c) => conn = Some(c),
                     Err((st, e)) => return Outcome::new(st, 0, format!("{e}{}", at(&what))),
@@ -1302,10 +1300,8 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 if http && c.used && !c.reusable {
                     // The previous response ends the connection: a new one for this request.
                     let addr = c.s.tcp().and_then(|s| s.peer_addr().ok());
-                    let tls =
-                        matches!(c.s, crate::stream::ServerStream::Tls(_)).then_some(&srv.conf);
                     if let Some(a) = addr {
-                        match connect(a, connect_to, cfg.send_proxy, tls).await {
+                        match connect(a, connect_to, conn_proxy, conn_tls).await {
                             Ok(n) => *c = n,
                             Err((st, e)) => return Outcome::new(st, 0, e),
                         }
@@ -1369,30 +1365,58 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
     }
 }
 
-/// Whether a check connect runs over TLS: `check-ssl` / `no-check-ssl`, else the server's
-/// `ssl` when the check goes to the server's own address (HAProxy: an explicit check `port` or
-/// `addr` is not assumed to speak TLS).
+/// The TLS side of one check connection: the server line's client settings, and the SNI and
+/// ALPN list this connection asks for (`None`: the server's own).
+#[derive(Clone, Copy)]
+struct CheckTls<'a> {
+    tls: &'a crate::tls::ServerTls,
+    sni: Option<&'a str>,
+    alpn: Option<&'a [Vec<u8>]>,
+}
+
+/// Whether a check connection runs over TLS, and with what. HAProxy's rules: a `connect` rule
+/// with `ssl` always does; the implicit first connect and `connect default` follow `check-ssl`
+/// / `no-check-ssl`, else the server's `ssl` when the check goes to the server's own address
+/// (an explicit check `port` or `addr` is not assumed to speak TLS); any other `connect` rule
+/// is plain. SNI and ALPN come from the rule, else (default connects) from `check-sni` /
+/// `check-alpn`, else from the server line.
 fn check_tls<'a>(
     srv: &'a ServerState,
-    cfg: &CheckCfg,
-    rule: Option<&ConnectRule>,
-) -> Option<&'a crate::config::Server> {
-    // A `tcp-check connect` rule with its own port or address is not the server's TLS port.
-    let own = rule.is_some_and(|r| !r.default && (r.port.is_some() || r.addr.is_some()));
-    let on = match cfg.ssl {
-        Some(b) => b,
-        None => srv.conf.ssl && cfg.port.is_none() && cfg.addr.is_none() && !own,
+    cfg: &'a CheckCfg,
+    rule: Option<&'a ConnectRule>,
+) -> Option<CheckTls<'a>> {
+    let default = rule.is_none_or(|r| r.default);
+    let on = if rule.is_some_and(|r| r.ssl) {
+        true
+    } else if default {
+        match cfg.ssl {
+            Some(b) => b,
+            None => srv.conf.ssl && cfg.port.is_none() && cfg.addr.is_none(),
+        }
+    } else {
+        false
     };
-    (on && srv.conf.tls.is_some()).then_some(&srv.conf)
+    if !on {
+        return None;
+    }
+    // Built at configuration time for every server whose checks may use TLS.
+    let tls = srv.conf.tls.as_deref()?;
+    let sni =
+        rule.and_then(|r| r.sni.as_deref())
+            .or(if default { cfg.sni.as_deref() } else { None });
+    let alpn =
+        rule.and_then(|r| r.alpn.as_deref())
+            .or(if default { cfg.alpn.as_deref() } else { None });
+    Some(CheckTls { tls, sni, alpn })
 }
 
 /// Opens a check connection (never a pooled one), with an optional PROXY v1 header, over TLS
-/// with `tls`'s client settings when given.
+/// when `tls` is given.
 async fn connect(
     addr: SocketAddr,
     to: Duration,
     proxy_hdr: bool,
-    tls: Option<&crate::config::Server>,
+    tls: Option<CheckTls<'_>>,
 ) -> Result<Conn, (Status, String)> {
     let s = match tokio::time::timeout(to, TcpStream::connect(addr)).await {
         Err(_) => return Err((Status::L4Tout, String::new())),
@@ -1415,7 +1439,7 @@ async fn connect(
     }
     let s = match tls {
         None => crate::stream::ServerStream::Plain(s),
-        Some(srv) => match crate::tls::check_stream(srv, s, Some(to)).await {
+        Some(t) => match crate::tls::check_stream(t.tls, s, t.sni, t.alpn, Some(to)).await {
             Ok(s) => s,
             // HAProxy's layer 6 results: the TLS handshake failed or timed out.
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
@@ -2064,6 +2088,8 @@ mod tests {
             addr: None,
             send_proxy: false,
             ssl: None,
+            sni: None,
+            alpn: None,
         })
     }
 

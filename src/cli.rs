@@ -926,7 +926,10 @@ async fn add_server(shared: &Arc<Shared>, rest: &[&str]) -> String {
         return "No such backend.\n".into();
     };
     let opts: Vec<String> = rest[2..].iter().map(|w| w.to_string()).collect();
-    let conf = match crate::config::dynamic_server(sname, addr, &opts) {
+    let conf = match crate::config::dynamic_server(sname, addr, &opts).and_then(|mut c| {
+        crate::config::check_needs(&mut c, &shared.cfg.proxies[bi])?;
+        Ok(c)
+    }) {
         Ok(c) => c,
         Err(e) => return format!("{e}\n"),
     };

@@ -160,8 +160,8 @@ fn check_keywords_are_validated() {
             "not supported by sluice",
         ),
         (
-            "    tcp-check connect port 80 ssl\n",
-            "'tcp-check connect ssl': per-check TLS settings are not supported",
+            "    tcp-check connect port 80 proto h2\n",
+            "'tcp-check connect proto' is not supported by sluice",
         ),
         (
             "    server s 127.0.0.1:1 check check-ssl\n",

@@ -8,8 +8,10 @@
 //! start-up; both tasks of a server live on one thread), and the shared `CheckState` / `Health`
 //! atomics. It changes a server's operational state (`ServerState::up`), its NOLB and slowstart
 //! throttles, and asks the backend to rebuild its tables. Checks use their own connections:
-//! they must never take or return a pooled data connection, and the data path reaches this
-//! module only through [`observe`] / [`observe_txn`] (relaxed atomics, no lock).
+//! they never take or return a pooled data connection unless `check-reuse-pool` says so (then
+//! an HTTP check borrows an idle one from this thread's pool and gives it back if reusable).
+//! The data path reaches this module only through [`observe`] / [`observe_txn`] (relaxed
+//! atomics, no lock).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -594,7 +596,7 @@ async fn run(
             let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
             // Boxed: the running check's state lives on the heap only while it runs, so a
             // sleeping check task stays small.
-            Box::pin(check_once(&w, p, srv, &cfg)).await
+            Box::pin(check_once(&w, p, (pi, si), srv, &cfg)).await
         };
         let took = start.elapsed();
         let ms = took.as_millis() as u64;
@@ -1144,6 +1146,57 @@ struct Conn {
     reusable: bool,
     /// A request was sent on it already.
     used: bool,
+    /// Taken from the server's idle pool (`check-reuse-pool`): given back if still reusable
+    /// when the check ends, released (and closed) otherwise.
+    pooled: Option<Pooled>,
+}
+
+/// A pooled data connection lent to a check. Dropping it closes the connection and tells the
+/// pool it is gone; `give_back` returns it.
+struct Pooled {
+    w: Rc<Worker>,
+    key: crate::pool::Key,
+    /// Requests it carried before the check.
+    uses: u32,
+    /// The server's address generation when it was opened.
+    epoch: u32,
+    /// Given back already (the drop then has nothing to release).
+    returned: bool,
+}
+
+impl Pooled {
+    fn gauges(&self) -> &crate::backend::PoolGauges {
+        &self.w.shared.server(self.key.0, self.key.1).pool
+    }
+
+    fn limits(&self) -> crate::pool::Limits {
+        crate::pool::Limits::of(&self.w.shared.server(self.key.0, self.key.1).conf)
+    }
+
+    /// Back to the pool, one more request behind it (the pool applies its limits).
+    fn give_back(mut self, stream: crate::stream::ServerStream) {
+        let conn = crate::pool::IdleConn {
+            stream,
+            uses: self.uses + 1,
+            epoch: self.epoch,
+            since: Instant::now(),
+        };
+        self.w
+            .pool
+            .release(self.key, Some(conn), self.limits(), self.gauges());
+        self.returned = true;
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if self.returned {
+            return;
+        }
+        self.w
+            .pool
+            .release(self.key, None, self.limits(), self.gauges());
+    }
 }
 
 /// One step of a check sequence, with HAProxy's implicit steps made explicit.
@@ -1214,8 +1267,108 @@ fn to_step(r: &CheckRule) -> Step<'_> {
     }
 }
 
-/// Runs the proxy's check sequence against server `srv`.
-async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) -> Outcome {
+/// Runs the proxy's check sequence against server `srv`. With `check-reuse-pool`, a check
+/// that failed on a pooled connection before receiving anything (the server closed it as we
+/// sent: the idle-close race) runs again on a fresh connection, so the race never counts as
+/// a failed check; a pooled connection still reusable at the end goes back to the pool.
+async fn check_once(
+    w: &Rc<Worker>,
+    p: &Proxy,
+    idx: (usize, usize),
+    srv: &ServerState,
+    cfg: &CheckCfg,
+) -> Outcome {
+    let mut conn: Option<Conn> = None;
+    let mut out = run_steps(w, p, idx, srv, cfg, &mut conn, cfg.reuse_pool).await;
+    if !out.status.ok()
+        && conn.as_ref().is_some_and(|c| {
+            c.pooled.is_some() && c.buf.is_empty() && (c.eof || out.status == Status::SockErr)
+        })
+    {
+        drop(conn.take());
+        out = run_steps(w, p, idx, srv, cfg, &mut conn, false).await;
+    }
+    if let Some(c) = conn
+        && let Some(pooled) = c.pooled
+        && out.status.ok()
+        && c.reusable
+    {
+        pooled.give_back(c.s);
+    }
+    out
+}
+
+/// An idle pooled connection for the first connect of an HTTP check (`check-reuse-pool`),
+/// when that connect is plain and goes to the server's own address without a PROXY header
+/// (the pool holds only plain connections to the server's address); keyed by
+/// `check-pool-conn-name`, else `check-sni`.
+fn pooled_conn(
+    w: &Rc<Worker>,
+    p: &Proxy,
+    at: (usize, usize),
+    srv: &ServerState,
+    cfg: &CheckCfg,
+    rule: Option<&ConnectRule>,
+) -> Option<Conn> {
+    let plain_default = rule.is_none_or(|r| {
+        r.default
+            && r.port.is_none()
+            && r.addr.is_none()
+            && !r.send_proxy
+            && !r.ssl
+            && r.sni.is_none()
+            && r.alpn.is_none()
+    });
+    if p.options.check_type != CheckType::Http
+        || !plain_default
+        || cfg.port.is_some()
+        || cfg.addr.is_some()
+        || cfg.send_proxy
+        // The pool holds the server's traffic connections: TLS ones for an `ssl` server.
+        || srv.conf.ssl
+        || check_tls(srv, cfg, rule).is_some()
+    {
+        return None;
+    }
+    let name: Option<&[u8]> = match (&srv.conf.check_pool_conn_name, &cfg.sni) {
+        (Some(crate::config::NameExpr::Str(s)), _) => Some(s.as_bytes()),
+        // A check has no request: a header-based name is empty, as for a request without it.
+        (Some(crate::config::NameExpr::ReqHdr(_)), _) => Some(b""),
+        (None, Some(sni)) => Some(sni.as_bytes()),
+        (None, None) => None,
+    };
+    let name = crate::pool::name_hash(name, None);
+    let key = (at.0, at.1, name);
+    let epoch = srv.addr_gen.load(Relaxed);
+    let c = w
+        .pool
+        .take(key, 1, crate::pool::Limits::of(&srv.conf), &srv.pool, epoch)?;
+    Some(Conn {
+        s: c.stream,
+        buf: Vec::new(),
+        eof: false,
+        reusable: false,
+        used: false,
+        pooled: Some(Pooled {
+            w: w.clone(),
+            key,
+            uses: c.uses,
+            epoch: c.epoch,
+            returned: false,
+        }),
+    })
+}
+
+/// One run of the check sequence; the connection it ends with is left in `conn`.
+async fn run_steps(
+    w: &Rc<Worker>,
+    p: &Proxy,
+    srv_idx: (usize, usize),
+    srv: &ServerState,
+    cfg: &CheckCfg,
+    conn: &mut Option<Conn>,
+    allow_pool: bool,
+) -> Outcome {
     // HAProxy: connect within min(timeout connect, inter); `timeout check` (or inter without
     // it) then bounds the rest.
     let connect_to = p.timeouts.connect.map_or(cfg.inter, |c| c.min(cfg.inter));
@@ -1223,7 +1376,6 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
     let steps = plan(p);
     let tcp_rules = p.options.check_type == CheckType::Tcp;
     let http = p.options.check_type == CheckType::Http;
-    let mut conn: Option<Conn> = None;
     // How the current connection was opened: a new request after a closing response opens
     // the same kind again.
     let mut conn_tls: Option<CheckTls> = None;
@@ -1273,8 +1425,17 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 let tls = check_tls(srv, cfg, rule);
                 conn_tls = tls;
                 conn_proxy = proxy_hdr;
+                // `check-reuse-pool`: only the sequence's first connect may borrow.
+                if allow_pool
+                    && idx == 0
+                    && let Some(c) = pooled_conn(w, p, srv_idx, srv, cfg, rule)
+                {
+                    *conn = Some(c);
+                    deadline = tokio::time::Instant::now() + read_to;
+                    continue;
+                }
                 match connect(SocketAddr::new(ip, port), connect_to, proxy_hdr, tls).await {
-                    Ok(c) => conn = Some(c),
+                    Ok(c) => *conn = Some(c),
                     Err((st, e)) => return Outcome::new(st, 0, format!("{e}{}", at(&what))),
                 }
                 deadline = tokio::time::Instant::now() + read_to;
@@ -1290,12 +1451,20 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                         .iter()
                         .take_while(|(s, _)| !matches!(s, Step::Send(_) | Step::HttpDefault))
                         .any(|(s, _)| matches!(s, Step::Connect(_)));
+                // A pooled connection is asked to stay open (it goes back to the pool).
+                let end = if c.pooled.is_some() {
+                    ConnEnd::KeepAlive
+                } else if more {
+                    ConnEnd::Default
+                } else {
+                    ConnEnd::Close
+                };
                 let bytes = match step {
                     Step::Send(SendData::Bytes(b)) => b.clone(),
                     Step::Send(SendData::Http(h)) => {
-                        http_request(w, p, srv, p.options.httpchk.as_ref(), Some(h), !more)
+                        http_request(w, p, srv, p.options.httpchk.as_ref(), Some(h), end)
                     }
-                    _ => http_request(w, p, srv, p.options.httpchk.as_ref(), None, !more),
+                    _ => http_request(w, p, srv, p.options.httpchk.as_ref(), None, end),
                 };
                 if http && c.used && !c.reusable {
                     // The previous response ends the connection: a new one for this request.
@@ -1410,7 +1579,7 @@ fn check_tls<'a>(
     Some(CheckTls { tls, sni, alpn })
 }
 
-/// Opens a check connection (never a pooled one), with an optional PROXY v1 header, over TLS
+/// Opens a check connection of its own, with an optional PROXY v1 header, over TLS
 /// when `tls` is given.
 async fn connect(
     addr: SocketAddr,
@@ -1454,6 +1623,7 @@ async fn connect(
         eof: false,
         reusable: false,
         used: false,
+        pooled: None,
     })
 }
 
@@ -1551,6 +1721,8 @@ async fn expect_tcp(
 
 /// A parsed check response.
 struct Resp {
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    minor: u8,
     code: u16,
     reason: String,
     headers: Vec<(String, String)>,
@@ -1574,7 +1746,10 @@ async fn expect_http(
             Ok(Some(r)) => {
                 // Read the body: by length, chunked to its end, or to EOF.
                 if body_complete(&r, &c.buf) || c.eof || c.buf.len() >= MAX_READ {
-                    c.reusable = keep_alive(&r) && body_complete(&r, &c.buf) && !c.eof;
+                    c.reusable = keep_alive(&r)
+                        && body_complete(&r, &c.buf)
+                        && !c.eof
+                        && !trailing_bytes(&r, &c.buf);
                     break r;
                 }
             }
@@ -1679,6 +1854,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Resp>, ()> {
         Ok(httparse::Status::Partial) => Ok(None),
         Err(_) => Err(()),
         Ok(httparse::Status::Complete(n)) => Ok(Some(Resp {
+            minor: r.version.unwrap_or(0),
             code: r.code.ok_or(())?,
             reason: r.reason.unwrap_or("").to_string(),
             headers: r
@@ -1708,8 +1884,11 @@ fn chunked(r: &Resp) -> bool {
 }
 
 fn keep_alive(r: &Resp) -> bool {
-    let close = header(r, "connection").is_some_and(|v| v.to_ascii_lowercase().contains("close"));
-    !close && (chunked(r) || header(r, "content-length").is_some() || no_body(r))
+    let conn = header(r, "connection").map(str::to_ascii_lowercase);
+    let close = conn.as_deref().is_some_and(|v| v.contains("close"));
+    // HTTP/1.0 closes unless the server says otherwise.
+    let open = r.minor >= 1 || conn.as_deref().is_some_and(|v| v.contains("keep-alive"));
+    open && !close && (chunked(r) || header(r, "content-length").is_some() || no_body(r))
 }
 
 fn no_body(r: &Resp) -> bool {
@@ -1728,6 +1907,20 @@ fn body_complete(r: &Resp, buf: &[u8]) -> bool {
         Some(n) => body.len() >= n,
         None => false,
     }
+}
+
+/// Bytes after the end of a response framed by length (or without a body): a connection
+/// carrying them is not in a known state, so it is not reused.
+fn trailing_bytes(r: &Resp, buf: &[u8]) -> bool {
+    if no_body(r) {
+        return buf.len() > r.body_at;
+    }
+    if chunked(r) {
+        return false;
+    }
+    header(r, "content-length")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .is_some_and(|n| buf.len() > r.body_at + n)
 }
 
 fn decoded_body(r: &Resp, buf: &[u8]) -> Vec<u8> {
@@ -1766,6 +1959,18 @@ fn dechunk(mut b: &[u8]) -> (Vec<u8>, bool) {
     }
 }
 
+/// What an HTTP check request says about its connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ConnEnd {
+    /// Nothing (another request follows on it if the response allows).
+    Default,
+    /// `Connection: close`: the last request of the check.
+    Close,
+    /// Kept open (a pooled connection goes back to the pool): `Connection: keep-alive` for
+    /// HTTP/1.0, whose default is to close.
+    KeepAlive,
+}
+
 /// The request of an HTTP check: `option httpchk`'s line, overridden by `http-check send`.
 fn http_request(
     w: &Worker,
@@ -1773,7 +1978,7 @@ fn http_request(
     srv: &ServerState,
     base: Option<&HttpChk>,
     send: Option<&HttpSend>,
-    last: bool,
+    end: ConnEnd,
 ) -> Vec<u8> {
     let meth = send
         .and_then(|s| s.meth.as_deref())
@@ -1803,8 +2008,10 @@ fn http_request(
     if !body.is_empty() {
         r.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
-    if last {
-        r.push_str("Connection: close\r\n");
+    match end {
+        ConnEnd::Close => r.push_str("Connection: close\r\n"),
+        ConnEnd::KeepAlive if ver == "HTTP/1.0" => r.push_str("Connection: keep-alive\r\n"),
+        _ => {}
     }
     r.push_str("\r\n");
     r.push_str(body);
@@ -2090,6 +2297,7 @@ mod tests {
             ssl: None,
             sni: None,
             alpn: None,
+            reuse_pool: false,
         })
     }
 

@@ -1099,6 +1099,105 @@ fn checks_never_use_data_connections() {
     );
 }
 
+/// `check-reuse-pool`: checks run on an idle pooled connection that carried traffic (and give
+/// it back, so later checks and requests keep using it), asking to keep it open; without it
+/// (`checks_never_use_data_connections`) they never do.
+#[test]
+fn check_reuse_pool_runs_checks_on_pooled_data_connections() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms check-reuse-pool\n",
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/first").status, 200);
+    let data_conn = b
+        .requests()
+        .iter()
+        .find(|r| r.target == "/first")
+        .map(|r| r.conn_id)
+        .unwrap();
+    // The connection waits in the pool between requests: a check takes it.
+    wait_until("checks on the data connection", WAIT, || {
+        b.requests()
+            .iter()
+            .filter(|r| r.target == "/health" && r.conn_id == data_conn)
+            .count()
+            >= 3
+    });
+    // Given back each time: traffic still uses it.
+    assert_eq!(c.get("/again").status, 200);
+    let reqs = b.requests();
+    let again = reqs.iter().find(|r| r.target == "/again").unwrap();
+    assert_eq!(again.conn_id, data_conn, "traffic after checks: {reqs:?}");
+    let check = reqs
+        .iter()
+        .find(|r| r.target == "/health" && r.conn_id == data_conn)
+        .unwrap();
+    // HTTP/1.0 (httpchk's default version) on a pooled connection asks to keep it open.
+    assert_eq!(check.header("connection"), Some("keep-alive"), "{check:?}");
+    // Checks that found the pool empty (before the first request) used their own connection.
+    assert!(reqs.iter().all(|r| r.target != "/health"
+        || r.conn_id == data_conn
+        || r.header("connection") == Some("close")));
+}
+
+/// The idle-close race under `check-reuse-pool`: the server closes the pooled connection as
+/// the check sends on it. The check runs again on a fresh connection and passes: no failed
+/// check is counted.
+#[test]
+fn check_reuse_pool_retries_a_closed_pooled_connection() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    // The first data connection's id; a check arriving on it is answered with a close.
+    let data = std::sync::Arc::new(AtomicUsize::new(usize::MAX));
+    let d2 = data.clone();
+    let b = HttpBackend::with_handler("s1", move |r| {
+        if r.target == "/first" {
+            d2.store(r.conn_id, SeqCst);
+        }
+        if r.target == "/health" && r.conn_id == d2.load(SeqCst) {
+            return Reply::Close;
+        }
+        Reply::named("s1")
+    });
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms check-reuse-pool\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/first").status, 200);
+    let first = data.load(SeqCst);
+    wait_until("a check met the closing pooled connection", WAIT, || {
+        b.requests()
+            .iter()
+            .any(|r| r.target == "/health" && r.conn_id == first)
+    });
+    // ... and ran again on a fresh connection right away.
+    wait_until("the check ran again", WAIT, || {
+        let reqs = b.requests();
+        let at = reqs
+            .iter()
+            .position(|r| r.target == "/health" && r.conn_id == first)
+            .unwrap();
+        reqs[at + 1..]
+            .iter()
+            .any(|r| r.target == "/health" && r.conn_id != first)
+    });
+    wait_until("the check passed", WAIT, || {
+        stat_col(&sock, "s1", "check_status") == "L7OK"
+    });
+    assert_eq!(stat_col(&sock, "s1", "chkfail"), "0");
+    assert_eq!(stat_col(&sock, "s1", "status"), "UP");
+}
+
 #[test]
 fn downinter_and_fastinter_pace_the_checks() {
     // The checked service fails (closes at once) until `ok` is set, then answers "OK".

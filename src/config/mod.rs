@@ -351,6 +351,9 @@ pub struct CheckCfg {
     pub sni: Option<String>,
     /// `check-alpn LIST`: the ALPN protocols TLS checks offer (default: the server's `alpn`).
     pub alpn: Option<Vec<Vec<u8>>>,
+    /// `check-reuse-pool` (`no-check-reuse-pool`, the default): a plain HTTP check may run
+    /// on an idle pooled connection of the server instead of opening its own.
+    pub reuse_pool: bool,
 }
 
 /// A `frontend`, `backend` or `listen` section, with its `defaults` applied.

@@ -536,6 +536,7 @@ pub(super) struct ServerCheckOpts {
     pub ssl: Option<bool>,
     pub sni: Option<String>,
     pub alpn: Option<Vec<Vec<u8>>>,
+    pub reuse_pool: bool,
     pub agent: bool,
     pub agent_port: Option<u16>,
     pub agent_addr: Option<std::net::IpAddr>,
@@ -559,6 +560,7 @@ impl Default for ServerCheckOpts {
             ssl: None,
             sni: None,
             alpn: None,
+            reuse_pool: false,
             agent: false,
             agent_port: None,
             agent_addr: None,
@@ -586,6 +588,7 @@ impl ServerCheckOpts {
             ssl: self.ssl,
             sni: self.sni.clone(),
             alpn: self.alpn.clone(),
+            reuse_pool: self.reuse_pool,
         })
     }
 
@@ -731,7 +734,11 @@ pub(super) fn server_opt(
                         .map_err(|e| format!("'{opt}': {e}"))?,
                 );
             }
-            "check-proto" | "check-via-socks4" | "check-reuse-pool" | "no-check-reuse-pool" => {
+            "check-reuse-pool" | "no-check-reuse-pool" => {
+                o.reuse_pool = opt == "check-reuse-pool";
+                return Ok(0);
+            }
+            "check-proto" | "check-via-socks4" => {
                 return Err(format!("server option '{opt}' is not supported by sluice"));
             }
             "agent-check" => o.agent = true,

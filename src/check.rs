@@ -199,19 +199,33 @@ pub struct CheckState {
     /// Failed checks (`chkfail`) and UP -> DOWN transitions (`chkdown`).
     pub failed: AtomicU64,
     pub downs: AtomicU64,
-    /// `disable health` stops the checks (the server then counts as UP) until `enable health`.
+    /// `disable health` stops the checks (their health is set to UP) until `enable health`.
     pub enabled: AtomicBool,
+    /// Where checks go: `addr` and `port`, as changed at run time by `set server ...
+    /// check-addr|check-port`; `target_gen` counts the changes so that the check task copies
+    /// them only when they change.
+    target: Mutex<(Option<std::net::IpAddr>, Option<u16>)>,
+    target_gen: AtomicU32,
     /// How long every check took (the exporter's `haproxy_server_check_time_seconds`).
     pub durations: crate::histogram::Histogram,
     /// The last result's info text (`check_desc`). Written once per check, never by traffic.
     desc: Mutex<String>,
 }
 
-/// The agent's view of a server (`agent-check`), shared with the stats plane.
+/// The agent's view of a server (`agent-check`), shared with the stats plane. Its health is
+/// separate from the checks' (a server is UP only when both allow it); as in HAProxy, its rise
+/// and fall are 1, so one flag holds it.
 #[derive(Debug)]
 pub struct AgentState {
-    /// The agent's last health word: `up` (true) or `down|stopped|fail` (false).
+    /// The agent's last health word: `up` (true) or `down|stopped|fail` (false), or as forced
+    /// by `set server ... agent up|down`.
     pub up: AtomicBool,
+    /// `disable agent` stops the agent checks (the agent then no longer holds the server
+    /// down) until `enable agent`.
+    pub enabled: AtomicBool,
+    /// Where the agent is and what it is sent, as changed at run time (`set server ...
+    /// agent-addr|agent-port|agent-send`).
+    target: Mutex<AgentTarget>,
     status: AtomicU8,
     pub last_duration_ms: AtomicU64,
     desc: Mutex<String>,
@@ -319,6 +333,8 @@ enum Why<'a> {
     },
     /// `track`: the state of `be/srv`.
     Via(&'a str),
+    /// A command on the CLI or the stats page.
+    Cli,
 }
 
 /// Reads at most this much of a check response (HAProxy reads one buffer).
@@ -341,9 +357,29 @@ impl CheckState {
             failed: AtomicU64::new(0),
             downs: AtomicU64::new(0),
             enabled: AtomicBool::new(true),
+            target: Mutex::new((c.addr, c.port)),
+            target_gen: AtomicU32::new(0),
             durations: crate::histogram::Histogram::default(),
             desc: Mutex::new(String::new()),
         }
+    }
+
+    /// The check's address and port now (`None`: the server's).
+    pub fn target(&self) -> (Option<std::net::IpAddr>, Option<u16>) {
+        self.target.lock().map(|t| *t).unwrap_or_default()
+    }
+
+    /// `set server ... check-addr|check-port`: the next checks go there.
+    pub fn set_target(&self, addr: Option<Option<std::net::IpAddr>>, port: Option<u16>) {
+        if let Ok(mut t) = self.target.lock() {
+            if let Some(a) = addr {
+                t.0 = a;
+            }
+            if port.is_some() {
+                t.1 = port;
+            }
+        }
+        self.target_gen.fetch_add(1, Relaxed);
     }
 
     pub fn status(&self) -> Status {
@@ -378,10 +414,24 @@ impl CheckState {
     }
 }
 
+/// The run-time part of an agent's settings.
+#[derive(Debug, Clone)]
+pub struct AgentTarget {
+    pub addr: Option<std::net::IpAddr>,
+    pub port: u16,
+    pub send: Option<String>,
+}
+
 impl AgentState {
-    fn new() -> AgentState {
+    fn new(c: &crate::config::AgentCfg) -> AgentState {
         AgentState {
             up: AtomicBool::new(true),
+            enabled: AtomicBool::new(true),
+            target: Mutex::new(AgentTarget {
+                addr: c.addr,
+                port: c.port,
+                send: c.send.clone(),
+            }),
             status: AtomicU8::new(Status::Ini as u8),
             last_duration_ms: AtomicU64::new(0),
             desc: Mutex::new(String::new()),
@@ -395,12 +445,24 @@ impl AgentState {
     pub fn desc(&self) -> String {
         self.desc.lock().map(|d| d.clone()).unwrap_or_default()
     }
+
+    /// The agent's address, port and send string now.
+    pub fn target(&self) -> Option<AgentTarget> {
+        self.target.lock().ok().map(|t| t.clone())
+    }
+
+    /// Changes the agent's address, port or send string for its next checks.
+    pub fn set_target(&self, f: impl FnOnce(&mut AgentTarget)) {
+        if let Ok(mut t) = self.target.lock() {
+            f(&mut t);
+        }
+    }
 }
 
 impl Health {
     pub fn new(s: &crate::config::Server) -> Health {
         Health {
-            agent: s.health.agent.as_ref().map(|_| AgentState::new()),
+            agent: s.health.agent.as_ref().map(AgentState::new),
             ..Health::default()
         }
     }
@@ -477,9 +539,6 @@ pub fn observe_txn(srv: &ServerState, from_server: bool, status: i32, term: [u8;
 /// that thousands of servers do not all connect at once.
 pub fn spawn_checks(w: &Rc<Worker>, thread: usize, nbthread: usize) {
     let shared = w.shared.clone();
-    if let Ok(mut c) = CURRENT.lock() {
-        *c = Some(std::sync::Arc::downgrade(&shared));
-    }
     let g = &shared.cfg.global.checks;
     // HAProxy spreads first checks over the smallest interval of all (at most
     // `max-spread-checks`), in declaration order.
@@ -541,7 +600,7 @@ async fn run(
     w: Rc<Worker>,
     pi: usize,
     si: usize,
-    cfg: CheckCfg,
+    mut cfg: CheckCfg,
     first: Duration,
     mut migrated: bool,
 ) {
@@ -549,6 +608,8 @@ async fn run(
     let p = &shared.cfg.proxies[pi];
     let srv = shared.server(pi, si);
     let Some(st) = srv.check.as_ref() else { return };
+    // The generation of the check address and port copied into `cfg` (`u32::MAX`: none yet).
+    let mut target_gen = u32::MAX;
     let h = &srv.health;
     let spread = shared.cfg.global.checks.spread;
     let mut due = tokio::time::Instant::now() + first;
@@ -590,6 +651,13 @@ async fn run(
             }
         }
         migrated = false;
+        // `set server ... check-addr|check-port` since the last check: one relaxed load when
+        // nothing changed.
+        let g = st.target_gen.load(Relaxed);
+        if g != target_gen {
+            target_gen = g;
+            (cfg.addr, cfg.port) = st.target();
+        }
         let start = Instant::now();
         let out = {
             // `tune.max-checks-per-thread`: wait for a slot in this thread's FIFO.
@@ -799,13 +867,16 @@ pub fn apply(st: &CheckState, ok: bool) -> Option<bool> {
 }
 
 /// Whether every source of health agrees the server is up: its checks, its agent, and the
-/// server it tracks.
+/// server it tracks. Each keeps its own state: `disable health` sets the checks' health to UP
+/// (a health forced afterwards by `set server ... health` still counts, as no check runs to
+/// change it), and a disabled agent is not asked.
 fn healthy(w: &Worker, srv: &ServerState) -> bool {
-    let check_ok = srv
-        .check
+    let check_ok = srv.check.as_ref().is_none_or(|c| c.up());
+    let agent_ok = srv
+        .health
+        .agent
         .as_ref()
-        .is_none_or(|c| !c.enabled.load(Relaxed) || c.up());
-    let agent_ok = srv.health.agent.as_ref().is_none_or(|a| a.up.load(Relaxed));
+        .is_none_or(|a| !a.enabled.load(Relaxed) || a.up.load(Relaxed));
     let track_ok = srv
         .conf
         .health
@@ -848,6 +919,13 @@ fn update_state(w: &Worker, pi: usize, si: usize, why: &Why) -> bool {
         ),
         Why::Via(t) => format!(
             "Server {}/{} is {} via {t}. {}",
+            p.name,
+            srv.name,
+            if up { "UP" } else { "DOWN" },
+            counts(w, pi, up),
+        ),
+        Why::Cli => format!(
+            "Server {}/{} is {}, changed from CLI. {}",
             p.name,
             srv.name,
             if up { "UP" } else { "DOWN" },
@@ -978,63 +1056,89 @@ fn kill_sessions(w: &Worker, pi: usize, servers: &[usize]) {
     }
 }
 
-/// `set server B/S health up|down` and `enable|disable health`: forces the health counter
-/// and the server's state at once. Returns whether the server's state changed.
-pub fn force(srv: &ServerState, be: &crate::backend::BackendState, up: bool) -> bool {
-    let Some(st) = srv.check.as_ref() else {
-        return false;
-    };
-    st.health
-        .store(if up { st.rise + st.fall - 1 } else { 0 }, Relaxed);
-    let changed = srv.up.swap(up, Relaxed) != up;
-    if changed {
-        if !up {
-            st.downs.fetch_add(1, Relaxed);
-        }
-        srv.last_change.store(unix_now(), Relaxed);
-        be.changed();
-        // The CLI has no worker at hand: servers tracking this one follow it here.
-        let shared = CURRENT
-            .lock()
-            .ok()
-            .and_then(|c| c.as_ref().and_then(|w| w.upgrade()));
-        if let Some(shared) = shared {
-            follow_trackers(&shared, be.proxy_idx, srv);
-        }
-    }
-    changed
+/// What the CLI (or the stats page) changes in a server's health sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Force {
+    /// `set server ... health up|stopping|down`.
+    HealthUp,
+    HealthStopping,
+    HealthDown,
+    /// `enable|disable health`.
+    HealthEnabled(bool),
+    /// `set server ... agent up|down`.
+    AgentUp,
+    AgentDown,
+    /// `enable|disable agent`.
+    AgentEnabled(bool),
 }
 
-/// The run-time state the workers use, for `force` (called by the CLI, which passes only the
-/// backend). Set when checks start; read on CLI commands only.
-static CURRENT: Mutex<Option<std::sync::Weak<crate::backend::Shared>>> = Mutex::new(None);
-
-/// Servers tracking `srv` (of proxy `pi`) take its state, recursively; no log lines (the
-/// command that forced the state is the reason).
-fn follow_trackers(shared: &crate::backend::Shared, pi: usize, srv: &ServerState) {
-    let be = shared.backend(pi);
-    let Some((si, _)) = be
-        .servers
-        .iter()
-        .enumerate()
-        .find(|(_, s)| std::ptr::eq(*s, srv))
-    else {
-        return;
+/// Applies `f` to server `si` of proxy `pi` (HAProxy's rules and error texts), then has a
+/// worker thread recompute the server's state from all its sources, apply it (tables,
+/// trackers, `on-marked-*`, slowstart) and log a change as "changed from CLI". The receiver
+/// says when that is done.
+pub fn cli_force(
+    shared: &crate::backend::Shared,
+    pi: usize,
+    si: usize,
+    f: Force,
+) -> Result<Option<tokio::sync::oneshot::Receiver<()>>, &'static str> {
+    let srv = shared.server(pi, si);
+    let health = || {
+        srv.check
+            .as_ref()
+            .ok_or("Health checks are not enabled on this server.\n")
     };
-    let up = srv.up.load(Relaxed);
-    for (tpi, tp) in shared.cfg.proxies.iter().enumerate() {
-        for (tsi, ts) in tp.servers.iter().enumerate() {
-            if ts.health.track_idx != Some((pi, si)) {
-                continue;
-            }
-            let t = shared.server(tpi, tsi);
-            if t.up.swap(up, Relaxed) != up {
-                t.last_change.store(unix_now(), Relaxed);
-                shared.backend(tpi).changed();
-                follow_trackers(shared, tpi, t);
+    let agent = || {
+        srv.health
+            .agent
+            .as_ref()
+            .filter(|a| a.enabled.load(Relaxed))
+            .ok_or("agent checks are not enabled on this server.\n")
+    };
+    match f {
+        Force::HealthUp | Force::HealthStopping | Force::HealthDown => {
+            let st = health()?;
+            let up = f != Force::HealthDown;
+            st.health
+                .store(if up { st.rise + st.fall - 1 } else { 0 }, Relaxed);
+            // NOLB: up, but no new load-balanced traffic until a check passes again.
+            srv.health.nolb.store(f == Force::HealthStopping, Relaxed);
+        }
+        Force::HealthEnabled(on) => {
+            let st = srv
+                .check
+                .as_ref()
+                .ok_or("Health checks are not enabled on this server.\n")?;
+            st.enabled.store(on, Relaxed);
+            if !on {
+                // Unchecked: UP, unless another source holds the server down.
+                st.health.store(st.rise + st.fall - 1, Relaxed);
             }
         }
+        Force::AgentUp | Force::AgentDown => {
+            agent()?.up.store(f == Force::AgentUp, Relaxed);
+        }
+        Force::AgentEnabled(on) => {
+            let ag = srv.health.agent.as_ref().ok_or(if on {
+                "Agent was not configured on this server, cannot enable.\n"
+            } else {
+                "Agent was not configured on this server, cannot disable.\n"
+            })?;
+            ag.enabled.store(on, Relaxed);
+        }
     }
+    let Some(workers) = shared.workers.get().filter(|w| !w.is_empty()) else {
+        return Ok(None);
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: crate::worker::CtlJob = Box::new(move |w| {
+        if !update_state(w, pi, si, &Why::Cli) {
+            // Same state, but NOLB may have changed.
+            w.shared.backend(pi).changed();
+        }
+        let _ = tx.send(());
+    });
+    Ok(workers[si % workers.len()].send(job).is_ok().then_some(rx))
 }
 
 /// `on-error`: applies the configured reaction to `error-limit` consecutive traffic errors.
@@ -2098,14 +2202,21 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         if w.stopping.get() || srv.deleted.load(Relaxed) {
             return;
         }
+        if !ag.enabled.load(Relaxed) {
+            // `disable agent`: no new agent check until `enable agent`.
+            tokio::time::sleep(cfg.inter).await;
+            continue;
+        }
         let start = Instant::now();
         let connect_to = p.timeouts.connect.map_or(cfg.inter, |c| c.min(cfg.inter));
         let read_to = p.timeouts.check.unwrap_or(cfg.inter);
-        let addr = SocketAddr::new(cfg.addr.unwrap_or(srv.addr.load().ip()), cfg.port);
+        // Read at each run: `set server ... agent-addr|agent-port|agent-send` apply to the next.
+        let Some(target) = ag.target() else { return };
+        let addr = SocketAddr::new(target.addr.unwrap_or(srv.addr.load().ip()), target.port);
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = Box::pin(async {
             let mut c = connect(addr, connect_to, false, None).await?;
-            if let Some(s) = &cfg.send {
+            if let Some(s) = &target.send {
                 c.s.write_all(s.as_bytes())
                     .await
                     .map_err(|e| (Status::SockErr, e.to_string()))?;
@@ -2200,7 +2311,15 @@ fn apply_agent(w: &Worker, p: &Proxy, pi: usize, si: usize, line: &str, ms: u64)
     let Some(ag) = srv.health.agent.as_ref() else {
         return;
     };
-    let r = parse_agent(line);
+    let mut r = parse_agent(line);
+    if !ag.enabled.load(Relaxed) {
+        // Disabled while this check ran: what would change the weight is ignored (HAProxy),
+        // so that `set weight` is not overridden.
+        r.weight = None;
+        if r.admin.as_deref() == Some("drain") {
+            r.admin = None;
+        }
+    }
     // Admin state first, then weight and maxconn, then health (HAProxy's order).
     if let Some(a) = &r.admin {
         let st = match a.as_str() {

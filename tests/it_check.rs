@@ -738,6 +738,165 @@ fn agent_replies_change_weight_state_and_maxconn() {
     wait_until("agent maint", WAIT, || col("a", "status") == "MAINT");
 }
 
+/// The `show servers state be` fields of server `srv`.
+fn server_state_fields(sock: &std::path::Path, srv: &str) -> Vec<String> {
+    stats_cli(sock, "show servers state be")
+        .lines()
+        .map(|l| l.split(' ').map(str::to_string).collect::<Vec<_>>())
+        .find(|f| f.len() > 24 && f[3] == srv)
+        .unwrap_or_else(|| panic!("no state line for {srv}"))
+}
+
+/// The agent and the health checks are separate sources over the CLI: a server is UP only
+/// when both allow it. `set server ... health|agent`, `enable|disable health|agent`, and
+/// the run-time `check-addr`, `check-port`, `agent-addr`, `agent-port`, `agent-send`.
+#[test]
+fn cli_agent_and_health_are_separate_sources() {
+    let a = HttpBackend::start("a");
+    let b = HttpBackend::start("b");
+    let agent = Agent::start("down #first\n");
+    let agent2 = Agent::start("down #second agent\n");
+    let dead = closed_port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms rise 1 fall 1 agent-check agent-port {} agent-inter 100ms\n    server b {} check inter 100ms\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        agent.tcp.addr.port(),
+        b.hostport(),
+    );
+    let s = Sluice::start(&cfg);
+    let col = |srv: &str, c: &str| stat_col(&sock, srv, c);
+    let cli = |cmd: &str| stats_cli(&sock, cmd);
+    // The agent holds the server down while its checks pass.
+    wait_until("down via the agent", WAIT, || {
+        col("a", "agent_status") == "L7STS" && col("a", "check_status") == "L4OK"
+    });
+    assert_eq!(col("a", "status"), "DOWN");
+    // Forcing the checks' health up does not override the agent.
+    assert_eq!(cli("set server be/a health up"), "\n");
+    assert_eq!(col("a", "status"), "DOWN");
+    assert_eq!(col("a", "check_health"), "1");
+    // Without the agent, the checks alone decide: UP at once.
+    assert_eq!(cli("disable agent be/a"), "\n");
+    assert_eq!(col("a", "status"), "UP");
+    s.wait_log_line(|l| l.contains("Server be/a is UP, changed from CLI."), WAIT);
+    assert_eq!(
+        server_state_fields(&sock, "a")[14],
+        "18",
+        "agent configured, disabled"
+    );
+    assert_eq!(
+        cli("set server be/a agent down"),
+        "agent checks are not enabled on this server.\n\n"
+    );
+    // Health forced while its checks are disabled: the forced state holds.
+    assert_eq!(cli("disable health be/a"), "\n");
+    assert_eq!(cli("set server be/a health down"), "\n");
+    assert_eq!(col("a", "status"), "DOWN");
+    assert_eq!(cli("set server be/a health stopping"), "\n");
+    assert_eq!(col("a", "status"), "NOLB");
+    assert_eq!(cli("set server be/a health up"), "\n");
+    assert_eq!(col("a", "status"), "UP");
+    assert_eq!(cli("enable health be/a"), "\n");
+    // The agent again: its next reply takes the server down; `agent up` is overridden by it
+    // only at its next check, so it is told `up` first.
+    assert_eq!(cli("enable agent be/a"), "\n");
+    assert_eq!(server_state_fields(&sock, "a")[14], "22", "agent enabled");
+    wait_until("down via the agent again", WAIT, || {
+        col("a", "status") == "DOWN"
+    });
+    agent.say("up\n");
+    wait_until("up via the agent", WAIT, || col("a", "status") == "UP");
+    assert_eq!(cli("set server be/a agent down"), "\n");
+    s.wait_log_line(
+        |l| l.contains("Server be/a is DOWN, changed from CLI."),
+        WAIT,
+    );
+    // The agent's address, port and send string change for its next checks.
+    assert_eq!(
+        cli(&format!(
+            "set server be/a agent-port {}",
+            agent2.tcp.addr.port()
+        )),
+        "agent port updated.\n\n"
+    );
+    assert_eq!(cli("set server be/a agent-send hi"), "\n");
+    wait_until("the second agent answers", WAIT, || {
+        col("a", "agent_desc").contains("second agent")
+    });
+    wait_until("sent the new string", WAIT, || {
+        *agent2.got.lock().unwrap() == b"hi"
+    });
+    assert_eq!(col("a", "status"), "DOWN");
+    assert_eq!(
+        cli(&format!(
+            "set server be/a agent-addr 127.0.0.1 port {}",
+            agent.tcp.addr.port()
+        )),
+        "agent addr updated.\n\n"
+    );
+    wait_until("the first agent again", WAIT, || col("a", "status") == "UP");
+    let st = server_state_fields(&sock, "a");
+    assert_eq!(st[23], "127.0.0.1");
+    assert_eq!(st[24], agent.tcp.addr.port().to_string());
+    // The check's port and address.
+    assert_eq!(
+        cli(&format!("set server be/a check-port {dead}")),
+        "health check port updated.\n\n"
+    );
+    wait_until("checks go to the dead port", WAIT, || {
+        col("a", "check_status") == "L4CON" && col("a", "status") == "DOWN"
+    });
+    assert_eq!(server_state_fields(&sock, "a")[21], dead.to_string());
+    assert_eq!(
+        cli(&format!(
+            "set server be/a check-addr 127.0.0.1 port {}",
+            a.port()
+        )),
+        "health check addr updated.\n\n"
+    );
+    wait_until("checks pass again", WAIT, || col("a", "status") == "UP");
+    assert_eq!(server_state_fields(&sock, "a")[22], "127.0.0.1");
+    // Errors.
+    for (cmd, want) in [
+        (
+            "set server be/b agent up",
+            "agent checks are not enabled on this server.\n",
+        ),
+        (
+            "enable agent be/b",
+            "Agent was not configured on this server, cannot enable.\n",
+        ),
+        (
+            "disable agent be/b",
+            "Agent was not configured on this server, cannot disable.\n",
+        ),
+        (
+            "set server be/a agent sideways",
+            "'set server <srv> agent' expects 'up' or 'down'.\n",
+        ),
+        (
+            "set server be/a check-port x",
+            "'set server <srv> check-port' expects an integer as argument.\n",
+        ),
+        (
+            "set server be/b agent-addr 127.0.0.1",
+            "agent checks are not enabled on this server.\n",
+        ),
+        (
+            "set server be/a agent-addr nowhere",
+            "incorrect addr address given for agent.\n",
+        ),
+        ("disable agent be/zz", "No such server.\n"),
+    ] {
+        assert_eq!(cli(cmd), format!("{want}\n"), "{cmd}");
+    }
+}
+
 /// Config for observe tests: server `s1` whose traffic goes to `srv` but whose checks go to
 /// port `chk` on 127.0.0.1.
 fn observe_cfg(port: u16, srv: &str, chk: u16, opts: &str, extra: &str) -> String {

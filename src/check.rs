@@ -644,6 +644,7 @@ async fn run(
                 load(to).fetch_add(1, Relaxed);
                 if tx.send(job).is_ok() {
                     load(w.id).fetch_sub(1, Relaxed);
+                    MIGRATED[w.id % MIGRATED.len()].fetch_add(1, Relaxed);
                     return;
                 }
                 // That worker is gone (stopping): keep running here.
@@ -687,8 +688,24 @@ fn jitter(d: Duration, pct: u32) -> Duration {
 /// Check load per worker thread: check tasks it owns (what migration compares).
 static LOADS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
 
+/// Check tasks each worker thread handed to another one (migrations out of it).
+static MIGRATED: [AtomicU64; 256] = [const { AtomicU64::new(0) }; 256];
+
 fn load(thread: usize) -> &'static AtomicU32 {
     &LOADS[thread % LOADS.len()]
+}
+
+/// Per worker thread: the check tasks it owns and how many it migrated away (`show
+/// activity`).
+pub fn thread_loads(nbthread: usize) -> Vec<(u32, u64)> {
+    (0..nbthread)
+        .map(|t| {
+            (
+                load(t).load(Relaxed),
+                MIGRATED[t % MIGRATED.len()].load(Relaxed),
+            )
+        })
+        .collect()
 }
 
 /// DESIGN §5: a waking check moves to one random other thread whose check load is under half

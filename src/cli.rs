@@ -1170,8 +1170,7 @@ async fn show_activity(shared: &Arc<Shared>) -> String {
         up.as_secs(),
         up.subsec_micros()
     );
-    let line = |out: &mut String, name: &str, f: &dyn Fn(&(u64, u64, u64)) -> u64| {
-        let vals: Vec<u64> = per.iter().map(f).collect();
+    let line = |out: &mut String, name: &str, vals: Vec<u64>| {
         let total: u64 = vals.iter().sum();
         out.push_str(&format!("{name}: {total} ["));
         for v in vals {
@@ -1179,9 +1178,26 @@ async fn show_activity(shared: &Arc<Shared>) -> String {
         }
         out.push_str(" ]\n");
     };
-    line(&mut out, "accepted", &|t| t.0);
-    line(&mut out, "conns_cur", &|t| t.1);
-    line(&mut out, "idle_srv_conns", &|t| t.2);
+    line(&mut out, "accepted", per.iter().map(|t| t.0).collect());
+    line(&mut out, "conns_cur", per.iter().map(|t| t.1).collect());
+    line(
+        &mut out,
+        "idle_srv_conns",
+        per.iter().map(|t| t.2).collect(),
+    );
+    // sluice's own: each thread's health-check tasks, and those it migrated to another
+    // thread (DESIGN §5).
+    let checks = crate::check::thread_loads(per.len());
+    line(
+        &mut out,
+        "checks_cur",
+        checks.iter().map(|c| c.0 as u64).collect(),
+    );
+    line(
+        &mut out,
+        "checks_migrated",
+        checks.iter().map(|c| c.1).collect(),
+    );
     out
 }
 

@@ -1415,3 +1415,87 @@ fn downinter_and_fastinter_pace_the_checks() {
         .count();
     assert_eq!(after, 0, "no check within inter once UP");
 }
+
+/// `checks_cur` and `checks_migrated` of `show activity`: per thread.
+fn check_activity(sock: &std::path::Path) -> (Vec<u64>, Vec<u64>) {
+    let out = stats_cli(sock, "show activity");
+    let per = |name: &str| -> Vec<u64> {
+        let l = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in {out}"));
+        let inner = &l[l.find('[').unwrap() + 1..l.find(']').unwrap()];
+        inner
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    (per("checks_cur"), per("checks_migrated"))
+}
+
+/// Starts sluice with `nbthread 2` and the given servers in backend `be`; returns it with its
+/// stats socket.
+fn two_threads(servers: &str) -> (Sluice, TempDir, std::path::PathBuf) {
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let cfg = format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{}backend be\n{servers}",
+        sock.display(),
+        CHECK_DEFAULTS
+            .trim_start_matches("global\n")
+            .replace("    nbthread 1\n", "")
+    );
+    (Sluice::start(&cfg), dir, sock)
+}
+
+/// Waits until every checked server `c0..c{n-1}` has failed at least `k` checks (each check is
+/// a wake-up of its task).
+fn wait_checks(sock: &std::path::Path, n: usize, k: u64) {
+    wait_until("every check ran a few times", WAIT, || {
+        (0..n).all(|i| {
+            stat_col(sock, &format!("c{i}"), "chkfail")
+                .parse::<u64>()
+                .unwrap_or(0)
+                >= k
+        })
+    });
+}
+
+/// DESIGN §5: a waking check migrates to the other thread while that thread's check load is
+/// under half of its own (even counting the check), once per wake-up and never back. Start-up
+/// deals checked servers round-robin over threads, so servers with only an agent (which do
+/// not count as check load) in between put all ten checks on the first thread: three move, 10/0 ->
+/// 7/3, and stay there.
+#[test]
+fn checks_migrate_from_a_loaded_thread_and_stay() {
+    let dead = closed_port();
+    let mut servers = String::new();
+    for i in 0..10 {
+        servers.push_str(&format!(
+            "    server c{i} 127.0.0.1:{dead} check inter 100ms\n    server a{i} 127.0.0.1:{dead} agent-check agent-port {dead} agent-inter 1s\n"
+        ));
+    }
+    let (_s, _dir, sock) = two_threads(&servers);
+    wait_until("three checks migrated", WAIT, || {
+        check_activity(&sock).1.iter().sum::<u64>() == 3
+    });
+    // Later wake-ups move nothing more, and the migrated checks run on their new thread.
+    wait_checks(&sock, 10, 5);
+    let (cur, migrated) = check_activity(&sock);
+    assert_eq!(cur, vec![7, 3], "check tasks per thread");
+    assert_eq!(migrated, vec![3, 0], "migrations out of each thread");
+}
+
+/// Balanced threads (five checks each): no check ever migrates.
+#[test]
+fn checks_do_not_migrate_between_balanced_threads() {
+    let dead = closed_port();
+    let servers: String = (0..10)
+        .map(|i| format!("    server c{i} 127.0.0.1:{dead} check inter 100ms\n"))
+        .collect();
+    let (_s, _dir, sock) = two_threads(&servers);
+    wait_checks(&sock, 10, 5);
+    let (cur, migrated) = check_activity(&sock);
+    assert_eq!(cur, vec![5, 5]);
+    assert_eq!(migrated, vec![0, 0]);
+}

@@ -2482,6 +2482,33 @@ mod tests {
     }
 
     #[test]
+    fn reusable_responses() {
+        let r = |raw: &[u8]| parse_head(raw).unwrap().unwrap();
+        // HTTP/1.0 closes unless it says keep-alive; `close` always closes.
+        assert!(!keep_alive(&r(
+            b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n"
+        )));
+        assert!(keep_alive(&r(
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"
+        )));
+        assert!(keep_alive(&r(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+        )));
+        assert!(!keep_alive(&r(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n"
+        )));
+        // Unframed: the body ends at the close.
+        assert!(!keep_alive(&r(b"HTTP/1.1 200 OK\r\n\r\n")));
+        // Bytes after the announced end leave the connection in an unknown state.
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1";
+        assert!(trailing_bytes(&r(raw), raw));
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        assert!(!trailing_bytes(&r(raw), raw));
+        let raw = b"HTTP/1.1 204 No Content\r\n\r\nx";
+        assert!(trailing_bytes(&r(raw), raw));
+    }
+
+    #[test]
     fn agent_words() {
         let r = parse_agent("75%, drain maxconn:30 #going away");
         assert_eq!(r.weight.as_deref(), Some("75%"));

@@ -1420,9 +1420,12 @@ async fn check_once(
 }
 
 /// An idle pooled connection for the first connect of an HTTP check (`check-reuse-pool`),
-/// when that connect is plain and goes to the server's own address without a PROXY header
-/// (the pool holds only plain connections to the server's address); keyed by
-/// `check-pool-conn-name`, else `check-sni`.
+/// when that connect goes to the server's own address without a PROXY header and would open
+/// the same kind of connection as the server's traffic (which is what the pool holds): plain
+/// for a plain server; for an `ssl` server, TLS with the server's own ALPN and, when its SNI
+/// is fixed, that SNI. Keyed as traffic keys it: by `check-pool-conn-name` (for traffic,
+/// `pool-conn-name`) and, for a server whose SNI comes from the request (`sni
+/// req.hdr(host)`), by the check's SNI (`check-sni`).
 fn pooled_conn(
     w: &Rc<Worker>,
     p: &Proxy,
@@ -1431,7 +1434,7 @@ fn pooled_conn(
     cfg: &CheckCfg,
     rule: Option<&ConnectRule>,
 ) -> Option<Conn> {
-    let plain_default = rule.is_none_or(|r| {
+    let own_default = rule.is_none_or(|r| {
         r.default
             && r.port.is_none()
             && r.addr.is_none()
@@ -1441,24 +1444,37 @@ fn pooled_conn(
             && r.alpn.is_none()
     });
     if p.options.check_type != CheckType::Http
-        || !plain_default
+        || !own_default
         || cfg.port.is_some()
         || cfg.addr.is_some()
         || cfg.send_proxy
-        // The pool holds the server's traffic connections: TLS ones for an `ssl` server.
-        || srv.conf.ssl
-        || check_tls(srv, cfg, rule).is_some()
     {
         return None;
     }
-    let name: Option<&[u8]> = match (&srv.conf.check_pool_conn_name, &cfg.sni) {
-        (Some(crate::config::NameExpr::Str(s)), _) => Some(s.as_bytes()),
+    let tls = check_tls(srv, cfg, rule);
+    if tls.is_some() != srv.conf.ssl {
+        return None;
+    }
+    let mut sni = None;
+    if let Some(t) = tls {
+        if t.alpn.is_some() {
+            // `check-alpn`: not what traffic connections negotiated.
+            return None;
+        }
+        match &t.tls.sni {
+            Some(crate::tls::SniExpr::ReqHost) => sni = Some(t.sni),
+            Some(crate::tls::SniExpr::Str(s)) if t.sni.is_some_and(|c| c != s) => return None,
+            None if t.sni.is_some() => return None,
+            _ => {}
+        }
+    }
+    let name: Option<&[u8]> = match &srv.conf.check_pool_conn_name {
+        Some(crate::config::NameExpr::Str(s)) => Some(s.as_bytes()),
         // A check has no request: a header-based name is empty, as for a request without it.
-        (Some(crate::config::NameExpr::ReqHdr(_)), _) => Some(b""),
-        (None, Some(sni)) => Some(sni.as_bytes()),
-        (None, None) => None,
+        Some(crate::config::NameExpr::ReqHdr(_)) => Some(b""),
+        None => None,
     };
-    let name = crate::pool::name_hash(name, None);
+    let name = crate::pool::name_hash(name, sni);
     let key = (at.0, at.1, name);
     let epoch = srv.addr_gen.load(Relaxed);
     let c = w

@@ -673,6 +673,8 @@ struct TlsBackend {
     handshakes: Arc<std::sync::atomic::AtomicUsize>,
     resumed: Arc<std::sync::atomic::AtomicUsize>,
     seen: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    /// Requests answered.
+    requests: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TlsBackend {
@@ -700,12 +702,18 @@ impl TlsBackend {
         let handshakes = Arc::new(AtomicUsize::new(0));
         let resumed = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (h2, r2, s2) = (handshakes.clone(), resumed.clone(), seen.clone());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (h2, r2, s2, q2) = (
+            handshakes.clone(),
+            resumed.clone(),
+            seen.clone(),
+            requests.clone(),
+        );
         std::thread::spawn(move || {
             for s in l.incoming() {
                 let Ok(mut s) = s else { return };
                 let sc = sc.clone();
-                let (h, r, seen) = (h2.clone(), r2.clone(), s2.clone());
+                let (h, r, seen, q) = (h2.clone(), r2.clone(), s2.clone(), q2.clone());
                 std::thread::spawn(move || {
                     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
                     let Ok(mut conn) = rustls::ServerConnection::new(sc) else {
@@ -733,6 +741,7 @@ impl TlsBackend {
                         while let Some(end) = find(&buf, b"\r\n\r\n") {
                             let is_alpn = buf.starts_with(b"GET /alpn");
                             buf.drain(..end + 4);
+                            q.fetch_add(1, Ordering::SeqCst);
                             let body = if is_alpn {
                                 format!("alpn={alpn}")
                             } else {
@@ -762,6 +771,7 @@ impl TlsBackend {
             handshakes,
             resumed,
             seen,
+            requests,
         }
     }
 
@@ -1289,4 +1299,54 @@ fn check_tls_options_are_validated() {
     let ok = "defaults\n    mode http\nbackend be\n    option tcp-check\n    tcp-check connect ssl sni a.example alpn h2\n    server s 127.0.0.1:1 check verify none check-sni b.example check-alpn h2,http/1.1\n";
     let (code, out) = Sluice::check(ok);
     assert_eq!(code, 0, "{out}");
+}
+
+/// `check-reuse-pool` on an `ssl` server: checks borrow the pooled TLS connection that carried
+/// traffic, so they cost no handshake; without it every check shakes hands.
+#[test]
+fn check_reuse_pool_saves_tls_handshakes() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let ca = Ca::new("Check CA");
+    let leaf = ca.leaf("backend.example", &["backend.example"]);
+    let reuse = TlsBackend::start(&leaf);
+    let fresh = TlsBackend::start(&leaf);
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n\
+\x20   use_backend b_fresh if {{ path_beg /fresh }}\n    default_backend b_reuse\n\
+backend b_reuse\n    http-reuse always\n    option httpchk GET /\n\
+\x20   server s 127.0.0.1:{r} ssl verify none sni str(backend.example) check inter 100ms check-reuse-pool\n\
+backend b_fresh\n    http-reuse always\n    option httpchk GET /\n\
+\x20   server s 127.0.0.1:{f} ssl verify none sni str(backend.example) check inter 100ms\n",
+        r = reuse.port,
+        f = fresh.port,
+    );
+    let _s = Sluice::start(&cfg);
+    // A keep-alive client: its server connection waits in the pool between its requests.
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/").status, 200);
+    assert_eq!(c.get("/fresh").status, 200);
+    // Checks of one server run one after the other: two more requests and any check that
+    // was connecting on its own when the pool was still empty is over.
+    let q = reuse.requests.load(SeqCst);
+    wait_until("two more checks", WAIT, || {
+        reuse.requests.load(SeqCst) >= q + 2
+    });
+    let (h_reuse, q_reuse) = (reuse.handshakes.load(SeqCst), reuse.requests.load(SeqCst));
+    let (h_fresh, q_fresh) = (fresh.handshakes.load(SeqCst), fresh.requests.load(SeqCst));
+    wait_until("five more checks on each", WAIT, || {
+        reuse.requests.load(SeqCst) >= q_reuse + 5 && fresh.requests.load(SeqCst) >= q_fresh + 5
+    });
+    assert_eq!(
+        reuse.handshakes.load(SeqCst),
+        h_reuse,
+        "checks on the pooled TLS connection shook no hands"
+    );
+    assert!(
+        fresh.handshakes.load(SeqCst) >= h_fresh + 5,
+        "one handshake per check without check-reuse-pool"
+    );
+    // Given back after each check: traffic finds it still.
+    assert_eq!(c.get("/").body_str(), "tls-backend sni=backend.example");
+    assert_eq!(reuse.handshakes.load(SeqCst), h_reuse);
 }

@@ -8,8 +8,10 @@
 //! start-up; both tasks of a server live on one thread), and the shared `CheckState` / `Health`
 //! atomics. It changes a server's operational state (`ServerState::up`), its NOLB and slowstart
 //! throttles, and asks the backend to rebuild its tables. Checks use their own connections:
-//! they must never take or return a pooled data connection, and the data path reaches this
-//! module only through [`observe`] / [`observe_txn`] (relaxed atomics, no lock).
+//! they never take or return a pooled data connection unless `check-reuse-pool` says so (then
+//! an HTTP check borrows an idle one from this thread's pool and gives it back if reusable).
+//! The data path reaches this module only through [`observe`] / [`observe_txn`] (relaxed
+//! atomics, no lock).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -197,19 +199,33 @@ pub struct CheckState {
     /// Failed checks (`chkfail`) and UP -> DOWN transitions (`chkdown`).
     pub failed: AtomicU64,
     pub downs: AtomicU64,
-    /// `disable health` stops the checks (the server then counts as UP) until `enable health`.
+    /// `disable health` stops the checks (their health is set to UP) until `enable health`.
     pub enabled: AtomicBool,
+    /// Where checks go: `addr` and `port`, as changed at run time by `set server ...
+    /// check-addr|check-port`; `target_gen` counts the changes so that the check task copies
+    /// them only when they change.
+    target: Mutex<(Option<std::net::IpAddr>, Option<u16>)>,
+    target_gen: AtomicU32,
     /// How long every check took (the exporter's `haproxy_server_check_time_seconds`).
     pub durations: crate::histogram::Histogram,
     /// The last result's info text (`check_desc`). Written once per check, never by traffic.
     desc: Mutex<String>,
 }
 
-/// The agent's view of a server (`agent-check`), shared with the stats plane.
+/// The agent's view of a server (`agent-check`), shared with the stats plane. Its health is
+/// separate from the checks' (a server is UP only when both allow it); as in HAProxy, its rise
+/// and fall are 1, so one flag holds it.
 #[derive(Debug)]
 pub struct AgentState {
-    /// The agent's last health word: `up` (true) or `down|stopped|fail` (false).
+    /// The agent's last health word: `up` (true) or `down|stopped|fail` (false), or as forced
+    /// by `set server ... agent up|down`.
     pub up: AtomicBool,
+    /// `disable agent` stops the agent checks (the agent then no longer holds the server
+    /// down) until `enable agent`.
+    pub enabled: AtomicBool,
+    /// Where the agent is and what it is sent, as changed at run time (`set server ...
+    /// agent-addr|agent-port|agent-send`).
+    target: Mutex<AgentTarget>,
     status: AtomicU8,
     pub last_duration_ms: AtomicU64,
     desc: Mutex<String>,
@@ -317,6 +333,8 @@ enum Why<'a> {
     },
     /// `track`: the state of `be/srv`.
     Via(&'a str),
+    /// A command on the CLI or the stats page.
+    Cli,
 }
 
 /// Reads at most this much of a check response (HAProxy reads one buffer).
@@ -339,9 +357,29 @@ impl CheckState {
             failed: AtomicU64::new(0),
             downs: AtomicU64::new(0),
             enabled: AtomicBool::new(true),
+            target: Mutex::new((c.addr, c.port)),
+            target_gen: AtomicU32::new(0),
             durations: crate::histogram::Histogram::default(),
             desc: Mutex::new(String::new()),
         }
+    }
+
+    /// The check's address and port now (`None`: the server's).
+    pub fn target(&self) -> (Option<std::net::IpAddr>, Option<u16>) {
+        self.target.lock().map(|t| *t).unwrap_or_default()
+    }
+
+    /// `set server ... check-addr|check-port`: the next checks go there.
+    pub fn set_target(&self, addr: Option<Option<std::net::IpAddr>>, port: Option<u16>) {
+        if let Ok(mut t) = self.target.lock() {
+            if let Some(a) = addr {
+                t.0 = a;
+            }
+            if port.is_some() {
+                t.1 = port;
+            }
+        }
+        self.target_gen.fetch_add(1, Relaxed);
     }
 
     pub fn status(&self) -> Status {
@@ -376,10 +414,24 @@ impl CheckState {
     }
 }
 
+/// The run-time part of an agent's settings.
+#[derive(Debug, Clone)]
+pub struct AgentTarget {
+    pub addr: Option<std::net::IpAddr>,
+    pub port: u16,
+    pub send: Option<String>,
+}
+
 impl AgentState {
-    fn new() -> AgentState {
+    fn new(c: &crate::config::AgentCfg) -> AgentState {
         AgentState {
             up: AtomicBool::new(true),
+            enabled: AtomicBool::new(true),
+            target: Mutex::new(AgentTarget {
+                addr: c.addr,
+                port: c.port,
+                send: c.send.clone(),
+            }),
             status: AtomicU8::new(Status::Ini as u8),
             last_duration_ms: AtomicU64::new(0),
             desc: Mutex::new(String::new()),
@@ -393,12 +445,24 @@ impl AgentState {
     pub fn desc(&self) -> String {
         self.desc.lock().map(|d| d.clone()).unwrap_or_default()
     }
+
+    /// The agent's address, port and send string now.
+    pub fn target(&self) -> Option<AgentTarget> {
+        self.target.lock().ok().map(|t| t.clone())
+    }
+
+    /// Changes the agent's address, port or send string for its next checks.
+    pub fn set_target(&self, f: impl FnOnce(&mut AgentTarget)) {
+        if let Ok(mut t) = self.target.lock() {
+            f(&mut t);
+        }
+    }
 }
 
 impl Health {
     pub fn new(s: &crate::config::Server) -> Health {
         Health {
-            agent: s.health.agent.as_ref().map(|_| AgentState::new()),
+            agent: s.health.agent.as_ref().map(AgentState::new),
             ..Health::default()
         }
     }
@@ -410,14 +474,6 @@ impl Health {
             p => Some(p),
         }
     }
-}
-
-/// Why per-check TLS settings (`check-sni`, `check-alpn`, `connect ssl|sni|alpn`) are refused:
-/// TLS checks use the server line's own settings (`check_tls`, `connect`).
-pub fn tls_check_support() -> Result<(), &'static str> {
-    Err(
-        "per-check TLS settings are not supported by sluice yet (checks use the server's own: 'check-ssl')",
-    )
 }
 
 // =============================================================================================
@@ -483,9 +539,6 @@ pub fn observe_txn(srv: &ServerState, from_server: bool, status: i32, term: [u8;
 /// that thousands of servers do not all connect at once.
 pub fn spawn_checks(w: &Rc<Worker>, thread: usize, nbthread: usize) {
     let shared = w.shared.clone();
-    if let Ok(mut c) = CURRENT.lock() {
-        *c = Some(std::sync::Arc::downgrade(&shared));
-    }
     let g = &shared.cfg.global.checks;
     // HAProxy spreads first checks over the smallest interval of all (at most
     // `max-spread-checks`), in declaration order.
@@ -547,7 +600,7 @@ async fn run(
     w: Rc<Worker>,
     pi: usize,
     si: usize,
-    cfg: CheckCfg,
+    mut cfg: CheckCfg,
     first: Duration,
     mut migrated: bool,
 ) {
@@ -555,6 +608,8 @@ async fn run(
     let p = &shared.cfg.proxies[pi];
     let srv = shared.server(pi, si);
     let Some(st) = srv.check.as_ref() else { return };
+    // The generation of the check address and port copied into `cfg` (`u32::MAX`: none yet).
+    let mut target_gen = u32::MAX;
     let h = &srv.health;
     let spread = shared.cfg.global.checks.spread;
     let mut due = tokio::time::Instant::now() + first;
@@ -589,6 +644,7 @@ async fn run(
                 load(to).fetch_add(1, Relaxed);
                 if tx.send(job).is_ok() {
                     load(w.id).fetch_sub(1, Relaxed);
+                    MIGRATED[w.id % MIGRATED.len()].fetch_add(1, Relaxed);
                     return;
                 }
                 // That worker is gone (stopping): keep running here.
@@ -596,13 +652,20 @@ async fn run(
             }
         }
         migrated = false;
+        // `set server ... check-addr|check-port` since the last check: one relaxed load when
+        // nothing changed.
+        let g = st.target_gen.load(Relaxed);
+        if g != target_gen {
+            target_gen = g;
+            (cfg.addr, cfg.port) = st.target();
+        }
         let start = Instant::now();
         let out = {
             // `tune.max-checks-per-thread`: wait for a slot in this thread's FIFO.
             let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
             // Boxed: the running check's state lives on the heap only while it runs, so a
             // sleeping check task stays small.
-            Box::pin(check_once(&w, p, srv, &cfg)).await
+            Box::pin(check_once(&w, p, (pi, si), srv, &cfg)).await
         };
         let took = start.elapsed();
         let ms = took.as_millis() as u64;
@@ -625,8 +688,24 @@ fn jitter(d: Duration, pct: u32) -> Duration {
 /// Check load per worker thread: check tasks it owns (what migration compares).
 static LOADS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
 
+/// Check tasks each worker thread handed to another one (migrations out of it).
+static MIGRATED: [AtomicU64; 256] = [const { AtomicU64::new(0) }; 256];
+
 fn load(thread: usize) -> &'static AtomicU32 {
     &LOADS[thread % LOADS.len()]
+}
+
+/// Per worker thread: the check tasks it owns and how many it migrated away (`show
+/// activity`).
+pub fn thread_loads(nbthread: usize) -> Vec<(u32, u64)> {
+    (0..nbthread)
+        .map(|t| {
+            (
+                load(t).load(Relaxed),
+                MIGRATED[t % MIGRATED.len()].load(Relaxed),
+            )
+        })
+        .collect()
 }
 
 /// DESIGN §5: a waking check moves to one random other thread whose check load is under half
@@ -805,13 +884,16 @@ pub fn apply(st: &CheckState, ok: bool) -> Option<bool> {
 }
 
 /// Whether every source of health agrees the server is up: its checks, its agent, and the
-/// server it tracks.
+/// server it tracks. Each keeps its own state: `disable health` sets the checks' health to UP
+/// (a health forced afterwards by `set server ... health` still counts, as no check runs to
+/// change it), and a disabled agent is not asked.
 fn healthy(w: &Worker, srv: &ServerState) -> bool {
-    let check_ok = srv
-        .check
+    let check_ok = srv.check.as_ref().is_none_or(|c| c.up());
+    let agent_ok = srv
+        .health
+        .agent
         .as_ref()
-        .is_none_or(|c| !c.enabled.load(Relaxed) || c.up());
-    let agent_ok = srv.health.agent.as_ref().is_none_or(|a| a.up.load(Relaxed));
+        .is_none_or(|a| !a.enabled.load(Relaxed) || a.up.load(Relaxed));
     let track_ok = srv
         .conf
         .health
@@ -854,6 +936,13 @@ fn update_state(w: &Worker, pi: usize, si: usize, why: &Why) -> bool {
         ),
         Why::Via(t) => format!(
             "Server {}/{} is {} via {t}. {}",
+            p.name,
+            srv.name,
+            if up { "UP" } else { "DOWN" },
+            counts(w, pi, up),
+        ),
+        Why::Cli => format!(
+            "Server {}/{} is {}, changed from CLI. {}",
             p.name,
             srv.name,
             if up { "UP" } else { "DOWN" },
@@ -984,63 +1073,89 @@ fn kill_sessions(w: &Worker, pi: usize, servers: &[usize]) {
     }
 }
 
-/// `set server B/S health up|down` and `enable|disable health`: forces the health counter
-/// and the server's state at once. Returns whether the server's state changed.
-pub fn force(srv: &ServerState, be: &crate::backend::BackendState, up: bool) -> bool {
-    let Some(st) = srv.check.as_ref() else {
-        return false;
-    };
-    st.health
-        .store(if up { st.rise + st.fall - 1 } else { 0 }, Relaxed);
-    let changed = srv.up.swap(up, Relaxed) != up;
-    if changed {
-        if !up {
-            st.downs.fetch_add(1, Relaxed);
-        }
-        srv.last_change.store(unix_now(), Relaxed);
-        be.changed();
-        // The CLI has no worker at hand: servers tracking this one follow it here.
-        let shared = CURRENT
-            .lock()
-            .ok()
-            .and_then(|c| c.as_ref().and_then(|w| w.upgrade()));
-        if let Some(shared) = shared {
-            follow_trackers(&shared, be.proxy_idx, srv);
-        }
-    }
-    changed
+/// What the CLI (or the stats page) changes in a server's health sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Force {
+    /// `set server ... health up|stopping|down`.
+    HealthUp,
+    HealthStopping,
+    HealthDown,
+    /// `enable|disable health`.
+    HealthEnabled(bool),
+    /// `set server ... agent up|down`.
+    AgentUp,
+    AgentDown,
+    /// `enable|disable agent`.
+    AgentEnabled(bool),
 }
 
-/// The run-time state the workers use, for `force` (called by the CLI, which passes only the
-/// backend). Set when checks start; read on CLI commands only.
-static CURRENT: Mutex<Option<std::sync::Weak<crate::backend::Shared>>> = Mutex::new(None);
-
-/// Servers tracking `srv` (of proxy `pi`) take its state, recursively; no log lines (the
-/// command that forced the state is the reason).
-fn follow_trackers(shared: &crate::backend::Shared, pi: usize, srv: &ServerState) {
-    let be = shared.backend(pi);
-    let Some((si, _)) = be
-        .servers
-        .iter()
-        .enumerate()
-        .find(|(_, s)| std::ptr::eq(*s, srv))
-    else {
-        return;
+/// Applies `f` to server `si` of proxy `pi` (HAProxy's rules and error texts), then has a
+/// worker thread recompute the server's state from all its sources, apply it (tables,
+/// trackers, `on-marked-*`, slowstart) and log a change as "changed from CLI". The receiver
+/// says when that is done.
+pub fn cli_force(
+    shared: &crate::backend::Shared,
+    pi: usize,
+    si: usize,
+    f: Force,
+) -> Result<Option<tokio::sync::oneshot::Receiver<()>>, &'static str> {
+    let srv = shared.server(pi, si);
+    let health = || {
+        srv.check
+            .as_ref()
+            .ok_or("Health checks are not enabled on this server.\n")
     };
-    let up = srv.up.load(Relaxed);
-    for (tpi, tp) in shared.cfg.proxies.iter().enumerate() {
-        for (tsi, ts) in tp.servers.iter().enumerate() {
-            if ts.health.track_idx != Some((pi, si)) {
-                continue;
-            }
-            let t = shared.server(tpi, tsi);
-            if t.up.swap(up, Relaxed) != up {
-                t.last_change.store(unix_now(), Relaxed);
-                shared.backend(tpi).changed();
-                follow_trackers(shared, tpi, t);
+    let agent = || {
+        srv.health
+            .agent
+            .as_ref()
+            .filter(|a| a.enabled.load(Relaxed))
+            .ok_or("agent checks are not enabled on this server.\n")
+    };
+    match f {
+        Force::HealthUp | Force::HealthStopping | Force::HealthDown => {
+            let st = health()?;
+            let up = f != Force::HealthDown;
+            st.health
+                .store(if up { st.rise + st.fall - 1 } else { 0 }, Relaxed);
+            // NOLB: up, but no new load-balanced traffic until a check passes again.
+            srv.health.nolb.store(f == Force::HealthStopping, Relaxed);
+        }
+        Force::HealthEnabled(on) => {
+            let st = srv
+                .check
+                .as_ref()
+                .ok_or("Health checks are not enabled on this server.\n")?;
+            st.enabled.store(on, Relaxed);
+            if !on {
+                // Unchecked: UP, unless another source holds the server down.
+                st.health.store(st.rise + st.fall - 1, Relaxed);
             }
         }
+        Force::AgentUp | Force::AgentDown => {
+            agent()?.up.store(f == Force::AgentUp, Relaxed);
+        }
+        Force::AgentEnabled(on) => {
+            let ag = srv.health.agent.as_ref().ok_or(if on {
+                "Agent was not configured on this server, cannot enable.\n"
+            } else {
+                "Agent was not configured on this server, cannot disable.\n"
+            })?;
+            ag.enabled.store(on, Relaxed);
+        }
     }
+    let Some(workers) = shared.workers.get().filter(|w| !w.is_empty()) else {
+        return Ok(None);
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: crate::worker::CtlJob = Box::new(move |w| {
+        if !update_state(w, pi, si, &Why::Cli) {
+            // Same state, but NOLB may have changed.
+            w.shared.backend(pi).changed();
+        }
+        let _ = tx.send(());
+    });
+    Ok(workers[si % workers.len()].send(job).is_ok().then_some(rx))
 }
 
 /// `on-error`: applies the configured reaction to `error-limit` consecutive traffic errors.
@@ -1152,6 +1267,57 @@ struct Conn {
     reusable: bool,
     /// A request was sent on it already.
     used: bool,
+    /// Taken from the server's idle pool (`check-reuse-pool`): given back if still reusable
+    /// when the check ends, released (and closed) otherwise.
+    pooled: Option<Pooled>,
+}
+
+/// A pooled data connection lent to a check. Dropping it closes the connection and tells the
+/// pool it is gone; `give_back` returns it.
+struct Pooled {
+    w: Rc<Worker>,
+    key: crate::pool::Key,
+    /// Requests it carried before the check.
+    uses: u32,
+    /// The server's address generation when it was opened.
+    epoch: u32,
+    /// Given back already (the drop then has nothing to release).
+    returned: bool,
+}
+
+impl Pooled {
+    fn gauges(&self) -> &crate::backend::PoolGauges {
+        &self.w.shared.server(self.key.0, self.key.1).pool
+    }
+
+    fn limits(&self) -> crate::pool::Limits {
+        crate::pool::Limits::of(&self.w.shared.server(self.key.0, self.key.1).conf)
+    }
+
+    /// Back to the pool, one more request behind it (the pool applies its limits).
+    fn give_back(mut self, stream: crate::stream::ServerStream) {
+        let conn = crate::pool::IdleConn {
+            stream,
+            uses: self.uses + 1,
+            epoch: self.epoch,
+            since: Instant::now(),
+        };
+        self.w
+            .pool
+            .release(self.key, Some(conn), self.limits(), self.gauges());
+        self.returned = true;
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if self.returned {
+            return;
+        }
+        self.w
+            .pool
+            .release(self.key, None, self.limits(), self.gauges());
+    }
 }
 
 /// One step of a check sequence, with HAProxy's implicit steps made explicit.
@@ -1222,8 +1388,124 @@ fn to_step(r: &CheckRule) -> Step<'_> {
     }
 }
 
-/// Runs the proxy's check sequence against server `srv`.
-async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) -> Outcome {
+/// Runs the proxy's check sequence against server `srv`. With `check-reuse-pool`, a check
+/// that failed on a pooled connection before receiving anything (the server closed it as we
+/// sent: the idle-close race) runs again on a fresh connection, so the race never counts as
+/// a failed check; a pooled connection still reusable at the end goes back to the pool.
+async fn check_once(
+    w: &Rc<Worker>,
+    p: &Proxy,
+    idx: (usize, usize),
+    srv: &ServerState,
+    cfg: &CheckCfg,
+) -> Outcome {
+    let mut conn: Option<Conn> = None;
+    let mut out = run_steps(w, p, idx, srv, cfg, &mut conn, cfg.reuse_pool).await;
+    if !out.status.ok()
+        && conn.as_ref().is_some_and(|c| {
+            c.pooled.is_some() && c.buf.is_empty() && (c.eof || out.status == Status::SockErr)
+        })
+    {
+        drop(conn.take());
+        out = run_steps(w, p, idx, srv, cfg, &mut conn, false).await;
+    }
+    if let Some(c) = conn
+        && let Some(pooled) = c.pooled
+        && out.status.ok()
+        && c.reusable
+    {
+        pooled.give_back(c.s);
+    }
+    out
+}
+
+/// An idle pooled connection for the first connect of an HTTP check (`check-reuse-pool`),
+/// when that connect goes to the server's own address without a PROXY header and would open
+/// the same kind of connection as the server's traffic (which is what the pool holds): plain
+/// for a plain server; for an `ssl` server, TLS with the server's own ALPN and, when its SNI
+/// is fixed, that SNI. Keyed as traffic keys it: by `check-pool-conn-name` (for traffic,
+/// `pool-conn-name`) and, for a server whose SNI comes from the request (`sni
+/// req.hdr(host)`), by the check's SNI (`check-sni`).
+fn pooled_conn(
+    w: &Rc<Worker>,
+    p: &Proxy,
+    at: (usize, usize),
+    srv: &ServerState,
+    cfg: &CheckCfg,
+    rule: Option<&ConnectRule>,
+) -> Option<Conn> {
+    let own_default = rule.is_none_or(|r| {
+        r.default
+            && r.port.is_none()
+            && r.addr.is_none()
+            && !r.send_proxy
+            && !r.ssl
+            && r.sni.is_none()
+            && r.alpn.is_none()
+    });
+    if p.options.check_type != CheckType::Http
+        || !own_default
+        || cfg.port.is_some()
+        || cfg.addr.is_some()
+        || cfg.send_proxy
+    {
+        return None;
+    }
+    let tls = check_tls(srv, cfg, rule);
+    if tls.is_some() != srv.conf.ssl {
+        return None;
+    }
+    let mut sni = None;
+    if let Some(t) = tls {
+        if t.alpn.is_some() {
+            // `check-alpn`: not what traffic connections negotiated.
+            return None;
+        }
+        match &t.tls.sni {
+            Some(crate::tls::SniExpr::ReqHost) => sni = Some(t.sni),
+            Some(crate::tls::SniExpr::Str(s)) if t.sni.is_some_and(|c| c != s) => return None,
+            None if t.sni.is_some() => return None,
+            _ => {}
+        }
+    }
+    let name: Option<&[u8]> = match &srv.conf.check_pool_conn_name {
+        Some(crate::config::NameExpr::Str(s)) => Some(s.as_bytes()),
+        // A check has no request: a header-based name is empty, as for a request without it.
+        Some(crate::config::NameExpr::ReqHdr(_)) => Some(b""),
+        None => None,
+    };
+    let name = crate::pool::name_hash(name, sni);
+    let key = (at.0, at.1, name);
+    let epoch = srv.addr_gen.load(Relaxed);
+    let c = w
+        .pool
+        .take(key, 1, crate::pool::Limits::of(&srv.conf), &srv.pool, epoch)?;
+    Some(Conn {
+        s: c.stream,
+        buf: Vec::new(),
+        eof: false,
+        reusable: false,
+        used: false,
+        pooled: Some(Pooled {
+            w: w.clone(),
+            key,
+            uses: c.uses,
+            epoch: c.epoch,
+            returned: false,
+        }),
+    })
+}
+
+/// One run of the check sequence; the connection it ends with is left in `conn`.
+async fn run_steps(
+    w: &Rc<Worker>,
+    p: &Proxy,
+    srv_idx: (usize, usize),
+    srv: &ServerState,
+    cfg: &CheckCfg,
+    conn: &mut Option<Conn>,
+    allow_pool: bool,
+) -> Outcome {
     // HAProxy: connect within min(timeout connect, inter); `timeout check` (or inter without
     // it) then bounds the rest.
     let connect_to = p.timeouts.connect.map_or(cfg.inter, |c| c.min(cfg.inter));
@@ -1231,7 +1513,10 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
     let steps = plan(p);
     let tcp_rules = p.options.check_type == CheckType::Tcp;
     let http = p.options.check_type == CheckType::Http;
-    let mut conn: Option<Conn> = None;
+    // How the current connection was opened: a new request after a closing response opens
+    // the same kind again.
+    let mut conn_tls: Option<CheckTls> = None;
+    let mut conn_proxy = false;
     let mut deadline = tokio::time::Instant::now() + connect_to + read_to;
     let mut last: Option<Outcome> = None;
     for (idx, (step, comment)) in steps.iter().enumerate() {
@@ -1275,8 +1560,19 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                 // A new connect closes the previous connection first.
                 drop(conn.take());
                 let tls = check_tls(srv, cfg, rule);
+                conn_tls = tls;
+                conn_proxy = proxy_hdr;
+                // `check-reuse-pool`: only the sequence's first connect may borrow.
+                if allow_pool
+                    && idx == 0
+                    && let Some(c) = pooled_conn(w, p, srv_idx, srv, cfg, rule)
+                {
+                    *conn = Some(c);
+                    deadline = tokio::time::Instant::now() + read_to;
+                    continue;
+                }
                 match connect(SocketAddr::new(ip, port), connect_to, proxy_hdr, tls).await {
-                    Ok(c) => conn = Some(c),
+                    Ok(c) => *conn = Some(c),
                     Err((st, e)) => return Outcome::new(st, 0, format!("{e}{}", at(&what))),
                 }
                 deadline = tokio::time::Instant::now() + read_to;
@@ -1292,20 +1588,26 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
                         .iter()
                         .take_while(|(s, _)| !matches!(s, Step::Send(_) | Step::HttpDefault))
                         .any(|(s, _)| matches!(s, Step::Connect(_)));
+                // A pooled connection is asked to stay open (it goes back to the pool).
+                let end = if c.pooled.is_some() {
+                    ConnEnd::KeepAlive
+                } else if more {
+                    ConnEnd::Default
+                } else {
+                    ConnEnd::Close
+                };
                 let bytes = match step {
                     Step::Send(SendData::Bytes(b)) => b.clone(),
                     Step::Send(SendData::Http(h)) => {
-                        http_request(w, p, srv, p.options.httpchk.as_ref(), Some(h), !more)
+                        http_request(w, p, srv, p.options.httpchk.as_ref(), Some(h), end)
                     }
-                    _ => http_request(w, p, srv, p.options.httpchk.as_ref(), None, !more),
+                    _ => http_request(w, p, srv, p.options.httpchk.as_ref(), None, end),
                 };
                 if http && c.used && !c.reusable {
                     // The previous response ends the connection: a new one for this request.
                     let addr = c.s.tcp().and_then(|s| s.peer_addr().ok());
-                    let tls =
-                        matches!(c.s, crate::stream::ServerStream::Tls(_)).then_some(&srv.conf);
                     if let Some(a) = addr {
-                        match connect(a, connect_to, cfg.send_proxy, tls).await {
+                        match connect(a, connect_to, conn_proxy, conn_tls).await {
                             Ok(n) => *c = n,
                             Err((st, e)) => return Outcome::new(st, 0, e),
                         }
@@ -1369,30 +1671,58 @@ async fn check_once(w: &Worker, p: &Proxy, srv: &ServerState, cfg: &CheckCfg) ->
     }
 }
 
-/// Whether a check connect runs over TLS: `check-ssl` / `no-check-ssl`, else the server's
-/// `ssl` when the check goes to the server's own address (HAProxy: an explicit check `port` or
-/// `addr` is not assumed to speak TLS).
-fn check_tls<'a>(
-    srv: &'a ServerState,
-    cfg: &CheckCfg,
-    rule: Option<&ConnectRule>,
-) -> Option<&'a crate::config::Server> {
-    // A `tcp-check connect` rule with its own port or address is not the server's TLS port.
-    let own = rule.is_some_and(|r| !r.default && (r.port.is_some() || r.addr.is_some()));
-    let on = match cfg.ssl {
-        Some(b) => b,
-        None => srv.conf.ssl && cfg.port.is_none() && cfg.addr.is_none() && !own,
-    };
-    (on && srv.conf.tls.is_some()).then_some(&srv.conf)
+/// The TLS side of one check connection: the server line's client settings, and the SNI and
+/// ALPN list this connection asks for (`None`: the server's own).
+#[derive(Clone, Copy)]
+struct CheckTls<'a> {
+    tls: &'a crate::tls::ServerTls,
+    sni: Option<&'a str>,
+    alpn: Option<&'a [Vec<u8>]>,
 }
 
-/// Opens a check connection (never a pooled one), with an optional PROXY v1 header, over TLS
-/// with `tls`'s client settings when given.
+/// Whether a check connection runs over TLS, and with what. HAProxy's rules: a `connect` rule
+/// with `ssl` always does; the implicit first connect and `connect default` follow `check-ssl`
+/// / `no-check-ssl`, else the server's `ssl` when the check goes to the server's own address
+/// (an explicit check `port` or `addr` is not assumed to speak TLS); any other `connect` rule
+/// is plain. SNI and ALPN come from the rule, else (default connects) from `check-sni` /
+/// `check-alpn`, else from the server line.
+fn check_tls<'a>(
+    srv: &'a ServerState,
+    cfg: &'a CheckCfg,
+    rule: Option<&'a ConnectRule>,
+) -> Option<CheckTls<'a>> {
+    let default = rule.is_none_or(|r| r.default);
+    let on = if rule.is_some_and(|r| r.ssl) {
+        true
+    } else if default {
+        match cfg.ssl {
+            Some(b) => b,
+            None => srv.conf.ssl && cfg.port.is_none() && cfg.addr.is_none(),
+        }
+    } else {
+        false
+    };
+    if !on {
+        return None;
+    }
+    // Built at configuration time for every server whose checks may use TLS.
+    let tls = srv.conf.tls.as_deref()?;
+    let sni =
+        rule.and_then(|r| r.sni.as_deref())
+            .or(if default { cfg.sni.as_deref() } else { None });
+    let alpn =
+        rule.and_then(|r| r.alpn.as_deref())
+            .or(if default { cfg.alpn.as_deref() } else { None });
+    Some(CheckTls { tls, sni, alpn })
+}
+
+/// Opens a check connection of its own, with an optional PROXY v1 header, over TLS
+/// when `tls` is given.
 async fn connect(
     addr: SocketAddr,
     to: Duration,
     proxy_hdr: bool,
-    tls: Option<&crate::config::Server>,
+    tls: Option<CheckTls<'_>>,
 ) -> Result<Conn, (Status, String)> {
     let s = match tokio::time::timeout(to, TcpStream::connect(addr)).await {
         Err(_) => return Err((Status::L4Tout, String::new())),
@@ -1415,7 +1745,7 @@ async fn connect(
     }
     let s = match tls {
         None => crate::stream::ServerStream::Plain(s),
-        Some(srv) => match crate::tls::check_stream(srv, s, Some(to)).await {
+        Some(t) => match crate::tls::check_stream(t.tls, s, t.sni, t.alpn, Some(to)).await {
             Ok(s) => s,
             // HAProxy's layer 6 results: the TLS handshake failed or timed out.
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
@@ -1430,6 +1760,7 @@ async fn connect(
         eof: false,
         reusable: false,
         used: false,
+        pooled: None,
     })
 }
 
@@ -1527,6 +1858,8 @@ async fn expect_tcp(
 
 /// A parsed check response.
 struct Resp {
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    minor: u8,
     code: u16,
     reason: String,
     headers: Vec<(String, String)>,
@@ -1550,7 +1883,10 @@ async fn expect_http(
             Ok(Some(r)) => {
                 // Read the body: by length, chunked to its end, or to EOF.
                 if body_complete(&r, &c.buf) || c.eof || c.buf.len() >= MAX_READ {
-                    c.reusable = keep_alive(&r) && body_complete(&r, &c.buf) && !c.eof;
+                    c.reusable = keep_alive(&r)
+                        && body_complete(&r, &c.buf)
+                        && !c.eof
+                        && !trailing_bytes(&r, &c.buf);
                     break r;
                 }
             }
@@ -1655,6 +1991,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Resp>, ()> {
         Ok(httparse::Status::Partial) => Ok(None),
         Err(_) => Err(()),
         Ok(httparse::Status::Complete(n)) => Ok(Some(Resp {
+            minor: r.version.unwrap_or(0),
             code: r.code.ok_or(())?,
             reason: r.reason.unwrap_or("").to_string(),
             headers: r
@@ -1684,8 +2021,11 @@ fn chunked(r: &Resp) -> bool {
 }
 
 fn keep_alive(r: &Resp) -> bool {
-    let close = header(r, "connection").is_some_and(|v| v.to_ascii_lowercase().contains("close"));
-    !close && (chunked(r) || header(r, "content-length").is_some() || no_body(r))
+    let conn = header(r, "connection").map(str::to_ascii_lowercase);
+    let close = conn.as_deref().is_some_and(|v| v.contains("close"));
+    // HTTP/1.0 closes unless the server says otherwise.
+    let open = r.minor >= 1 || conn.as_deref().is_some_and(|v| v.contains("keep-alive"));
+    open && !close && (chunked(r) || header(r, "content-length").is_some() || no_body(r))
 }
 
 fn no_body(r: &Resp) -> bool {
@@ -1704,6 +2044,20 @@ fn body_complete(r: &Resp, buf: &[u8]) -> bool {
         Some(n) => body.len() >= n,
         None => false,
     }
+}
+
+/// Bytes after the end of a response framed by length (or without a body): a connection
+/// carrying them is not in a known state, so it is not reused.
+fn trailing_bytes(r: &Resp, buf: &[u8]) -> bool {
+    if no_body(r) {
+        return buf.len() > r.body_at;
+    }
+    if chunked(r) {
+        return false;
+    }
+    header(r, "content-length")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .is_some_and(|n| buf.len() > r.body_at + n)
 }
 
 fn decoded_body(r: &Resp, buf: &[u8]) -> Vec<u8> {
@@ -1742,6 +2096,18 @@ fn dechunk(mut b: &[u8]) -> (Vec<u8>, bool) {
     }
 }
 
+/// What an HTTP check request says about its connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ConnEnd {
+    /// Nothing (another request follows on it if the response allows).
+    Default,
+    /// `Connection: close`: the last request of the check.
+    Close,
+    /// Kept open (a pooled connection goes back to the pool): `Connection: keep-alive` for
+    /// HTTP/1.0, whose default is to close.
+    KeepAlive,
+}
+
 /// The request of an HTTP check: `option httpchk`'s line, overridden by `http-check send`.
 fn http_request(
     w: &Worker,
@@ -1749,7 +2115,7 @@ fn http_request(
     srv: &ServerState,
     base: Option<&HttpChk>,
     send: Option<&HttpSend>,
-    last: bool,
+    end: ConnEnd,
 ) -> Vec<u8> {
     let meth = send
         .and_then(|s| s.meth.as_deref())
@@ -1779,8 +2145,10 @@ fn http_request(
     if !body.is_empty() {
         r.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
-    if last {
-        r.push_str("Connection: close\r\n");
+    match end {
+        ConnEnd::Close => r.push_str("Connection: close\r\n"),
+        ConnEnd::KeepAlive if ver == "HTTP/1.0" => r.push_str("Connection: keep-alive\r\n"),
+        _ => {}
     }
     r.push_str("\r\n");
     r.push_str(body);
@@ -1867,14 +2235,21 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         if w.stopping.get() || srv.deleted.load(Relaxed) {
             return;
         }
+        if !ag.enabled.load(Relaxed) {
+            // `disable agent`: no new agent check until `enable agent`.
+            tokio::time::sleep(cfg.inter).await;
+            continue;
+        }
         let start = Instant::now();
         let connect_to = p.timeouts.connect.map_or(cfg.inter, |c| c.min(cfg.inter));
         let read_to = p.timeouts.check.unwrap_or(cfg.inter);
-        let addr = SocketAddr::new(cfg.addr.unwrap_or(srv.addr.load().ip()), cfg.port);
+        // Read at each run: `set server ... agent-addr|agent-port|agent-send` apply to the next.
+        let Some(target) = ag.target() else { return };
+        let addr = SocketAddr::new(target.addr.unwrap_or(srv.addr.load().ip()), target.port);
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = Box::pin(async {
             let mut c = connect(addr, connect_to, false, None).await?;
-            if let Some(s) = &cfg.send {
+            if let Some(s) = &target.send {
                 c.s.write_all(s.as_bytes())
                     .await
                     .map_err(|e| (Status::SockErr, e.to_string()))?;
@@ -1969,7 +2344,15 @@ fn apply_agent(w: &Worker, p: &Proxy, pi: usize, si: usize, line: &str, ms: u64)
     let Some(ag) = srv.health.agent.as_ref() else {
         return;
     };
-    let r = parse_agent(line);
+    let mut r = parse_agent(line);
+    if !ag.enabled.load(Relaxed) {
+        // Disabled while this check ran: what would change the weight is ignored (HAProxy),
+        // so that `set weight` is not overridden.
+        r.weight = None;
+        if r.admin.as_deref() == Some("drain") {
+            r.admin = None;
+        }
+    }
     // Admin state first, then weight and maxconn, then health (HAProxy's order).
     if let Some(a) = &r.admin {
         let st = match a.as_str() {
@@ -2064,6 +2447,9 @@ mod tests {
             addr: None,
             send_proxy: false,
             ssl: None,
+            sni: None,
+            alpn: None,
+            reuse_pool: false,
         })
     }
 
@@ -2109,6 +2495,33 @@ mod tests {
         let raw = b"HTTP/1.0 200 OK\r\nContent-Length: 10\r\n\r\nhello";
         let r = parse_head(raw).unwrap().unwrap();
         assert!(!body_complete(&r, raw));
+    }
+
+    #[test]
+    fn reusable_responses() {
+        let r = |raw: &[u8]| parse_head(raw).unwrap().unwrap();
+        // HTTP/1.0 closes unless it says keep-alive; `close` always closes.
+        assert!(!keep_alive(&r(
+            b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n"
+        )));
+        assert!(keep_alive(&r(
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"
+        )));
+        assert!(keep_alive(&r(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+        )));
+        assert!(!keep_alive(&r(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n"
+        )));
+        // Unframed: the body ends at the close.
+        assert!(!keep_alive(&r(b"HTTP/1.1 200 OK\r\n\r\n")));
+        // Bytes after the announced end leave the connection in an unknown state.
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1";
+        assert!(trailing_bytes(&r(raw), raw));
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        assert!(!trailing_bytes(&r(raw), raw));
+        let raw = b"HTTP/1.1 204 No Content\r\n\r\nx";
+        assert!(trailing_bytes(&r(raw), raw));
     }
 
     #[test]

@@ -117,8 +117,10 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
     ),
     (
         "set server <bk>/<srv> [opts]",
-        "change a server's state, weight, maxconn, health or address (state ready|drain|maint, \
-         weight <w>, maxconn <n>, health up|stopping|down, addr <ip> [port <p>])",
+        "change a server's state, weight, maxconn, health, agent or addresses (state \
+         ready|drain|maint, weight <w>, maxconn <n>, health up|stopping|down, agent up|down, \
+         addr <ip> [port <p>], check-addr <ip> [port <p>], check-port <p>, agent-addr <ip> \
+         [port <p>], agent-port <p>, agent-send <string>)",
         CliLevel::Admin,
     ),
     (
@@ -129,6 +131,16 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
     (
         "disable health <bk>/<srv>",
         "disable health checks on a server (it then counts as UP)",
+        CliLevel::Admin,
+    ),
+    (
+        "enable agent <bk>/<srv>",
+        "enable agent checks on a server",
+        CliLevel::Admin,
+    ),
+    (
+        "disable agent <bk>/<srv>",
+        "disable agent checks on a server (the agent no longer holds it down)",
         CliLevel::Admin,
     ),
     (
@@ -273,6 +285,34 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
                 None => done(shutdown_server_sessions(shared, &arg0(rest)).await),
             };
         }
+        [
+            "set",
+            "server",
+            spec,
+            what @ ("health" | "agent"),
+            rest @ ..,
+        ] => {
+            return match denied(sess, CliLevel::Admin) {
+                Some(d) => d,
+                None => done(force_health(shared, spec, what, rest.first().copied()).await),
+            };
+        }
+        [
+            op @ ("enable" | "disable"),
+            what @ ("health" | "agent"),
+            rest @ ..,
+        ] => {
+            return match denied(sess, CliLevel::Admin) {
+                Some(d) => d,
+                None => {
+                    let f = match (*what, *op == "enable") {
+                        ("health", on) => crate::check::Force::HealthEnabled(on),
+                        (_, on) => crate::check::Force::AgentEnabled(on),
+                    };
+                    done(apply_force(shared, &arg0(rest), f).await)
+                }
+            };
+        }
         ["clear", "counters", "all", ..] => {
             return match denied(sess, CliLevel::Admin) {
                 Some(d) => d,
@@ -327,16 +367,6 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
             })
         }),
         ["set", "server", rest @ ..] => admin(sess, || set_server(shared, rest)),
-        ["enable", "health", rest @ ..] => admin(sess, || {
-            with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
-                health_enable(be, s, true)
-            })
-        }),
-        ["disable", "health", rest @ ..] => admin(sess, || {
-            with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
-                health_enable(be, s, false)
-            })
-        }),
         ["enable", "server", rest @ ..] => admin(sess, || {
             with_server(shared, rest.first().copied().unwrap_or(""), |be, s| {
                 set_state(be, s, AdminState::Ready);
@@ -529,33 +559,86 @@ pub fn set_state(be: &crate::backend::BackendState, s: &ServerState, st: AdminSt
     true
 }
 
-/// `enable|disable` health checks, or force the check result `up|down|stopping`: false when
-/// the server has no health checks.
-pub fn set_health(be: &crate::backend::BackendState, s: &ServerState, what: &str) -> bool {
-    let Some(ck) = s.check.as_ref() else {
-        return false;
-    };
-    match what {
-        "enable" | "disable" => {
-            ck.enabled.store(what == "enable", SeqCst);
-            if what == "disable" {
-                crate::check::force(s, be, true);
-            }
-        }
-        "up" => {
-            crate::check::force(s, be, true);
-        }
-        "down" => {
-            crate::check::force(s, be, false);
-        }
-        // NOLB: up, but no new load-balanced traffic (sluice's drain).
-        "stopping" => {
-            crate::check::force(s, be, true);
-            set_state(be, s, AdminState::Drain);
-        }
+/// `enable|disable` health checks, or force the check result `up|down|stopping` (the stats
+/// page's actions): false when the server has no health checks. The server's state follows
+/// on a worker thread moments later.
+pub fn set_health(shared: &Shared, pi: usize, si: usize, what: &str) -> bool {
+    use crate::check::Force;
+    let f = match what {
+        "enable" => Force::HealthEnabled(true),
+        "disable" => Force::HealthEnabled(false),
+        "up" => Force::HealthUp,
+        "down" => Force::HealthDown,
+        "stopping" => Force::HealthStopping,
         _ => return false,
+    };
+    crate::check::cli_force(shared, pi, si, f).is_ok()
+}
+
+/// The (proxy, server) indexes of `BACKEND/SERVER`, or the CLI's error text.
+fn server_index(shared: &Shared, spec: &str) -> Result<(usize, usize), String> {
+    if spec.is_empty() {
+        return Err("Require 'backend/server'.\n".into());
     }
-    true
+    let (be, s) = find_server(shared, spec)?;
+    let si = be
+        .servers
+        .iter()
+        .position(|x| std::ptr::eq(x, s))
+        .ok_or("No such server.\n")?;
+    Ok((be.proxy_idx, si))
+}
+
+/// Applies `f` to server `spec` and waits until its state follows (bounded: a stopping
+/// worker may never answer).
+async fn apply_force(shared: &Arc<Shared>, spec: &str, f: crate::check::Force) -> String {
+    let (pi, si) = match server_index(shared, spec) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    match crate::check::cli_force(shared, pi, si, f) {
+        Ok(Some(rx)) => {
+            let _ = tokio::time::timeout(Duration::from_secs(1), rx).await;
+            String::new()
+        }
+        Ok(None) => String::new(),
+        Err(e) => e.into(),
+    }
+}
+
+/// `set server B/S health up|stopping|down` and `set server B/S agent up|down`.
+async fn force_health(shared: &Arc<Shared>, spec: &str, what: &str, arg: Option<&str>) -> String {
+    use crate::check::Force;
+    if let Ok((pi, si)) = server_index(shared, spec) {
+        let s = shared.server(pi, si);
+        if what == "health" && s.conf.health.track.is_some() {
+            return "cannot change health on a tracking server.\n".into();
+        }
+    }
+    let f = match (what, arg) {
+        ("health", Some("up")) => Force::HealthUp,
+        ("health", Some("stopping")) => Force::HealthStopping,
+        ("health", Some("down")) => Force::HealthDown,
+        ("agent", Some("up")) => Force::AgentUp,
+        ("agent", Some("down")) => Force::AgentDown,
+        ("health", _) => {
+            if let Ok((pi, si)) = server_index(shared, spec)
+                && shared.server(pi, si).check.is_none()
+            {
+                return "Health checks are not enabled on this server.\n".into();
+            }
+            return "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n".into();
+        }
+        _ => {
+            if let Ok((pi, si)) = server_index(shared, spec)
+                && shared.server(pi, si).health.agent.is_none()
+            {
+                return "agent checks are not enabled on this server.\n".into();
+            }
+            return "'set server <srv> agent' expects 'up' or 'down'.\n".into();
+        }
+    };
+    apply_force(shared, spec, f).await
 }
 
 fn set_server(shared: &Shared, rest: &[&str]) -> String {
@@ -578,22 +661,15 @@ fn set_server(shared: &Shared, rest: &[&str]) -> String {
         },
         Some("weight") => set_weight(be, s, rest.get(2).copied().unwrap_or("")),
         Some("maxconn") => set_maxconn(be, s, rest.get(2).copied().unwrap_or("")),
-        Some("health") => {
-            if s.check.is_none() {
-                return "Health checks are not enabled on this server.\n".into();
-            }
-            match rest.get(2).copied() {
-                Some(h @ ("up" | "down" | "stopping")) => {
-                    set_health(be, s, h);
-                    String::new()
-                }
-                _ => "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n".into(),
-            }
-        }
         Some("addr") => set_addr(be, s, &rest[2..]),
-        _ => "'set server <srv>' only supports 'state', 'weight', 'maxconn', 'health' and \
-              'addr' in sluice (HAProxy also has 'agent', 'fqdn', 'check-addr', 'check-port' \
-              and 'ssl').\n"
+        Some("check-addr") => set_check_addr(s, &rest[2..]),
+        Some("check-port") => set_check_port(s, rest.get(2).copied()),
+        Some("agent-addr") => set_agent_addr(s, &rest[2..]),
+        Some("agent-port") => set_agent_port(s, rest.get(2).copied()),
+        Some("agent-send") => set_agent_send(s, &rest[2..]),
+        _ => "'set server <srv>' only supports 'state', 'weight', 'maxconn', 'health', 'agent', \
+              'addr', 'check-addr', 'check-port', 'agent-addr', 'agent-port' and 'agent-send' \
+              in sluice (HAProxy also has 'fqdn' and 'ssl').\n"
             .into(),
     })
 }
@@ -639,13 +715,108 @@ fn set_addr(be: &crate::backend::BackendState, s: &ServerState, args: &[&str]) -
     msg
 }
 
-/// `enable|disable health B/S`: a server whose checks are disabled counts as UP (HAProxy).
-fn health_enable(be: &crate::backend::BackendState, s: &ServerState, on: bool) -> String {
-    if set_health(be, s, if on { "enable" } else { "disable" }) {
-        String::new()
-    } else {
-        "Health checks are not enabled on this server.\n".into()
+/// A port from the CLI (1..=65535).
+fn cli_port(p: &str) -> Option<u16> {
+    p.parse::<u16>().ok().filter(|p| *p > 0)
+}
+
+/// `set server B/S check-addr IP [port PORT]`: the next checks go there.
+fn set_check_addr(s: &ServerState, args: &[&str]) -> String {
+    let Some(ck) = &s.check else {
+        return "health checks are not enabled on this server.\n".into();
+    };
+    let Some(ip) = args.first() else {
+        return "set server <b>/<s> check-addr requires an address and optionally a port.\n".into();
+    };
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return format!("Invalid check-addr '{ip}'.\n");
+    };
+    let port = match args.get(1..) {
+        None | Some([]) => None,
+        Some(["port", p]) => match cli_port(p) {
+            Some(p) => Some(p),
+            None => return format!("Invalid port '{p}'.\n"),
+        },
+        Some(_) => {
+            return "set server <b>/<s> check-addr requires an address and optionally a port.\n"
+                .into();
+        }
+    };
+    ck.set_target(Some(Some(ip)), port);
+    "health check addr updated.\n".into()
+}
+
+/// `set server B/S check-port PORT`.
+fn set_check_port(s: &ServerState, port: Option<&str>) -> String {
+    let Some(ck) = &s.check else {
+        return "health checks are not enabled on this server.\n".into();
+    };
+    match port.and_then(cli_port) {
+        Some(p) => {
+            ck.set_target(None, Some(p));
+            "health check port updated.\n".into()
+        }
+        None => "'set server <srv> check-port' expects an integer as argument.\n".into(),
     }
+}
+
+/// `set server B/S agent-addr IP [port PORT]`.
+fn set_agent_addr(s: &ServerState, args: &[&str]) -> String {
+    let Some(ag) = &s.health.agent else {
+        return "agent checks are not enabled on this server.\n".into();
+    };
+    let Some(ip) = args.first() else {
+        return "set server <b>/<s> agent-addr requires an address and optionally a port.\n".into();
+    };
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return "incorrect addr address given for agent.\n".into();
+    };
+    let port = match args.get(1..) {
+        None | Some([]) => None,
+        Some(["port", p]) => match cli_port(p) {
+            Some(p) => Some(p),
+            None => return format!("Invalid port '{p}'.\n"),
+        },
+        Some(_) => {
+            return "set server <b>/<s> agent-addr requires an address and optionally a port.\n"
+                .into();
+        }
+    };
+    ag.set_target(|t| {
+        t.addr = Some(ip);
+        if let Some(p) = port {
+            t.port = p;
+        }
+    });
+    "agent addr updated.\n".into()
+}
+
+/// `set server B/S agent-port PORT`.
+fn set_agent_port(s: &ServerState, port: Option<&str>) -> String {
+    let Some(ag) = &s.health.agent else {
+        return "agent checks are not enabled on this server.\n".into();
+    };
+    match port.and_then(cli_port) {
+        Some(p) => {
+            ag.set_target(|t| t.port = p);
+            "agent port updated.\n".into()
+        }
+        None => "'set server <srv> agent-port' expects an integer as argument.\n".into(),
+    }
+}
+
+/// `set server B/S agent-send STRING`: the words after `agent-send`, joined by spaces (quote
+/// the string to keep its own spacing).
+fn set_agent_send(s: &ServerState, args: &[&str]) -> String {
+    let Some(ag) = &s.health.agent else {
+        return "agent checks are not enabled on this server.\n".into();
+    };
+    if args.is_empty() {
+        return "'set server <srv> agent-send' expects an argument.\n".into();
+    }
+    let v = args.join(" ");
+    ag.set_target(|t| t.send = (!v.is_empty()).then_some(v));
+    String::new()
 }
 
 pub(crate) fn set_maxconn(be: &crate::backend::BackendState, s: &ServerState, v: &str) -> String {
@@ -927,7 +1098,10 @@ async fn add_server(shared: &Arc<Shared>, rest: &[&str]) -> String {
         return "No such backend.\n".into();
     };
     let opts: Vec<String> = rest[2..].iter().map(|w| w.to_string()).collect();
-    let conf = match crate::config::dynamic_server(sname, addr, &opts) {
+    let conf = match crate::config::dynamic_server(sname, addr, &opts).and_then(|mut c| {
+        crate::config::check_needs(&mut c, &shared.cfg.proxies[bi])?;
+        Ok(c)
+    }) {
         Ok(c) => c,
         Err(e) => return format!("{e}\n"),
     };
@@ -1015,11 +1189,22 @@ async fn show_activity(shared: &Arc<Shared>) -> String {
         up.as_secs(),
         up.subsec_micros()
     );
-    for (i, name) in NAMES.iter().enumerate() {
-        let total: u64 = per.iter().map(|t| t[i]).sum();
+    // sluice's own, after HAProxy's: each thread's health-check tasks, and those it migrated
+    // to another thread (DESIGN §5).
+    let checks = crate::check::thread_loads(per.len());
+    let rows = NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (*name, per.iter().map(|t| t[i]).collect::<Vec<_>>()))
+        .chain([
+            ("checks_cur", checks.iter().map(|c| c.0 as u64).collect()),
+            ("checks_migrated", checks.iter().map(|c| c.1).collect()),
+        ]);
+    for (name, vals) in rows {
+        let total: u64 = vals.iter().sum();
         out.push_str(&format!("{name}: {total} ["));
-        for t in &per {
-            out.push_str(&format!(" {}", t[i]));
+        for v in vals {
+            out.push_str(&format!(" {v}"));
         }
         out.push_str(" ]\n");
     }

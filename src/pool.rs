@@ -36,6 +36,27 @@ use crate::stream::ServerStream;
 /// it was opened with (0 without either). Connections are reused only under the same key.
 pub type Key = (usize, usize, u64);
 
+/// The pool key part of a connection's name (`pool-conn-name`, `check-pool-conn-name`) and,
+/// for a TLS server whose `sni` comes from the request, of the SNI it was opened with (`sni`:
+/// `Some` for such a server): 0 without either, never 0 with one, so named and unnamed
+/// connections never mix. Traffic and checks compute it here alike.
+pub fn name_hash(name: Option<&[u8]>, sni: Option<Option<&str>>) -> u64 {
+    use std::hash::Hasher;
+    if name.is_none() && sni.is_none() {
+        return 0;
+    }
+    let mut h = std::hash::DefaultHasher::new();
+    if let Some(v) = name {
+        h.write(v);
+    }
+    if let Some(sni) = sni {
+        // (Tagged, so that a name and an SNI never collide.)
+        h.write_u8(0xff);
+        h.write(sni.unwrap_or("").as_bytes());
+    }
+    h.finish() | 1
+}
+
 /// An idle server connection.
 pub struct IdleConn {
     /// Plain or TLS: a TLS connection keeps its session, so reusing it costs no handshake.

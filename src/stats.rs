@@ -827,17 +827,28 @@ fn server_state_line(out: &mut String, be_id: u32, p: &Proxy, s: &ServerState) {
         }
         None => (1, 0, 0, 0),
     };
-    let check_port = s.conf.check.as_ref().and_then(|c| c.port).unwrap_or(0);
-    let check_addr = s
-        .conf
-        .check
-        .as_ref()
-        .and_then(|c| c.addr)
-        .map_or("-".to_string(), |a| a.to_string());
+    // As changed at run time (`set server ... check-addr|check-port|agent-addr|agent-port`).
+    let (check_addr, check_port) = s.check.as_ref().map(|c| c.target()).unwrap_or_default();
+    let check_port = check_port.unwrap_or(0);
+    let check_addr = check_addr.map_or("-".to_string(), |a| a.to_string());
+    // CHK_ST_CONFIGURED | CHK_ST_AGENT, plus CHK_ST_ENABLED while enabled.
+    let (agent_state, agent_addr, agent_port) = match &s.health.agent {
+        Some(ag) => {
+            let t = ag.target();
+            (
+                if ag.enabled.load(Relaxed) { 0x16 } else { 0x12 },
+                t.as_ref()
+                    .and_then(|t| t.addr)
+                    .map_or("-".to_string(), |a| a.to_string()),
+                t.map_or(0, |t| t.port),
+            )
+        }
+        None => (0, "-".to_string(), 0),
+    };
     let _ = writeln!(
         out,
         "{be_id} {} {} {} {} {op} {admin} {} {} {since} {status} {result} {health} {chk_state} \
-         0 {} {} - {} - 0 {check_port} {check_addr} - 0",
+         {agent_state} {} {} - {} - 0 {check_port} {check_addr} {agent_addr} {agent_port}",
         p.name,
         s.puid,
         s.name,

@@ -206,11 +206,11 @@ fn apply(
             "ready" => set_state(be, s, AdminState::Ready),
             "drain" => set_state(be, s, AdminState::Drain),
             "maint" => set_state(be, s, AdminState::Maint),
-            "dhlth" => set_health(be, s, "disable"),
-            "ehlth" => set_health(be, s, "enable"),
-            "hrunn" => set_health(be, s, "up"),
-            "hnolb" => set_health(be, s, "stopping"),
-            "hdown" => set_health(be, s, "down"),
+            "dhlth" => set_health(shared, bi, si, "disable"),
+            "ehlth" => set_health(shared, bi, si, "enable"),
+            "hrunn" => set_health(shared, bi, si, "up"),
+            "hnolb" => set_health(shared, bi, si, "stopping"),
+            "hdown" => set_health(shared, bi, si, "down"),
             _ => {
                 kill(bi, si);
                 true

@@ -344,7 +344,8 @@ fn select_versions(
     Ok(out)
 }
 
-fn alpn_list(v: &str) -> Result<Vec<Vec<u8>>, String> {
+/// A comma-separated ALPN protocol list (`alpn`, `check-alpn`, `connect alpn`).
+pub fn alpn_list(v: &str) -> Result<Vec<Vec<u8>>, String> {
     let l: Vec<Vec<u8>> = v
         .split(',')
         .filter(|s| !s.is_empty())
@@ -1469,28 +1470,48 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// For health checks that run over TLS (`check-ssl`, or inherited from `ssl`; `check::connect`
-/// decides): the connected socket with TLS on top, with the server line's client
-/// configuration, session store and SNI (`sni str(..)`; a check has no request, so no Host
-/// header).
+/// For health checks that run over TLS (`check-ssl`, inherited from `ssl`, or `connect ssl`;
+/// `check::connect` decides): the connected socket with TLS on top, with the server line's
+/// client configuration and session store. `sni` is the check's own (`check-sni`, `connect
+/// sni`), else the server's `sni str(..)` (a check has no request, so no Host header); `alpn`
+/// replaces the server's ALPN list for this connection only (`check-alpn`, `connect alpn`).
 pub async fn check_stream(
-    srv: &crate::config::Server,
+    tls: &ServerTls,
     tcp: tokio::net::TcpStream,
+    sni: Option<&str>,
+    alpn: Option<&[Vec<u8>]>,
     timeout: Option<Duration>,
 ) -> std::io::Result<crate::stream::ServerStream> {
-    // The check decides whether it runs over TLS (`check-ssl`, or the server's `ssl`); the
-    // settings exist whenever it may.
-    let tls = match &srv.tls {
-        Some(t) => t,
-        None => return Ok(crate::stream::ServerStream::Plain(tcp)),
-    };
     let ip = tcp.peer_addr()?.ip();
-    let sni = match &tls.sni {
+    let sni = sni.or(match &tls.sni {
         Some(SniExpr::Str(s)) => Some(s.as_str()),
         _ => None,
+    });
+    let name = server_name(sni, ip);
+    let s = match alpn {
+        None => connect(tls, tcp.into(), name, timeout).await?,
+        Some(list) => {
+            let fut = tokio_rustls::TlsConnector::from(tls.config.clone())
+                .with_alpn(list.to_vec())
+                .connect(name, tcp.into());
+            match timeout {
+                Some(d) => tokio::time::timeout(d, fut).await.map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timeout")
+                })??,
+                None => fut.await?,
+            }
+        }
     };
-    let s = connect(tls, tcp.into(), server_name(sni, ip), timeout).await?;
     Ok(crate::stream::ServerStream::Tls(Box::new(s)))
+}
+
+/// `check-sni NAME` / `connect sni NAME`: a plain host name (HAProxy takes a string here, not
+/// an expression), which rustls must accept as a DNS name.
+pub fn check_sni(v: &str) -> Result<String, String> {
+    match ServerName::try_from(v.to_string()) {
+        Ok(ServerName::DnsName(_)) => Ok(v.to_string()),
+        _ => Err(format!("'{v}' is not a valid server name")),
+    }
 }
 
 // =============================================================================================

@@ -160,8 +160,8 @@ fn check_keywords_are_validated() {
             "not supported by sluice",
         ),
         (
-            "    tcp-check connect port 80 ssl\n",
-            "'tcp-check connect ssl': per-check TLS settings are not supported",
+            "    tcp-check connect port 80 proto h2\n",
+            "'tcp-check connect proto' is not supported by sluice",
         ),
         (
             "    server s 127.0.0.1:1 check check-ssl\n",
@@ -738,6 +738,165 @@ fn agent_replies_change_weight_state_and_maxconn() {
     wait_until("agent maint", WAIT, || col("a", "status") == "MAINT");
 }
 
+/// The `show servers state be` fields of server `srv`.
+fn server_state_fields(sock: &std::path::Path, srv: &str) -> Vec<String> {
+    stats_cli(sock, "show servers state be")
+        .lines()
+        .map(|l| l.split(' ').map(str::to_string).collect::<Vec<_>>())
+        .find(|f| f.len() > 24 && f[3] == srv)
+        .unwrap_or_else(|| panic!("no state line for {srv}"))
+}
+
+/// The agent and the health checks are separate sources over the CLI: a server is UP only
+/// when both allow it. `set server ... health|agent`, `enable|disable health|agent`, and
+/// the run-time `check-addr`, `check-port`, `agent-addr`, `agent-port`, `agent-send`.
+#[test]
+fn cli_agent_and_health_are_separate_sources() {
+    let a = HttpBackend::start("a");
+    let b = HttpBackend::start("b");
+    let agent = Agent::start("down #first\n");
+    let agent2 = Agent::start("down #second agent\n");
+    let dead = closed_port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms rise 1 fall 1 agent-check agent-port {} agent-inter 100ms\n    server b {} check inter 100ms\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        a.hostport(),
+        agent.tcp.addr.port(),
+        b.hostport(),
+    );
+    let s = Sluice::start(&cfg);
+    let col = |srv: &str, c: &str| stat_col(&sock, srv, c);
+    let cli = |cmd: &str| stats_cli(&sock, cmd);
+    // The agent holds the server down while its checks pass.
+    wait_until("down via the agent", WAIT, || {
+        col("a", "agent_status") == "L7STS" && col("a", "check_status") == "L4OK"
+    });
+    assert_eq!(col("a", "status"), "DOWN");
+    // Forcing the checks' health up does not override the agent.
+    assert_eq!(cli("set server be/a health up"), "\n");
+    assert_eq!(col("a", "status"), "DOWN");
+    assert_eq!(col("a", "check_health"), "1");
+    // Without the agent, the checks alone decide: UP at once.
+    assert_eq!(cli("disable agent be/a"), "\n");
+    assert_eq!(col("a", "status"), "UP");
+    s.wait_log_line(|l| l.contains("Server be/a is UP, changed from CLI."), WAIT);
+    assert_eq!(
+        server_state_fields(&sock, "a")[14],
+        "18",
+        "agent configured, disabled"
+    );
+    assert_eq!(
+        cli("set server be/a agent down"),
+        "agent checks are not enabled on this server.\n\n"
+    );
+    // Health forced while its checks are disabled: the forced state holds.
+    assert_eq!(cli("disable health be/a"), "\n");
+    assert_eq!(cli("set server be/a health down"), "\n");
+    assert_eq!(col("a", "status"), "DOWN");
+    assert_eq!(cli("set server be/a health stopping"), "\n");
+    assert_eq!(col("a", "status"), "NOLB");
+    assert_eq!(cli("set server be/a health up"), "\n");
+    assert_eq!(col("a", "status"), "UP");
+    assert_eq!(cli("enable health be/a"), "\n");
+    // The agent again: its next reply takes the server down; `agent up` is overridden by it
+    // only at its next check, so it is told `up` first.
+    assert_eq!(cli("enable agent be/a"), "\n");
+    assert_eq!(server_state_fields(&sock, "a")[14], "22", "agent enabled");
+    wait_until("down via the agent again", WAIT, || {
+        col("a", "status") == "DOWN"
+    });
+    agent.say("up\n");
+    wait_until("up via the agent", WAIT, || col("a", "status") == "UP");
+    assert_eq!(cli("set server be/a agent down"), "\n");
+    s.wait_log_line(
+        |l| l.contains("Server be/a is DOWN, changed from CLI."),
+        WAIT,
+    );
+    // The agent's address, port and send string change for its next checks.
+    assert_eq!(
+        cli(&format!(
+            "set server be/a agent-port {}",
+            agent2.tcp.addr.port()
+        )),
+        "agent port updated.\n\n"
+    );
+    assert_eq!(cli("set server be/a agent-send hi"), "\n");
+    wait_until("the second agent answers", WAIT, || {
+        col("a", "agent_desc").contains("second agent")
+    });
+    wait_until("sent the new string", WAIT, || {
+        *agent2.got.lock().unwrap() == b"hi"
+    });
+    assert_eq!(col("a", "status"), "DOWN");
+    assert_eq!(
+        cli(&format!(
+            "set server be/a agent-addr 127.0.0.1 port {}",
+            agent.tcp.addr.port()
+        )),
+        "agent addr updated.\n\n"
+    );
+    wait_until("the first agent again", WAIT, || col("a", "status") == "UP");
+    let st = server_state_fields(&sock, "a");
+    assert_eq!(st[23], "127.0.0.1");
+    assert_eq!(st[24], agent.tcp.addr.port().to_string());
+    // The check's port and address.
+    assert_eq!(
+        cli(&format!("set server be/a check-port {dead}")),
+        "health check port updated.\n\n"
+    );
+    wait_until("checks go to the dead port", WAIT, || {
+        col("a", "check_status") == "L4CON" && col("a", "status") == "DOWN"
+    });
+    assert_eq!(server_state_fields(&sock, "a")[21], dead.to_string());
+    assert_eq!(
+        cli(&format!(
+            "set server be/a check-addr 127.0.0.1 port {}",
+            a.port()
+        )),
+        "health check addr updated.\n\n"
+    );
+    wait_until("checks pass again", WAIT, || col("a", "status") == "UP");
+    assert_eq!(server_state_fields(&sock, "a")[22], "127.0.0.1");
+    // Errors.
+    for (cmd, want) in [
+        (
+            "set server be/b agent up",
+            "agent checks are not enabled on this server.\n",
+        ),
+        (
+            "enable agent be/b",
+            "Agent was not configured on this server, cannot enable.\n",
+        ),
+        (
+            "disable agent be/b",
+            "Agent was not configured on this server, cannot disable.\n",
+        ),
+        (
+            "set server be/a agent sideways",
+            "'set server <srv> agent' expects 'up' or 'down'.\n",
+        ),
+        (
+            "set server be/a check-port x",
+            "'set server <srv> check-port' expects an integer as argument.\n",
+        ),
+        (
+            "set server be/b agent-addr 127.0.0.1",
+            "agent checks are not enabled on this server.\n",
+        ),
+        (
+            "set server be/a agent-addr nowhere",
+            "incorrect addr address given for agent.\n",
+        ),
+        ("disable agent be/zz", "No such server.\n"),
+    ] {
+        assert_eq!(cli(cmd), format!("{want}\n"), "{cmd}");
+    }
+}
+
 /// Config for observe tests: server `s1` whose traffic goes to `srv` but whose checks go to
 /// port `chk` on 127.0.0.1.
 fn observe_cfg(port: u16, srv: &str, chk: u16, opts: &str, extra: &str) -> String {
@@ -1099,6 +1258,105 @@ fn checks_never_use_data_connections() {
     );
 }
 
+/// `check-reuse-pool`: checks run on an idle pooled connection that carried traffic (and give
+/// it back, so later checks and requests keep using it), asking to keep it open; without it
+/// (`checks_never_use_data_connections`) they never do.
+#[test]
+fn check_reuse_pool_runs_checks_on_pooled_data_connections() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms check-reuse-pool\n",
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/first").status, 200);
+    let data_conn = b
+        .requests()
+        .iter()
+        .find(|r| r.target == "/first")
+        .map(|r| r.conn_id)
+        .unwrap();
+    // The connection waits in the pool between requests: a check takes it.
+    wait_until("checks on the data connection", WAIT, || {
+        b.requests()
+            .iter()
+            .filter(|r| r.target == "/health" && r.conn_id == data_conn)
+            .count()
+            >= 3
+    });
+    // Given back each time: traffic still uses it.
+    assert_eq!(c.get("/again").status, 200);
+    let reqs = b.requests();
+    let again = reqs.iter().find(|r| r.target == "/again").unwrap();
+    assert_eq!(again.conn_id, data_conn, "traffic after checks: {reqs:?}");
+    let check = reqs
+        .iter()
+        .find(|r| r.target == "/health" && r.conn_id == data_conn)
+        .unwrap();
+    // HTTP/1.0 (httpchk's default version) on a pooled connection asks to keep it open.
+    assert_eq!(check.header("connection"), Some("keep-alive"), "{check:?}");
+    // Checks that found the pool empty (before the first request) used their own connection.
+    assert!(reqs.iter().all(|r| r.target != "/health"
+        || r.conn_id == data_conn
+        || r.header("connection") == Some("close")));
+}
+
+/// The idle-close race under `check-reuse-pool`: the server closes the pooled connection as
+/// the check sends on it. The check runs again on a fresh connection and passes: no failed
+/// check is counted.
+#[test]
+fn check_reuse_pool_retries_a_closed_pooled_connection() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    // The first data connection's id; a check arriving on it is answered with a close.
+    let data = std::sync::Arc::new(AtomicUsize::new(usize::MAX));
+    let d2 = data.clone();
+    let b = HttpBackend::with_handler("s1", move |r| {
+        if r.target == "/first" {
+            d2.store(r.conn_id, SeqCst);
+        }
+        if r.target == "/health" && r.conn_id == d2.load(SeqCst) {
+            return Reply::Close;
+        }
+        Reply::named("s1")
+    });
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms check-reuse-pool\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/first").status, 200);
+    let first = data.load(SeqCst);
+    wait_until("a check met the closing pooled connection", WAIT, || {
+        b.requests()
+            .iter()
+            .any(|r| r.target == "/health" && r.conn_id == first)
+    });
+    // ... and ran again on a fresh connection right away.
+    wait_until("the check ran again", WAIT, || {
+        let reqs = b.requests();
+        let at = reqs
+            .iter()
+            .position(|r| r.target == "/health" && r.conn_id == first)
+            .unwrap();
+        reqs[at + 1..]
+            .iter()
+            .any(|r| r.target == "/health" && r.conn_id != first)
+    });
+    wait_until("the check passed", WAIT, || {
+        stat_col(&sock, "s1", "check_status") == "L7OK"
+    });
+    assert_eq!(stat_col(&sock, "s1", "chkfail"), "0");
+    assert_eq!(stat_col(&sock, "s1", "status"), "UP");
+}
+
 #[test]
 fn downinter_and_fastinter_pace_the_checks() {
     // The checked service fails (closes at once) until `ok` is set, then answers "OK".
@@ -1156,4 +1414,88 @@ fn downinter_and_fastinter_pace_the_checks() {
         .filter(|(t, _)| *t > up_at)
         .count();
     assert_eq!(after, 0, "no check within inter once UP");
+}
+
+/// `checks_cur` and `checks_migrated` of `show activity`: per thread.
+fn check_activity(sock: &std::path::Path) -> (Vec<u64>, Vec<u64>) {
+    let out = stats_cli(sock, "show activity");
+    let per = |name: &str| -> Vec<u64> {
+        let l = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in {out}"));
+        let inner = &l[l.find('[').unwrap() + 1..l.find(']').unwrap()];
+        inner
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    (per("checks_cur"), per("checks_migrated"))
+}
+
+/// Starts sluice with `nbthread 2` and the given servers in backend `be`; returns it with its
+/// stats socket.
+fn two_threads(servers: &str) -> (Sluice, TempDir, std::path::PathBuf) {
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let cfg = format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{}backend be\n{servers}",
+        sock.display(),
+        CHECK_DEFAULTS
+            .trim_start_matches("global\n")
+            .replace("    nbthread 1\n", "")
+    );
+    (Sluice::start(&cfg), dir, sock)
+}
+
+/// Waits until every checked server `c0..c{n-1}` has failed at least `k` checks (each check is
+/// a wake-up of its task).
+fn wait_checks(sock: &std::path::Path, n: usize, k: u64) {
+    wait_until("every check ran a few times", WAIT, || {
+        (0..n).all(|i| {
+            stat_col(sock, &format!("c{i}"), "chkfail")
+                .parse::<u64>()
+                .unwrap_or(0)
+                >= k
+        })
+    });
+}
+
+/// DESIGN §5: a waking check migrates to the other thread while that thread's check load is
+/// under half of its own (even counting the check), once per wake-up and never back. Start-up
+/// deals checked servers round-robin over threads, so servers with only an agent (which do
+/// not count as check load) in between put all ten checks on the first thread: three move, 10/0 ->
+/// 7/3, and stay there.
+#[test]
+fn checks_migrate_from_a_loaded_thread_and_stay() {
+    let dead = closed_port();
+    let mut servers = String::new();
+    for i in 0..10 {
+        servers.push_str(&format!(
+            "    server c{i} 127.0.0.1:{dead} check inter 100ms\n    server a{i} 127.0.0.1:{dead} agent-check agent-port {dead} agent-inter 1s\n"
+        ));
+    }
+    let (_s, _dir, sock) = two_threads(&servers);
+    wait_until("three checks migrated", WAIT, || {
+        check_activity(&sock).1.iter().sum::<u64>() == 3
+    });
+    // Later wake-ups move nothing more, and the migrated checks run on their new thread.
+    wait_checks(&sock, 10, 5);
+    let (cur, migrated) = check_activity(&sock);
+    assert_eq!(cur, vec![7, 3], "check tasks per thread");
+    assert_eq!(migrated, vec![3, 0], "migrations out of each thread");
+}
+
+/// Balanced threads (five checks each): no check ever migrates.
+#[test]
+fn checks_do_not_migrate_between_balanced_threads() {
+    let dead = closed_port();
+    let servers: String = (0..10)
+        .map(|i| format!("    server c{i} 127.0.0.1:{dead} check inter 100ms\n"))
+        .collect();
+    let (_s, _dir, sock) = two_threads(&servers);
+    wait_checks(&sock, 10, 5);
+    let (cur, migrated) = check_activity(&sock);
+    assert_eq!(cur, vec![5, 5]);
+    assert_eq!(migrated, vec![0, 0]);
 }

@@ -772,15 +772,23 @@ frontend fe\n    bind 127.0.0.1:8443 ssl crt {}\n    default_backend be\n",
 // ---------------------------------------------------------------------------------------------
 
 /// A TLS HTTP/1.1 server answering every request with its name and the SNI it saw; counts
-/// full and resumed handshakes.
+/// full and resumed handshakes and records the SNI and ALPN protocol of each (`-`: none).
 struct TlsBackend {
     port: u16,
     handshakes: Arc<std::sync::atomic::AtomicUsize>,
     resumed: Arc<std::sync::atomic::AtomicUsize>,
+    seen: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    /// Requests answered.
+    requests: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TlsBackend {
     fn start(leaf: &Leaf) -> TlsBackend {
+        TlsBackend::with_alpn(leaf, &["h2", "http/1.1"])
+    }
+
+    /// A server that selects among `alpn` (a client offering none of them is refused).
+    fn with_alpn(leaf: &Leaf, alpn: &[&str]) -> TlsBackend {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let mut sc = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
@@ -792,18 +800,25 @@ impl TlsBackend {
             )
             .unwrap();
         sc.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().unwrap();
-        sc.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        sc.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
         let sc = Arc::new(sc);
         let l = TcpListener::bind(lo(0)).unwrap();
         let port = l.local_addr().unwrap().port();
         let handshakes = Arc::new(AtomicUsize::new(0));
         let resumed = Arc::new(AtomicUsize::new(0));
-        let (h2, r2) = (handshakes.clone(), resumed.clone());
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (h2, r2, s2, q2) = (
+            handshakes.clone(),
+            resumed.clone(),
+            seen.clone(),
+            requests.clone(),
+        );
         std::thread::spawn(move || {
             for s in l.incoming() {
                 let Ok(mut s) = s else { return };
                 let sc = sc.clone();
-                let (h, r) = (h2.clone(), r2.clone());
+                let (h, r, seen, q) = (h2.clone(), r2.clone(), s2.clone(), q2.clone());
                 std::thread::spawn(move || {
                     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
                     let Ok(mut conn) = rustls::ServerConnection::new(sc) else {
@@ -823,6 +838,7 @@ impl TlsBackend {
                         .alpn_protocol()
                         .map(|a| String::from_utf8_lossy(a).into_owned())
                         .unwrap_or_else(|| "-".into());
+                    seen.lock().unwrap().push((sni.clone(), alpn.clone()));
                     let mut t = StreamOwned::new(conn, s);
                     let mut buf = Vec::new();
                     let mut b = [0u8; 4096];
@@ -830,6 +846,7 @@ impl TlsBackend {
                         while let Some(end) = find(&buf, b"\r\n\r\n") {
                             let is_alpn = buf.starts_with(b"GET /alpn");
                             buf.drain(..end + 4);
+                            q.fetch_add(1, Ordering::SeqCst);
                             let body = if is_alpn {
                                 format!("alpn={alpn}")
                             } else {
@@ -858,7 +875,18 @@ impl TlsBackend {
             port,
             handshakes,
             resumed,
+            seen,
+            requests,
         }
+    }
+
+    /// Whether a handshake with this SNI and ALPN protocol was seen.
+    fn saw(&self, sni: &str, alpn: &str) -> bool {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(s, a)| s == sni && a == alpn)
     }
 }
 
@@ -1255,10 +1283,175 @@ backend b_port\n    server s 127.0.0.1:{p} ssl verify none check port {pport} in
         tb.handshakes.load(Ordering::SeqCst) >= 2,
         "checks shook hands"
     );
-    // `check-ssl` needs nothing else; `check-sni` is still refused.
-    let (code, out) = Sluice::check(
-        "defaults\n    mode http\nbackend be\n    server s 127.0.0.1:1 check check-sni x\n",
+}
+
+/// `check-sni` and `check-alpn` (server line, default connect), and `tcp-check connect ssl sni
+/// alpn` on a plain server: the TLS server sees the configured SNI and ALPN, and the check
+/// result follows what it answers (its body echoes the SNI; an ALPN it does not speak fails
+/// the handshake). Traffic keeps the server's own `sni`.
+#[test]
+fn check_sni_and_alpn_reach_the_server() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Check CA");
+    let leaf = ca.leaf("backend.example", &["backend.example"]);
+    let tb = TlsBackend::with_alpn(&leaf, &["http/1.1", "x-check"]);
+    let plain = HttpBackend::start("plain");
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {sock} level admin\n{DEFAULTS_HTTP}\
+frontend fe\n    bind 127.0.0.1:{port}\n    default_backend b_sni\n\
+backend b_sni\n    option httpchk GET /\n    http-check expect string sni=check.example\n\
+\x20   server s 127.0.0.1:{p} ssl verify none sni str(traffic.example) check check-sni check.example inter 100ms rise 1 fall 1\n\
+backend b_srvsni\n    option httpchk GET /\n    http-check expect string sni=traffic.example\n\
+\x20   server s 127.0.0.1:{p} ssl verify none sni str(traffic.example) check inter 100ms rise 1 fall 1\n\
+backend b_alpn\n    option httpchk GET /alpn\n    http-check expect string alpn=x-check\n\
+\x20   default-server check-alpn x-check check-sni alpn.example\n\
+\x20   server s 127.0.0.1:{p} ssl verify none check inter 100ms rise 1 fall 1\n\
+backend b_badalpn\n    server s 127.0.0.1:{p} ssl verify none check check-alpn nope check-sni bad.example inter 100ms rise 1 fall 1\n\
+backend b_rule\n    option tcp-check\n    tcp-check connect port {p} ssl sni rule.example alpn x-check\n\
+\x20   tcp-check send-binary 474554202f20485454502f312e310d0a0d0a\n    tcp-check expect string sni=rule.example\n\
+\x20   server s {plain} verify none check inter 100ms rise 1 fall 1\n\
+backend b_plainrule\n    option tcp-check\n    tcp-check connect port {pp}\n\
+\x20   tcp-check send-binary 474554202f20485454502f312e310d0a0d0a\n    tcp-check expect string HTTP/1.1\n\
+\x20   server s 127.0.0.1:{p} ssl verify none check inter 100ms rise 1 fall 1\n",
+        sock = sock.display(),
+        p = tb.port,
+        plain = plain.hostport(),
+        pp = plain.addr.port(),
     );
-    assert_ne!(code, 0);
-    assert!(out.contains("check-sni"), "{out}");
+    let _s = Sluice::start(&cfg);
+    let col = |be: &str, c: &str| stat_column(&sock, be, "s", c);
+    wait_until("check-sni sent and echoed", WAIT, || {
+        col("b_sni", "check_status") == "L7OK"
+    });
+    assert!(
+        tb.saw("check.example", "-"),
+        "no ALPN without check-alpn or alpn"
+    );
+    wait_until("the server's sni str() without check-sni", WAIT, || {
+        col("b_srvsni", "check_status") == "L7OK"
+    });
+    wait_until("check-alpn negotiated", WAIT, || {
+        col("b_alpn", "check_status") == "L7OK"
+    });
+    assert!(tb.saw("alpn.example", "x-check"));
+    wait_until("an ALPN the server refuses fails the check", WAIT, || {
+        col("b_badalpn", "check_status") == "L6RSP"
+    });
+    assert!(col("b_badalpn", "status").starts_with("DOWN"));
+    assert!(
+        col("b_badalpn", "check_desc").contains("SSL handshake failure"),
+        "{}",
+        col("b_badalpn", "check_desc")
+    );
+    wait_until("tcp-check connect ssl sni alpn", WAIT, || {
+        col("b_rule", "check_status") == "L7OK"
+    });
+    assert!(tb.saw("rule.example", "x-check"));
+    // A `connect` rule without `ssl` is plain even on an `ssl` server (HAProxy's rule).
+    wait_until("a connect rule without ssl stays plain", WAIT, || {
+        col("b_plainrule", "check_status") == "L7OK"
+    });
+    // Traffic keeps the server's own SNI.
+    assert_eq!(
+        http_get(port, "/").body_str(),
+        "tls-backend sni=traffic.example"
+    );
+    assert!(
+        !tb.saw("traffic.example", "x-check") && !tb.saw("check.example", "x-check"),
+        "check-alpn of one server leaked elsewhere: {:?}",
+        tb.seen.lock().unwrap()
+    );
+}
+
+#[test]
+fn check_tls_options_are_validated() {
+    let bad = [
+        (
+            "server s 127.0.0.1:1 check check-sni 10.0.0.1",
+            ":4",
+            "'check-sni': '10.0.0.1' is not a valid server name",
+        ),
+        (
+            "server s 127.0.0.1:1 check check-alpn ,",
+            ":4",
+            "'check-alpn': 'alpn': invalid protocol list ','",
+        ),
+        (
+            "option httpchk\n    server s 127.0.0.1:1 check check-alpn h2,http/1.1",
+            ":5",
+            "HTTP/2 health checks are not supported by sluice",
+        ),
+        (
+            "option tcp-check\n    tcp-check connect ssl\n    server s 127.0.0.1:1 check",
+            ":6",
+            "no CA file specified",
+        ),
+        (
+            "option tcp-check\n    tcp-check connect sni",
+            ":5",
+            "missing name after 'sni'",
+        ),
+    ];
+    for (lines, at, want) in bad {
+        let cfg = format!("defaults\n    mode http\nbackend be\n    {lines}\n");
+        let (code, out) = Sluice::check(&cfg);
+        assert_ne!(code, 0, "{lines}");
+        assert!(out.contains(at) && out.contains(want), "{lines}: {out}");
+    }
+    // The same with what they need is valid.
+    let ok = "defaults\n    mode http\nbackend be\n    option tcp-check\n    tcp-check connect ssl sni a.example alpn h2\n    server s 127.0.0.1:1 check verify none check-sni b.example check-alpn h2,http/1.1\n";
+    let (code, out) = Sluice::check(ok);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// `check-reuse-pool` on an `ssl` server: checks borrow the pooled TLS connection that carried
+/// traffic, so they cost no handshake; without it every check shakes hands.
+#[test]
+fn check_reuse_pool_saves_tls_handshakes() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let ca = Ca::new("Check CA");
+    let leaf = ca.leaf("backend.example", &["backend.example"]);
+    let reuse = TlsBackend::start(&leaf);
+    let fresh = TlsBackend::start(&leaf);
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n\
+\x20   use_backend b_fresh if {{ path_beg /fresh }}\n    default_backend b_reuse\n\
+backend b_reuse\n    http-reuse always\n    option httpchk GET /\n\
+\x20   server s 127.0.0.1:{r} ssl verify none sni str(backend.example) check inter 100ms check-reuse-pool\n\
+backend b_fresh\n    http-reuse always\n    option httpchk GET /\n\
+\x20   server s 127.0.0.1:{f} ssl verify none sni str(backend.example) check inter 100ms\n",
+        r = reuse.port,
+        f = fresh.port,
+    );
+    let _s = Sluice::start(&cfg);
+    // A keep-alive client: its server connection waits in the pool between its requests.
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/").status, 200);
+    assert_eq!(c.get("/fresh").status, 200);
+    // Checks of one server run one after the other: two more requests and any check that
+    // was connecting on its own when the pool was still empty is over.
+    let q = reuse.requests.load(SeqCst);
+    wait_until("two more checks", WAIT, || {
+        reuse.requests.load(SeqCst) >= q + 2
+    });
+    let (h_reuse, q_reuse) = (reuse.handshakes.load(SeqCst), reuse.requests.load(SeqCst));
+    let (h_fresh, q_fresh) = (fresh.handshakes.load(SeqCst), fresh.requests.load(SeqCst));
+    wait_until("five more checks on each", WAIT, || {
+        reuse.requests.load(SeqCst) >= q_reuse + 5 && fresh.requests.load(SeqCst) >= q_fresh + 5
+    });
+    assert_eq!(
+        reuse.handshakes.load(SeqCst),
+        h_reuse,
+        "checks on the pooled TLS connection shook no hands"
+    );
+    assert!(
+        fresh.handshakes.load(SeqCst) >= h_fresh + 5,
+        "one handshake per check without check-reuse-pool"
+    );
+    // Given back after each check: traffic finds it still.
+    assert_eq!(c.get("/").body_str(), "tls-backend sni=backend.example");
+    assert_eq!(reuse.handshakes.load(SeqCst), h_reuse);
 }

@@ -43,9 +43,15 @@ pub struct ConnectRule {
     /// Send a PROXY protocol v1 header first (`send-proxy`; `default` inherits the server's
     /// `check-send-proxy`).
     pub send_proxy: bool,
-    /// `default`: take the server's check settings (port, address, `check-send-proxy`).
+    /// `default`: take the server's check settings (port, address, `check-send-proxy`,
+    /// `check-ssl`, `check-sni`, `check-alpn`).
     pub default: bool,
+    /// `ssl`: this connection runs TLS, with the server line's TLS settings.
+    pub ssl: bool,
+    /// `sni NAME`: the SNI of this TLS connection.
     pub sni: Option<String>,
+    /// `alpn LIST`: the ALPN protocols this TLS connection offers.
+    pub alpn: Option<Vec<Vec<u8>>>,
     pub comment: Option<String>,
 }
 

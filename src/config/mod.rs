@@ -21,7 +21,7 @@ use std::time::Duration;
 
 pub use acl::{Cond, HttpView};
 pub use checks::*;
-pub use parser::{dynamic_server, load, load_files};
+pub use parser::{check_needs, dynamic_server, load, load_files};
 
 /// One configuration problem: `file:line: message` (line 0 = the whole file).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -356,6 +356,13 @@ pub struct CheckCfg {
     /// `check-ssl` (`Some(true)`) / `no-check-ssl` (`Some(false)`); `None`: checks use TLS
     /// when the server does (`ssl`) and no check `port`/`addr` is set (HAProxy's rule).
     pub ssl: Option<bool>,
+    /// `check-sni NAME`: the SNI of TLS checks (default: the server's `sni str(..)`, if any).
+    pub sni: Option<String>,
+    /// `check-alpn LIST`: the ALPN protocols TLS checks offer (default: the server's `alpn`).
+    pub alpn: Option<Vec<Vec<u8>>>,
+    /// `check-reuse-pool` (`no-check-reuse-pool`, the default): a plain HTTP check may run
+    /// on an idle pooled connection of the server instead of opening its own.
+    pub reuse_pool: bool,
 }
 
 /// A `frontend`, `backend` or `listen` section, with its `defaults` applied.
@@ -502,6 +509,9 @@ pub struct Server {
     pub tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
     /// `ssl`: sessions use TLS.
     pub ssl: bool,
+    /// The TLS options of the line as written, kept so that TLS settings can be built for
+    /// checks alone once the proxy is known (`tcp-check connect ssl` on a plain server).
+    pub tls_opts: crate::tls::ServerTlsOpts,
 }
 
 /// A naming expression (`pool-conn-name`): the subset of HAProxy's sample expressions sluice

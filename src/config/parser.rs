@@ -17,7 +17,7 @@ mod options;
 mod proxy;
 mod rules;
 mod server;
-pub use server::dynamic_server;
+pub use server::{check_needs, dynamic_server};
 #[cfg(test)]
 mod tests;
 mod values;

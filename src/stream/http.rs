@@ -331,31 +331,18 @@ fn head_without_its_body(resp: &ResponseHead, buffered: usize) -> bool {
 
 /// The pool key part of a request's `pool-conn-name` value, and of the SNI of a TLS server
 /// whose `sni` comes from the request (`sni`: `Some` for such a server, with the value sent;
-/// 0 without either; never 0 with one, so named and unnamed connections never mix).
+/// see `pool::name_hash`).
 fn conn_name_hash(
     e: Option<&crate::config::NameExpr>,
     hdrs: &Headers,
     buf: &[u8],
     sni: Option<Option<&str>>,
 ) -> u64 {
-    use std::hash::Hasher;
-    if e.is_none() && sni.is_none() {
-        return 0;
-    }
-    let mut h = std::hash::DefaultHasher::new();
-    if let Some(e) = e {
-        let v: &[u8] = match e {
-            crate::config::NameExpr::Str(s) => s.as_bytes(),
-            crate::config::NameExpr::ReqHdr(n) => hdrs.first(buf, n.as_bytes()).unwrap_or(b""),
-        };
-        h.write(v);
-    }
-    if let Some(sni) = sni {
-        // (Tagged, so that a name and an SNI never collide.)
-        h.write_u8(0xff);
-        h.write(sni.unwrap_or("").as_bytes());
-    }
-    h.finish() | 1
+    let name = e.map(|e| match e {
+        crate::config::NameExpr::Str(s) => s.as_bytes(),
+        crate::config::NameExpr::ReqHdr(n) => hdrs.first(buf, n.as_bytes()).unwrap_or(b""),
+    });
+    crate::pool::name_hash(name, sni)
 }
 
 /// A `401`/`407` whose challenge authenticates the connection rather than each request

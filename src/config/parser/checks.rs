@@ -189,8 +189,8 @@ fn set_comment(rule: &mut CheckRule, c: String) {
     }
 }
 
-/// `connect [default] [port N] [addr A] [send-proxy] [linger] [comment C]`; TLS options go
-/// through the one TLS seam of `check`.
+/// `connect [default] [port N] [addr A] [send-proxy] [ssl] [sni S] [alpn LIST] [linger]
+/// [comment C]`.
 fn connect(w: &[String], kw: &str) -> Result<ConnectRule, String> {
     let mut c = ConnectRule::default();
     let mut i = 0;
@@ -219,13 +219,20 @@ fn connect(w: &[String], kw: &str) -> Result<ConnectRule, String> {
                 c.comment = Some(val("text")?.to_string());
                 i += 1;
             }
-            "ssl" | "sni" | "alpn" => {
-                crate::check::tls_check_support()
-                    .map_err(|e| format!("'{kw} connect {o}': {e}"))?;
-                if o != "ssl" {
-                    c.sni = Some(val("name")?.to_string());
-                    i += 1;
-                }
+            "ssl" => c.ssl = true,
+            "sni" => {
+                c.sni = Some(
+                    crate::tls::check_sni(val("name")?)
+                        .map_err(|e| format!("'{kw} connect sni': {e}"))?,
+                );
+                i += 1;
+            }
+            "alpn" => {
+                c.alpn = Some(
+                    crate::tls::alpn_list(val("protocol list")?)
+                        .map_err(|e| format!("'{kw} connect alpn': {e}"))?,
+                );
+                i += 1;
             }
             "via-socks4" | "proto" => {
                 return Err(format!("'{kw} connect {o}' is not supported by sluice"));
@@ -243,7 +250,8 @@ fn connect(w: &[String], kw: &str) -> Result<ConnectRule, String> {
                             "linger",
                             "comment",
                             "ssl",
-                            "sni"
+                            "sni",
+                            "alpn"
                         ]
                     )
                 ));
@@ -526,6 +534,9 @@ pub(super) struct ServerCheckOpts {
     pub addr: Option<std::net::IpAddr>,
     pub send_proxy: bool,
     pub ssl: Option<bool>,
+    pub sni: Option<String>,
+    pub alpn: Option<Vec<Vec<u8>>>,
+    pub reuse_pool: bool,
     pub agent: bool,
     pub agent_port: Option<u16>,
     pub agent_addr: Option<std::net::IpAddr>,
@@ -547,6 +558,9 @@ impl Default for ServerCheckOpts {
             addr: None,
             send_proxy: false,
             ssl: None,
+            sni: None,
+            alpn: None,
+            reuse_pool: false,
             agent: false,
             agent_port: None,
             agent_addr: None,
@@ -572,6 +586,9 @@ impl ServerCheckOpts {
             addr: self.addr,
             send_proxy: self.send_proxy,
             ssl: self.ssl,
+            sni: self.sni.clone(),
+            alpn: self.alpn.clone(),
+            reuse_pool: self.reuse_pool,
         })
     }
 
@@ -707,11 +724,21 @@ pub(super) fn server_opt(
                 o.ssl = Some(false);
                 return Ok(0);
             }
-            "check-sni" | "check-alpn" => {
-                crate::check::tls_check_support().map_err(|e| format!("'{opt}': {e}"))?;
-                return Ok(1);
+            "check-sni" => {
+                o.sni =
+                    Some(crate::tls::check_sni(val("name")?).map_err(|e| format!("'{opt}': {e}"))?);
             }
-            "check-proto" | "check-via-socks4" | "check-reuse-pool" | "no-check-reuse-pool" => {
+            "check-alpn" => {
+                o.alpn = Some(
+                    crate::tls::alpn_list(val("protocol list")?)
+                        .map_err(|e| format!("'{opt}': {e}"))?,
+                );
+            }
+            "check-reuse-pool" | "no-check-reuse-pool" => {
+                o.reuse_pool = opt == "check-reuse-pool";
+                return Ok(0);
+            }
+            "check-proto" | "check-via-socks4" => {
                 return Err(format!("server option '{opt}' is not supported by sluice"));
             }
             "agent-check" => o.agent = true,

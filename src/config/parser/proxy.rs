@@ -207,6 +207,18 @@ impl Draft {
     /// `tcplog`, `forwardfor` is dropped, layer-7 balancing becomes `roundrobin`).
     pub(super) fn finish(&mut self) -> Vec<ConfigError> {
         let mut errors = Vec::new();
+        // Check settings that depend on both the server line and the proxy's check rules.
+        let mut servers = std::mem::take(&mut self.p.servers);
+        for sv in &mut servers {
+            if let Err(e) = super::server::check_needs(sv, &self.p) {
+                errors.push(ConfigError {
+                    file: sv.origin.file.clone(),
+                    line: sv.origin.line,
+                    message: format!("'server {}' in {}: {e}", sv.name, self.describe()),
+                });
+            }
+        }
+        self.p.servers = servers;
         if self.p.mode == Mode::Http {
             // HTTP/1.1 only: never advertise h2 (see tls::BindTls::http1_only).
             for b in &mut self.p.binds {

@@ -464,7 +464,56 @@ fn make_server(
             o.tls.build()?
         },
         ssl: o.tls.ssl,
+        tls_opts: o.tls.clone(),
     })
+}
+
+/// What a checked server of proxy `p` needs once both are complete: TLS settings when a
+/// `connect ... ssl` rule asks for TLS on a server whose line has neither `ssl` nor
+/// `check-ssl` (built from its TLS options, as `check-ssl` would), and no HTTP/2 in the ALPN
+/// of HTTP checks (they speak HTTP/1.x).
+pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), String> {
+    use crate::config::{CheckRule, CheckType};
+    let Some(chk) = &s.check else {
+        return Ok(());
+    };
+    let rules: &[CheckRule] = match p.options.check_type {
+        CheckType::Connect => &[],
+        CheckType::Http => &p.options.http_checks,
+        CheckType::Tcp => &p.options.tcp_checks,
+    };
+    let connects = || {
+        rules.iter().filter_map(|r| match r {
+            CheckRule::Connect(c) => Some(c),
+            _ => None,
+        })
+    };
+    if p.options.check_type == CheckType::Http {
+        let h2 =
+            |l: &Option<Vec<Vec<u8>>>| l.as_ref().is_some_and(|l| l.iter().any(|x| x == b"h2"));
+        if h2(&chk.alpn) {
+            return Err(
+                "'check-alpn h2': HTTP/2 health checks are not supported by sluice (HTTP checks \
+                 speak HTTP/1.x; offer 'http/1.1')"
+                    .into(),
+            );
+        }
+        if connects().any(|c| h2(&c.alpn)) {
+            return Err(
+                "'http-check connect alpn h2': HTTP/2 health checks are not supported by sluice \
+                 (HTTP checks speak HTTP/1.x; offer 'http/1.1')"
+                    .into(),
+            );
+        }
+    }
+    if s.tls.is_none() && connects().any(|c| c.ssl) {
+        let mut t = s.tls_opts.clone();
+        t.ssl = true;
+        s.tls = t
+            .build()
+            .map_err(|e| format!("TLS settings for 'connect ssl' checks: {e}"))?;
+    }
+    Ok(())
 }
 
 fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {

@@ -60,12 +60,16 @@ pub struct LoadedCert {
     pub key: Arc<CertifiedKey>,
 }
 
-/// The name → certificate index of one `bind`, swapped whole when a certificate changes.
+/// The name → certificates index of one `bind`, swapped whole when a certificate changes.
+/// A name may have several certificates (an ECDSA and an RSA one, say): the handshake picks
+/// by what the client can verify.
 struct CertMap {
     /// In load order; the first one is the default certificate.
     certs: Vec<Arc<LoadedCert>>,
-    exact: HashMap<String, usize>,
-    wild: HashMap<String, usize>,
+    exact: HashMap<String, Vec<usize>>,
+    wild: HashMap<String, Vec<usize>>,
+    /// The default certificate and those sharing its first name (its other key types).
+    default: Vec<usize>,
 }
 
 /// Picks the certificate for a ClientHello by SNI: exact name, then `*.parent`, then the
@@ -573,6 +577,23 @@ fn load_crt(spec: &str, out: &mut Vec<LoadedCert>) -> Result<(), String> {
             out.push(loaded(f.display().to_string(), k, None));
         }
         Ok(())
+    } else if !path.exists() {
+        // HAProxy's multi-certificate bundle: `crt site.pem` loads `site.pem.rsa`,
+        // `site.pem.ecdsa` and `site.pem.dsa`, whichever exist, as one name with several keys.
+        let before = out.len();
+        for ext in ["ecdsa", "rsa", "dsa"] {
+            let f = format!("{spec}.{ext}");
+            if Path::new(&f).is_file() {
+                let k = load_bundle(Path::new(&f))?;
+                out.push(loaded(f, k, None));
+            }
+        }
+        if out.len() == before {
+            return Err(format!(
+                "cannot read '{spec}': no such file (nor a multi-certificate bundle '{spec}.ecdsa', '{spec}.rsa', '{spec}.dsa')"
+            ));
+        }
+        Ok(())
     } else {
         let k = load_bundle(path)?;
         out.push(loaded(spec.to_string(), k, None));
@@ -608,25 +629,67 @@ fn load_crt_list(spec: &str, out: &mut Vec<LoadedCert>) -> Result<(), String> {
 
 impl CertMap {
     fn build(certs: Vec<Arc<LoadedCert>>) -> CertMap {
-        let mut exact = HashMap::new();
-        let mut wild = HashMap::new();
+        let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut wild: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, c) in certs.iter().enumerate() {
             for n in &c.exact {
-                exact.entry(n.clone()).or_insert(i);
+                exact.entry(n.clone()).or_default().push(i);
             }
             for n in &c.wild {
-                wild.entry(n.clone()).or_insert(i);
+                wild.entry(n.clone()).or_default().push(i);
             }
         }
-        CertMap { certs, exact, wild }
+        let default = match certs.first() {
+            Some(c) => c
+                .exact
+                .first()
+                .and_then(|n| exact.get(n))
+                .or_else(|| c.wild.first().and_then(|n| wild.get(n)))
+                .cloned()
+                .unwrap_or_else(|| vec![0]),
+            None => Vec::new(),
+        };
+        CertMap {
+            certs,
+            exact,
+            wild,
+            default,
+        }
     }
 
-    fn lookup(&self, name: &str) -> Option<&Arc<LoadedCert>> {
-        let i = self.exact.get(name).or_else(|| {
-            let (_, parent) = name.split_once('.')?;
-            self.wild.get(parent)
-        })?;
-        self.certs.get(*i)
+    /// The certificates for `name`: exact, then `*.parent`.
+    fn lookup(&self, name: &str) -> Option<&[usize]> {
+        self.exact
+            .get(name)
+            .or_else(|| {
+                let (_, parent) = name.split_once('.')?;
+                self.wild.get(parent)
+            })
+            .map(Vec::as_slice)
+    }
+
+    /// Among certificates `cands` (in load order), the one to serve a client offering
+    /// `schemes`: an ECDSA (or EdDSA) one it can verify first, as HAProxy prefers, then any
+    /// it can verify, then the first (the handshake then fails as it must).
+    fn pick(
+        &self,
+        cands: &[usize],
+        schemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        let key = |i: &usize| self.certs.get(*i).map(|c| &c.key);
+        if let [only] = cands {
+            return key(only).cloned();
+        }
+        let fits = |k: &&Arc<CertifiedKey>| k.key.choose_scheme(schemes).is_some();
+        let ec =
+            |k: &&Arc<CertifiedKey>| !matches!(k.key.algorithm(), rustls::SignatureAlgorithm::RSA);
+        cands
+            .iter()
+            .filter_map(key)
+            .find(|k| fits(k) && ec(k))
+            .or_else(|| cands.iter().filter_map(key).find(fits))
+            .or_else(|| cands.first().and_then(key))
+            .cloned()
     }
 }
 
@@ -647,13 +710,13 @@ impl ResolvesServerCert for CertResolver {
                 map.lookup(name)
             };
             if let Some(c) = hit {
-                return Some(c.key.clone());
+                return map.pick(c, hello.signature_schemes());
             }
         }
         if self.strict_sni {
             return None;
         }
-        map.certs.first().map(|c| c.key.clone())
+        map.pick(&map.default, hello.signature_schemes())
     }
 }
 

@@ -46,10 +46,22 @@ impl Ca {
     }
 
     fn leaf(&self, cn: &str, sans: &[&str]) -> Leaf {
+        self.leaf_with(cn, sans, KeyPair::generate().unwrap())
+    }
+
+    /// A leaf with a 2048-bit RSA key (the others are ECDSA P-256).
+    fn leaf_rsa(&self, cn: &str, sans: &[&str]) -> Leaf {
+        self.leaf_with(
+            cn,
+            sans,
+            KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).unwrap(),
+        )
+    }
+
+    fn leaf_with(&self, cn: &str, sans: &[&str], key: KeyPair) -> Leaf {
         let mut p =
             CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
         p.distinguished_name.push(DnType::CommonName, cn);
-        let key = KeyPair::generate().unwrap();
         let c = p.signed_by(&key, &self.issuer).unwrap();
         Leaf {
             cert_pem: c.pem(),
@@ -206,6 +218,82 @@ fn sni_selects_exact_wildcard_and_default_certificates() {
     assert_eq!(peer_der(&t), def.der, "no SNI -> default");
     let r = tls_get(&mut t, "/", "x").unwrap();
     assert_eq!(r.status, 200);
+}
+
+/// A client that can verify RSA signatures only (as old clients).
+fn rsa_only_client(ca_pem: &str) -> Arc<ClientConfig> {
+    let mut p = rustls::crypto::aws_lc_rs::default_provider();
+    let rsa: Vec<_> = p
+        .signature_verification_algorithms
+        .mapping
+        .iter()
+        .filter(|(scheme, _)| format!("{scheme:?}").starts_with("RSA"))
+        .cloned()
+        .collect();
+    p.signature_verification_algorithms.mapping = Box::leak(rsa.into_boxed_slice());
+    let mut c = ClientConfig::builder_with_provider(Arc::new(p))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots(ca_pem))
+        .with_no_client_auth();
+    c.resumption = rustls::client::Resumption::disabled();
+    Arc::new(c)
+}
+
+/// One name with an ECDSA and an RSA certificate (HAProxy's multi-certificate bundle:
+/// `crt site.pem` loads `site.pem.ecdsa` and `site.pem.rsa`): clients that verify ECDSA get
+/// the ECDSA one, RSA-only clients the RSA one, with SNI and by default.
+#[test]
+fn ecdsa_and_rsa_certificates_for_one_name_are_picked_by_the_client() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    // (The IP lets clients without SNI verify the default certificate.)
+    let ec = ca.leaf("a.example", &["a.example", "127.0.0.1"]);
+    let rsa = ca.leaf_rsa("a.example", &["a.example", "127.0.0.1"]);
+    // Load order must not matter: the RSA one comes first in a second bind.
+    write_file(&dir, "site.pem.rsa", &rsa.bundle());
+    write_file(&dir, "site.pem.ecdsa", &ec.bundle());
+    let rsa_first = write_file(&dir, "rsa.pem", &rsa.bundle());
+    let ec_second = write_file(&dir, "ec.pem", &ec.bundle());
+    let b = HttpBackend::start("s1");
+    let (p1, p2) = (free_port(), free_port());
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{p1} ssl crt {}\n\
+\x20   bind 127.0.0.1:{p2} ssl crt {} crt {}\n    default_backend be\n{}",
+        dir.join("site.pem").display(),
+        rsa_first.display(),
+        ec_second.display(),
+        backend_section("be", "", &[&b])
+    );
+    let _s = Sluice::start(&cfg);
+    let modern = client_cfg(&ca.pem(), &[], None);
+    let old = rsa_only_client(&ca.pem());
+    for port in [p1, p2] {
+        for sni in [Some("a.example"), None] {
+            let mut t = tls_connect(port, sni, &modern).unwrap();
+            assert_eq!(
+                peer_der(&t),
+                ec.der,
+                "port {port} sni {sni:?}: ECDSA preferred"
+            );
+            assert_eq!(tls_get(&mut t, "/", "a").unwrap().status, 200);
+            let mut t = tls_connect(port, sni, &old).unwrap();
+            assert_eq!(
+                peer_der(&t),
+                rsa.der,
+                "port {port} sni {sni:?}: RSA-only client"
+            );
+            assert_eq!(tls_get(&mut t, "/", "a").unwrap().status, 200);
+        }
+    }
+    // A bundle with none of its files is an error naming them.
+    let (code, err) = Sluice::check(&format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{p1} ssl crt {}\n    default_backend be\n{}",
+        dir.join("none.pem").display(),
+        backend_section("be", "", &[&b])
+    ));
+    assert_eq!(code, 1);
+    assert!(err.contains("none.pem.ecdsa"), "{err}");
 }
 
 #[test]

@@ -725,25 +725,32 @@ fn set_check_addr(s: &ServerState, args: &[&str]) -> String {
     let Some(ck) = &s.check else {
         return "health checks are not enabled on this server.\n".into();
     };
-    let Some(ip) = args.first() else {
-        return "set server <b>/<s> check-addr requires an address and optionally a port.\n".into();
-    };
-    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
-        return format!("Invalid check-addr '{ip}'.\n");
-    };
-    let port = match args.get(1..) {
-        None | Some([]) => None,
-        Some(["port", p]) => match cli_port(p) {
-            Some(p) => Some(p),
-            None => return format!("Invalid port '{p}'.\n"),
-        },
-        Some(_) => {
-            return "set server <b>/<s> check-addr requires an address and optionally a port.\n"
-                .into();
-        }
+    let (ip, port) = match addr_and_port(args, "check-addr", |ip| {
+        format!("Invalid check-addr '{ip}'.\n")
+    }) {
+        Ok(v) => v,
+        Err(e) => return e,
     };
     ck.set_target(Some(Some(ip)), port);
     "health check addr updated.\n".into()
+}
+
+/// `IP [port PORT]` of `set server B/S check-addr|agent-addr`; `bad_ip` words the error
+/// for an unparsable address.
+fn addr_and_port(
+    args: &[&str],
+    cmd: &str,
+    bad_ip: impl FnOnce(&str) -> String,
+) -> Result<(std::net::IpAddr, Option<u16>), String> {
+    let usage = || format!("set server <b>/<s> {cmd} requires an address and optionally a port.\n");
+    let ip = args.first().ok_or_else(usage)?;
+    let ip = ip.parse::<std::net::IpAddr>().map_err(|_| bad_ip(ip))?;
+    let port = match args.get(1..) {
+        None | Some([]) => None,
+        Some(["port", p]) => Some(cli_port(p).ok_or_else(|| format!("Invalid port '{p}'.\n"))?),
+        Some(_) => return Err(usage()),
+    };
+    Ok((ip, port))
 }
 
 /// `set server B/S check-port PORT`.
@@ -765,22 +772,11 @@ fn set_agent_addr(s: &ServerState, args: &[&str]) -> String {
     let Some(ag) = &s.health.agent else {
         return "agent checks are not enabled on this server.\n".into();
     };
-    let Some(ip) = args.first() else {
-        return "set server <b>/<s> agent-addr requires an address and optionally a port.\n".into();
-    };
-    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
-        return "incorrect addr address given for agent.\n".into();
-    };
-    let port = match args.get(1..) {
-        None | Some([]) => None,
-        Some(["port", p]) => match cli_port(p) {
-            Some(p) => Some(p),
-            None => return format!("Invalid port '{p}'.\n"),
-        },
-        Some(_) => {
-            return "set server <b>/<s> agent-addr requires an address and optionally a port.\n"
-                .into();
-        }
+    let (ip, port) = match addr_and_port(args, "agent-addr", |_| {
+        "incorrect addr address given for agent.\n".into()
+    }) {
+        Ok(v) => v,
+        Err(e) => return e,
     };
     ag.set_target(|t| {
         t.addr = Some(ip);

@@ -1571,7 +1571,8 @@ async fn run_steps(
                     deadline = tokio::time::Instant::now() + read_to;
                     continue;
                 }
-                match connect(SocketAddr::new(ip, port), connect_to, proxy_hdr, tls).await {
+                let bare = tls.is_none() && !proxy_hdr && idx + 1 == steps.len();
+                match connect(SocketAddr::new(ip, port), connect_to, proxy_hdr, tls, bare).await {
                     Ok(c) => *conn = Some(c),
                     Err((st, e)) => return Outcome::new(st, 0, format!("{e}{}", at(&what))),
                 }
@@ -1607,7 +1608,7 @@ async fn run_steps(
                     // The previous response ends the connection: a new one for this request.
                     let addr = c.s.tcp().and_then(|s| s.peer_addr().ok());
                     if let Some(a) = addr {
-                        match connect(a, connect_to, conn_proxy, conn_tls).await {
+                        match connect(a, connect_to, conn_proxy, conn_tls, false).await {
                             Ok(n) => *c = n,
                             Err((st, e)) => return Outcome::new(st, 0, e),
                         }
@@ -1718,13 +1719,33 @@ fn check_tls<'a>(
 
 /// Opens a check connection of its own, with an optional PROXY v1 header, over TLS
 /// when `tls` is given.
+///
+/// `bare`: a pure layer-4 check (the connect is all there is). As HAProxy does, the final ACK
+/// of the handshake is held back (quick-ack off before connecting) and the connection is
+/// reset once established (linger 0): the server's SYN-ACK proves it listens, and its
+/// application never has to accept and close a connection for every check.
 async fn connect(
     addr: SocketAddr,
     to: Duration,
     proxy_hdr: bool,
     tls: Option<CheckTls<'_>>,
+    bare: bool,
 ) -> Result<Conn, (Status, String)> {
-    let s = match tokio::time::timeout(to, TcpStream::connect(addr)).await {
+    let connecting = async {
+        if !bare {
+            return TcpStream::connect(addr).await;
+        }
+        let sock = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        let _ = socket2::SockRef::from(&sock).set_tcp_quickack(false);
+        let s = sock.connect(addr).await?;
+        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+        Ok(s)
+    };
+    let s = match tokio::time::timeout(to, connecting).await {
         Err(_) => return Err((Status::L4Tout, String::new())),
         Ok(Err(e)) => {
             let info = match e.kind() {
@@ -2248,7 +2269,7 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         let addr = SocketAddr::new(target.addr.unwrap_or(srv.addr.load().ip()), target.port);
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = Box::pin(async {
-            let mut c = connect(addr, connect_to, false, None).await?;
+            let mut c = connect(addr, connect_to, false, None, false).await?;
             if let Some(s) = &target.send {
                 c.s.write_all(s.as_bytes())
                     .await

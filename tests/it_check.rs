@@ -25,6 +25,38 @@ fn stat_col(sock: &std::path::Path, srv: &str, col: &str) -> String {
     stat_column(sock, "be", srv, col)
 }
 
+/// A plain layer-4 check proves that the server listens without making it accept anything,
+/// as HAProxy's: the handshake's last ACK is held back and the connection reset first, so
+/// nothing ever reaches the server's accept queue. The server goes from DOWN (port closed) to
+/// UP (listening) on such checks alone.
+#[test]
+fn layer4_checks_leave_nothing_for_the_server_to_accept() {
+    let port_srv = closed_port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 127.0.0.1:{port_srv} check inter 50ms fall 1 rise 1\n",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n"),
+    );
+    let _s = Sluice::start(&cfg);
+    wait_until("the closed port is DOWN", WAIT, || {
+        stat_col(&sock, "s1", "check_status") == "L4CON"
+    });
+    // A listener that never accepts: completed connections would pile up in its queue.
+    let l = TcpListener::bind(lo(port_srv)).expect("bind the checked port");
+    wait_until("the listening server is UP", WAIT, || {
+        stat_col(&sock, "s1", "status") == "UP"
+    });
+    assert_eq!(stat_col(&sock, "s1", "check_status"), "L4OK");
+    l.set_nonblocking(true).unwrap();
+    match l.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a check connection reached the accept queue: {other:?}"),
+    }
+}
+
 #[test]
 fn tcp_check_marks_a_dead_server_down_and_traffic_avoids_it() {
     let good = HttpBackend::start("good");
@@ -968,7 +1000,9 @@ fn on_error_fastinter_works_at_full_health() {
         &format!("127.0.0.1:{dead}"),
         live.addr.port(),
         "inter 10s fastinter 100ms rise 1 fall 3 observe layer4 error-limit 1 on-error fastinter",
-        "",
+        // A check that sends something, so that the server accepts it and counts it (a bare
+        // layer-4 check never reaches its accept()).
+        "    option tcp-check\n    tcp-check send x\n",
     ));
     s.wait_log_line(
         |l| l.contains("Health check for server be/s1 succeeded"),

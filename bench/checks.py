@@ -59,6 +59,8 @@ import tempfile
 import time
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH)
+import tls as base  # noqa: E402  (free_port, wait_port, cpu_s)
 ROOT = os.path.dirname(BENCH)
 CLK = os.sysconf('SC_CLK_TCK')
 PAGE = os.sysconf('SC_PAGE_SIZE')
@@ -305,31 +307,12 @@ def role_lat(a):
 # Harness
 # ---------------------------------------------------------------------------------------------
 
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+free_port = base.free_port
+cpu_s = base.cpu_s
 
 
 def wait_port(port, proc, timeout=30.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.poll() is not None:
-            return False
-        try:
-            socket.create_connection(('127.0.0.1', port), timeout=0.5).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
-
-def cpu_s(pid):
-    with open(f'/proc/{pid}/stat') as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
+    return base.wait_port(port, proc, timeout)
 
 
 def rss_kib(pid):

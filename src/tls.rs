@@ -950,6 +950,14 @@ pub const BIND_TLS_OPTIONS: &[&str] = &[
     "force-tlsv13",
 ];
 
+/// The argument after option `kw` at `w[*i]`, advancing `*i` to it.
+fn next_arg(w: &[String], i: &mut usize, kw: &str) -> Result<String, String> {
+    *i += 1;
+    w.get(*i)
+        .cloned()
+        .ok_or_else(|| format!("'{kw}' expects an argument"))
+}
+
 /// Parses the TLS option at `w[*i]` of a `bind` line into `o` (advancing `*i` past its
 /// argument). `None` when `w[*i]` is not a TLS option.
 pub fn parse_bind_opt(
@@ -957,14 +965,8 @@ pub fn parse_bind_opt(
     w: &[String],
     i: &mut usize,
 ) -> Option<Result<(), String>> {
-    let opt = w[*i].as_str();
-    let kw = *BIND_TLS_OPTIONS.iter().find(|k| **k == opt)?;
-    let mut val = || -> Result<String, String> {
-        *i += 1;
-        w.get(*i)
-            .cloned()
-            .ok_or_else(|| format!("'{kw}' expects an argument"))
-    };
+    let kw = *BIND_TLS_OPTIONS.iter().find(|k| **k == w[*i])?;
+    let mut val = || next_arg(w, i, kw);
     let r = (|| -> Result<(), String> {
         match kw {
             "ssl" => o.ssl = true,
@@ -1232,14 +1234,8 @@ pub fn parse_server_opt(
     w: &[String],
     i: &mut usize,
 ) -> Option<Result<(), String>> {
-    let opt = w[*i].as_str();
-    let kw = *SERVER_TLS_OPTIONS.iter().find(|k| **k == opt)?;
-    let mut val = || -> Result<String, String> {
-        *i += 1;
-        w.get(*i)
-            .cloned()
-            .ok_or_else(|| format!("'{kw}' expects an argument"))
-    };
+    let kw = *SERVER_TLS_OPTIONS.iter().find(|k| **k == w[*i])?;
+    let mut val = || next_arg(w, i, kw);
     let r = (|| -> Result<(), String> {
         match kw {
             "ssl" => o.ssl = true,

@@ -20,6 +20,15 @@ defaults
     timeout check 1s
 ";
 
+/// `CHECK_DEFAULTS` with an admin-level stats socket at `sock`.
+fn admin_defaults(sock: &std::path::Path) -> String {
+    format!(
+        "global\n    stats socket {} level admin\n{}",
+        sock.display(),
+        CHECK_DEFAULTS.trim_start_matches("global\n")
+    )
+}
+
 /// A column of the server row `be,NAME` in `show stat`.
 fn stat_col(sock: &std::path::Path, srv: &str, col: &str) -> String {
     stat_column(sock, "be", srv, col)
@@ -36,9 +45,8 @@ fn layer4_checks_leave_nothing_for_the_server_to_accept() {
     let sock = dir.join("s.sock");
     let port = free_port();
     let cfg = format!(
-        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 127.0.0.1:{port_srv} check inter 50ms fall 1 rise 1\n",
-        sock.display(),
-        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 127.0.0.1:{port_srv} check inter 50ms fall 1 rise 1\n",
+        admin_defaults(&sock),
     );
     let _s = Sluice::start(&cfg);
     wait_until("the closed port is DOWN", WAIT, || {
@@ -65,10 +73,8 @@ fn tcp_check_marks_a_dead_server_down_and_traffic_avoids_it() {
     let sock = dir.join("s.sock");
     let port = free_port();
     let cfg = format!(
-        "{}    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server dead 127.0.0.1:{dead} check inter 100ms fall 2 rise 2\n    server good {} check inter 100ms\n",
-        "global\n",
-        sock.display(),
-        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server dead 127.0.0.1:{dead} check inter 100ms fall 2 rise 2\n    server good {} check inter 100ms\n",
+        admin_defaults(&sock),
         good.hostport()
     );
     let s = Sluice::start(&cfg);
@@ -260,9 +266,8 @@ fn cli_forces_health_and_moves_a_server() {
     let sock = dir.join("s.sock");
     let port = free_port();
     let cfg = format!(
-        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms rise 2\n    server b {} check inter 100ms\n",
-        sock.display(),
-        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms rise 2\n    server b {} check inter 100ms\n",
+        admin_defaults(&sock),
         a.hostport(),
         b.hostport()
     );
@@ -458,9 +463,8 @@ fn disable_on_404_drains_and_recovers() {
     let sock = dir.join("s.sock");
     let port = free_port();
     let cfg = format!(
-        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    option httpchk GET /health\n    http-check disable-on-404\n    http-check send-state\n    server a {} check inter 100ms weight 3\n    server b {} check inter 100ms\n",
-        sock.display(),
-        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    option httpchk GET /health\n    http-check disable-on-404\n    http-check send-state\n    server a {} check inter 100ms weight 3\n    server b {} check inter 100ms\n",
+        admin_defaults(&sock),
         a.hostport(),
         b.hostport()
     );
@@ -716,9 +720,8 @@ fn agent_replies_change_weight_state_and_maxconn() {
     let sock = dir.join("s.sock");
     let port = free_port();
     let cfg = format!(
-        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms weight 10 agent-check agent-port {} agent-inter 100ms agent-send \"hello\\n\"\n    server b {} check inter 100ms\n    server c {} agent-check agent-port {dead} agent-inter 100ms\n",
-        sock.display(),
-        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms weight 10 agent-check agent-port {} agent-inter 100ms agent-send \"hello\\n\"\n    server b {} check inter 100ms\n    server c {} agent-check agent-port {dead} agent-inter 100ms\n",
+        admin_defaults(&sock),
         a.hostport(),
         agent.tcp.addr.port(),
         b.hostport(),
@@ -793,9 +796,8 @@ fn cli_agent_and_health_are_separate_sources() {
     let sock = dir.join("s.sock");
     let port = free_port();
     let cfg = format!(
-        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms rise 1 fall 1 agent-check agent-port {} agent-inter 100ms\n    server b {} check inter 100ms\n",
-        sock.display(),
-        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check inter 100ms rise 1 fall 1 agent-check agent-port {} agent-inter 100ms\n    server b {} check inter 100ms\n",
+        admin_defaults(&sock),
         a.hostport(),
         agent.tcp.addr.port(),
         b.hostport(),
@@ -1085,9 +1087,8 @@ fn slowstart_ramps_weight_after_coming_back() {
     let sock = dir.join("s.sock");
     let port = free_port();
     let cfg = format!(
-        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1 weight 100 maxconn 50 slowstart 2s\n    server b {} check inter 100ms\n",
-        sock.display(),
-        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1 weight 100 maxconn 50 slowstart 2s\n    server b {} check inter 100ms\n",
+        admin_defaults(&sock),
         a.hostport(),
         b.hostport()
     );
@@ -1128,9 +1129,8 @@ fn track_follows_the_tracked_server() {
     let sock = dir.join("s.sock");
     let port = free_port();
     let cfg = format!(
-        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1\n    server t {} track a\n    server o {} check inter 100ms\nbackend be2\n    server u {} track be/t\n",
-        sock.display(),
-        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server a {} check port {chk_port} inter 100ms rise 1 fall 1\n    server t {} track a\n    server o {} check inter 100ms\nbackend be2\n    server u {} track be/t\n",
+        admin_defaults(&sock),
         a.hostport(),
         t.hostport(),
         o.hostport(),
@@ -1359,9 +1359,8 @@ fn check_reuse_pool_retries_a_closed_pooled_connection() {
     let sock = dir.join("s.sock");
     let port = free_port();
     let cfg = format!(
-        "global\n    stats socket {} level admin\n{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms check-reuse-pool\n",
-        sock.display(),
-        CHECK_DEFAULTS.trim_start_matches("global\n"),
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms check-reuse-pool\n",
+        admin_defaults(&sock),
         b.hostport()
     );
     let _s = Sluice::start(&cfg);

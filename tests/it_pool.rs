@@ -233,24 +233,7 @@ fn proxy2(b: &HttpBackend, global_extra: &str, server_opts: &str) -> (Sluice, u1
 
 /// `key=value` of the `be/s1` line of `show pools`, and the same of each thread line.
 fn pools(sock: &std::path::Path) -> (HashMap<String, u64>, Vec<HashMap<String, u64>>) {
-    let out = stats_cli(sock, "show pools");
-    let kv = |l: &str| -> HashMap<String, u64> {
-        l.split_whitespace()
-            .filter_map(|w| w.split_once('='))
-            .filter_map(|(k, v)| Some((k.to_string(), v.trim_end_matches("ms").parse().ok()?)))
-            .collect()
-    };
-    let server = out
-        .lines()
-        .find(|l| l.starts_with("be/s1:"))
-        .map(kv)
-        .unwrap_or_else(|| panic!("no be/s1 line: {out}"));
-    let threads = out
-        .lines()
-        .filter(|l| l.trim_start().starts_with("thread "))
-        .map(kv)
-        .collect();
-    (server, threads)
+    pool_line(sock, "be/s1")
 }
 
 /// Sequential `Connection: close` clients, each waiting until the previous server connection

@@ -819,25 +819,16 @@ fn clear_counters_and_dynamic_servers() {
 #[test]
 fn pool_takeovers_are_exported() {
     let t = setup("");
-    let busy = |out: &str| {
-        out.lines()
-            .any(|l| l.starts_with("be/") && !l.contains(" used=0 "))
-    };
+    let servers = ["be/s1", "be/s2"];
+    let sum = |col: &str| -> u64 { servers.iter().map(|s| pool_line(&t.sock, s).0[col]).sum() };
     // Sequential `Connection: close` clients, each after the previous server connection went
     // back to its thread's pool: a client accepted by the other thread takes it over.
     for i in 0..24 {
         assert_eq!(http_get(t.fe, &format!("/r{i}")).status, 200);
-        wait_until("server connections released", WAIT, || {
-            !busy(&stats_cli(&t.sock, "show pools"))
-        });
+        wait_until("server connections released", WAIT, || sum("used") == 0);
     }
     let out = stats_cli(&t.sock, "show pools");
-    let shown: f64 = out
-        .lines()
-        .filter(|l| l.starts_with("be/"))
-        .filter_map(|l| l.split(" takeovers=").nth(1))
-        .map(|v| v.split_whitespace().next().unwrap().parse::<f64>().unwrap())
-        .sum();
+    let shown = sum("takeovers") as f64;
     let e = t.scrape();
     let exported = e.val("haproxy_server_pool_takeovers_total", &srv("be", "s1"))
         + e.val("haproxy_server_pool_takeovers_total", &srv("be", "s2"));

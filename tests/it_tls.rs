@@ -1057,36 +1057,6 @@ backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca
     assert!(tb.handshakes.load(Ordering::SeqCst) >= 5);
 }
 
-/// `key=value` pairs of the `show pools` line of server `name` (`be/srv`), and of each of
-/// its thread lines.
-fn pool_line(
-    sock: &Path,
-    name: &str,
-) -> (
-    std::collections::HashMap<String, u64>,
-    Vec<std::collections::HashMap<String, u64>>,
-) {
-    let out = stats_cli(sock, "show pools");
-    let kv = |l: &str| {
-        l.split_whitespace()
-            .filter_map(|w| w.split_once('='))
-            .filter_map(|(k, v)| Some((k.to_string(), v.trim_end_matches("ms").parse().ok()?)))
-            .collect()
-    };
-    let mut lines = out
-        .lines()
-        .skip_while(|l| !l.starts_with(&format!("{name}:")));
-    let server = lines
-        .next()
-        .map(kv)
-        .unwrap_or_else(|| panic!("no {name} line: {out}"));
-    let threads = lines
-        .take_while(|l| l.trim_start().starts_with("thread "))
-        .map(kv)
-        .collect();
-    (server, threads)
-}
-
 /// TLS server connections are pooled like plain ones: sequential `Connection: close`
 /// clients accepted by either of two threads all use one TLS connection (one handshake), which
 /// moves between the threads with its session. With `sni req.hdr(host)` the SNI is part of

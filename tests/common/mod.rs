@@ -1705,3 +1705,33 @@ pub fn backend_section(name: &str, extra: &str, servers: &[&HttpBackend]) -> Str
     }
     s
 }
+
+/// `key=value` pairs of the `show pools` line of server `name` (`be/srv`), and of each of
+/// its thread lines.
+pub fn pool_line(
+    sock: &std::path::Path,
+    name: &str,
+) -> (
+    std::collections::HashMap<String, u64>,
+    Vec<std::collections::HashMap<String, u64>>,
+) {
+    let out = stats_cli(sock, "show pools");
+    let kv = |l: &str| {
+        l.split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .filter_map(|(k, v)| Some((k.to_string(), v.trim_end_matches("ms").parse().ok()?)))
+            .collect()
+    };
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.starts_with(&format!("{name}:")));
+    let server = lines
+        .next()
+        .map(kv)
+        .unwrap_or_else(|| panic!("no {name} line: {out}"));
+    let threads = lines
+        .take_while(|l| l.trim_start().starts_with("thread "))
+        .map(kv)
+        .collect();
+    (server, threads)
+}

@@ -451,7 +451,7 @@ fn redispatch_moves_a_refused_request_to_another_server() {
         let _s = Sluice::start(&mk(""));
         let statuses: Vec<u16> = (0..6).map(|_| http_get(port, "/").status).collect();
         assert_eq!(
-            statuses.iter().filter(|&&s| s == 503).count(),
+            statuses.iter().filter(|&&s| s == 502).count(),
             3,
             "{statuses:?}"
         );

@@ -957,8 +957,8 @@ fn observe_layer4_mark_down_and_sudden_death() {
         |l| l.contains("Health check for server be/s1 succeeded"),
         WAIT,
     );
-    assert_eq!(http_get(port, "/1").status, 503);
-    assert_eq!(http_get(port, "/2").status, 503);
+    assert_eq!(http_get(port, "/1").status, 502);
+    assert_eq!(http_get(port, "/2").status, 502);
     let line = s.wait_log_line(|l| l.contains("Server be/s1 is DOWN"), WAIT);
     assert!(
         line.contains(
@@ -982,7 +982,7 @@ fn observe_layer4_mark_down_and_sudden_death() {
         |l| l.contains("Health check for server be/s1 succeeded"),
         WAIT,
     );
-    assert_eq!(http_get(port, "/1").status, 503);
+    assert_eq!(http_get(port, "/1").status, 502);
     let line = s.wait_log_line(
         |l| l.contains("Health check for server be/s1 failed, reason: Health analyze"),
         WAIT,
@@ -1012,7 +1012,7 @@ fn on_error_fastinter_works_at_full_health() {
     );
     wait_until("first check connection", WAIT, || live.conns() >= 1);
     let before = live.conns();
-    assert_eq!(http_get(port, "/1").status, 503);
+    assert_eq!(http_get(port, "/1").status, 502);
     wait_until(
         "a fastinter check after the error",
         Duration::from_secs(3),

@@ -255,15 +255,15 @@ fn no_usable_server_gets_503() {
 }
 
 #[test]
-fn refused_connection_after_retries_gets_503_and_logs_sc() {
+fn refused_connection_after_retries_gets_502_and_logs_sc() {
     let dead = closed_port();
     let be = format!("backend be\n    retries 2\n    server s1 127.0.0.1:{dead}\n");
     let (cfg, port) = proxy_cfg(LOGGED_HTTP, "", &be);
     let s = Sluice::start(&cfg);
-    let r = expect_error_and_close(port, b"GET /refused HTTP/1.1\r\nHost: t\r\n\r\n", 503);
-    assert_builtin_page(&r, 503, "Service Unavailable");
+    let r = expect_error_and_close(port, b"GET /refused HTTP/1.1\r\nHost: t\r\n\r\n", 502);
+    assert_builtin_page(&r, 502, "Bad Gateway");
     let line = s.wait_log_line(|l| l.contains("/refused"), WAIT);
-    assert!(line.contains(" 503 "), "{line}");
+    assert!(line.contains(" 502 "), "{line}");
     assert!(
         line.contains(" SC-- "),
         "termination state should be SC: {line}"
@@ -279,14 +279,14 @@ fn refused_connection_after_retries_gets_503_and_logs_sc() {
 #[test]
 fn errorfile_replaces_the_whole_response_verbatim() {
     let dir = TempDir::new();
-    let page = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nX-Custom: yes\r\nContent-Length: 7\r\n\r\nsorry\r\n";
-    let f503 = dir.write("503.http", page);
+    let page = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nX-Custom: yes\r\nContent-Length: 7\r\n\r\nsorry\r\n";
+    let f502 = dir.write("502.http", page);
     let page400 = b"HTTP/1.1 400 Bad Request\r\nX-Custom-400: 1\r\nContent-Length: 4\r\n\r\nnope";
     let f400 = dir.write("400.http", page400);
     let dead = closed_port();
     let be = format!(
-        "backend be\n    retries 0\n    errorfile 503 {}\n    server s1 127.0.0.1:{dead}\n",
-        f503.display()
+        "backend be\n    retries 0\n    errorfile 502 {}\n    server s1 127.0.0.1:{dead}\n",
+        f502.display()
     );
     let (cfg, port) = proxy_cfg(
         DEFAULTS_HTTP,

@@ -338,22 +338,26 @@ fn admin_actions_from_the_page_apply_at_once() {
         post_form(&mut c, "s=s3&action=hdown&b=%233"),
         "/stats;st=DONE"
     );
-    assert_eq!(stat_column(&t.sock, "other", "s3", "status"), "DOWN");
+    // The forced result reaches the server's state on its check thread, moments later.
+    wait_until("s3 forced DOWN", WAIT, || {
+        stat_column(&t.sock, "other", "s3", "status") == "DOWN"
+    });
     assert_eq!(
         post_form(&mut c, "s=s3&action=hrunn&b=other"),
         "/stats;st=DONE"
     );
-    assert_eq!(stat_column(&t.sock, "other", "s3", "status"), "UP");
+    wait_until("s3 forced UP", WAIT, || {
+        stat_column(&t.sock, "other", "s3", "status") == "UP"
+    });
     assert_eq!(
         post_form(&mut c, "s=s3&action=dhlth&b=other"),
         "/stats;st=DONE"
     );
-    let st = cli(&t.sock, "show servers state other");
-    assert!(
-        st.lines()
-            .any(|l| l.starts_with("3 other 1 s3 ") && l.split(' ').nth(13) == Some("14")),
-        "{st}"
-    );
+    wait_until("s3 health checks disabled", WAIT, || {
+        cli(&t.sock, "show servers state other")
+            .lines()
+            .any(|l| l.starts_with("3 other 1 s3 ") && l.split(' ').nth(13) == Some("14"))
+    });
     assert_eq!(
         post_form(&mut c, "s=s3&action=ehlth&b=other"),
         "/stats;st=DONE"

@@ -1021,7 +1021,7 @@ backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca
     );
     // `sni req.hdr(host)`: the Host header is the SNI, and the name verified.
     let r = http_raw(port, "GET /host HTTP/1.1\r\nHost: test\r\n\r\n");
-    assert_eq!(r.status, 503, "the certificate is not valid for 'test'");
+    assert_eq!(r.status, 502, "the certificate is not valid for 'test'");
     let r = http_raw(
         port,
         "GET /host HTTP/1.1\r\nHost: backend.example:443\r\n\r\n",
@@ -1029,9 +1029,9 @@ backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca
     assert_eq!(r.body_str(), "tls-backend sni=backend.example");
     // mode http never offers h2 to a server: it would answer in a protocol we do not read.
     assert_eq!(http_get(port, "/alpn").body_str(), "alpn=http/1.1");
-    // Verification failures: the server is unreachable for this request (HAProxy's 503).
-    assert_eq!(http_get(port, "/wrong").status, 503, "wrong CA");
-    assert_eq!(http_get(port, "/name").status, 503, "name mismatch");
+    // Verification failures: a failed connection, like a refused one (502).
+    assert_eq!(http_get(port, "/wrong").status, 502, "wrong CA");
+    assert_eq!(http_get(port, "/name").status, 502, "name mismatch");
     // A keep-alive client's requests share one TLS server connection: at most one handshake
     // for three requests (none when the connection of the first request above is still
     // pooled).

@@ -1298,8 +1298,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     if let ConnectError::Failed { retries, .. } = e {
                         txn.retries = retries;
                     }
-                    // HAProxy answers 503 when it cannot connect (termination SC/sC).
-                    return self.error_response(head, txn, 503, e.term()).await;
+                    return self.error_response(head, txn, e.status(), e.term()).await;
                 }
             },
         };
@@ -1402,7 +1401,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 }
                 Err(e) => {
                     txn.term = e.term();
-                    return self.error_response_after_head(txn, 503).await;
+                    return self.error_response_after_head(txn, e.status()).await;
                 }
             }
         }

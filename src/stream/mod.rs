@@ -526,6 +526,17 @@ impl ConnectError {
             ConnectError::Failed { timeout: false, .. } => *b"SC",
         }
     }
+
+    /// The status answered to an HTTP client. A server that refused every attempt is a bad
+    /// gateway (502, as the core issue specifies; HAProxy 2.6 itself answers 503 there, and
+    /// its documentation allows either); no server to try, a full or timed-out queue, and a
+    /// connect timeout are 503, as in HAProxy.
+    pub fn status(&self) -> u16 {
+        match self {
+            ConnectError::Failed { timeout: false, .. } => 502,
+            _ => 503,
+        }
+    }
 }
 
 /// Picks a server (queueing if needed) and connects, with `retries` and `option redispatch`

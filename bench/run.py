@@ -15,7 +15,7 @@ default haproxy), each one thread and pinned to one core:
   sluice   target/release/sluice -db -f bench/proxies/sluice.cfg (nbthread 1)
   nginx    bash bench/proxies/nginx-proxy.sh                   (worker_processes 1)
 --proxy NAME=CMD adds (or replaces) one: a foreground shell command with the
-placeholders {http_port} {tcp_port} {backend_port} {metrics_port} {threads}
+placeholders {http_port} {tcp_port} {backend_port} {metrics_port} {https_port} {cert} {threads}
 {workdir} {bench} {root}, also exported as BENCH_HTTP_PORT ... BENCH_WORKDIR.
 
 Scenarios (--scenarios, default ka,close,64k,tcp,idle; 'direct' and
@@ -39,6 +39,9 @@ Scenarios (--scenarios, default ka,close,64k,tcp,idle; 'direct' and
          0.2..0.4 s (random) for --duration s, to an origin that closes idle
          connections after 300 ms: idle server connections race the origin's
          close. Counts client-visible errors (any non-200 or socket error)
+  ka-tls the ka load over HTTPS: the proxy terminates TLS (one self-signed
+         ECDSA P-256 bundle, BENCH_CERT, on BENCH_HTTPS_PORT; TLS 1.3, one
+         handshake per wrk connection) and proxies in clear to the origin
 
 Default placement (--pin): the proxy on CPU 1 (taskset), origin, wrk, the idle
 client and this script on CPU 0. See bench/README.md for the columns and how
@@ -58,6 +61,7 @@ import select
 import shlex
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -80,6 +84,7 @@ SCENARIOS = {
     'idle':   ('http', '/', False, 'N idle keep-alive client connections, one request each, held'),
     'ka-20srv': ('http20', '/', False, 'keep-alive via a backend of 20 servers (run with --threads 2)'),
     'idle-close': ('closing', '/', False, '--conns paced keep-alive clients, origin closes idle after 300 ms'),
+    'ka-tls': ('https', '/', False, 'HTTPS keep-alive via proxy (TLS to the client, ECDSA P-256), 100 B body'),
 }
 DEFAULT_SCENARIOS = 'ka,close,64k,tcp,idle'
 BUILTIN_PROXIES = {
@@ -158,6 +163,18 @@ def port_free(port):
         return False
     finally:
         s.close()
+
+
+def make_cert(d):
+    crt, key, pem = (os.path.join(d, f) for f in ('bench.crt', 'bench.key', 'bench.pem'))
+    subprocess.run(['openssl', 'req', '-x509', '-nodes', '-days', '30', '-newkey', 'ec',
+                    '-pkeyopt', 'ec_paramgen_curve:P-256', '-subj', '/CN=bench.example',
+                    '-keyout', key, '-out', crt],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(pem, 'w') as f:
+        f.write(open(crt).read() + open(key).read())
+    os.chmod(pem, 0o644)  # nginx reads it as root before dropping privileges; HAProxy too
+    return pem
 
 
 def pick_ports(base, n):
@@ -290,8 +307,15 @@ def origin_counters(port):
     return int(m.group(1)), int(m.group(3))
 
 
-def http_get(port, path):
-    c = http.client.HTTPConnection('127.0.0.1', port, timeout=5)
+def http_get(port, path, tls=False):
+    if tls:
+        # The benchmark's own self-signed certificate: nothing to verify against.
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        c = http.client.HTTPSConnection('127.0.0.1', port, timeout=5, context=ctx)
+    else:
+        c = http.client.HTTPConnection('127.0.0.1', port, timeout=5)
     c.request('GET', path)
     r = c.getresponse()
     body = r.read()
@@ -386,6 +410,7 @@ def start_proxy(px, ports, a, scratch):
     vals = dict(http_port=ports['http'], tcp_port=ports['tcp'], backend_port=ports['backend'],
                 metrics_port=ports['metrics'], http20_port=ports['http20'],
                 closing_port=ports['closing'], closing_backend_port=ports['closing_backend'],
+                https_port=ports['https'], cert=a.cert,
                 threads=a.threads, workdir=wd, bench=BENCH, root=ROOT)
     env = dict(os.environ, **{f'BENCH_{k.upper()}': str(v) for k, v in vals.items()})
     cmd = px.cmd.format(**vals)
@@ -398,7 +423,7 @@ def start_proxy(px, ports, a, scratch):
                         + open(os.path.join(wd, 'proxy.log')).read()[-3000:])
     p.tcp_listening = wait_port(ports['tcp'], p, timeout=1.0)
     p.metrics_listening = wait_port(ports['metrics'], p, timeout=1.0)
-    p.listening = {k: wait_port(ports[k], p, timeout=1.0) for k in ('http20', 'closing')}
+    p.listening = {k: wait_port(ports[k], p, timeout=1.0) for k in ('http20', 'closing', 'https')}
     return p, lf, wd
 
 
@@ -409,11 +434,11 @@ def proxy_log(wd):
         return ''
 
 
-def check_bodies(port, want):
+def check_bodies(port, want, tls=False):
     """The proxy must return exactly the origin's bytes."""
     for path, body in want.items():
         try:
-            st, got = http_get(port, path)
+            st, got = http_get(port, path, tls)
         except OSError as e:
             return f'{path}: {type(e).__name__}: {e}'
         if st != 200 or got != body:
@@ -437,7 +462,7 @@ def measure(sc, px, a, ports, scratch, origin, want):
             if listener in proc.listening and not proc.listening[listener]:
                 rec['skipped'] = f'no {listener} listener'
                 return rec
-            bad = check_bodies(ports[listener], want)
+            bad = check_bodies(ports[listener], want, tls=listener == 'https')
             if bad:
                 raise RunFailed(f'wrong content on the {listener} port: {bad}')
         if sc == 'idle':
@@ -462,7 +487,8 @@ def measure(sc, px, a, ports, scratch, origin, want):
 def measure_load(rec, sc, proc, a, ports, origin):
     listener, path, close, _ = SCENARIOS[sc]
     port = ports[listener]
-    url = f'http://127.0.0.1:{port}{path}'
+    scheme = 'https' if listener == 'https' else 'http'
+    url = f'{scheme}://127.0.0.1:{port}{path}'
     rec['quiet_pct'], rec['quiet_wait_s'] = wait_quiet(a.quiet_pct, a.quiet_wait)
     if a.warmup > 0:
         run_wrk(url, a, close, a.load_cpus, duration=a.warmup)
@@ -978,9 +1004,12 @@ def main():
 
     scratch = tempfile.mkdtemp(prefix='sluice-bench.')
     os.chmod(scratch, 0o755)
-    bp, hp, tp, mp, h20, cp, cbp = pick_ports(a.base_port, 7)
+    bp, hp, tp, mp, h20, cp, cbp, sp = pick_ports(a.base_port, 8)
     ports = {'backend': bp, 'http': hp, 'tcp': tp, 'metrics': mp, 'http20': h20, 'closing': cp,
-             'closing_backend': cbp}
+             'closing_backend': cbp, 'https': sp}
+    # One self-signed ECDSA P-256 bundle (certificate + key in one PEM, which HAProxy, sluice
+    # and nginx all read) for the ka-tls scenario's listeners.
+    a.cert = make_cert(scratch)
     origin_dir = os.path.join(scratch, 'origin')
     olog = open(os.path.join(scratch, 'origin.log'), 'w')
 

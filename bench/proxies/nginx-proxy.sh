@@ -14,6 +14,8 @@ sed -e "s|@HTTP_PORT@|${BENCH_HTTP_PORT:?}|g" \
     -e "s|@TCP_PORT@|${BENCH_TCP_PORT:?}|g" \
     -e "s|@BACKEND_PORT@|${BENCH_BACKEND_PORT:?}|g" \
     -e "s|@THREADS@|${BENCH_THREADS:-1}|g" \
+    -e "s|@HTTPS_PORT@|${BENCH_HTTPS_PORT:?}|g" \
+    -e "s|@CERT@|${BENCH_CERT:?}|g" \
     -e "s|@WORKDIR@|$w|g" \
     "$here/nginx-proxy.conf" >"$w/nginx-proxy.conf"
 exec nginx -e "$w/error.log" -p "$w" -c "$w/nginx-proxy.conf"

@@ -1477,9 +1477,14 @@ fn pooled_conn(
     let name = crate::pool::name_hash(name, sni);
     let key = (at.0, at.1, name);
     let epoch = srv.addr_gen.load(Relaxed);
-    let c = w
-        .pool
-        .take(key, 1, crate::pool::Limits::of(&srv.conf), &srv.pool, epoch)?;
+    let c = w.pool.take(
+        key,
+        1,
+        crate::pool::Limits::of(&srv.conf),
+        &srv.pool,
+        epoch,
+        false,
+    )?;
     Some(Conn {
         s: c.stream,
         buf: Vec::new(),

@@ -50,6 +50,9 @@ fn tcp_socket(addr: SocketAddr, b: &Bind, backlog: i32) -> io::Result<Socket> {
         s.set_only_v6(b.v6only && !b.v4v6)?;
     }
     s.set_nonblocking(true)?;
+    // Accepted sockets inherit it (Linux copies the listener's TCP options), so no
+    // connection ever waits on Nagle and none costs a setsockopt of its own.
+    s.set_tcp_nodelay(true)?;
     s.bind(&addr.into())?;
     if b.defer_accept {
         crate::sys::set_defer_accept(&s, 1)?;
@@ -89,6 +92,7 @@ pub fn bind_all(
                     for fd in taken {
                         let s = Socket::from(fd);
                         s.set_nonblocking(true)?;
+                        s.set_tcp_nodelay(true)?;
                         // This configuration's backlog and defer-accept.
                         s.listen(backlog)?;
                         crate::sys::set_defer_accept(&s, i32::from(b.defer_accept))?;
@@ -132,6 +136,9 @@ pub fn bind_all(
                 BindAddr::Fd(n) => {
                     let s = crate::sys::adopt_listening_fd(*n)?;
                     s.set_nonblocking(true)?;
+                    if s.domain()? != Domain::UNIX {
+                        s.set_tcp_nodelay(true)?;
+                    }
                     let l = match s.domain()? {
                         Domain::UNIX => {
                             StdListener::Unix(StdUnixListener::from(std::os::fd::OwnedFd::from(s)))

@@ -114,9 +114,11 @@ impl IdleConn {
     }
 
     /// Usable by a request on this thread: not idle beyond the server's reuse window, and
-    /// the watch saw nothing and it went idle moments ago, or a peek says so. (One syscall
-    /// per reuse saved on the hot path.)
-    fn usable(&self, g: &PoolGauges) -> bool {
+    /// the watch saw nothing and either it went idle moments ago, or the request can be
+    /// replayed (`replay_ok`), or a peek says so. (One syscall per reuse saved on the hot
+    /// path: a close that the thread has not polled yet costs a replayable request a replay
+    /// on a new connection, and others the peek.)
+    fn usable(&self, g: &PoolGauges, replay_ok: bool) -> bool {
         let idle = self.since.elapsed();
         if g.reuse_window().is_some_and(|w| idle >= w) {
             return false;
@@ -126,7 +128,7 @@ impl IdleConn {
         };
         let mut cx = Context::from_waker(Waker::noop());
         let ok = match tcp.poll_read_ready(&mut cx) {
-            Poll::Pending if idle < TRUST_WATCH => true,
+            Poll::Pending if idle < TRUST_WATCH || replay_ok => true,
             _ => socket_alive(tcp),
         };
         if !ok {
@@ -294,6 +296,7 @@ impl ThreadPool {
         limits: Limits,
         g: &PoolGauges,
         epoch: u32,
+        replay_ok: bool,
     ) -> Option<IdleConn> {
         let mut m = self.servers.borrow_mut();
         let sp = self.server(&mut m, key, g);
@@ -309,7 +312,7 @@ impl ThreadPool {
                 if let Some(t) = shelf {
                     t.idle.fetch_sub(1, Relaxed);
                 }
-                if c.epoch != epoch || !c.usable(g) {
+                if c.epoch != epoch || !c.usable(g, replay_ok) {
                     g.count_purged(self.id, 1);
                     continue;
                 }
@@ -327,7 +330,7 @@ impl ThreadPool {
             // server).
             return None;
         }
-        let c = self.take_over(min_uses, limits, g, epoch)?;
+        let c = self.take_over(min_uses, limits, g, epoch, replay_ok)?;
         if let Some(t) = shelf {
             t.takeovers.fetch_add(1, Relaxed);
         }
@@ -345,6 +348,7 @@ impl ThreadPool {
         limits: Limits,
         g: &PoolGauges,
         epoch: u32,
+        replay_ok: bool,
     ) -> Option<IdleConn> {
         let n = g.threads.len();
         if !self.shared || n < 2 {
@@ -380,7 +384,7 @@ impl ThreadPool {
                         since: c.since,
                     });
                     match moved {
-                        Ok(c) if c.epoch == epoch && c.usable(g) => return Some(c),
+                        Ok(c) if c.epoch == epoch && c.usable(g, replay_ok) => return Some(c),
                         _ => {
                             g.count_purged(self.id, 1);
                         }
@@ -649,7 +653,7 @@ mod tests {
             // The cap kept c2 and c1 and closed c0. The server now closes c2 and c1 (peers 2
             // and 1): taking finds both dead and closes them.
             peers.truncate(1);
-            let c = p.take(key, 1, NO_LIMIT, gg, 0);
+            let c = p.take(key, 1, NO_LIMIT, gg, 0, false);
             assert!(c.is_none());
             assert_eq!(gg.purged(), 2);
             assert_eq!(p.idle_count(), 0);
@@ -683,10 +687,10 @@ mod tests {
             p.opened(key, gg);
             p.release(key, idle(c3, 1), NO_LIMIT, gg);
             assert!(
-                p.take(key, 2, NO_LIMIT, gg, 0).is_none(),
+                p.take(key, 2, NO_LIMIT, gg, 0, false).is_none(),
                 "not yet proved reusable"
             );
-            let c = p.take(key, 1, NO_LIMIT, gg, 0).expect("usable");
+            let c = p.take(key, 1, NO_LIMIT, gg, 0, false).expect("usable");
             assert_eq!(c.uses, 1);
             assert_eq!(gg.used.load(Relaxed), 1);
         });
@@ -741,10 +745,10 @@ mod tests {
                 low_conn: 2,
                 ..NO_LIMIT
             };
-            assert!(t1.take(key, 1, low, gg, 0).is_none());
+            assert!(t1.take(key, 1, low, gg, 0, false).is_none());
             assert_eq!(gg.takeovers(), 0);
             // At it: thread 1 takes thread 0's connection, and the socket still works.
-            let mut c = t1.take(key, 1, NO_LIMIT, gg, 0).expect("taken over");
+            let mut c = t1.take(key, 1, NO_LIMIT, gg, 0, false).expect("taken over");
             assert_eq!(c.uses, 2);
             assert_eq!(t0.idle_count(), 0);
             assert_eq!(gg.takeovers(), 1);
@@ -761,7 +765,7 @@ mod tests {
             assert_eq!(t1.idle_count(), 1);
             // With `tune.idle-pool.shared off`, no thread takes another's.
             let t2 = ThreadPool::new(0, false);
-            assert!(t2.take(key, 1, NO_LIMIT, gg, 0).is_none());
+            assert!(t2.take(key, 1, NO_LIMIT, gg, 0, false).is_none());
         });
     }
 

@@ -365,7 +365,17 @@ fn connection_auth_challenge(status: u16, hdrs: &Headers, buf: &[u8]) -> bool {
 
 impl Kept {
     /// An idle server connection is usable only if it has neither closed nor sent anything.
-    fn alive(&self) -> bool {
+    /// When the request can be replayed (`replay_ok`), the event loop's word is taken: the
+    /// last read of the response drained the socket (a short read clears tokio's
+    /// readiness), so a close the loop has seen shows as readable; one it has not seen yet
+    /// costs a replay on a new connection. Otherwise the kernel is asked (a peek).
+    fn alive(&self, replay_ok: bool) -> bool {
+        if replay_ok && let Some(tcp) = self.stream.tcp() {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if tcp.poll_read_ready(&mut cx).is_pending() {
+                return true;
+            }
+        }
         self.stream.alive()
     }
 }
@@ -1210,6 +1220,9 @@ impl<C: ClientIo> Conn<'_, C> {
         // from the thread's pool as `http-reuse` allows, or a new one.
         let reuse = bp.options.http_reuse;
         let replayable = is_idempotent(head.method.of(&self.cbuf)) && head.body == BodyKind::None;
+        // Whether a failure of a reused connection before any response byte would be
+        // replayed (see `Retry`): then reuse needs no liveness syscall.
+        let replay_ok = replayable && bp.retries > 0;
         let min_uses = match reuse {
             HttpReuse::Never => None,
             HttpReuse::Always => Some(1),
@@ -1247,7 +1260,7 @@ impl<C: ClientIo> Conn<'_, C> {
             && k.server == slot.server
             && k.epoch == cur_gen
             && k.sni.as_deref() == srv_tls.and_then(|t| super::server_sni(t, host.as_deref()))
-            && k.alive()
+            && k.alive(replay_ok)
         {
             private = k.private;
             got = Some((k.stream, k.uses, k.epoch, k.sni));
@@ -1260,6 +1273,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 Limits::of(&shared.server(be_idx, slot.server).conf),
                 &shared.server(be_idx, slot.server).pool,
                 cur_gen,
+                replay_ok,
             )
         {
             // The key holds the SNI's hash when it varies, so this is the SNI it was opened

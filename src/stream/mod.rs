@@ -44,7 +44,8 @@ pub async fn serve(
     fe.max_conns.fetch_max(fe.cur_conns.load(Relaxed), Relaxed);
     let peer = match &client {
         Client::Tcp(s, a) => {
-            let _ = s.set_nodelay(true);
+            // TCP_NODELAY comes from the listening socket (Linux copies it to accepted
+            // sockets): no setsockopt per connection.
             if p.options.tcp_smart_accept {
                 let _ = socket2::SockRef::from(s).set_tcp_quickack(false);
             }

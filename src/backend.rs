@@ -79,6 +79,8 @@ pub struct PoolGauges {
     pub safe: AtomicU32,
     /// Pooled connections currently carrying a request.
     pub used: AtomicU32,
+    /// The most idle connections (idle + safe, all threads) held at once so far.
+    pub idle_max: AtomicU32,
     /// The server's idle keep-alive timeout as learned (ms, 0 = unknown): from its
     /// `Keep-Alive: timeout=N` header, or else from the idle time after which it was seen
     /// closing an idle connection. Idle connections are not reused near it.

@@ -451,6 +451,8 @@ impl ThreadPool {
             return;
         }
         idle_gauge(g, c.uses).fetch_add(1, Relaxed);
+        let total = g.idle.load(Relaxed) + g.safe.load(Relaxed);
+        g.idle_max.fetch_max(total, Relaxed);
         if let Some(t) = g.threads.get(self.id) {
             let n = t.idle.fetch_add(1, Relaxed) + 1;
             t.idle_max.fetch_max(n, Relaxed);

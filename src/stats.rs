@@ -117,6 +117,12 @@ pub const CSV_FIELDS: &[&str] = &[
     "agg_server_status",
     "agg_server_check_status",
     "agg_check_status",
+    // sluice's own, appended after HAProxy 2.6's columns (HAProxy itself only ever appends,
+    // and parsers go by the header): the connection pool counters of `show pools`.
+    "pool_idle_max",
+    "pool_purged",
+    "pool_replayed",
+    "pool_takeovers",
 ];
 
 /// Object types, as the `type` column and `show stat`'s type mask number them.
@@ -286,7 +292,7 @@ pub fn field_meta(name: &str) -> (&'static str, &'static str) {
         "weight" | "uweight" | "throttle" | "qtime" | "ctime" | "rtime" | "ttime" => ("MaP", "u32"),
         "rate" | "req_rate" | "conn_rate" => ("MRP", "u32"),
         "qmax" | "smax" | "rate_max" | "req_rate_max" | "conn_rate_max" | "qtime_max"
-        | "ctime_max" | "rtime_max" | "ttime_max" => ("MMP", "u32"),
+        | "ctime_max" | "rtime_max" | "ttime_max" | "pool_idle_max" => ("MMP", "u32"),
         "qcur" | "scur" | "srv_icur" | "idle_conn_cur" | "safe_conn_cur" | "used_conn_cur"
         | "need_conn_est" => ("MGP", "u32"),
         "downtime" => ("MCP", "u32"),
@@ -638,6 +644,10 @@ pub fn server_row(
         r.set("idle_conn_cur", idle);
         r.set("safe_conn_cur", safe);
         r.set("used_conn_cur", g.used.load(Relaxed));
+        r.set("pool_idle_max", g.idle_max.load(Relaxed));
+        r.set("pool_purged", g.purged());
+        r.set("pool_replayed", g.replayed());
+        r.set("pool_takeovers", g.takeovers());
     }
     r.set("uweight", s.weight.load(Relaxed));
     r
@@ -754,6 +764,21 @@ pub fn backend_row(shared: &Shared, idx: usize, p: &Proxy, be: &BackendState) ->
     r.set("wrew", 0);
     r.set("connect", sum(|c| &c.connects));
     r.set("reuse", sum(|c| &c.reuses));
+    if p.mode == Mode::Http {
+        let servers = || be.servers.iter();
+        r.set(
+            "pool_purged",
+            servers().map(|s| s.pool.purged()).sum::<u64>(),
+        );
+        r.set(
+            "pool_replayed",
+            servers().map(|s| s.pool.replayed()).sum::<u64>(),
+        );
+        r.set(
+            "pool_takeovers",
+            servers().map(|s| s.pool.takeovers()).sum::<u64>(),
+        );
+    }
     r.set("eint", 0);
     let uweight: u32 = usable(false).map(|s| s.weight.load(Relaxed)).sum();
     r.set("uweight", uweight);
@@ -958,9 +983,10 @@ mod tests {
              check_duration,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other,hanafail,"
         ));
         assert!(h.ends_with(
-            "need_conn_est,uweight,agg_server_status,agg_server_check_status,agg_check_status,\n"
+            "need_conn_est,uweight,agg_server_status,agg_server_check_status,agg_check_status,\
+             pool_idle_max,pool_purged,pool_replayed,pool_takeovers,\n"
         ));
-        assert_eq!(CSV_FIELDS.len(), 103);
+        assert_eq!(CSV_FIELDS.len(), 107);
         // Documented positions (management.txt numbers the columns from 0).
         for (i, name) in [
             (17, "status"),
@@ -983,7 +1009,7 @@ mod tests {
         let mut s = String::new();
         r.write_to(&mut s);
         assert!(s.starts_with("\"a,b\",,"));
-        // 103 fields each followed by a comma: 103 commas outside the quotes.
+        // Every field is followed by a comma: as many commas outside the quotes as fields.
         let unquoted = s.replacen("\"a,b\"", "x", 1);
         assert_eq!(unquoted.matches(',').count(), CSV_FIELDS.len());
         assert!(s.ends_with(",\n"));

@@ -356,7 +356,15 @@ const GROUPS: &[(&str, &[(&str, &str)])] = &[
     ("Warnings", &[("Retr", "wretr"), ("Redis", "wredis")]),
     (
         "Connections",
-        &[("New", "connect"), ("Reuse", "reuse"), ("Idle", "srv_icur")],
+        &[
+            ("New", "connect"),
+            ("Reuse", "reuse"),
+            ("Idle", "srv_icur"),
+            ("IdleMax", "pool_idle_max"),
+            ("Purged", "pool_purged"),
+            ("Replay", "pool_replayed"),
+            ("Takeover", "pool_takeovers"),
+        ],
     ),
 ];
 

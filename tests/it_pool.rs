@@ -216,6 +216,10 @@ fn pool_state_is_visible_on_the_stats_socket() {
     assert_eq!(col("idle_conn_cur"), "0");
     assert_eq!(col("used_conn_cur"), "0");
     assert_eq!(col("reuse"), "2");
+    assert_eq!(col("pool_idle_max"), "1");
+    assert_eq!(col("pool_purged"), "0");
+    assert_eq!(col("pool_replayed"), "0");
+    assert_eq!(col("pool_takeovers"), "0");
 }
 
 /// Two worker threads and a stats socket; `server_opts` on the one server, `global_extra`
@@ -274,6 +278,13 @@ fn takeover_moves_the_idle_connection_to_the_thread_that_needs_it() {
         threads.iter().map(|t| t["takeovers"]).sum::<u64>()
     );
     assert_eq!(srv["new"], 1);
+    // The stats CSV (and so the page) shows the same count, for the server and its backend.
+    let takeovers = srv["takeovers"].to_string();
+    assert_eq!(stat_column(&sock, "be", "s1", "pool_takeovers"), takeovers);
+    assert_eq!(
+        stat_column(&sock, "be", "BACKEND", "pool_takeovers"),
+        takeovers
+    );
 }
 
 /// Below `pool-low-conn` a thread connects instead of taking over: each thread ends up with

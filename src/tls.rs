@@ -58,6 +58,9 @@ pub struct LoadedCert {
     /// Names were given by a `crt-list` line rather than read from the certificate.
     pub filtered: bool,
     pub key: Arc<CertifiedKey>,
+    /// Index in [`BindTls::configs`] of the settings a handshake serving it uses: 0 (the bind
+    /// line's) unless its `crt-list` line has `[options]` of its own.
+    pub conf: usize,
 }
 
 /// The name → certificates index of one `bind`, swapped whole when a certificate changes.
@@ -81,11 +84,14 @@ pub struct CertResolver {
 
 /// A `bind ... ssl` line, ready to handshake.
 pub struct BindTls {
-    pub config: Arc<ServerConfig>,
+    /// One configuration per distinct set of settings: `[0]` is the bind line's, the others
+    /// come from `crt-list` lines with `[options]` (lines with the same effective settings
+    /// share one). Built at load, never per connection, so that sessions resume across
+    /// threads. All share the certificate resolver.
+    pub configs: Vec<Arc<ServerConfig>>,
     pub resolver: Arc<CertResolver>,
+    /// The bind line's `verify` (a `crt-list` line may override it for its certificate).
     pub verify: Verify,
-    /// The ALPN list as configured (`config` may advertise less, see [`BindTls::http1_only`]).
-    pub alpn: Vec<Vec<u8>>,
     /// How logs name the listener: its `name`, else its number in the proxy (HAProxy's
     /// `fe/1` in "SSL handshake failure" lines).
     pub label: String,
@@ -124,12 +130,10 @@ pub struct TlsInfo {
     pub resumed: bool,
 }
 
-/// Options of a `bind` line's TLS part as parsed, before the configuration is built.
-#[derive(Debug, Default)]
-pub struct BindTlsOpts {
-    pub ssl: bool,
-    crt: Vec<String>,
-    crt_list: Vec<String>,
+/// The settings a `crt-list` line may give its certificate in `[...]` (HAProxy's
+/// "sslbindconf"); on a `bind` line, the defaults. `None`: not set here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct SslConf {
     alpn: Option<Vec<Vec<u8>>>,
     min: Option<ProtocolVersion>,
     max: Option<ProtocolVersion>,
@@ -137,6 +141,15 @@ pub struct BindTlsOpts {
     ciphersuites: Option<String>,
     ca_file: Option<String>,
     verify: Option<Verify>,
+}
+
+/// Options of a `bind` line's TLS part as parsed, before the configuration is built.
+#[derive(Debug, Default)]
+pub struct BindTlsOpts {
+    pub ssl: bool,
+    crt: Vec<String>,
+    crt_list: Vec<String>,
+    conf: SslConf,
     strict_sni: bool,
     ticket_keys: Option<String>,
     no_tickets: bool,
@@ -164,7 +177,7 @@ pub struct ServerTlsOpts {
 /// 80 bytes: 16 bytes of key name, then key material).
 struct FileTicketer {
     /// (key name, AEAD key) of the last three keys in the file, in file order.
-    keys: Vec<([u8; 16], aws_lc_rs::aead::LessSafeKey)>,
+    keys: Arc<Vec<([u8; 16], aws_lc_rs::aead::LessSafeKey)>>,
     /// Index in `keys` of the one that encrypts: the penultimate, as HAProxy does, so that
     /// appending a new key and reloading rotates without invalidating live tickets.
     enc: usize,
@@ -510,7 +523,7 @@ fn oneline_dn(name: &x509_parser::x509::X509Name<'_>) -> String {
     out
 }
 
-fn loaded(path: String, key: CertifiedKey, filters: Option<&[String]>) -> LoadedCert {
+fn loaded(path: String, key: CertifiedKey, filters: Option<&[String]>, conf: usize) -> LoadedCert {
     let (mut exact, mut wild) = key
         .cert
         .first()
@@ -548,6 +561,7 @@ fn loaded(path: String, key: CertifiedKey, filters: Option<&[String]>) -> Loaded
         wild,
         filtered,
         key: Arc::new(key),
+        conf,
     }
 }
 
@@ -574,7 +588,7 @@ fn load_crt(spec: &str, out: &mut Vec<LoadedCert>) -> Result<(), String> {
         out.reserve(files.len());
         for f in files {
             let k = load_bundle(&f)?;
-            out.push(loaded(f.display().to_string(), k, None));
+            out.push(loaded(f.display().to_string(), k, None, 0));
         }
         Ok(())
     } else if !path.exists() {
@@ -585,7 +599,7 @@ fn load_crt(spec: &str, out: &mut Vec<LoadedCert>) -> Result<(), String> {
             let f = format!("{spec}.{ext}");
             if Path::new(&f).is_file() {
                 let k = load_bundle(Path::new(&f))?;
-                out.push(loaded(f, k, None));
+                out.push(loaded(f, k, None, 0));
             }
         }
         if out.len() == before {
@@ -596,35 +610,122 @@ fn load_crt(spec: &str, out: &mut Vec<LoadedCert>) -> Result<(), String> {
         Ok(())
     } else {
         let k = load_bundle(path)?;
-        out.push(loaded(spec.to_string(), k, None));
+        out.push(loaded(spec.to_string(), k, None, 0));
         Ok(())
     }
 }
 
-/// Loads a `crt-list`: one `certfile [sni filters...]` per line, `#` comments.
-fn load_crt_list(spec: &str, out: &mut Vec<LoadedCert>) -> Result<(), String> {
+/// The options a `crt-list` line accepts in `[...]`.
+const CRT_LIST_OPTIONS: &[&str] = &[
+    "alpn",
+    "ca-file",
+    "ciphers",
+    "ciphersuites",
+    "ssl-min-ver",
+    "ssl-max-ver",
+    "verify",
+];
+
+/// The settings of a bind line, or of its `crt-list` lines so far: `[0]` is the bind line's,
+/// each other one is distinct, with where it was first seen (for errors while building it).
+struct Confs {
+    list: Vec<(SslConf, String)>,
+}
+
+impl Confs {
+    /// The index of `c` (a line's options over the bind line's), added if new.
+    fn index(&mut self, c: SslConf, origin: impl FnOnce() -> String) -> usize {
+        match self.list.iter().position(|(k, _)| *k == c) {
+            Some(i) => i,
+            None => {
+                self.list.push((c, origin()));
+                self.list.len() - 1
+            }
+        }
+    }
+}
+
+/// Loads a `crt-list`: one `certfile [[options...]] [sni filters...]` per line, `#` comments.
+fn load_crt_list(spec: &str, confs: &mut Confs, out: &mut Vec<LoadedCert>) -> Result<(), String> {
     let text =
         std::fs::read_to_string(spec).map_err(|e| format!("cannot read crt-list '{spec}': {e}"))?;
     for (n, line) in text.lines().enumerate() {
+        let at = || format!("crt-list '{spec}' line {}", n + 1);
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
-        let mut words = line.split_whitespace();
-        let Some(file) = words.next() else { continue };
-        let rest: Vec<String> = words.map(str::to_string).collect();
-        if rest.iter().any(|w| w.starts_with('[')) {
+        let (file, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let rest = rest.trim_start();
+        let (opts, filters) = match rest.strip_prefix('[') {
+            Some(r) => {
+                let (o, f) = r
+                    .split_once(']')
+                    .ok_or_else(|| format!("{}: missing ']' after the options", at()))?;
+                (Some(o), f)
+            }
+            None => (None, rest),
+        };
+        let filters: Vec<String> = filters.split_whitespace().map(str::to_string).collect();
+        if filters.iter().any(|w| w.starts_with('[')) {
             return Err(format!(
-                "crt-list '{spec}' line {}: per-certificate options ('[...]') are not supported by sluice",
-                n + 1
+                "{}: options in '[...]' must come right after the certificate file",
+                at()
             ));
         }
-        let k = load_bundle(Path::new(file))
-            .map_err(|e| format!("crt-list '{spec}' line {}: {e}", n + 1))?;
-        let filters = (!rest.is_empty()).then_some(rest.as_slice());
-        out.push(loaded(file.to_string(), k, filters));
+        let conf = match opts {
+            None => 0,
+            Some(o) => {
+                let line_conf = parse_line_opts(o).map_err(|e| format!("{}: {e}", at()))?;
+                let eff = line_conf.over(&confs.list[0].0);
+                confs.index(eff, at)
+            }
+        };
+        let k = load_bundle(Path::new(file)).map_err(|e| format!("{}: {e}", at()))?;
+        let filters = (!filters.is_empty()).then_some(filters.as_slice());
+        out.push(loaded(file.to_string(), k, filters, conf));
     }
     Ok(())
+}
+
+/// The `[...]` of a `crt-list` line.
+fn parse_line_opts(text: &str) -> Result<SslConf, String> {
+    let w: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+    let mut c = SslConf::default();
+    let mut i = 0;
+    while i < w.len() {
+        match parse_conf_opt(&mut c, &w, &mut i) {
+            Some(r) => r?,
+            None => {
+                return Err(format!(
+                    "'{}' is not supported by sluice in crt-list per-certificate options \
+                     (supported: {})",
+                    w[i],
+                    CRT_LIST_OPTIONS.join(", ")
+                ));
+            }
+        }
+        i += 1;
+    }
+    Ok(c)
+}
+
+impl SslConf {
+    /// These settings, completed by `base`'s where unset.
+    fn over(&self, base: &SslConf) -> SslConf {
+        SslConf {
+            alpn: self.alpn.clone().or_else(|| base.alpn.clone()),
+            min: self.min.or(base.min),
+            max: self.max.or(base.max),
+            ciphers: self.ciphers.clone().or_else(|| base.ciphers.clone()),
+            ciphersuites: self
+                .ciphersuites
+                .clone()
+                .or_else(|| base.ciphersuites.clone()),
+            ca_file: self.ca_file.clone().or_else(|| base.ca_file.clone()),
+            verify: self.verify.or(base.verify),
+        }
+    }
 }
 
 impl CertMap {
@@ -671,25 +772,41 @@ impl CertMap {
     /// Among certificates `cands` (in load order), the one to serve a client offering
     /// `schemes`: an ECDSA (or EdDSA) one it can verify first, as HAProxy prefers, then any
     /// it can verify, then the first (the handshake then fails as it must).
-    fn pick(
-        &self,
-        cands: &[usize],
-        schemes: &[rustls::SignatureScheme],
-    ) -> Option<Arc<CertifiedKey>> {
-        let key = |i: &usize| self.certs.get(*i).map(|c| &c.key);
+    fn pick(&self, cands: &[usize], schemes: &[rustls::SignatureScheme]) -> Option<usize> {
         if let [only] = cands {
-            return key(only).cloned();
+            return Some(*only);
         }
-        let fits = |k: &&Arc<CertifiedKey>| k.key.choose_scheme(schemes).is_some();
-        let ec =
-            |k: &&Arc<CertifiedKey>| !matches!(k.key.algorithm(), rustls::SignatureAlgorithm::RSA);
+        let key = |i: &usize| self.certs.get(*i).map(|c| &c.key);
+        let fits = |i: &&usize| key(i).is_some_and(|k| k.key.choose_scheme(schemes).is_some());
+        let ec = |i: &&usize| {
+            key(i).is_some_and(|k| !matches!(k.key.algorithm(), rustls::SignatureAlgorithm::RSA))
+        };
         cands
             .iter()
-            .filter_map(key)
-            .find(|k| fits(k) && ec(k))
-            .or_else(|| cands.iter().filter_map(key).find(fits))
-            .or_else(|| cands.first().and_then(key))
-            .cloned()
+            .find(|i| fits(i) && ec(i))
+            .or_else(|| cands.iter().find(fits))
+            .or(cands.first())
+            .copied()
+    }
+
+    /// The certificate (index in `certs`) for a ClientHello: by SNI, exact name then
+    /// `*.parent`, else the default unless `strict`.
+    fn choose(&self, hello: &ClientHello<'_>, strict: bool) -> Option<usize> {
+        if let Some(name) = hello.server_name() {
+            // rustls hands over the name as received; clients send lower case in practice.
+            let hit = if name.bytes().any(|b| b.is_ascii_uppercase()) {
+                self.lookup(&name.to_ascii_lowercase())
+            } else {
+                self.lookup(name)
+            };
+            if let Some(c) = hit {
+                return self.pick(c, hello.signature_schemes());
+            }
+        }
+        if strict {
+            return None;
+        }
+        self.pick(&self.default, hello.signature_schemes())
     }
 }
 
@@ -702,25 +819,25 @@ impl fmt::Debug for CertResolver {
 impl ResolvesServerCert for CertResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let map = self.map.load();
-        if let Some(name) = hello.server_name() {
-            // rustls hands over the name as received; clients send lower case in practice.
-            let hit = if name.bytes().any(|b| b.is_ascii_uppercase()) {
-                map.lookup(&name.to_ascii_lowercase())
-            } else {
-                map.lookup(name)
-            };
-            if let Some(c) = hit {
-                return map.pick(c, hello.signature_schemes());
-            }
-        }
-        if self.strict_sni {
-            return None;
-        }
-        map.pick(&map.default, hello.signature_schemes())
+        let i = map.choose(&hello, self.strict_sni)?;
+        map.certs.get(i).map(|c| c.key.clone())
     }
 }
 
 impl CertResolver {
+    /// Which of the bind's configurations a handshake with this ClientHello uses: that of the
+    /// certificate it will be served (0 when none, the handshake then fails in `resolve`).
+    ///
+    /// `resolve` chooses again within the handshake, with the same rules on the same hello,
+    /// so both agree unless a `commit ssl cert` lands in between: that handshake then gets the
+    /// new certificate under the settings chosen here, as if it had started just before.
+    fn conf_for(&self, hello: &ClientHello<'_>) -> usize {
+        let map = self.map.load();
+        map.choose(hello, self.strict_sni)
+            .and_then(|i| map.certs.get(i))
+            .map_or(0, |c| c.conf)
+    }
+
     /// Paths of the certificates it serves, in load order.
     pub fn paths(&self) -> Vec<String> {
         self.map
@@ -768,6 +885,7 @@ impl CertResolver {
                     wild,
                     filtered: c.filtered,
                     key: key.clone(),
+                    conf: c.conf,
                 })
             })
             .collect();
@@ -857,7 +975,7 @@ impl FileTicketer {
             keys.push((name, LessSafeKey::new(k)));
         }
         Ok(FileTicketer {
-            keys,
+            keys: Arc::new(keys),
             enc: 1,
             context,
         })
@@ -865,6 +983,15 @@ impl FileTicketer {
 }
 
 impl FileTicketer {
+    /// The same keys, binding tickets to another client-certificate policy.
+    fn with_context(&self, context: [u8; 32]) -> FileTicketer {
+        FileTicketer {
+            keys: self.keys.clone(),
+            enc: self.enc,
+            context,
+        }
+    }
+
     /// Additional data of a ticket: its key name and the bind's context.
     fn aad(&self, name: &[u8; 16]) -> [u8; 48] {
         let mut a = [0u8; 48];
@@ -958,28 +1085,21 @@ fn next_arg(w: &[String], i: &mut usize, kw: &str) -> Result<String, String> {
         .ok_or_else(|| format!("'{kw}' expects an argument"))
 }
 
-/// Parses the TLS option at `w[*i]` of a `bind` line into `o` (advancing `*i` past its
-/// argument). `None` when `w[*i]` is not a TLS option.
-pub fn parse_bind_opt(
-    o: &mut BindTlsOpts,
-    w: &[String],
-    i: &mut usize,
-) -> Option<Result<(), String>> {
-    let kw = *BIND_TLS_OPTIONS.iter().find(|k| **k == w[*i])?;
-    let mut val = || next_arg(w, i, kw);
-    let r = (|| -> Result<(), String> {
+/// Parses the option at `w[*i]` into `c` if it is one a `crt-list` line may also set
+/// (advancing `*i` past its argument). `None` when it is not.
+fn parse_conf_opt(c: &mut SslConf, w: &[String], i: &mut usize) -> Option<Result<(), String>> {
+    let kw = *CRT_LIST_OPTIONS.iter().find(|k| **k == w[*i])?;
+    let val = next_arg(w, i, kw);
+    Some(val.and_then(|v| {
         match kw {
-            "ssl" => o.ssl = true,
-            "crt" => o.crt.push(val()?),
-            "crt-list" => o.crt_list.push(val()?),
-            "alpn" => o.alpn = Some(alpn_list(&val()?)?),
-            "ssl-min-ver" => o.min = Some(parse_version(kw, &val()?)?),
-            "ssl-max-ver" => o.max = Some(parse_version(kw, &val()?)?),
-            "ciphers" => o.ciphers = Some(val()?),
-            "ciphersuites" => o.ciphersuites = Some(val()?),
-            "ca-file" => o.ca_file = Some(val()?),
-            "verify" => {
-                o.verify = Some(match val()?.as_str() {
+            "alpn" => c.alpn = Some(alpn_list(&v)?),
+            "ssl-min-ver" => c.min = Some(parse_version(kw, &v)?),
+            "ssl-max-ver" => c.max = Some(parse_version(kw, &v)?),
+            "ciphers" => c.ciphers = Some(v),
+            "ciphersuites" => c.ciphersuites = Some(v),
+            "ca-file" => c.ca_file = Some(v),
+            _ => {
+                c.verify = Some(match v.as_str() {
                     "none" => Verify::None,
                     "optional" => Verify::Optional,
                     "required" => Verify::Required,
@@ -990,16 +1110,38 @@ pub fn parse_bind_opt(
                     }
                 })
             }
-            "strict-sni" => o.strict_sni = true,
-            "tls-ticket-keys" => o.ticket_keys = Some(val()?),
-            "no-tls-tickets" => o.no_tickets = true,
-            _ => version_option(kw, &mut o.min, &mut o.max),
         }
         Ok(())
-    })();
+    }))
+}
+
+/// Parses the TLS option at `w[*i]` of a `bind` line into `o` (advancing `*i` past its
+/// argument). `None` when `w[*i]` is not a TLS option.
+pub fn parse_bind_opt(
+    o: &mut BindTlsOpts,
+    w: &[String],
+    i: &mut usize,
+) -> Option<Result<(), String>> {
+    let kw = *BIND_TLS_OPTIONS.iter().find(|k| **k == w[*i])?;
     if kw != "ssl" {
         o.seen.push(kw);
     }
+    if let Some(r) = parse_conf_opt(&mut o.conf, w, i) {
+        return Some(r);
+    }
+    let mut val = || next_arg(w, i, kw);
+    let r = (|| -> Result<(), String> {
+        match kw {
+            "ssl" => o.ssl = true,
+            "crt" => o.crt.push(val()?),
+            "crt-list" => o.crt_list.push(val()?),
+            "strict-sni" => o.strict_sni = true,
+            "tls-ticket-keys" => o.ticket_keys = Some(val()?),
+            "no-tls-tickets" => o.no_tickets = true,
+            _ => version_option(kw, &mut o.conf.min, &mut o.conf.max),
+        }
+        Ok(())
+    })();
     Some(r)
 }
 
@@ -1020,64 +1162,126 @@ impl BindTlsOpts {
         for c in &self.crt {
             load_crt(c, &mut certs)?;
         }
-        for c in &self.crt_list {
-            load_crt_list(c, &mut certs)?;
-        }
-        let verify = self.verify.unwrap_or_default();
-        let suites = select_suites(self.ciphers.as_deref(), self.ciphersuites.as_deref())?;
-        let versions = select_versions(self.min, self.max, &suites)?;
-        let mut prov = (*provider()).clone();
-        prov.cipher_suites = suites;
-        let prov = Arc::new(prov);
-        let client_verifier = match (verify, &self.ca_file) {
-            (Verify::None, _) => WebPkiClientVerifier::no_client_auth(),
-            (_, None) => {
-                return Err(
-                    "'verify optional|required' needs a 'ca-file' to verify against".into(),
-                );
-            }
-            (v, Some(ca)) => {
-                let roots = Arc::new(load_roots(ca)?);
-                let b = WebPkiClientVerifier::builder_with_provider(roots, prov.clone());
-                let b = if v == Verify::Optional {
-                    b.allow_unauthenticated()
-                } else {
-                    b
-                };
-                b.build().map_err(|e| format!("'ca-file {ca}': {e}"))?
-            }
+        let mut confs = Confs {
+            list: vec![(self.conf.clone(), String::new())],
         };
+        for c in &self.crt_list {
+            load_crt_list(c, &mut confs, &mut certs)?;
+        }
         let resolver = Arc::new(CertResolver {
             map: ArcSwap::from_pointee(CertMap::build(certs.into_iter().map(Arc::new).collect())),
             strict_sni: self.strict_sni,
         });
-        let mut cfg = ServerConfig::builder_with_provider(prov)
-            .with_protocol_versions(&versions)
-            .map_err(|e| format!("TLS settings: {e}"))?
-            .with_client_cert_verifier(client_verifier)
-            .with_cert_resolver(resolver.clone());
-        // Server cipher preference, as HAProxy's default.
-        cfg.ignore_client_order = true;
-        cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(20000);
-        if !self.no_tickets {
-            cfg.ticketer = match &self.ticket_keys {
-                Some(f) => Arc::new(FileTicketer::load(
-                    f,
-                    ticket_context(verify, self.ca_file.as_deref())?,
-                )?),
-                None => bind_ticketer()?,
+        // Sessions are stored per client-certificate policy, never across two: rustls does not
+        // re-check client authentication when it resumes, and although it resumes only for
+        // the same SNI (hence the same crt-list line), a `commit ssl cert` may move a name
+        // to another line. Lines verifying clients alike share one ticketer and cache; keeping
+        // the others apart loses nothing, since a session never resumes under another name.
+        let file_keys = match (&self.ticket_keys, self.no_tickets) {
+            (Some(f), false) => Some(FileTicketer::load(f, [0; 32])?),
+            _ => None,
+        };
+        type Store = (
+            Arc<dyn rustls::server::ProducesTickets>,
+            Arc<dyn rustls::server::StoresServerSessions>,
+        );
+        let mut stores: Vec<((Verify, Option<String>), Store)> = Vec::new();
+        let mut configs = Vec::with_capacity(confs.list.len());
+        for (i, (conf, origin)) in confs.list.iter().enumerate() {
+            let verify = conf.verify.unwrap_or_default();
+            // As `ticket_context` binds a ticket to them.
+            let policy = (verify, conf.ca_file.clone());
+            let (ticketer, cache) = match stores.iter().find(|(p, _)| *p == policy) {
+                Some((_, s)) => s.clone(),
+                None => {
+                    let ticketer: Arc<dyn rustls::server::ProducesTickets> =
+                        match (&file_keys, self.no_tickets) {
+                            (_, true) => Arc::new(NoTickets),
+                            (Some(k), _) => Arc::new(
+                                k.with_context(ticket_context(verify, conf.ca_file.as_deref())?),
+                            ),
+                            (None, _) => bind_ticketer()?,
+                        };
+                    let s: Store = (
+                        ticketer,
+                        rustls::server::ServerSessionMemoryCache::new(20000),
+                    );
+                    stores.push((policy, s.clone()));
+                    s
+                }
             };
+            let cfg = server_config(conf, resolver.clone(), ticketer, cache)
+                .map_err(|e| if i == 0 { e } else { format!("{origin}: {e}") })?;
+            configs.push(Arc::new(cfg));
         }
-        let alpn = self.alpn.clone().unwrap_or_default();
-        cfg.alpn_protocols = alpn.clone();
         Ok(Some(Arc::new(BindTls {
-            config: Arc::new(cfg),
+            configs,
             resolver,
-            verify,
-            alpn,
+            verify: self.conf.verify.unwrap_or_default(),
             label,
         })))
     }
+}
+
+/// `no-tls-tickets`: a ticketer that issues none, as rustls' default one (not public) does.
+#[derive(Debug)]
+struct NoTickets;
+
+impl rustls::server::ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn lifetime(&self) -> u32 {
+        0
+    }
+    fn encrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn decrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// A server configuration for one set of settings.
+fn server_config(
+    conf: &SslConf,
+    resolver: Arc<CertResolver>,
+    ticketer: Arc<dyn rustls::server::ProducesTickets>,
+    cache: Arc<dyn rustls::server::StoresServerSessions>,
+) -> Result<ServerConfig, String> {
+    let verify = conf.verify.unwrap_or_default();
+    let suites = select_suites(conf.ciphers.as_deref(), conf.ciphersuites.as_deref())?;
+    let versions = select_versions(conf.min, conf.max, &suites)?;
+    let mut prov = (*provider()).clone();
+    prov.cipher_suites = suites;
+    let prov = Arc::new(prov);
+    let client_verifier = match (verify, &conf.ca_file) {
+        (Verify::None, _) => WebPkiClientVerifier::no_client_auth(),
+        (_, None) => {
+            return Err("'verify optional|required' needs a 'ca-file' to verify against".into());
+        }
+        (v, Some(ca)) => {
+            let roots = Arc::new(load_roots(ca)?);
+            let b = WebPkiClientVerifier::builder_with_provider(roots, prov.clone());
+            let b = if v == Verify::Optional {
+                b.allow_unauthenticated()
+            } else {
+                b
+            };
+            b.build().map_err(|e| format!("'ca-file {ca}': {e}"))?
+        }
+    };
+    let mut cfg = ServerConfig::builder_with_provider(prov)
+        .with_protocol_versions(&versions)
+        .map_err(|e| format!("TLS settings: {e}"))?
+        .with_client_cert_verifier(client_verifier)
+        .with_cert_resolver(resolver);
+    // Server cipher preference, as HAProxy's default.
+    cfg.ignore_client_order = true;
+    cfg.session_storage = cache;
+    cfg.ticketer = ticketer;
+    cfg.alpn_protocols = conf.alpn.clone().unwrap_or_default();
+    Ok(cfg)
 }
 
 fn load_roots(ca: &str) -> Result<RootCertStore, String> {
@@ -1121,16 +1325,27 @@ impl BindTls {
     /// The same bind for `mode http`, which speaks HTTP/1.1 only: `h2` is not advertised, so a
     /// client configured for `alpn h2,http/1.1` falls back to HTTP/1.1 instead of failing.
     pub fn http1_only(self: &Arc<Self>) -> Arc<BindTls> {
-        if !self.alpn.iter().any(|p| p == b"h2") {
+        let h2 = |c: &ServerConfig| c.alpn_protocols.iter().any(|p| p == b"h2");
+        if !self.configs.iter().any(|c| h2(c)) {
             return self.clone();
         }
-        let mut cfg = (*self.config).clone();
-        cfg.alpn_protocols.retain(|p| p != b"h2");
+        // A clone shares the original's resolver, ticketer and session cache.
+        let configs = self
+            .configs
+            .iter()
+            .map(|c| {
+                if !h2(c) {
+                    return c.clone();
+                }
+                let mut cfg = (**c).clone();
+                cfg.alpn_protocols.retain(|p| p != b"h2");
+                Arc::new(cfg)
+            })
+            .collect();
         Arc::new(BindTls {
-            config: Arc::new(cfg),
+            configs,
             resolver: self.resolver.clone(),
             verify: self.verify,
-            alpn: self.alpn.clone(),
             label: self.label.clone(),
         })
     }
@@ -1162,7 +1377,23 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     io: S,
     timeout: Option<Duration>,
 ) -> Result<tokio_rustls::server::TlsStream<S>, HandshakeError> {
-    let acc = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(io);
+    let acc = async {
+        let [only] = tls.configs.as_slice() else {
+            // Settings per crt-list line: the ClientHello says which certificate, hence which
+            // settings, before rustls goes on. Reading it costs no crypto; the handshake
+            // scheduling (`handshake`) already waited for it to arrive.
+            let start =
+                tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io)
+                    .await?;
+            let i = tls.resolver.conf_for(&start.client_hello());
+            let cfg = tls.configs.get(i).or(tls.configs.first()).cloned();
+            let cfg = cfg.ok_or_else(|| std::io::Error::other("no TLS configuration"))?;
+            return start.into_stream(cfg).await;
+        };
+        tokio_rustls::TlsAcceptor::from(only.clone())
+            .accept(io)
+            .await
+    };
     match timeout {
         Some(d) => match tokio::time::timeout(d, acc).await {
             Ok(r) => r.map_err(HandshakeError::Failed),
@@ -1779,6 +2010,29 @@ mod tests {
             .is_err()
         );
         assert!(parse_version("ssl-min-ver", "TLSv1.0").is_err());
+    }
+
+    #[test]
+    fn crt_list_options_override_the_bind_line() {
+        let w = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        let mut bind = BindTlsOpts::default();
+        let words = w("alpn h2,http/1.1 ssl-min-ver TLSv1.2 verify optional ca-file ca.pem");
+        let mut i = 0;
+        while i < words.len() {
+            parse_bind_opt(&mut bind, &words, &mut i).unwrap().unwrap();
+            i += 1;
+        }
+        let line = parse_line_opts(" alpn x-b  verify required ").unwrap();
+        let eff = line.over(&bind.conf);
+        assert_eq!(eff.alpn, Some(vec![b"x-b".to_vec()]));
+        assert_eq!(eff.verify, Some(Verify::Required));
+        assert_eq!(eff.ca_file.as_deref(), Some("ca.pem"));
+        assert_eq!(eff.min, Some(ProtocolVersion::TLSv1_2));
+        assert_eq!(parse_line_opts("").unwrap(), SslConf::default());
+        let e = parse_line_opts("alpn h2 npn h2").unwrap_err();
+        assert!(e.starts_with("'npn' is not supported"), "{e}");
+        let e = parse_line_opts("alpn").unwrap_err();
+        assert!(e.contains("expects an argument"), "{e}");
     }
 
     #[test]

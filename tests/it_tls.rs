@@ -533,7 +533,12 @@ frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
     }
     // Both threads did handshakes: the kernel spread the 80 connections over the two
     // SO_REUSEPORT sockets, so resumption worked across threads.
-    let act = stats_cli(&sock, "show activity");
+    assert_both_threads_accepted(&sock);
+}
+
+/// `show activity` says each of the 2 threads accepted connections.
+fn assert_both_threads_accepted(sock: &Path) {
+    let act = stats_cli(sock, "show activity");
     let line = act
         .lines()
         .find(|l| l.starts_with("accepted"))
@@ -1167,6 +1172,275 @@ fn crt_list_sni_filters_replace_the_certificate_names() {
         "the filters replace the certificate's own names"
     );
     assert_eq!(der("default.example"), def.der);
+}
+
+/// Certificates for `default.example`, `a.example` and `b.example` from one CA, written as
+/// bundles in `dir`, and a crt-list whose lines are `default.pem`, then `a.pem` and `b.pem`
+/// each followed by the options given (`""`: none).
+fn crt_list_abc(dir: &TempDir, ca: &Ca, a_opts: &str, b_opts: &str) -> PathBuf {
+    let mut lines = String::new();
+    for (name, opts) in [("default", ""), ("a", a_opts), ("b", b_opts)] {
+        let leaf = ca.leaf(&format!("{name}.example"), &[&format!("{name}.example")]);
+        let f = write_file(dir, &format!("{name}.pem"), &leaf.bundle());
+        lines.push_str(&format!("{} {opts}\n", f.display()));
+    }
+    write_file(dir, "list.txt", &lines)
+}
+
+#[test]
+fn crt_list_alpn_per_line_overrides_the_bind_alpn() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let list = crt_list_abc(&dir, &ca, "[alpn h2,http/1.1]", "[ alpn x-b ]   b.example");
+    let echo = TcpBackend::echo();
+    let b = HttpBackend::start("s1");
+    let (tport, hport) = (free_port(), free_port());
+    let cfg = format!(
+        "defaults\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend ft\n    mode tcp\n    bind 127.0.0.1:{tport} ssl crt-list {l} alpn http/1.1\n    default_backend bt\n\
+backend bt\n    mode tcp\n    server e {}\n\
+frontend fh\n    mode http\n    bind 127.0.0.1:{hport} ssl crt-list {l} alpn http/1.1\n    default_backend bh\n\
+backend bh\n    mode http\n    server s1 {}\n",
+        echo.hostport(),
+        b.hostport(),
+        l = list.display()
+    );
+    let _s = Sluice::start(&cfg);
+    // Trusting any certificate: a name matching no line gets the default one.
+    let c = insecure_cfg(&["h2", "x-b", "http/1.1"]);
+    let alpn = |port: u16, sni: &str| {
+        let t = tls_connect(port, Some(sni), &c).unwrap();
+        t.conn
+            .alpn_protocol()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+    };
+    let some = |p: &str| Some(p.to_string());
+    // mode tcp: each line's list, the bind's for the line without options.
+    assert_eq!(alpn(tport, "a.example"), some("h2"));
+    assert_eq!(alpn(tport, "b.example"), some("x-b"));
+    assert_eq!(alpn(tport, "default.example"), some("http/1.1"));
+    // A name matching no line gets the default certificate, hence its line's settings.
+    assert_eq!(alpn(tport, "other.example"), some("http/1.1"));
+    // The tunnel works over a handshake made with a line's settings.
+    let mut t = tls_connect(tport, Some("b.example"), &c).unwrap();
+    t.write_all(b"per-line alpn").unwrap();
+    t.flush().unwrap();
+    let mut got = [0u8; 13];
+    t.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"per-line alpn");
+    // mode http: a line's h2 is left out as the bind's would be.
+    assert_eq!(alpn(hport, "a.example"), some("http/1.1"));
+    let mut t = tls_connect(hport, Some("a.example"), &c).unwrap();
+    assert_eq!(tls_get(&mut t, "/", "a").unwrap().body_str(), "s1");
+}
+
+/// A client speaking only `version`.
+fn client_version(
+    ca_pem: &str,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> Arc<ClientConfig> {
+    let mut c = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots(ca_pem))
+        .with_no_client_auth();
+    c.resumption = rustls::client::Resumption::disabled();
+    Arc::new(c)
+}
+
+#[test]
+fn crt_list_ssl_min_ver_per_line_refuses_older_clients_for_that_name_only() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let list = crt_list_abc(&dir, &ca, "[ssl-min-ver TLSv1.3]", "");
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let _s = tls_proxy(
+        port,
+        &format!("ssl crt-list {}", list.display()),
+        "",
+        &backend_section("be", "", &[&b]),
+    );
+    let tls12 = client_version(&ca.pem(), &rustls::version::TLS12);
+    let tls13 = client_version(&ca.pem(), &rustls::version::TLS13);
+    let get = |sni: &str, c: &Arc<ClientConfig>| {
+        let mut t = tls_connect(port, Some(sni), c)?;
+        let version = t.conn.protocol_version();
+        tls_get(&mut t, "/", sni).map(|r| (version, r.body_str()))
+    };
+    let v12 = Some(rustls::ProtocolVersion::TLSv1_2);
+    let v13 = Some(rustls::ProtocolVersion::TLSv1_3);
+    assert_eq!(get("b.example", &tls12).unwrap(), (v12, "s1".into()));
+    assert_eq!(get("default.example", &tls12).unwrap(), (v12, "s1".into()));
+    let e = get("a.example", &tls12).unwrap_err();
+    assert!(
+        e.to_string().contains("ProtocolVersion"),
+        "a TLS 1.2 client is refused for a.example: {e}"
+    );
+    assert_eq!(get("a.example", &tls13).unwrap(), (v13, "s1".into()));
+}
+
+#[test]
+fn crt_list_verify_required_per_line_asks_a_client_certificate_for_that_name_only() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let client_ca = Ca::new("Client CA");
+    let rogue_ca = Ca::new("Rogue CA");
+    let cafile = write_file(&dir, "clients.pem", &client_ca.pem());
+    let list = crt_list_abc(
+        &dir,
+        &ca,
+        &format!("[verify required ca-file {}]", cafile.display()),
+        "",
+    );
+    let good = client_ca.leaf("alice", &["alice.example"]);
+    let bad = rogue_ca.leaf("mallory", &["mallory.example"]);
+    let b = HttpBackend::start("anon");
+    let bc = HttpBackend::start("cert");
+    let port = free_port();
+    let _s = tls_proxy(
+        port,
+        &format!("ssl crt-list {}", list.display()),
+        "    use_backend bc if { ssl_c_used } { ssl_c_s_dn -m sub CN=alice }",
+        &format!(
+            "{}{}",
+            backend_section("be", "", &[&b]),
+            backend_section("bc", "", &[&bc])
+        ),
+    );
+    let none = client_cfg(&ca.pem(), &[], None);
+    let with_good = client_cfg(&ca.pem(), &[], Some(&good));
+    let with_bad = client_cfg(&ca.pem(), &[], Some(&bad));
+    let attempt = |sni: &str, c: &Arc<ClientConfig>| match tls_connect(port, Some(sni), c)
+        .and_then(|mut t| tls_get(&mut t, "/", sni))
+    {
+        Ok(r) => Outcome::Served(r.body_str()),
+        Err(_) => Outcome::Refused,
+    };
+    let served = |n: &str| Outcome::Served(n.to_string());
+    assert_eq!(attempt("a.example", &none), Outcome::Refused);
+    assert_eq!(attempt("a.example", &with_bad), Outcome::Refused);
+    assert_eq!(attempt("a.example", &with_good), served("cert"));
+    // The other names ask for no certificate, so none is sent, even a bad one.
+    for sni in ["b.example", "default.example"] {
+        assert_eq!(attempt(sni, &none), served("anon"), "{sni}");
+        assert_eq!(attempt(sni, &with_bad), served("anon"), "{sni}");
+        assert_eq!(attempt(sni, &with_good), served("anon"), "{sni}");
+    }
+}
+
+/// With per-line settings the handshake reads the ClientHello first; sessions must still
+/// resume on whichever thread accepts the next connection, for a line with options and for
+/// the bind's own settings.
+#[test]
+fn crt_list_lines_with_options_resume_sessions_across_threads() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let list = crt_list_abc(
+        &dir,
+        &ca,
+        "[alpn http/1.1 ciphers ECDHE-ECDSA-AES256-GCM-SHA384]",
+        "",
+    );
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let sock = dir.join("admin.sock");
+    let cfg = format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{DEFAULTS_HTTP}\
+frontend fe\n    bind 127.0.0.1:{port} ssl crt-list {}\n    default_backend be\n{}",
+        sock.display(),
+        list.display(),
+        backend_section("be", "", &[&b])
+    );
+    let _s = Sluice::start(&cfg);
+    for sni in ["a.example", "b.example"] {
+        for versions in [&rustls::version::TLS13, &rustls::version::TLS12] {
+            let mut c = ClientConfig::builder_with_provider(provider())
+                .with_protocol_versions(&[versions])
+                .unwrap()
+                .with_root_certificates(roots(&ca.pem()))
+                .with_no_client_auth();
+            c.resumption = rustls::client::Resumption::in_memory_sessions(256);
+            c.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let c = Arc::new(c);
+            let n = 12;
+            let mut resumed = 0;
+            for i in 0..n {
+                let mut t = tls_connect(port, Some(sni), &c).unwrap();
+                if t.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                    resumed += 1;
+                }
+                if sni == "a.example" {
+                    assert_eq!(t.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+                    if versions == &rustls::version::TLS12 {
+                        assert_eq!(
+                            t.conn.negotiated_cipher_suite().map(|s| s.suite()),
+                            Some(rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384),
+                            "the line's ciphers apply"
+                        );
+                    }
+                }
+                let r = tls_get(&mut t, &format!("/{i}"), sni).unwrap();
+                assert_eq!(r.status, 200);
+            }
+            assert_eq!(
+                resumed,
+                n - 1,
+                "{sni} {versions:?}: every connection after the first resumes"
+            );
+        }
+    }
+    assert_both_threads_accepted(&sock);
+}
+
+#[test]
+fn crt_list_option_errors_name_the_file_line_and_option() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let a = ca.leaf("a.example", &["a.example"]);
+    let f = write_file(&dir, "a.pem", &a.bundle());
+    let cases = [
+        (
+            "[alpn h2 curves X25519] a.example",
+            "'curves' is not supported by sluice in crt-list per-certificate options \
+             (supported: alpn, ca-file, ciphers, ciphersuites, ssl-min-ver, ssl-max-ver, verify)",
+        ),
+        (
+            "[no-tlsv12]",
+            "'no-tlsv12' is not supported by sluice in crt-list per-certificate options",
+        ),
+        (
+            "[verify required]",
+            "'verify optional|required' needs a 'ca-file' to verify against",
+        ),
+        (
+            "[ssl-min-ver TLSv1.1]",
+            "'ssl-min-ver TLSv1.1': TLSv1.1 is not supported by sluice",
+        ),
+        ("[alpn h2", "missing ']' after the options"),
+        (
+            "a.example [alpn h2]",
+            "options in '[...]' must come right after the certificate file",
+        ),
+    ];
+    for (opts, want) in cases {
+        let list = write_file(
+            &dir,
+            "list.txt",
+            &format!("# first line\n{} {opts}\n", f.display()),
+        );
+        let cfg = format!(
+            "frontend fe\n    mode http\n    bind 127.0.0.1:8443 ssl crt-list {}\n",
+            list.display()
+        );
+        let (code, out) = Sluice::check(&cfg);
+        let want = format!(
+            "@CFG@:3: 'bind' in frontend 'fe': crt-list '{}' line 2: {want}",
+            list.display()
+        );
+        assert_eq!(code, 1, "{opts}: {out}");
+        assert!(out.contains(&want), "{opts}: expected\n{want}\nin:\n{out}");
+    }
 }
 
 #[test]

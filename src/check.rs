@@ -1,5 +1,6 @@
 //! `check`: server health (DESIGN §5): TCP connect checks, `option httpchk` with `http-check
-//! connect|send|expect` sequences (`disable-on-404`, `send-state`), `option tcp-check` rule
+//! connect|send|expect` sequences over HTTP/1.x or HTTP/2 (`check-proto`, ALPN; the `h2`
+//! crate's client) (`disable-on-404`, `send-state`), `option tcp-check` rule
 //! sequences, agent checks, `observe` + `on-error` (traffic errors reported by the data path),
 //! `slowstart`, `track`, `on-marked-down|up`, HAProxy's state machine, log lines and the state
 //! the stats plane reads.
@@ -13,20 +14,23 @@
 //! The data path reaches this module only through [`observe`] / [`observe_txn`] (relaxed
 //! atomics, no lock).
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::backend::{ServerState, unix_now};
 use crate::config::{
-    CheckCfg, CheckRule, CheckType, ConnectRule, ExpectKind, ExpectRule, HttpChk, HttpSend,
-    Observe, OnError, Proxy, SendData,
+    CheckCfg, CheckProto, CheckRule, CheckType, ConnectRule, ExpectKind, ExpectRule, HttpChk,
+    HttpSend, Observe, OnError, Proxy, SendData,
 };
 use crate::worker::Worker;
 
@@ -1259,8 +1263,10 @@ fn start_slowstart(w: &Worker, pi: usize, si: usize, t: Duration) {
 
 /// A check's own connection and what it received since the last send.
 struct Conn {
-    /// Plain, or TLS (`check-ssl`, or a server with `ssl` checked on its own address).
-    s: crate::stream::ServerStream,
+    s: Wire,
+    /// Where it goes (a closing HTTP response is followed by a new connection there).
+    peer: Option<SocketAddr>,
+    /// Received since the last send (raw connections only).
     buf: Vec<u8>,
     eof: bool,
     /// The last HTTP response allows another request on this connection.
@@ -1270,6 +1276,135 @@ struct Conn {
     /// Taken from the server's idle pool (`check-reuse-pool`): given back if still reusable
     /// when the check ends, released (and closed) otherwise.
     pooled: Option<Pooled>,
+}
+
+/// What a check connection carries over its transport: plain, or TLS (`check-ssl`, or a
+/// server with `ssl` checked on its own address).
+enum Wire {
+    /// Bytes as they come: tcp-check data, HTTP/1.x, or nothing (a connect-only check).
+    Raw(crate::stream::ServerStream),
+    /// HTTP/2 (`check-proto h2`, `connect proto h2`, or `h2` agreed by ALPN).
+    H2(Box<H2Conn>),
+}
+
+impl Wire {
+    fn raw(&mut self) -> Option<&mut crate::stream::ServerStream> {
+        match self {
+            Wire::Raw(s) => Some(s),
+            Wire::H2(_) => None,
+        }
+    }
+}
+
+impl Conn {
+    fn new(s: Wire, peer: Option<SocketAddr>) -> Conn {
+        Conn {
+            s,
+            peer,
+            buf: Vec::new(),
+            eof: false,
+            reusable: false,
+            used: false,
+            pooled: None,
+        }
+    }
+
+    /// Ends the connection at the end of a check (or before the next `connect`). An HTTP/2
+    /// connection still open says GOAWAY first, as HAProxy's multiplexer does when it
+    /// releases one; any other is closed (FIN, or the reset of a bare layer-4 check).
+    async fn close(self, deadline: tokio::time::Instant) {
+        if let Wire::H2(h) = self.s
+            && h.ended.is_none()
+        {
+            let H2Conn { send, conn, .. } = *h;
+            // With no request handle left, the connection future sends GOAWAY(NO_ERROR),
+            // flushes it and shuts its transport down; it never waits for the server.
+            drop(send);
+            let _ = tokio::time::timeout_at(deadline, conn).await;
+        }
+    }
+}
+
+/// An HTTP/2 check connection, client side of the `h2` crate. Nothing is spawned: the
+/// connection future is polled only while a request runs and when the connection ends, so
+/// between checks nothing of it exists, and during one its buffers are bounded by the
+/// windows it advertises (`MAX_READ`).
+struct H2Conn {
+    send: h2::client::SendRequest<Bytes>,
+    conn: Pin<Box<h2::client::Connection<Sniff, Bytes>>>,
+    /// The first bytes the server sent (see [`Sniff`]).
+    head: Rc<RefCell<Vec<u8>>>,
+    /// Why the connection ended (error or close), once it did.
+    ended: Option<String>,
+    /// The request of the last send step: the next expect step sends it and reads the answer.
+    pending: Option<(http::Request<()>, Bytes)>,
+    /// The answer to that request, for the expect steps after the first.
+    resp: Option<HttpResp>,
+}
+
+/// How many of the server's first bytes an HTTP/2 check keeps.
+const SNIFF: usize = 8;
+
+/// The transport of an HTTP/2 check, keeping the first bytes the server sends: a server that
+/// answers the preface in HTTP/1.x is then reported as such instead of as a framing error.
+struct Sniff {
+    io: crate::stream::ServerStream,
+    head: Rc<RefCell<Vec<u8>>>,
+}
+
+impl AsyncRead for Sniff {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut me.io).poll_read(cx, buf);
+        let mut head = me.head.borrow_mut();
+        if head.len() < SNIFF {
+            let new = &buf.filled()[before..];
+            let n = new.len().min(SNIFF - head.len());
+            head.extend_from_slice(&new[..n]);
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Sniff {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 /// A pooled data connection lent to a check. Dropping it closes the connection and tells the
@@ -1409,12 +1544,18 @@ async fn check_once(
         drop(conn.take());
         out = run_steps(w, p, idx, srv, cfg, &mut conn, false).await;
     }
-    if let Some(c) = conn
-        && let Some(pooled) = c.pooled
-        && out.status.ok()
-        && c.reusable
-    {
-        pooled.give_back(c.s);
+    match conn {
+        Some(Conn {
+            s: Wire::Raw(s),
+            pooled: Some(pooled),
+            reusable: true,
+            ..
+        }) if out.status.ok() => pooled.give_back(s),
+        Some(c) => {
+            let bound = p.timeouts.check.unwrap_or(cfg.inter);
+            c.close(tokio::time::Instant::now() + bound).await;
+        }
+        None => {}
     }
     out
 }
@@ -1442,12 +1583,15 @@ fn pooled_conn(
             && !r.ssl
             && r.sni.is_none()
             && r.alpn.is_none()
+            && r.proto.is_none()
     });
     if p.options.check_type != CheckType::Http
         || !own_default
         || cfg.port.is_some()
         || cfg.addr.is_some()
         || cfg.send_proxy
+        // Pooled connections carry HTTP/1.1.
+        || cfg.proto == Some(CheckProto::H2)
     {
         return None;
     }
@@ -1485,8 +1629,10 @@ fn pooled_conn(
         epoch,
         false,
     )?;
+    let peer = c.stream.tcp().and_then(|s| s.peer_addr().ok());
     Some(Conn {
-        s: c.stream,
+        s: Wire::Raw(c.stream),
+        peer,
         buf: Vec::new(),
         eof: false,
         reusable: false,
@@ -1522,6 +1668,7 @@ async fn run_steps(
     // the same kind again.
     let mut conn_tls: Option<CheckTls> = None;
     let mut conn_proxy = false;
+    let mut conn_mux = Mux::Plain;
     let mut deadline = tokio::time::Instant::now() + connect_to + read_to;
     let mut last: Option<Outcome> = None;
     for (idx, (step, comment)) in steps.iter().enumerate() {
@@ -1563,10 +1710,25 @@ async fn run_steps(
                     None => " (connect)".into(),
                 };
                 // A new connect closes the previous connection first.
-                drop(conn.take());
+                if let Some(c) = conn.take() {
+                    c.close(deadline).await;
+                }
                 let tls = check_tls(srv, cfg, rule);
+                let mux = if http {
+                    match rule
+                        .and_then(|r| r.proto)
+                        .or(if default { cfg.proto } else { None })
+                    {
+                        Some(CheckProto::H2) => Mux::H2,
+                        Some(CheckProto::H1) => Mux::Plain,
+                        None => Mux::ByAlpn,
+                    }
+                } else {
+                    Mux::Plain
+                };
                 conn_tls = tls;
                 conn_proxy = proxy_hdr;
+                conn_mux = mux;
                 // `check-reuse-pool`: only the sequence's first connect may borrow.
                 if allow_pool
                     && idx == 0
@@ -1577,7 +1739,8 @@ async fn run_steps(
                     continue;
                 }
                 let bare = tls.is_none() && !proxy_hdr && idx + 1 == steps.len();
-                match connect(SocketAddr::new(ip, port), connect_to, proxy_hdr, tls, bare).await {
+                let addr = SocketAddr::new(ip, port);
+                match connect(addr, connect_to, proxy_hdr, tls, bare, mux).await {
                     Ok(c) => *conn = Some(c),
                     Err((st, e)) => return Outcome::new(st, 0, format!("{e}{}", at(&what))),
                 }
@@ -1602,29 +1765,45 @@ async fn run_steps(
                 } else {
                     ConnEnd::Close
                 };
-                let bytes = match step {
-                    Step::Send(SendData::Bytes(b)) => b.clone(),
-                    Step::Send(SendData::Http(h)) => {
-                        http_request(w, p, srv, p.options.httpchk.as_ref(), Some(h), end)
-                    }
-                    _ => http_request(w, p, srv, p.options.httpchk.as_ref(), None, end),
+                let base = p.options.httpchk.as_ref();
+                let req = match step {
+                    Step::Send(SendData::Bytes(b)) => Err(b),
+                    Step::Send(SendData::Http(h)) => Ok(request_parts(w, p, srv, base, Some(h))),
+                    _ => Ok(request_parts(w, p, srv, base, None)),
                 };
-                if http && c.used && !c.reusable {
+                if http
+                    && c.used
+                    && !c.reusable
+                    && let Some(a) = c.peer
+                {
                     // The previous response ends the connection: a new one for this request.
-                    let addr = c.s.tcp().and_then(|s| s.peer_addr().ok());
-                    if let Some(a) = addr {
-                        match connect(a, connect_to, conn_proxy, conn_tls, false).await {
-                            Ok(n) => *c = n,
-                            Err((st, e)) => return Outcome::new(st, 0, e),
-                        }
+                    match connect(a, connect_to, conn_proxy, conn_tls, false, conn_mux).await {
+                        Ok(n) => *c = n,
+                        Err((st, e)) => return Outcome::new(st, 0, e),
                     }
                 }
                 c.buf.clear();
                 c.reusable = false;
                 c.used = true;
+                let bytes = match (&mut c.s, req) {
+                    (Wire::H2(h), Ok(r)) => {
+                        // Sent by the expect step, which drives the connection meanwhile.
+                        match h2_request(&r, conn_tls.is_some()) {
+                            Ok(x) => h.pending = Some(x),
+                            Err(e) => return Outcome::new(Status::SockErr, 0, cmt(e)),
+                        }
+                        h.resp = None;
+                        continue;
+                    }
+                    (_, Ok(r)) => http1_request(&r, end),
+                    (_, Err(b)) => b.clone(),
+                };
+                let Some(s) = c.s.raw() else {
+                    return Outcome::new(Status::SockErr, 0, "no connection");
+                };
                 let wr = tokio::time::timeout_at(deadline, async {
-                    c.s.write_all(&bytes).await?;
-                    c.s.flush().await
+                    s.write_all(&bytes).await?;
+                    s.flush().await
                 })
                 .await;
                 match wr {
@@ -1667,7 +1846,7 @@ async fn run_steps(
         Some(Step::Connect0) | None
             if conn
                 .as_ref()
-                .is_some_and(|c| matches!(c.s, crate::stream::ServerStream::Tls(_))) =>
+                .is_some_and(|c| matches!(c.s, Wire::Raw(crate::stream::ServerStream::Tls(_)))) =>
         {
             Outcome::new(Status::L6Ok, 0, "")
         }
@@ -1716,10 +1895,35 @@ fn check_tls<'a>(
     let sni =
         rule.and_then(|r| r.sni.as_deref())
             .or(if default { cfg.sni.as_deref() } else { None });
-    let alpn =
-        rule.and_then(|r| r.alpn.as_deref())
-            .or(if default { cfg.alpn.as_deref() } else { None });
+    let proto = rule
+        .and_then(|r| r.proto)
+        .or(if default { cfg.proto } else { None });
+    // HTTP/2 over TLS is agreed by ALPN (RFC 9113 §3.2): a forced `h2` offers it unless an
+    // ALPN list is configured for the checks.
+    let alpn = rule
+        .and_then(|r| r.alpn.as_deref())
+        .or(if default { cfg.alpn.as_deref() } else { None })
+        .or(if proto == Some(CheckProto::H2) {
+            Some(H2_ALPN.as_slice())
+        } else {
+            None
+        });
     Some(CheckTls { tls, sni, alpn })
+}
+
+static H2_ALPN: std::sync::LazyLock<Vec<Vec<u8>>> =
+    std::sync::LazyLock::new(|| vec![b"h2".to_vec()]);
+
+/// What an HTTP check connection speaks once it is open.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mux {
+    /// tcp-check bytes, HTTP/1.x (`check-proto h1`), or nothing.
+    Plain,
+    /// HTTP/2 with prior knowledge, or over TLS whatever ALPN agreed (`proto h2` forces it).
+    H2,
+    /// An HTTP check with no `proto`: HTTP/2 when TLS agreed `h2` (HAProxy picks the
+    /// multiplexer by ALPN), else HTTP/1.x.
+    ByAlpn,
 }
 
 /// Opens a check connection of its own, with an optional PROXY v1 header, over TLS
@@ -1735,6 +1939,7 @@ async fn connect(
     proxy_hdr: bool,
     tls: Option<CheckTls<'_>>,
     bare: bool,
+    mux: Mux,
 ) -> Result<Conn, (Status, String)> {
     let connecting = async {
         if !bare {
@@ -1780,14 +1985,44 @@ async fn connect(
             Err(e) => return Err((Status::L6Rsp, format!("SSL handshake failure: {e}"))),
         },
     };
-    Ok(Conn {
-        s,
-        buf: Vec::new(),
-        eof: false,
-        reusable: false,
-        used: false,
-        pooled: None,
-    })
+    let h2 = match mux {
+        Mux::Plain => false,
+        Mux::H2 => true,
+        Mux::ByAlpn => match &s {
+            crate::stream::ServerStream::Tls(t) => t.get_ref().1.alpn_protocol() == Some(b"h2"),
+            crate::stream::ServerStream::Plain(_) => false,
+        },
+    };
+    if !h2 {
+        return Ok(Conn::new(Wire::Raw(s), Some(addr)));
+    }
+    let head = Rc::new(RefCell::new(Vec::new()));
+    let io = Sniff {
+        io: s,
+        head: head.clone(),
+    };
+    // Our receive windows bound what the server may send ahead of our reading to what a
+    // check reads at most; no server push.
+    let hs = h2::client::Builder::new()
+        .enable_push(false)
+        .initial_window_size(MAX_READ as u32)
+        .max_header_list_size(MAX_READ as u32)
+        .handshake::<_, Bytes>(io);
+    // The handshake only writes the preface and our SETTINGS.
+    let (send, conn) = match tokio::time::timeout(to, hs).await {
+        Err(_) => return Err((Status::L7Tout, "HTTP/2 preface".into())),
+        Ok(Err(e)) => return Err((Status::SockErr, format!("HTTP/2 preface: {e}"))),
+        Ok(Ok(x)) => x,
+    };
+    let h = H2Conn {
+        send,
+        conn: Box::pin(conn),
+        head,
+        ended: None,
+        pending: None,
+        resp: None,
+    };
+    Ok(Conn::new(Wire::H2(Box::new(h)), Some(addr)))
 }
 
 /// Reads once more into `c.buf` (bounded); false at EOF, error, or when the buffer is full.
@@ -1797,9 +2032,13 @@ async fn read_more(c: &mut Conn, deadline: tokio::time::Instant) -> Result<bool,
     if c.eof || c.buf.len() >= MAX_READ {
         return Ok(false);
     }
+    let Some(s) = c.s.raw() else {
+        c.eof = true;
+        return Ok(false);
+    };
     let start = c.buf.len();
     c.buf.resize(start + (MAX_READ - start).min(4096), 0);
-    let r = tokio::time::timeout_at(deadline, c.s.read(&mut c.buf[start..])).await;
+    let r = tokio::time::timeout_at(deadline, s.read(&mut c.buf[start..])).await;
     let n = match &r {
         Ok(Ok(n)) => *n,
         _ => 0,
@@ -1892,8 +2131,19 @@ struct Resp {
     body_at: usize,
 }
 
+/// An HTTP response as the expect rules see it, whatever the HTTP version.
+struct HttpResp {
+    code: u16,
+    /// The reason phrase (HTTP/2 has none: empty, as in HAProxy).
+    reason: String,
+    headers: Vec<(String, String)>,
+    /// At most `MAX_READ` bytes, de-chunked.
+    body: Vec<u8>,
+}
+
 /// `http-check expect` (or the default 2xx/3xx): reads the whole response (bounded), then
-/// matches.
+/// matches. Over HTTP/2 the first expect step after a send sends the request and reads the
+/// answer; the following ones match the same answer.
 async fn expect_http(
     w: &Worker,
     p: &Proxy,
@@ -1904,6 +2154,19 @@ async fn expect_http(
     cmt: &dyn Fn(String) -> String,
 ) -> Result<Outcome, Outcome> {
     let _ = w;
+    if let Wire::H2(h) = &mut c.s {
+        let resp = match h.resp.take() {
+            Some(r) => r,
+            None => match h2_exchange(h, deadline).await {
+                Ok(r) => r,
+                Err((st, desc)) => return Err(Outcome::new(st, 0, cmt(desc))),
+            },
+        };
+        c.reusable = h.ended.is_none();
+        let out = judge(p, srv, &resp, rule, cmt);
+        h.resp = Some(resp);
+        return out;
+    }
     let resp = loop {
         match parse_head(&c.buf) {
             Ok(Some(r)) => {
@@ -1934,17 +2197,35 @@ async fn expect_http(
             ));
         }
     };
-    let code = resp.code;
     let body = decoded_body(&resp, &c.buf);
+    let resp = HttpResp {
+        code: resp.code,
+        reason: resp.reason,
+        headers: resp.headers,
+        body,
+    };
+    judge(p, srv, &resp, rule, cmt)
+}
+
+/// Matches a response against an `http-check expect` rule (`None`: 2xx or 3xx).
+fn judge(
+    p: &Proxy,
+    srv: &ServerState,
+    resp: &HttpResp,
+    rule: Option<&ExpectRule>,
+    cmt: &dyn Fn(String) -> String,
+) -> Result<Outcome, Outcome> {
+    let code = resp.code;
+    let body = &resp.body;
     // `disable-on-404`: a 404 from a server that is up means "stopping" (NOLB).
     if p.options.disable_on_404 && code == 404 && srv.up.load(Relaxed) {
         return Ok(Outcome::new(Status::L7OkC, code, resp.reason.clone()));
     }
     let Some(e) = rule else {
         return if (200..400).contains(&code) {
-            Ok(Outcome::new(Status::L7Ok, code, resp.reason))
+            Ok(Outcome::new(Status::L7Ok, code, resp.reason.clone()))
         } else {
-            Err(Outcome::new(Status::L7Sts, code, cmt(resp.reason)))
+            Err(Outcome::new(Status::L7Sts, code, cmt(resp.reason.clone())))
         };
     };
     let (m, fail_status, fail_desc) = match &e.kind {
@@ -1980,7 +2261,7 @@ async fn expect_http(
                     cmt("HTTP content check could not find a response body".into()),
                 ));
             }
-            (contains(&body, s), Status::L7Rsp, String::new())
+            (contains(body, s), Status::L7Rsp, String::new())
         }
         ExpectKind::RString(re) => {
             if body.is_empty() {
@@ -1990,12 +2271,12 @@ async fn expect_http(
                     cmt("HTTP content check could not find a response body".into()),
                 ));
             }
-            (re.is_match(&body), Status::L7Rsp, String::new())
+            (re.is_match(body), Status::L7Rsp, String::new())
         }
         ExpectKind::RBinary(_) => (false, Status::L7Rsp, String::new()),
     };
     if m != e.negate {
-        return Ok(Outcome::new(Status::L7Ok, code, resp.reason));
+        return Ok(Outcome::new(Status::L7Ok, code, resp.reason.clone()));
     }
     let desc = if fail_status == Status::L7Rsp {
         if e.negate {
@@ -2134,15 +2415,23 @@ enum ConnEnd {
     KeepAlive,
 }
 
+/// The request of an HTTP check, before it is put in one HTTP version or the other.
+struct ReqParts<'a> {
+    meth: &'a str,
+    uri: &'a str,
+    ver: &'a str,
+    hdrs: Vec<(String, String)>,
+    body: &'a str,
+}
+
 /// The request of an HTTP check: `option httpchk`'s line, overridden by `http-check send`.
-fn http_request(
+fn request_parts<'a>(
     w: &Worker,
     p: &Proxy,
     srv: &ServerState,
-    base: Option<&HttpChk>,
-    send: Option<&HttpSend>,
-    end: ConnEnd,
-) -> Vec<u8> {
+    base: Option<&'a HttpChk>,
+    send: Option<&'a HttpSend>,
+) -> ReqParts<'a> {
     let meth = send
         .and_then(|s| s.meth.as_deref())
         .or(base.map(|b| b.method.as_str()))
@@ -2155,30 +2444,164 @@ fn http_request(
         .and_then(|s| s.ver.as_deref())
         .or(base.map(|b| b.version.as_str()))
         .unwrap_or("HTTP/1.0");
-    let mut r = format!("{meth} {uri} {ver}\r\n");
-    if let Some(s) = send {
-        for (n, v) in &s.hdrs {
-            r.push_str(&format!("{n}: {v}\r\n"));
-        }
-    }
+    let mut hdrs: Vec<(String, String)> = send.map(|s| s.hdrs.clone()).unwrap_or_default();
     if p.options.send_state {
-        r.push_str(&format!(
-            "X-Haproxy-Server-State: {}\r\n",
-            server_state_header(w, p, srv)
+        hdrs.push((
+            "X-Haproxy-Server-State".into(),
+            server_state_header(w, p, srv),
         ));
     }
     let body = send.and_then(|s| s.body.as_deref()).unwrap_or("");
-    if !body.is_empty() {
-        r.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    ReqParts {
+        meth,
+        uri,
+        ver,
+        hdrs,
+        body,
+    }
+}
+
+/// The request in HTTP/1.x.
+fn http1_request(r: &ReqParts, end: ConnEnd) -> Vec<u8> {
+    let mut out = format!("{} {} {}\r\n", r.meth, r.uri, r.ver);
+    for (n, v) in &r.hdrs {
+        out.push_str(&format!("{n}: {v}\r\n"));
+    }
+    if !r.body.is_empty() {
+        out.push_str(&format!("Content-Length: {}\r\n", r.body.len()));
     }
     match end {
-        ConnEnd::Close => r.push_str("Connection: close\r\n"),
-        ConnEnd::KeepAlive if ver == "HTTP/1.0" => r.push_str("Connection: keep-alive\r\n"),
+        ConnEnd::Close => out.push_str("Connection: close\r\n"),
+        ConnEnd::KeepAlive if r.ver == "HTTP/1.0" => out.push_str("Connection: keep-alive\r\n"),
         _ => {}
     }
-    r.push_str("\r\n");
-    r.push_str(body);
-    r.into_bytes()
+    out.push_str("\r\n");
+    out.push_str(r.body);
+    out.into_bytes()
+}
+
+/// The request in HTTP/2: the version is not sent (HTTP/2 has none); `Host` becomes the
+/// `:authority` (scheme `https` over TLS), and the fields HTTP/2 forbids (connection-specific,
+/// RFC 9113 §8.2.2) are left out, as HAProxy's h2 multiplexer does.
+fn h2_request(r: &ReqParts, tls: bool) -> Result<(http::Request<()>, Bytes), String> {
+    let host = r
+        .hdrs
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .map(|(_, v)| v.as_str());
+    let uri = match host {
+        Some(h) if r.uri.starts_with('/') => {
+            format!("{}://{h}{}", if tls { "https" } else { "http" }, r.uri)
+        }
+        _ => r.uri.to_string(),
+    };
+    let mut b = http::Request::builder().method(r.meth).uri(uri);
+    for (n, v) in &r.hdrs {
+        let lower = n.to_ascii_lowercase();
+        let banned = matches!(
+            lower.as_str(),
+            "host"
+                | "connection"
+                | "keep-alive"
+                | "proxy-connection"
+                | "transfer-encoding"
+                | "upgrade"
+        ) || (lower == "te" && !v.eq_ignore_ascii_case("trailers"));
+        if !banned {
+            b = b.header(n.as_str(), v.as_str());
+        }
+    }
+    if !r.body.is_empty() {
+        b = b.header("content-length", r.body.len());
+    }
+    let req = b
+        .body(())
+        .map_err(|e| format!("invalid HTTP/2 request: {e}"))?;
+    Ok((req, Bytes::copy_from_slice(r.body.as_bytes())))
+}
+
+/// Sends the pending request of an HTTP/2 check and reads its answer (the head, and the body
+/// up to `MAX_READ` bytes), driving the connection meanwhile. Failures: `L7TOUT` past the
+/// deadline, else `L7RSP` with what went wrong.
+async fn h2_exchange(
+    h: &mut H2Conn,
+    deadline: tokio::time::Instant,
+) -> Result<HttpResp, (Status, String)> {
+    let Some((req, body)) = h.pending.take() else {
+        return Err((Status::SockErr, "no request".into()));
+    };
+    if let Some(why) = &h.ended {
+        return Err((Status::L7Rsp, why.clone()));
+    }
+    let send = h.send.clone();
+    let work = async move {
+        let mut send = send.ready().await?;
+        let end = body.is_empty();
+        let (resp, mut stream) = send.send_request(req, end)?;
+        if !end {
+            stream.send_data(body, true)?;
+        }
+        let (parts, mut recv) = resp.await?.into_parts();
+        let mut data = Vec::new();
+        while data.len() < MAX_READ {
+            let Some(chunk) = recv.data().await else {
+                break;
+            };
+            let chunk = chunk?;
+            let _ = recv.flow_control().release_capacity(chunk.len());
+            let room = MAX_READ - data.len();
+            data.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+        Ok::<_, h2::Error>((parts, data))
+    };
+    let (conn, ended, head) = (&mut h.conn, &mut h.ended, &h.head);
+    let run = async {
+        let mut work = std::pin::pin!(work);
+        tokio::select! {
+            biased;
+            r = &mut work => return r,
+            r = conn.as_mut() => *ended = Some(h2_end(r.err(), &head.borrow())),
+        }
+        // The connection ended first: what it received may still complete the answer.
+        work.await
+    };
+    match tokio::time::timeout_at(deadline, run).await {
+        Err(_) => Err((Status::L7Tout, String::new())),
+        Ok(Ok((parts, body))) => Ok(HttpResp {
+            code: parts.status.as_u16(),
+            reason: String::new(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body,
+        }),
+        Ok(Err(e)) => Err((
+            Status::L7Rsp,
+            h.ended
+                .clone()
+                .unwrap_or_else(|| h2_end(Some(e), &h.head.borrow())),
+        )),
+    }
+}
+
+/// Why an HTTP/2 check connection failed or ended, given its error (`None`: closed cleanly)
+/// and the first bytes the server sent.
+fn h2_end(e: Option<h2::Error>, head: &[u8]) -> String {
+    if head.starts_with(b"HTTP/") {
+        return "HTTP/2 check got an HTTP/1.x response".into();
+    }
+    match e {
+        _ if head.is_empty() => "TCPCHK got an empty response".into(),
+        None => "HTTP/2 connection closed by the server".into(),
+        Some(e) => format!("HTTP/2 error: {e}"),
+    }
 }
 
 /// `http-check send-state`: `UP 2/3; address=...; port=...; name=be/s; node=...;
@@ -2274,9 +2697,11 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         let addr = SocketAddr::new(target.addr.unwrap_or(srv.addr.load().ip()), target.port);
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = Box::pin(async {
-            let mut c = connect(addr, connect_to, false, None, false).await?;
-            if let Some(s) = &target.send {
-                c.s.write_all(s.as_bytes())
+            let mut c = connect(addr, connect_to, false, None, false, Mux::Plain).await?;
+            if let Some(s) = &target.send
+                && let Some(io) = c.s.raw()
+            {
+                io.write_all(s.as_bytes())
                     .await
                     .map_err(|e| (Status::SockErr, e.to_string()))?;
             }
@@ -2475,8 +2900,43 @@ mod tests {
             ssl: None,
             sni: None,
             alpn: None,
+            proto: None,
             reuse_pool: false,
         })
+    }
+
+    #[test]
+    fn http2_requests_and_failure_texts() {
+        let hdrs = vec![
+            ("Host".to_string(), "a.example".to_string()),
+            ("Connection".to_string(), "close".to_string()),
+            ("TE".to_string(), "gzip".to_string()),
+            ("X-Probe".to_string(), "1".to_string()),
+        ];
+        let r = ReqParts {
+            meth: "POST",
+            uri: "/p?q=1",
+            ver: "HTTP/1.0",
+            hdrs,
+            body: "ping",
+        };
+        let (req, body) = h2_request(&r, true).unwrap();
+        assert_eq!(req.uri().to_string(), "https://a.example/p?q=1");
+        assert_eq!(req.method(), "POST");
+        let names: Vec<&str> = req.headers().keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["x-probe", "content-length"]);
+        assert_eq!(&body[..], b"ping");
+        let (req, _) = h2_request(&ReqParts { hdrs: vec![], ..r }, false).unwrap();
+        assert_eq!(req.uri().to_string(), "/p?q=1");
+        assert_eq!(
+            h2_end(None, b"HTTP/1.1 400"),
+            "HTTP/2 check got an HTTP/1.x response"
+        );
+        assert_eq!(h2_end(None, b""), "TCPCHK got an empty response");
+        assert_eq!(
+            h2_end(None, b"\0\0\x12\x04"),
+            "HTTP/2 connection closed by the server"
+        );
     }
 
     #[test]

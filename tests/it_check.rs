@@ -199,7 +199,7 @@ fn check_keywords_are_validated() {
         ),
         (
             "    tcp-check connect port 80 proto h2\n",
-            "'tcp-check connect proto' is not supported by sluice",
+            "'tcp-check connect proto h2': invalid protocol for tcp-check",
         ),
         (
             "    server s 127.0.0.1:1 check check-ssl\n",

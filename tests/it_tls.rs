@@ -1711,11 +1711,6 @@ fn check_tls_options_are_validated() {
             "'check-alpn': 'alpn': invalid protocol list ','",
         ),
         (
-            "option httpchk\n    server s 127.0.0.1:1 check check-alpn h2,http/1.1",
-            ":5",
-            "HTTP/2 health checks are not supported by sluice",
-        ),
-        (
             "option tcp-check\n    tcp-check connect ssl\n    server s 127.0.0.1:1 check",
             ":6",
             "no CA file specified",

@@ -35,7 +35,33 @@ impl CheckRule {
     }
 }
 
-/// `connect [default] [port N] [addr A] [send-proxy] [ssl] [sni S] [alpn A] [linger]`.
+/// The HTTP version an HTTP check connection speaks (`check-proto`, `http-check connect
+/// proto`): HAProxy's multiplexer names `h1` and `h2`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckProto {
+    H1,
+    H2,
+}
+
+impl CheckProto {
+    pub fn parse(v: &str) -> Option<CheckProto> {
+        match v {
+            "h1" => Some(CheckProto::H1),
+            "h2" => Some(CheckProto::H2),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckProto::H1 => "h1",
+            CheckProto::H2 => "h2",
+        }
+    }
+}
+
+/// `connect [default] [port N] [addr A] [send-proxy] [ssl] [sni S] [alpn A] [proto P]
+/// [linger]`.
 #[derive(Debug, Clone, Default)]
 pub struct ConnectRule {
     pub port: Option<u16>,
@@ -52,6 +78,8 @@ pub struct ConnectRule {
     pub sni: Option<String>,
     /// `alpn LIST`: the ALPN protocols this TLS connection offers.
     pub alpn: Option<Vec<Vec<u8>>>,
+    /// `proto h1|h2` (`http-check` only): the HTTP version of this connection.
+    pub proto: Option<CheckProto>,
     pub comment: Option<String>,
 }
 

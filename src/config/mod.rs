@@ -360,6 +360,9 @@ pub struct CheckCfg {
     pub sni: Option<String>,
     /// `check-alpn LIST`: the ALPN protocols TLS checks offer (default: the server's `alpn`).
     pub alpn: Option<Vec<Vec<u8>>>,
+    /// `check-proto h1|h2`: the HTTP version of HTTP checks (default: HTTP/2 when TLS
+    /// negotiates `h2`, else HTTP/1.x).
+    pub proto: Option<CheckProto>,
     /// `check-reuse-pool` (`no-check-reuse-pool`, the default): a plain HTTP check may run
     /// on an idle pooled connection of the server instead of opening its own.
     pub reuse_pool: bool,

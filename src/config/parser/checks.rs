@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use super::super::{
-    AgentCfg, CheckCfg, CheckRule, ConfigError, ConnectRule, ExpectKind, ExpectRule, GlobalChecks,
-    HealthCfg, HttpChk, HttpSend, Match, MatchMethod, Observe, OnError, Proxy, SendData, SendRule,
+    AgentCfg, CheckCfg, CheckProto, CheckRule, ConfigError, ConnectRule, ExpectKind, ExpectRule,
+    GlobalChecks, HealthCfg, HttpChk, HttpSend, Match, MatchMethod, Observe, OnError, Proxy,
+    SendData, SendRule,
 };
 use super::proxy::Draft;
 use super::values::{arg, no_extra, parse_port, parse_range, parse_time};
@@ -234,7 +235,21 @@ fn connect(w: &[String], kw: &str) -> Result<ConnectRule, String> {
                 );
                 i += 1;
             }
-            "via-socks4" | "proto" => {
+            "proto" => {
+                let v = val("protocol")?;
+                let proto = parse_proto(v).map_err(|e| format!("'{kw} connect proto': {e}"))?;
+                if kw == "tcp-check" {
+                    // As HAProxy: an HTTP multiplexer cannot carry a tcp-check's bytes.
+                    return Err(format!(
+                        "'tcp-check connect proto {v}': invalid protocol for tcp-check ('{}' \
+                         is an HTTP protocol, for http-check)",
+                        proto.name()
+                    ));
+                }
+                c.proto = Some(proto);
+                i += 1;
+            }
+            "via-socks4" => {
                 return Err(format!("'{kw} connect {o}' is not supported by sluice"));
             }
             _ => {
@@ -251,7 +266,8 @@ fn connect(w: &[String], kw: &str) -> Result<ConnectRule, String> {
                             "comment",
                             "ssl",
                             "sni",
-                            "alpn"
+                            "alpn",
+                            "proto"
                         ]
                     )
                 ));
@@ -260,6 +276,11 @@ fn connect(w: &[String], kw: &str) -> Result<ConnectRule, String> {
         i += 1;
     }
     Ok(c)
+}
+
+/// `check-proto` / `connect proto`: HAProxy's HTTP multiplexer names.
+fn parse_proto(v: &str) -> Result<CheckProto, String> {
+    CheckProto::parse(v).ok_or_else(|| format!("unknown protocol '{v}' (allowed: h1, h2)"))
 }
 
 /// `http-check send [meth M] [uri U] [ver V] [hdr NAME VALUE]... [body STR] [comment C]`.
@@ -536,6 +557,7 @@ pub(super) struct ServerCheckOpts {
     pub ssl: Option<bool>,
     pub sni: Option<String>,
     pub alpn: Option<Vec<Vec<u8>>>,
+    pub proto: Option<CheckProto>,
     pub reuse_pool: bool,
     pub agent: bool,
     pub agent_port: Option<u16>,
@@ -560,6 +582,7 @@ impl Default for ServerCheckOpts {
             ssl: None,
             sni: None,
             alpn: None,
+            proto: None,
             reuse_pool: false,
             agent: false,
             agent_port: None,
@@ -588,6 +611,7 @@ impl ServerCheckOpts {
             ssl: self.ssl,
             sni: self.sni.clone(),
             alpn: self.alpn.clone(),
+            proto: self.proto,
             reuse_pool: self.reuse_pool,
         })
     }
@@ -738,7 +762,10 @@ pub(super) fn server_opt(
                 o.reuse_pool = opt == "check-reuse-pool";
                 return Ok(0);
             }
-            "check-proto" | "check-via-socks4" => {
+            "check-proto" => {
+                o.proto = Some(parse_proto(val("protocol")?).map_err(|e| format!("'{opt}': {e}"))?);
+            }
+            "check-via-socks4" => {
                 return Err(format!("server option '{opt}' is not supported by sluice"));
             }
             "agent-check" => o.agent = true,

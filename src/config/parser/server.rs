@@ -470,8 +470,8 @@ fn make_server(
 
 /// What a checked server of proxy `p` needs once both are complete: TLS settings when a
 /// `connect ... ssl` rule asks for TLS on a server whose line has neither `ssl` nor
-/// `check-ssl` (built from its TLS options, as `check-ssl` would), and no HTTP/2 in the ALPN
-/// of HTTP checks (they speak HTTP/1.x).
+/// `check-ssl` (built from its TLS options, as `check-ssl` would), and a `check-proto` only
+/// with HTTP checks.
 pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), String> {
     use crate::config::{CheckRule, CheckType};
     let Some(chk) = &s.check else {
@@ -488,23 +488,15 @@ pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), Strin
             _ => None,
         })
     };
-    if p.options.check_type == CheckType::Http {
-        let h2 =
-            |l: &Option<Vec<Vec<u8>>>| l.as_ref().is_some_and(|l| l.iter().any(|x| x == b"h2"));
-        if h2(&chk.alpn) {
-            return Err(
-                "'check-alpn h2': HTTP/2 health checks are not supported by sluice (HTTP checks \
-                 speak HTTP/1.x; offer 'http/1.1')"
-                    .into(),
-            );
-        }
-        if connects().any(|c| h2(&c.alpn)) {
-            return Err(
-                "'http-check connect alpn h2': HTTP/2 health checks are not supported by sluice \
-                 (HTTP checks speak HTTP/1.x; offer 'http/1.1')"
-                    .into(),
-            );
-        }
+    if let Some(proto) = chk.proto
+        && p.options.check_type != CheckType::Http
+    {
+        // HAProxy refuses an HTTP multiplexer for tcp-check and layer-4 checks alike.
+        return Err(format!(
+            "'check-proto {}': incompatible with the backend's check type (it needs 'option \
+             httpchk'; tcp-check and connect-only checks carry no HTTP)",
+            proto.name()
+        ));
     }
     if s.tls.is_none() && connects().any(|c| c.ssl) {
         let mut t = s.tls_opts.clone();

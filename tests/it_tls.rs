@@ -1234,18 +1234,31 @@ backend bh\n    mode http\n    server s1 {}\n",
     assert_eq!(tls_get(&mut t, "/", "a").unwrap().body_str(), "s1");
 }
 
-/// A client speaking only `version`.
-fn client_version(
+/// A client speaking only `version`, trusting `ca_pem`, with `resumption`.
+fn version_client(
     ca_pem: &str,
     version: &'static rustls::SupportedProtocolVersion,
-) -> Arc<ClientConfig> {
+    resumption: rustls::client::Resumption,
+) -> ClientConfig {
     let mut c = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[version])
         .unwrap()
         .with_root_certificates(roots(ca_pem))
         .with_no_client_auth();
-    c.resumption = rustls::client::Resumption::disabled();
-    Arc::new(c)
+    c.resumption = resumption;
+    c
+}
+
+/// A client speaking only `version`, without resumption.
+fn client_version(
+    ca_pem: &str,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> Arc<ClientConfig> {
+    Arc::new(version_client(
+        ca_pem,
+        version,
+        rustls::client::Resumption::disabled(),
+    ))
 }
 
 #[test]
@@ -1355,12 +1368,11 @@ frontend fe\n    bind 127.0.0.1:{port} ssl crt-list {}\n    default_backend be\n
     let _s = Sluice::start(&cfg);
     for sni in ["a.example", "b.example"] {
         for versions in [&rustls::version::TLS13, &rustls::version::TLS12] {
-            let mut c = ClientConfig::builder_with_provider(provider())
-                .with_protocol_versions(&[versions])
-                .unwrap()
-                .with_root_certificates(roots(&ca.pem()))
-                .with_no_client_auth();
-            c.resumption = rustls::client::Resumption::in_memory_sessions(256);
+            let mut c = version_client(
+                &ca.pem(),
+                versions,
+                rustls::client::Resumption::in_memory_sessions(256),
+            );
             c.alpn_protocols = vec![b"http/1.1".to_vec()];
             let c = Arc::new(c);
             let n = 12;
@@ -1482,13 +1494,11 @@ fn tls_ticket_keys_file_lets_instances_resume_each_others_sessions() {
             t.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
         };
         let cfg = || {
-            let mut c = ClientConfig::builder_with_provider(provider())
-                .with_protocol_versions(&[versions])
-                .unwrap()
-                .with_root_certificates(roots(&ca.pem()))
-                .with_no_client_auth();
-            c.resumption = rustls::client::Resumption::in_memory_sessions(64);
-            Arc::new(c)
+            Arc::new(version_client(
+                &ca.pem(),
+                versions,
+                rustls::client::Resumption::in_memory_sessions(64),
+            ))
         };
         // The client's session store is keyed by server name, not port: a ticket from one
         // instance is offered to the next.
@@ -1554,13 +1564,11 @@ fn a_session_from_a_bind_without_client_auth_never_resumes_on_one_that_requires_
     let _s = Sluice::start(&cfg);
     for (open, mtls) in [(ports[0], ports[1]), (ports[2], ports[3])] {
         for versions in [&rustls::version::TLS13, &rustls::version::TLS12] {
-            let mut c = ClientConfig::builder_with_provider(provider())
-                .with_protocol_versions(&[versions])
-                .unwrap()
-                .with_root_certificates(roots(&ca.pem()))
-                .with_no_client_auth();
-            c.resumption = rustls::client::Resumption::in_memory_sessions(64);
-            let c = Arc::new(c);
+            let c = Arc::new(version_client(
+                &ca.pem(),
+                versions,
+                rustls::client::Resumption::in_memory_sessions(64),
+            ));
             assert_eq!(attempt(open, &c), Outcome::Served("s1".into()));
             // The client offers the session it just got; the mTLS bind must not take it.
             assert_eq!(

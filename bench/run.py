@@ -69,6 +69,8 @@ import tempfile
 import threading
 import time
 
+import tls as tls_bench  # bench/tls.py, beside this script: make_certs
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 CLK = os.sysconf('SC_CLK_TCK')
@@ -163,18 +165,6 @@ def port_free(port):
         return False
     finally:
         s.close()
-
-
-def make_cert(d):
-    crt, key, pem = (os.path.join(d, f) for f in ('bench.crt', 'bench.key', 'bench.pem'))
-    subprocess.run(['openssl', 'req', '-x509', '-nodes', '-days', '30', '-newkey', 'ec',
-                    '-pkeyopt', 'ec_paramgen_curve:P-256', '-subj', '/CN=bench.example',
-                    '-keyout', key, '-out', crt],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(pem, 'w') as f:
-        f.write(open(crt).read() + open(key).read())
-    os.chmod(pem, 0o644)  # nginx reads it as root before dropping privileges; HAProxy too
-    return pem
 
 
 def pick_ports(base, n):
@@ -1008,8 +998,8 @@ def main():
     ports = {'backend': bp, 'http': hp, 'tcp': tp, 'metrics': mp, 'http20': h20, 'closing': cp,
              'closing_backend': cbp, 'https': sp}
     # One self-signed ECDSA P-256 bundle (certificate + key in one PEM, which HAProxy, sluice
-    # and nginx all read) for the ka-tls scenario's listeners.
-    a.cert = make_cert(scratch)
+    # and nginx all read) for the ka-tls scenario's listeners, made as bench/tls.py makes its.
+    a.cert = tls_bench.make_certs(scratch)['ecdsa']
     origin_dir = os.path.join(scratch, 'origin')
     olog = open(os.path.join(scratch, 'origin.log'), 'w')
 

@@ -47,21 +47,7 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
-import tls as base  # noqa: E402  (free_port, wait_port, cpu_s, make_certs)
-
-CONFIG = """global
-    nbthread {threads}
-    maxconn 9000
-defaults
-    mode http
-    maxconn 9000
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe_tls
-    bind 127.0.0.1:{port} ssl crt {crt}
-    http-request return status 200 content-type text/plain string ok
-"""
+import tls as base  # noqa: E402  (CONFIG, free_port, wait_port, cpu_s, make_certs)
 
 REQ_KA = b'GET / HTTP/1.1\r\nHost: bench\r\n\r\n'
 REQ_CLOSE = b'GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n'
@@ -221,7 +207,7 @@ def run_proxy(px, a, work, crt):
     px, _, path = px.partition('=')
     cfg = os.path.join(work, f'{px}.cfg')
     with open(cfg, 'w') as f:
-        f.write(CONFIG.format(threads=a.threads, port=port, crt=crt))
+        f.write(base.CONFIG.format(threads=a.threads, port=port, crt=crt))
     if path:
         # NAME=PATH: another sluice build (an A/B against an older commit).
         cmd = [path, '-db', '-f', cfg]

@@ -123,14 +123,7 @@ impl IdleConn {
         if g.reuse_window().is_some_and(|w| idle >= w) {
             return false;
         }
-        let Some(tcp) = self.stream.tcp() else {
-            return false;
-        };
-        let mut cx = Context::from_waker(Waker::noop());
-        let ok = match tcp.poll_read_ready(&mut cx) {
-            Poll::Pending if idle < TRUST_WATCH || replay_ok => true,
-            _ => socket_alive(tcp),
-        };
+        let ok = self.stream.reusable(idle < TRUST_WATCH || replay_ok);
         if !ok {
             g.learn_timeout(idle, false);
         }

@@ -364,19 +364,10 @@ fn connection_auth_challenge(status: u16, hdrs: &Headers, buf: &[u8]) -> bool {
 }
 
 impl Kept {
-    /// An idle server connection is usable only if it has neither closed nor sent anything.
-    /// When the request can be replayed (`replay_ok`), the event loop's word is taken: the
-    /// last read of the response drained the socket (a short read clears tokio's
-    /// readiness), so a close the loop has seen shows as readable; one it has not seen yet
-    /// costs a replay on a new connection. Otherwise the kernel is asked (a peek).
+    /// An idle server connection is usable only if it has neither closed nor sent anything;
+    /// a request that can be replayed (`replay_ok`) takes the event loop's word for it.
     fn alive(&self, replay_ok: bool) -> bool {
-        if replay_ok && let Some(tcp) = self.stream.tcp() {
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            if tcp.poll_read_ready(&mut cx).is_pending() {
-                return true;
-            }
-        }
-        self.stream.alive()
+        self.stream.reusable(replay_ok)
     }
 }
 

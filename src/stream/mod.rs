@@ -425,6 +425,22 @@ impl ServerStream {
     pub fn alive(&self) -> bool {
         self.tcp().is_some_and(crate::pool::socket_alive)
     }
+
+    /// Usable for another request. With `trust_poller`, the event loop's word suffices when
+    /// it has seen nothing arrive (no syscall): the short read that ended the last response
+    /// cleared tokio's readiness, so a close the loop has polled shows as readable, and only
+    /// one it has not polled yet slips through (the caller can afford that: a replay, or a
+    /// connection idle for moments only). Otherwise, or when something did arrive, the
+    /// kernel is asked (a peek).
+    pub fn reusable(&self, trust_poller: bool) -> bool {
+        if trust_poller && let Some(tcp) = self.tcp() {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if tcp.poll_read_ready(&mut cx).is_pending() {
+                return true;
+            }
+        }
+        self.alive()
+    }
 }
 
 impl AsyncRead for ServerStream {

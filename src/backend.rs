@@ -314,6 +314,8 @@ pub struct FrontendState {
     pub max_conns: AtomicU32,
     pub maxconn: AtomicU32,
     pub counters: Counters,
+    /// Access-log lines of this frontend (`%lc`; counted only when a format prints it).
+    pub log_count: AtomicU64,
 }
 
 /// Run-time state of every proxy, indexed like `Config::proxies`.

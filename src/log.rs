@@ -12,7 +12,8 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::unix::net::UnixDatagram;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::config::{Config, LogDest, LogFormat, LogTarget};
+use crate::config::logformat::{Flags, LogFormat as CustomFormat, Node, Var};
+use crate::config::{Config, HttpView, LogDest, LogFormat, LogTarget};
 
 pub const LEVEL_INFO: u8 = 6;
 pub const LEVEL_NOTICE: u8 = 5;
@@ -227,6 +228,29 @@ pub struct Entry<'a> {
     pub be_queue: u32,
     /// Request line, or `<BADREQ>`.
     pub request: &'a str,
+    // What only `log-format` lines use.
+    /// The address the client connected to (`%fi`, `%fp`; taken only when the format needs it).
+    pub local: Option<SocketAddr>,
+    /// The server connection's source address (`%bi`, `%bp`; likewise).
+    pub be_src: Option<SocketAddr>,
+    /// The server's address (`%si`, `%sp`).
+    pub srv_addr: Option<SocketAddr>,
+    /// The client connection's TLS handshake (`%sslv`, `%sslc`, `%ft`, `ssl_*` fetches).
+    pub tls: Option<&'a crate::tls::TlsInfo>,
+    /// `%Th` (handshake) and `%Ti` (idle before the request) in ms; `%Tt` (total).
+    pub t_handshake: i64,
+    pub t_idle: i64,
+    pub t_total: i64,
+    /// When the request's first byte arrived (`%tr`); `None`: the accept date.
+    pub req_time: Option<SystemTime>,
+    /// Bytes received from the client (`%U`).
+    pub bytes_in: u64,
+    /// `%rt` and `%lc`.
+    pub req_count: u64,
+    pub log_count: u64,
+    /// Samples of the `%[fetch]` nodes that read the request, taken when its head arrived
+    /// (indexed by the node's slot; `None`: no sample).
+    pub samples: &'a [Option<Box<[u8]>>],
 }
 
 fn client_str(out: &mut String, c: Option<SocketAddr>) {
@@ -314,6 +338,292 @@ impl Entry<'_> {
     }
 }
 
+/// Appends `s` as a log string: quoted with `Q` (`""` when absent), else `-` when absent or
+/// empty; `"`, `\` and `]` escaped with `E`.
+fn put_text(out: &mut String, s: Option<&[u8]>, fl: Flags) {
+    let s = s.filter(|s| !s.is_empty());
+    if fl.quote {
+        out.push('"');
+    }
+    match s {
+        Some(b) => {
+            let text = String::from_utf8_lossy(b);
+            if fl.escape {
+                for c in text.chars() {
+                    if matches!(c, '"' | '\\' | ']') {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+            } else {
+                out.push_str(&text);
+            }
+        }
+        None if !fl.quote => out.push('-'),
+        None => {}
+    }
+    if fl.quote {
+        out.push('"');
+    }
+}
+
+fn put_ip(out: &mut String, a: Option<SocketAddr>, unix: &str, fl: Flags) {
+    let Some(a) = a else {
+        return put_text(out, Some(unix.as_bytes()), fl);
+    };
+    let ip = match a.ip() {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    let mut tmp = String::with_capacity(40);
+    if fl.hex {
+        let bytes: Vec<u8> = match ip {
+            std::net::IpAddr::V4(v) => v.octets().to_vec(),
+            std::net::IpAddr::V6(v) => v.octets().to_vec(),
+        };
+        for b in bytes {
+            let _ = write!(tmp, "{b:02X}");
+        }
+    } else {
+        let _ = write!(tmp, "{ip}");
+    }
+    put_text(out, Some(tmp.as_bytes()), fl);
+}
+
+fn put_port(out: &mut String, a: Option<SocketAddr>, unix: &str, fl: Flags) {
+    match a {
+        Some(a) if fl.hex => {
+            let _ = write!(out, "{:04X}", a.port());
+        }
+        Some(a) => {
+            let _ = write!(out, "{}", a.port());
+        }
+        None => out.push_str(unix),
+    }
+}
+
+/// `10/Feb/2026:12:14:14 +0000` (`%T`, `%trg`; sluice logs in UTC).
+fn put_gmt(out: &mut String, t: SystemTime) {
+    let tm = Tm::from_system(t);
+    let _ = write!(
+        out,
+        "{:02}/{}/{:04}:{:02}:{:02}:{:02} +0000",
+        tm.day,
+        MONTHS[(tm.month - 1) as usize],
+        tm.year,
+        tm.hour,
+        tm.min,
+        tm.sec
+    );
+}
+
+/// The source address and TLS state, for `%[fetch]` nodes evaluated at log time.
+struct LogView<'a>(Option<std::net::IpAddr>, Option<&'a crate::tls::TlsInfo>);
+
+impl HttpView for LogView<'_> {
+    fn method(&self) -> &[u8] {
+        b""
+    }
+    fn uri(&self) -> &[u8] {
+        b""
+    }
+    fn for_each_header(&self, _: &[u8], _: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        false
+    }
+    fn src(&self) -> Option<std::net::IpAddr> {
+        self.0
+    }
+    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
+        self.1
+    }
+}
+
+/// The parts of a request line: method, URI, version.
+fn request_parts(r: &str) -> (Option<&str>, Option<&str>, Option<&str>) {
+    if r == "<BADREQ>" || r.is_empty() {
+        return (None, None, None);
+    }
+    let mut it = r.splitn(3, ' ');
+    (it.next(), it.next(), it.next())
+}
+
+impl Logger {
+    /// Renders a `log-format` line.
+    pub fn custom(&self, f: &CustomFormat, e: &Entry<'_>) -> String {
+        let mut out = String::with_capacity(192);
+        let accept = e.accept_time.unwrap_or_else(SystemTime::now);
+        let req_time = e.req_time.unwrap_or(accept);
+        // HAProxy prints no space at the start, after a space, or after an empty item.
+        let mut last_space = true;
+        let mut fetched: Vec<u8> = Vec::new();
+        for n in &f.nodes {
+            let before = out.len();
+            match n {
+                Node::Text(t) => out.push_str(t),
+                Node::Sep => {
+                    if !last_space {
+                        out.push(' ');
+                        last_space = true;
+                    }
+                    continue;
+                }
+                Node::Fetch { fetch, flags, slot } => {
+                    let v = match slot {
+                        Some(s) => e.samples.get(*s).and_then(|v| v.as_deref()),
+                        None => {
+                            fetched.clear();
+                            let view = LogView(e.client.map(|a| a.ip()), e.tls);
+                            fetch.write(&view, &mut fetched).then_some(&fetched[..])
+                        }
+                    };
+                    put_text(&mut out, v, *flags);
+                }
+                Node::Var(v, fl) => self.var(&mut out, *v, *fl, e, accept, req_time),
+            }
+            if out.len() != before {
+                last_space = false;
+            }
+        }
+        out
+    }
+
+    fn var(
+        &self,
+        out: &mut String,
+        v: Var,
+        fl: Flags,
+        e: &Entry<'_>,
+        accept: SystemTime,
+        req_time: SystemTime,
+    ) {
+        let num = |out: &mut String, n: i64| {
+            let _ = write!(out, "{n}");
+        };
+        let text = |out: &mut String, s: Option<&str>| put_text(out, s.map(str::as_bytes), fl);
+        let tq = if e.t_req < 0 {
+            -1
+        } else {
+            e.t_handshake.max(0) + e.t_idle.max(0) + e.t_req
+        };
+        let (method, uri, version) = request_parts(e.request);
+        match v {
+            Var::BytesOut => num(out, e.bytes as i64),
+            Var::BytesIn => num(out, e.bytes_in as i64),
+            Var::CookieReq | Var::CookieRsp | Var::UniqueId => text(out, None),
+            Var::Hostname => text(out, Some(&self.hostname)),
+            Var::Status => num(out, e.status as i64),
+            Var::DateGmt | Var::DateLocal => put_gmt(out, accept),
+            Var::Timestamp => {
+                let secs = accept
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs();
+                if fl.hex {
+                    let _ = write!(out, "{secs:08X}");
+                } else {
+                    let _ = write!(out, "{secs}");
+                }
+            }
+            Var::Millis => {
+                let _ = write!(out, "{:03}", Tm::from_system(accept).micros / 1000);
+            }
+            Var::Ta => num(out, e.t_active),
+            Var::Tc => num(out, e.t_connect),
+            Var::Th => num(out, e.t_handshake),
+            Var::Ti => num(out, e.t_idle),
+            Var::Tq => num(out, tq),
+            Var::Tr => num(out, e.t_resp),
+            Var::TR => num(out, e.t_req),
+            Var::Tt => num(out, e.t_total),
+            Var::Tw => num(out, e.t_wait),
+            Var::Td => {
+                let parts = [tq, e.t_wait, e.t_connect, e.t_resp];
+                let d = if e.t_total < 0 || parts.iter().any(|&t| t < 0) {
+                    -1
+                } else {
+                    e.t_total - parts.iter().sum::<i64>()
+                };
+                num(out, d)
+            }
+            Var::ActConn => num(out, e.actconn as i64),
+            Var::BeConn => num(out, e.beconn as i64),
+            Var::FeConn => num(out, e.feconn as i64),
+            Var::SrvConn => num(out, e.srvconn as i64),
+            Var::Retries => {
+                if e.redispatched {
+                    out.push('+');
+                }
+                num(out, e.retries as i64)
+            }
+            Var::SrvQueue => num(out, e.srv_queue as i64),
+            Var::BeQueue => num(out, e.be_queue as i64),
+            Var::Backend => text(out, Some(e.backend)),
+            Var::Frontend => text(out, Some(e.frontend)),
+            Var::FrontendXprt => {
+                if e.tls.is_some() {
+                    text(out, Some(&format!("{}~", e.frontend)))
+                } else {
+                    text(out, Some(e.frontend))
+                }
+            }
+            Var::Server => text(out, Some(e.server)),
+            Var::BeSrcIp => match e.be_src {
+                Some(_) => put_ip(out, e.be_src, "-", fl),
+                None => text(out, None),
+            },
+            Var::BeSrcPort => put_port(out, e.be_src, "-", fl),
+            Var::ClientIp => put_ip(out, e.client, "unix", fl),
+            Var::ClientPort => put_port(out, e.client, "1", fl),
+            Var::FeIp => put_ip(out, e.local, "unix", fl),
+            Var::FePort => put_port(out, e.local, "1", fl),
+            Var::SrvIp => match e.srv_addr {
+                Some(_) => put_ip(out, e.srv_addr, "-", fl),
+                None => text(out, None),
+            },
+            Var::SrvPort => put_port(out, e.srv_addr, "-", fl),
+            // No captures in sluice: HAProxy prints nothing for these then.
+            Var::HdrReq | Var::HdrReqList | Var::HdrRsp | Var::HdrRspList => {}
+            Var::Method => text(out, method),
+            Var::Uri => text(out, uri),
+            Var::Path => text(out, uri.map(|u| u.split('?').next().unwrap_or(u))),
+            Var::Query => text(out, uri.and_then(|u| u.find('?').map(|q| &u[q..]))),
+            Var::Version => text(out, version),
+            Var::LogCount => num(out, e.log_count as i64),
+            Var::Pid => {
+                if fl.hex {
+                    let _ = write!(out, "{:04X}", self.pid);
+                } else {
+                    let _ = write!(out, "{}", self.pid);
+                }
+            }
+            Var::Request => text(out, Some(e.request)),
+            Var::ReqCount => {
+                if fl.hex {
+                    let _ = write!(out, "{:04X}", e.req_count);
+                } else {
+                    let _ = write!(out, "{}", e.req_count);
+                }
+            }
+            Var::SslCipher => text(out, e.tls.map(|t| t.cipher)),
+            Var::SslVersion => text(out, e.tls.map(|t| t.protocol)),
+            Var::Date => Tm::from_system(accept).haproxy(out),
+            Var::ReqDate => Tm::from_system(req_time).haproxy(out),
+            Var::ReqDateGmt | Var::ReqDateLocal => put_gmt(out, req_time),
+            Var::TermState => {
+                out.push(e.term[0] as char);
+                out.push(e.term[1] as char);
+            }
+            Var::TermStateCookie => {
+                out.push(e.term[0] as char);
+                out.push(e.term[1] as char);
+                out.push_str("--");
+            }
+        }
+    }
+}
+
 /// The default (no `option *log`) line, logged at accept time.
 pub fn connect_line(
     client: Option<SocketAddr>,
@@ -381,6 +691,62 @@ mod tests {
         assert_eq!(
             e.tcplog(),
             "10.0.0.1:4242 [23/Nov/2026:10:11:12.345] fe be/s1 0/1/3 150 -- 1/1/1/1/0 0/0"
+        );
+    }
+
+    #[test]
+    fn custom_format_rendering() {
+        let cfg = Config::default();
+        let log = Logger::new(&cfg);
+        let f =
+            |s: &str| crate::config::logformat::parse(s, crate::config::Origin::default()).unwrap();
+        // One slot per request fetch node, in order.
+        let ab = || Some(b"a\"b]".to_vec().into_boxed_slice());
+        let samples = [ab(), ab(), None, None];
+        let e = Entry {
+            client: Some("[::ffff:10.0.0.1]:4242".parse().unwrap()),
+            accept_time: Some(UNIX_EPOCH + Duration::from_millis(1_795_428_672_345)),
+            frontend: "fe",
+            backend: "be",
+            server: "s1",
+            t_handshake: 2,
+            t_idle: 3,
+            t_req: 4,
+            t_wait: 1,
+            t_connect: 1,
+            t_resp: 5,
+            t_active: 20,
+            t_total: 25,
+            status: 200,
+            term: *b"CD",
+            retries: 1,
+            redispatched: true,
+            request: "GET /p?q=1 HTTP/1.1",
+            samples: &samples,
+            ..Default::default()
+        };
+        let line = |s: &str| log.custom(&f(s), &e);
+        // Separators merge, and none follows an item that printed nothing.
+        assert_eq!(line("  %ci:%cp   %hr %hs %b/%s  "), "10.0.0.1:4242 be/s1 ");
+        assert_eq!(line("%{+X}ci:%{+X}cp"), "0A000001:1092");
+        // `%o` flags hold for every later item; an item's own flags override them.
+        assert_eq!(line("%{+Q}o %b %{-Q}s %sslv %{-Q}sslv"), "\"be\" s1 \"\" -");
+        assert_eq!(
+            line("%{+Q}[hdr(a)] %{+E}[hdr(a)] %[hdr(b)] %{+Q}[hdr(b)]"),
+            "\"a\"b]\" a\\\"b\\] - \"\""
+        );
+        assert_eq!(
+            line("%Tq %Td %Tt %rc %ts %tsc %ST %%"),
+            "9 9 25 +1 CD CD-- 200 %"
+        );
+        assert_eq!(line("%HM|%HU|%HP|%HQ|%HV"), "GET|/p?q=1|/p|?q=1|HTTP/1.1");
+        assert_eq!(
+            line("[%t] %T %Ts %{+X}Ts %ms"),
+            "[23/Nov/2026:10:11:12.345] 23/Nov/2026:10:11:12 +0000 1795428672 6B041140 345"
+        );
+        assert_eq!(
+            line("%si %sp %bi %ID %CC [%[ssl_fc]] %[ssl_fc_sni] %ft"),
+            "- - - - - [0] - fe"
         );
     }
 }

@@ -338,6 +338,71 @@ impl Fetch {
     }
 }
 
+/// A sample fetch used outside ACLs (`%[fetch]` in `log-format`): the same fetches, taken as
+/// HAProxy's sample expressions take them (the last occurrence of a header, the sample
+/// converted to text).
+#[derive(Debug, Clone)]
+pub struct SampleFetch {
+    fetch: Fetch,
+    text: Box<str>,
+}
+
+impl SampleFetch {
+    /// Parses `name` or `name(args)`. ACL-only forms (`path_beg`, `hdr_sub(x)`) are not fetches.
+    pub fn parse(word: &str) -> Result<SampleFetch, String> {
+        const WHAT: &str = "sample fetch";
+        let (fetch, default_m) = parse_fetch(word, WHAT)?;
+        if !matches!(default_m, "str" | "int" | "ip" | "bool") {
+            let (name, _) = split_criterion(word, WHAT)?;
+            return Err(format!(
+                "unknown {WHAT} '{name}' ('_{default_m}' forms are ACL matches, not fetches)"
+            ));
+        }
+        Ok(SampleFetch {
+            fetch,
+            text: word.into(),
+        })
+    }
+
+    /// Whether it reads the HTTP request (so it must be taken while the request is there).
+    pub fn uses_http(&self) -> bool {
+        self.fetch.is_http()
+    }
+
+    /// The expression as written.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Appends the sample as text (integers in decimal, addresses in their usual form,
+    /// booleans as `0`/`1`); of several, the last one. `false`: no sample (nothing appended).
+    pub fn write(&self, view: &dyn HttpView, out: &mut Vec<u8>) -> bool {
+        use std::io::Write as _;
+        let start = out.len();
+        let mut found = false;
+        self.fetch.for_each(view, &mut |s| {
+            out.truncate(start);
+            found = true;
+            match s {
+                Sample::Str(b) => out.extend_from_slice(b),
+                Sample::Int(n) => {
+                    let _ = write!(out, "{n}");
+                }
+                Sample::Ip(ip) => {
+                    let ip = match ip {
+                        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+                        v4 => v4,
+                    };
+                    let _ = write!(out, "{ip}");
+                }
+                Sample::Bool(b) => out.push(if b { b'1' } else { b'0' }),
+            }
+            false
+        });
+        found
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Matchers.
 
@@ -616,7 +681,7 @@ fn fetch_name_ok(c: u8) -> bool {
 }
 
 /// Splits `name(args)` → (name, Some(args)), rejecting converters (`,lower`).
-fn split_criterion(word: &str) -> Result<(&str, Option<&str>), String> {
+fn split_criterion<'a>(word: &'a str, what: &str) -> Result<(&'a str, Option<&'a str>), String> {
     let name_end = word
         .bytes()
         .position(|c| !fetch_name_ok(c))
@@ -625,7 +690,7 @@ fn split_criterion(word: &str) -> Result<(&str, Option<&str>), String> {
     let rest = &word[name_end..];
     let (args, after) = if let Some(r) = rest.strip_prefix('(') {
         let Some(close) = r.find(')') else {
-            return Err(format!("missing closing ')' in ACL criterion '{word}'"));
+            return Err(format!("missing closing ')' in {what} '{word}'"));
         };
         (Some(&r[..close]), &r[close + 1..])
     } else {
@@ -633,22 +698,22 @@ fn split_criterion(word: &str) -> Result<(&str, Option<&str>), String> {
     };
     if let Some(conv) = after.strip_prefix(',') {
         return Err(format!(
-            "converters are not supported by sluice in ACL criteria ('{word}' uses ',{conv}')"
+            "converters are not supported by sluice (in {what} '{word}', ',{conv}')"
         ));
     }
     if !after.is_empty() || name.is_empty() {
-        return Err(format!("invalid ACL criterion '{word}'"));
+        return Err(format!("invalid {what} '{word}'"));
     }
     Ok((name, args))
 }
 
 /// Resolves a criterion word into a fetch and its default matching method.
 /// Returns the fetch and the name of its default matching method.
-fn parse_fetch(word: &str) -> Result<(Fetch, &'static str), String> {
-    let (name, args) = split_criterion(word)?;
+fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> {
+    let (name, args) = split_criterion(word, what)?;
     let no_args = |f: Fetch| -> Result<Fetch, String> {
         if args.is_some_and(|a| !a.is_empty()) {
-            Err(format!("ACL criterion '{name}' takes no argument"))
+            Err(format!("{what} '{name}' takes no argument"))
         } else {
             Ok(f)
         }
@@ -657,7 +722,7 @@ fn parse_fetch(word: &str) -> Result<(Fetch, &'static str), String> {
         let a = args.unwrap_or("").trim();
         if a.is_empty() {
             return Err(format!(
-                "ACL criterion '{name}' requires a header name, as in '{name}(host)'"
+                "{what} '{name}' requires a header name, as in '{name}(host)'"
             ));
         }
         if a.contains(',') {
@@ -681,7 +746,7 @@ fn parse_fetch(word: &str) -> Result<(Fetch, &'static str), String> {
     };
     if suffix.is_some() && base.starts_with("req.") {
         return Err(format!(
-            "unknown ACL criterion '{name}' (did you mean '{}'?)",
+            "unknown {what} '{name}' (did you mean '{}'?)",
             &name[4..]
         ));
     }
@@ -736,10 +801,10 @@ fn parse_fetch(word: &str) -> Result<(Fetch, &'static str), String> {
                     .iter()
                     .any(|f| name.starts_with(f) && name[f.len()..].starts_with('_'))
             {
-                return Err(format!("ACL criterion '{name}' is not supported by sluice"));
+                return Err(format!("{what} '{name}' is not supported by sluice"));
             }
             return Err(format!(
-                "unknown ACL criterion '{name}'{}",
+                "unknown {what} '{name}'{}",
                 did_you_mean(name, CRITERIA.iter().copied())
             ));
         }
@@ -858,7 +923,7 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
     let Some(crit) = words.first() else {
         return Err("missing ACL criterion".into());
     };
-    let (fetch, default_m) = parse_fetch(crit)?;
+    let (fetch, default_m) = parse_fetch(crit, "ACL criterion")?;
     let mut icase = false;
     let mut method: Option<&str> = None;
     let mut i = 1;

@@ -7,10 +7,11 @@
 //! It must not open sockets or start threads (that is `listener` and `worker`).
 //!
 //! Files: `tokenizer` (words, quotes, variables, `.if` blocks), `parser` (sections and keywords),
-//! `acl` (conditions: parsing and evaluation).
+//! `acl` (conditions: parsing and evaluation), `logformat` (`log-format` strings).
 
 pub mod acl;
 pub mod checks;
+pub mod logformat;
 pub mod parser;
 pub mod tokenizer;
 
@@ -19,7 +20,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use acl::{Cond, HttpView};
+pub use acl::{Cond, HttpView, SampleFetch};
 pub use checks::*;
 pub use parser::{check_needs, dynamic_server, load, load_files};
 
@@ -300,6 +301,8 @@ pub struct ProxyOptions {
     /// `option httplog clf`
     pub httplog_clf: bool,
     pub tcplog: bool,
+    /// `log-format`: replaces the `httplog`/`tcplog` line (the last of the three wins).
+    pub log_format: Option<std::sync::Arc<logformat::LogFormat>>,
     pub dontlognull: bool,
     pub forwardfor: Option<ForwardFor>,
     pub http_conn_mode: HttpConnMode,

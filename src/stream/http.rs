@@ -395,6 +395,10 @@ struct Txn {
     retries: u32,
     redispatched: bool,
     request_line: String,
+    /// `log-format` only: the request's `%[fetch]` samples and the server connection's
+    /// source address (`%bi`, `%bp`).
+    samples: Vec<Option<Box<[u8]>>>,
+    be_src: Option<std::net::SocketAddr>,
 }
 
 impl Txn {
@@ -413,6 +417,8 @@ impl Txn {
             retries: 0,
             redispatched: false,
             request_line: String::new(),
+            samples: Vec::new(),
+            be_src: None,
         }
     }
 }
@@ -449,6 +455,8 @@ struct Conn<'a, C> {
     out: Vec<u8>,
     bufsize: usize,
     max_head: usize,
+    /// When the connection last became idle (handshake or previous response done): `%Ti`.
+    idle_since: Instant,
 }
 
 /// How long an idle client connection may keep its server connection. Past this the server
@@ -512,7 +520,9 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         out: Vec::new(),
         bufsize,
         max_head,
+        idle_since: Instant::now(),
     };
+    let custom_log = fe.options.log_format.is_some() && !fe.logs.is_empty();
     let mut first = true;
     loop {
         // The idle wait runs in this small future; the large transaction future exists only
@@ -536,6 +546,9 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         match Box::pin(c.transaction(first, pending)).await {
             Some(Next::KeepAlive) => first = false,
             None => break,
+        }
+        if custom_log {
+            c.idle_since = Instant::now();
         }
         if c.ctx.w.stopping.get() {
             break;
@@ -730,7 +743,30 @@ impl<C: ClientIo> Conn<'_, C> {
         let mut txn = Txn::new(start);
         txn.t_req = start.elapsed().as_millis() as i64;
         txn.bytes_in = head.head_len as u64;
-        let log_on = !self.fe.logs.is_empty() && self.fe.options.httplog;
+        let custom = self.fe.options.log_format.as_deref();
+        let log_on = !self.fe.logs.is_empty() && (self.fe.options.httplog || custom.is_some());
+        if log_on
+            && let Some(f) = custom
+            && f.req_fetches > 0
+        {
+            // The request is gone by log time: its samples are taken now, as it arrived.
+            self.hdrs.load(&head.headers);
+            let view = ReqView {
+                buf: &self.cbuf,
+                head: &head,
+                hdrs: &self.hdrs,
+                src: self.ctx.peer.map(|a| a.ip()),
+                tls: self.ctx.tls.as_deref(),
+            };
+            txn.samples = vec![None; f.req_fetches];
+            let mut v = Vec::new();
+            for (fetch, slot) in f.fetches() {
+                v.clear();
+                if fetch.write(&view, &mut v) {
+                    txn.samples[slot] = Some(v.as_slice().into());
+                }
+            }
+        }
         if log_on {
             let line_end = memchr::memchr(b'\n', &self.cbuf[..head.head_len]).unwrap_or(0);
             let mut l = &self.cbuf[..line_end];
@@ -807,7 +843,7 @@ impl<C: ClientIo> Conn<'_, C> {
 
     fn log(&self, txn: &Txn) {
         let fe = self.fe;
-        if fe.logs.is_empty() || !fe.options.httplog {
+        if fe.logs.is_empty() || !(fe.options.httplog || fe.options.log_format.is_some()) {
             return;
         }
         let shared = self.ctx.shared();
@@ -856,13 +892,45 @@ impl<C: ClientIo> Conn<'_, C> {
                 .map(|b| b.queued.load(Relaxed))
                 .unwrap_or(0),
             request: &txn.request_line,
+            ..Default::default()
         };
         let level = if txn.status >= 500 || txn.term[0] != b'-' {
             crate::log::LEVEL_ERR.max(LEVEL_INFO) // HAProxy logs errors at the same level by default
         } else {
             LEVEL_INFO
         };
-        self.ctx.w.log.emit(&fe.logs, level, &e.httplog());
+        let Some(f) = &fe.options.log_format else {
+            self.ctx.w.log.emit(&fe.logs, level, &e.httplog());
+            return;
+        };
+        let mut e = e;
+        let fstate = &shared.proxies[self.ctx.proxy].fe;
+        let ctx = self.ctx;
+        e.local = ctx.local;
+        e.tls = ctx.tls.as_deref();
+        // The handshake counts for the first request of a connection only.
+        e.t_handshake = if self.first { ctx.t_handshake } else { 0 };
+        e.t_idle = txn
+            .start
+            .saturating_duration_since(self.idle_since)
+            .as_millis() as i64;
+        e.t_total = e.t_handshake + e.t_idle + e.t_active;
+        e.req_time = Some(std::time::SystemTime::now() - txn.start.elapsed());
+        e.bytes_in = txn.bytes_in;
+        // The frontend counts this request once it is logged.
+        e.req_count = fstate.counters.req_total.load(Relaxed) + 1;
+        if f.needs_log_count {
+            e.log_count = fstate.log_count.fetch_add(1, Relaxed);
+        }
+        if let (Some(b), Some(s)) = (txn.be, txn.server) {
+            e.srv_addr = Some(**shared.server(b, s).addr.load());
+        }
+        e.be_src = txn.be_src;
+        e.samples = &txn.samples;
+        self.ctx
+            .w
+            .log
+            .emit(&fe.logs, level, &self.ctx.w.log.custom(f, &e));
     }
 
     /// Sends a locally generated response, then decides whether the connection can go on.
@@ -904,6 +972,17 @@ impl<C: ClientIo> Conn<'_, C> {
         let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
         let resp = crate::errorfile::response(self.fe, be, status).into_owned();
         self.local_response(head, txn, &resp, status, false).await
+    }
+
+    /// Whether the access log prints the server connection's source address (`%bi`, `%bp`).
+    fn needs_be_src(&self) -> bool {
+        !self.fe.logs.is_empty()
+            && self
+                .fe
+                .options
+                .log_format
+                .as_ref()
+                .is_some_and(|f| f.needs_be_src)
     }
 
     /// Rules, backend choice, server exchange.
@@ -1311,6 +1390,9 @@ impl<C: ClientIo> Conn<'_, C> {
         self.ctx
             .w
             .session_server(self.ctx.key, Some((be_idx, slot.server)));
+        if self.needs_be_src() {
+            txn.be_src = stream.tcp().and_then(|s| s.local_addr().ok());
+        }
 
         // Serialise the request head.
         self.build_request_head(head, bp, src, server_ka);
@@ -1384,6 +1466,9 @@ impl<C: ClientIo> Conn<'_, C> {
                     txn.retries += 1 + sc.retries;
                     let server = sc.slot.server;
                     txn.server = Some(server);
+                    if self.needs_be_src() {
+                        txn.be_src = sc.stream.tcp().and_then(|s| s.local_addr().ok());
+                    }
                     self.ctx
                         .w
                         .session_server(self.ctx.key, Some((be_idx, server)));

@@ -53,7 +53,17 @@ pub async fn serve(
         }
         Client::Unix(_) => None,
     };
-    if !p.options.httplog && !p.options.tcplog && !p.logs.is_empty() {
+    let log_format = p
+        .options
+        .log_format
+        .as_deref()
+        .filter(|_| !p.logs.is_empty());
+    // getsockname() only when a log line needs it: it is a syscall per connection.
+    let local = match &client {
+        Client::Tcp(s, _) if log_format.is_some_and(|f| f.needs_local) => s.local_addr().ok(),
+        _ => None,
+    };
+    if !p.options.httplog && !p.options.tcplog && log_format.is_none() && !p.logs.is_empty() {
         // getsockname() only when this log line needs it: it is a syscall per connection.
         let local = match &client {
             Client::Tcp(s, _) => s.local_addr().ok(),
@@ -67,6 +77,9 @@ pub async fn serve(
         proxy,
         peer,
         accepted_at,
+        accepted: Instant::now(),
+        local,
+        t_handshake: 0,
         key,
         tls: None,
         _adm: adm,
@@ -121,6 +134,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
             match crate::tls::accept(&tls, $io, limit).await {
                 Ok(s) => {
                     ctx.tls = Some(Box::new(crate::tls::server_info(&s)));
+                    ctx.t_handshake = ctx.accepted.elapsed().as_millis() as i64;
                     if http {
                         http::serve(ctx, s).await
                     } else {
@@ -281,6 +295,12 @@ pub struct SessionCtx {
     pub proxy: usize,
     pub peer: Option<SocketAddr>,
     pub accepted_at: std::time::SystemTime,
+    /// The same instant on the monotonic clock (`%Th`, `%Ti`).
+    pub accepted: Instant,
+    /// The address the client connected to, when a `log-format` needs it (`%fi`, `%fp`).
+    pub local: Option<SocketAddr>,
+    /// Time from accept to the end of the TLS handshake, in ms (`%Th`; 0 without TLS).
+    pub t_handshake: i64,
     /// Its entry in the worker's session registry.
     pub key: usize,
     /// The client handshake's results on `ssl` binds (boxed: plain sessions pay one pointer).

@@ -217,7 +217,19 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     fc.sessions_total.fetch_add(1, Relaxed);
     fc.req_total.fetch_add(1, Relaxed);
     let Some(be_idx) = select_backend(&ctx) else {
-        log_tcp(&ctx, None, "<NOSRV>", -1, -1, start, *b"SC", 0, 0, false);
+        log_tcp(
+            &ctx,
+            None,
+            None,
+            "<NOSRV>",
+            -1,
+            -1,
+            start,
+            *b"SC",
+            (0, 0),
+            0,
+            false,
+        );
         return;
     };
     let bp = &shared.cfg.proxies[be_idx];
@@ -241,18 +253,27 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             log_tcp(
                 &ctx,
                 Some(be_idx),
+                None,
                 "<NOSRV>",
                 -1,
                 -1,
                 start,
                 e.term(),
-                0,
+                (0, 0),
                 retries,
                 false,
             );
             return;
         }
     };
+    // The server connection's source address, only when a log line prints it.
+    let be_src = fe
+        .options
+        .log_format
+        .as_ref()
+        .filter(|f| f.needs_be_src && !fe.logs.is_empty())
+        .and_then(|_| conn.stream.tcp())
+        .and_then(|s| s.local_addr().ok());
     let tw = conn.slot.queued.as_millis() as i64;
     let tc = conn.connect_time.as_millis() as i64;
     let tunnel_to = bp.timeouts.tunnel;
@@ -289,6 +310,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         c.bytes_out.fetch_add(end.down, Relaxed);
     }
     let name = srv.name.clone();
+    let srv_idx = conn.slot.server;
     let (retries, redisp) = (conn.retries, conn.redispatched);
     drop(conn);
     if fe.options.dontlognull && end.up == 0 && end.down == 0 {
@@ -297,12 +319,13 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     log_tcp(
         &ctx,
         Some(be_idx),
+        Some((srv_idx, be_src)),
         &name,
         tw,
         tc,
         start,
         end.term,
-        end.down,
+        (end.down, end.up),
         retries,
         redisp,
     );
@@ -320,28 +343,32 @@ fn select_backend(ctx: &SessionCtx) -> Option<usize> {
     p.default_backend
 }
 
+/// Logs a finished TCP session. `srv`: the server's index and, when a format prints it, the
+/// connection's source address; `bytes`: (to the client, from the client).
 #[allow(clippy::too_many_arguments)]
 fn log_tcp(
     ctx: &SessionCtx,
     be: Option<usize>,
+    srv: Option<(usize, Option<std::net::SocketAddr>)>,
     server: &str,
     tw: i64,
     tc: i64,
     start: Instant,
     term: [u8; 2],
-    bytes: u64,
+    bytes: (u64, u64),
     retries: u32,
     redispatched: bool,
 ) {
     let shared = ctx.shared();
     let fe = &shared.cfg.proxies[ctx.proxy];
-    if fe.logs.is_empty() || !fe.options.tcplog {
+    if fe.logs.is_empty() || !(fe.options.tcplog || fe.options.log_format.is_some()) {
         return;
     }
     let bname = be
         .map(|b| shared.cfg.proxies[b].name.as_str())
         .unwrap_or(fe.name.as_str());
-    let e = Entry {
+    let fstate = &shared.proxies[ctx.proxy].fe;
+    let mut e = Entry {
         client: ctx.peer,
         accept_time: Some(ctx.accepted_at),
         frontend: &fe.name,
@@ -350,10 +377,10 @@ fn log_tcp(
         t_wait: tw,
         t_connect: tc,
         t_active: start.elapsed().as_millis() as i64,
-        bytes,
+        bytes: bytes.0,
         term,
         actconn: shared.global_conns.load(Relaxed),
-        feconn: shared.proxies[ctx.proxy].fe.cur_conns.load(Relaxed),
+        feconn: fstate.cur_conns.load(Relaxed),
         beconn: be
             .map(|b| shared.proxies[b].fe.cur_conns.load(Relaxed))
             .unwrap_or(0),
@@ -361,5 +388,31 @@ fn log_tcp(
         redispatched,
         ..Default::default()
     };
-    ctx.w.log.emit(&fe.logs, LEVEL_INFO, &e.tcplog());
+    let Some(f) = &fe.options.log_format else {
+        ctx.w.log.emit(&fe.logs, LEVEL_INFO, &e.tcplog());
+        return;
+    };
+    e.local = ctx.local;
+    e.tls = ctx.tls.as_deref();
+    e.t_handshake = ctx.t_handshake;
+    // Outside HTTP there is no request: HAProxy's request timers are -1 (they are reserved
+    // for `mode http` anyway) and the session's time counts from the accept.
+    e.t_req = -1;
+    e.t_idle = -1;
+    e.t_resp = -1;
+    e.t_total = ctx.accepted.elapsed().as_millis() as i64;
+    e.bytes_in = bytes.1;
+    e.req_count = fstate.counters.req_total.load(Relaxed);
+    if f.needs_log_count {
+        e.log_count = fstate.log_count.fetch_add(1, Relaxed);
+    }
+    if let (Some(b), Some((s, src))) = (be, srv) {
+        let st = shared.server(b, s);
+        e.srv_addr = Some(**st.addr.load());
+        e.srvconn = st.served.load(Relaxed);
+        e.be_src = src;
+    }
+    ctx.w
+        .log
+        .emit(&fe.logs, LEVEL_INFO, &ctx.w.log.custom(f, &e));
 }

@@ -155,6 +155,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             };
             o.httplog = true;
             o.tcplog = false;
+            o.log_format = None;
         }
         "forwardfor" => o.forwardfor = Some(forwardfor(words)?),
         "httpchk" => {
@@ -170,6 +171,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                     o.tcplog = true;
                     o.httplog = false;
                     o.httplog_clf = false;
+                    o.log_format = None;
                 }
                 "redispatch" => o.redispatch = true,
                 "log-health-checks" => o.log_health_checks = true,

@@ -242,6 +242,21 @@ impl Draft {
                 message: format!("'{what}' in {}: {reason}", self.describe()),
             });
         }
+        // HAProxy reserves some variables for `mode http` (an inherited format included).
+        if self.p.kind.has_frontend()
+            && let Some(f) = &self.p.options.log_format
+            && let Some(v) = f.http_var
+        {
+            errors.push(ConfigError {
+                file: f.origin.file.clone(),
+                line: f.origin.line,
+                message: format!(
+                    "'log-format' of {}: format variable '%{v}' is reserved for HTTP mode \
+                     (this proxy is in mode tcp)",
+                    self.describe()
+                ),
+            });
+        }
         let opts = &mut self.p.options;
         if opts.httplog {
             opts.httplog = false;
@@ -287,6 +302,8 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("http-response", F | B),
     ("id", F | B),
     ("log", D | F | B),
+    // HAProxy's "May be used in sections" table: not in backends (they log nothing).
+    ("log-format", D | F),
     ("maxconn", D | F),
     ("mode", D | F | B),
     ("monitor-uri", D | F),
@@ -316,7 +333,6 @@ const UNSUPPORTED: &[&str] = &[
     "http-after-response",
     "http-error",
     "filter",
-    "log-format",
     "log-format-sd",
     "error-log-format",
     "log-tag",
@@ -535,6 +551,28 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             } else {
                 d.logs.push(LogEntry::Target(logs::parse_target(&w[1..])?));
             }
+        }
+        "log-format" => {
+            let s = arg(w, 1, "format string")?;
+            if w.len() > 2 {
+                return Err(
+                    "expects only one argument, don't forget to escape spaces (or quote \
+                            the format)"
+                        .to_string()
+                        .into(),
+                );
+            }
+            let origin = Origin {
+                file: l.file.clone(),
+                line: l.line,
+            };
+            let f = crate::config::logformat::parse(s, origin)?;
+            // The last of `log-format`, `option httplog` and `option tcplog` wins.
+            let o = &mut d.p.options;
+            o.log_format = Some(std::sync::Arc::new(f));
+            o.httplog = false;
+            o.httplog_clf = false;
+            o.tcplog = false;
         }
         "default_backend" => {
             let name = arg(w, 1, "backend name")?;

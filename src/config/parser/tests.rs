@@ -2918,7 +2918,7 @@ fn unsupported_haproxy_keywords() {
         "compression algo gzip",
         "tcp-request content accept",
         "capture request header Host len 20",
-        "log-format %ci",
+        "log-format-sd %ci",
         "redirect prefix /x",
     ] {
         let line = format!("  {kw}");
@@ -3374,4 +3374,149 @@ fn use_service_prometheus_exporter() {
         "  server s 127.0.0.1:80",
     ]);
     has(&e[0], &["t.cfg:4: ", "mode http"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// log-format
+
+#[test]
+fn log_format_sections_inheritance_and_last_wins() {
+    use crate::config::logformat::{Node, Var};
+    let c = ok(&[
+        "defaults",                           // 1
+        "  mode http",                        // 2
+        "  log-format \"%ci %{+Q}r %[src]\"", // 3
+        "frontend inherit",                   // 4
+        "  bind :80",                         // 5
+        "frontend httplog_wins",              // 6
+        "  bind :81",                         // 7
+        "  option httplog",                   // 8
+        "frontend own",                       // 9
+        "  bind :82",                         // 10
+        "  option tcplog",                    // 11
+        "  log-format %b\\ %s",               // 12
+        "listen li",                          // 13
+        "  bind :83",                         // 14
+        "  log-format %ft",                   // 15
+        "  server s 127.0.0.1:8080",          // 16
+        "backend be",                         // 17
+        "  server s 127.0.0.1:8080",          // 18
+    ]);
+    let o = &px(&c, "inherit").options;
+    let f = o.log_format.as_ref().expect("inherited");
+    assert!(!o.httplog && !o.tcplog);
+    assert_eq!(f.origin.line, 3);
+    assert!(matches!(f.nodes[0], Node::Var(Var::ClientIp, _)));
+    let o = &px(&c, "httplog_wins").options;
+    assert!(o.httplog && o.log_format.is_none());
+    let o = &px(&c, "own").options;
+    assert!(!o.tcplog, "log-format after option tcplog wins");
+    let f = o.log_format.as_ref().unwrap();
+    assert!(matches!(
+        f.nodes[..],
+        [
+            Node::Var(Var::Backend, _),
+            Node::Sep,
+            Node::Var(Var::Server, _)
+        ]
+    ));
+    let f = px(&c, "li").options.log_format.as_ref().unwrap();
+    assert!(matches!(f.nodes[..], [Node::Var(Var::FrontendXprt, _)]));
+    // In mode tcp, variables free of HTTP are fine, inherited or not.
+    let c = ok(&[
+        "defaults",
+        "  log-format \"%ci:%cp %ft %b/%s %Tw/%Tc/%Tt %B %U %ts %sslv %sslc %[ssl_fc_sni]\"",
+        "frontend fe",
+        "  bind :80",
+        "  option tcplog",
+        "frontend fe2",
+        "  bind :81",
+    ]);
+    assert!(px(&c, "fe").options.tcplog);
+    assert!(px(&c, "fe2").options.log_format.is_some());
+}
+
+#[test]
+fn log_format_errors() {
+    let e = errs(&[
+        "defaults",                    // 1
+        "  mode http",                 // 2
+        "  log-format %xy",            // 3
+        "frontend fe",                 // 4
+        "  bind :80",                  // 5
+        "  log-format %[nosuch]",      // 6
+        "  log-format",                // 7
+        "  log-format %ci %cp",        // 8
+        "  log-format %{+Q",           // 9
+        "  log-format %[src",          // 10
+        "  log-format %{+Z}ci",        // 11
+        "  log-format 50%",            // 12
+        "  log-format %[path_beg]",    // 13
+        "backend be",                  // 14
+        "  log-format %ci",            // 15
+        "frontend tcpfe",              // 16
+        "  mode tcp",                  // 17
+        "  bind :81",                  // 18
+        "  log-format \"%ci %{+Q}r\"", // 19
+        "  default_backend be2",       // 20
+        "backend be2",                 // 21
+        "  mode tcp",                  // 22
+        "  server s 127.0.0.1:80",     // 23
+    ]);
+    let find = |line: usize| -> &str {
+        let prefix = format!("t.cfg:{line}: ");
+        e.iter()
+            .find(|m| m.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
+    };
+    has(
+        find(3),
+        &[
+            "'log-format' in 'defaults' section: ",
+            "unknown variable '%xy'",
+        ],
+    );
+    has(
+        find(6),
+        &[
+            "'log-format' in frontend 'fe': ",
+            "unknown sample fetch 'nosuch'",
+        ],
+    );
+    has(find(7), &["'log-format'", "missing format string"]);
+    has(find(8), &["expects only one argument", "escape spaces"]);
+    has(find(9), &["missing '}'"]);
+    has(find(10), &["missing ']'"]);
+    has(find(11), &["unknown flag '+Z'"]);
+    has(find(12), &["not followed by a variable name", "'%%'"]);
+    has(find(13), &["unknown sample fetch 'path_beg'"]);
+    has(
+        find(15),
+        &[
+            "keyword 'log-format' is not allowed in backend 'be'",
+            "defaults, frontend and listen",
+        ],
+    );
+    has(
+        find(19),
+        &[
+            "'log-format' of frontend 'tcpfe'",
+            "'%r' is reserved for HTTP mode",
+        ],
+    );
+    assert_eq!(e.len(), 11, "{e:#?}");
+    // An HTTP format inherited by a tcp proxy is reported at the line that wrote it.
+    err1(
+        &[
+            "defaults",         // 1
+            "  log-format %HM", // 2
+            "frontend fe",      // 3
+            "  bind :80",       // 4
+        ],
+        &[
+            "t.cfg:2: ",
+            "'log-format' of frontend 'fe'",
+            "'%HM' is reserved for HTTP mode",
+        ],
+    );
 }

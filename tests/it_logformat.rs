@@ -1,0 +1,278 @@
+//! `log-format`: custom access-log lines from the real binary over HTTP, TCP and `ssl` binds —
+//! addresses, names, status and byte counts, the quoted request line, `%[fetch]` samples, and
+//! the TLS version and cipher (`%sslv`, `%sslc`) as HAProxy prints them.
+
+mod common;
+
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+const LOGGED: &str = "global
+    log stdout format raw local0
+defaults
+    log global
+    timeout connect 2s
+    timeout client 10s
+    timeout server 10s
+";
+
+fn field<'a>(caps: &'a regex::Captures<'_>, name: &str) -> &'a str {
+    caps.name(name).map_or("", |m| m.as_str())
+}
+
+fn matches<'a>(re: &str, line: &'a str) -> regex::Captures<'a> {
+    regex::Regex::new(re)
+        .unwrap()
+        .captures(line)
+        .unwrap_or_else(|| panic!("log line {line:?} does not match {re}"))
+}
+
+#[test]
+fn http_fields_quoting_flags_and_request_samples() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    // Spaces are separators (several merge into one, and none follows an empty item: %hr).
+    let fmt = "%ci:%cp  %{+X}cp %f %ft %b/%s %ST %B %U %{+Q}r %HM %HU %HP %HQ %HV \
+               %[src] %{+Q}[hdr(x-test)] %[hdr(x-missing)] %{+Q}[hdr(x-missing)] \
+               %{+E}[hdr(x-esc)] %[path] %si:%sp %fi:%fp %bi:%bp %tsc %ts %ID %CC %hr \
+               %sslv %sslc %rc %pid %% %Ts %ms %{+X}Ts end";
+    let cfg = format!(
+        "{LOGGED}    mode http\n    log-format \"{fmt}\"\nfrontend fe\n    bind 127.0.0.1:{port}\n    \
+         default_backend be\n{}",
+        backend_section("be", "", &[&b])
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    let r = c.get_with(
+        "/a/b?x=1",
+        "X-Test: one\r\nX-Test: two, last\r\nX-Esc: a\"b]c\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let cport = c.local_port();
+    let line = s.wait_log_line(|l| l.contains("/a/b"), WAIT);
+    let caps = matches(
+        r#"^127\.0\.0\.1:(?P<cp>\d+) (?P<hexcp>[0-9A-F]{4}) fe fe be/s1 200 (?P<b>\d+) (?P<u>\d+) "GET /a/b\?x=1 HTTP/1\.1" GET /a/b\?x=1 /a/b \?x=1 HTTP/1\.1 127\.0\.0\.1 "last" - "" a\\"b\\\]c /a/b 127\.0\.0\.1:(?P<sp>\d+) 127\.0\.0\.1:(?P<fp>\d+) 127\.0\.0\.1:(?P<bp>\d+) ---- -- - - - - 0 (?P<pid>\d+) % (?P<ts>\d+) (?P<ms>\d{3}) (?P<hexts>[0-9A-F]{8}) end$"#,
+        &line,
+    );
+    assert_eq!(field(&caps, "cp").parse::<u16>().unwrap(), cport);
+    assert_eq!(
+        u16::from_str_radix(field(&caps, "hexcp"), 16).unwrap(),
+        cport
+    );
+    assert_eq!(
+        field(&caps, "b").parse::<usize>().unwrap(),
+        r.raw_head.len() + r.body.len(),
+        "%B is what the client received: {line}"
+    );
+    let sent = "GET /a/b?x=1 HTTP/1.1\r\nHost: test\r\nX-Test: one\r\nX-Test: two, last\r\nX-Esc: a\"b]c\r\n\r\n";
+    assert_eq!(field(&caps, "u").parse::<usize>().unwrap(), sent.len());
+    assert_eq!(field(&caps, "sp").parse::<u16>().unwrap(), b.addr.port());
+    assert_eq!(field(&caps, "fp").parse::<u16>().unwrap(), port);
+    // The server saw a connection from the logged source port.
+    assert_ne!(field(&caps, "bp"), "0");
+    assert_eq!(field(&caps, "pid").parse::<i32>().unwrap(), s.pid());
+    let ts: u64 = field(&caps, "ts").parse().unwrap();
+    assert_eq!(u64::from_str_radix(field(&caps, "hexts"), 16).unwrap(), ts);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(ts <= now && now - ts < 60, "{line}");
+}
+
+#[test]
+fn tcp_mode_fields() {
+    let srv = TcpBackend::with_handler(|mut s, _| {
+        let mut b = [0u8; 5];
+        if s.read_exact(&mut b).is_ok() {
+            let _ = s.write_all(&[b'r'; 321]);
+        }
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED}    mode tcp\nfrontend fe\n    bind 127.0.0.1:{port}\n    \
+         log-format \"%ci:%cp [%t] %ft %b/%s %Tw/%Tc/%Tt %B %U %ts %ac/%fc %sslv %sslc %[ssl_fc] %[src] %si:%sp %ST\"\n    \
+         default_backend be\nbackend be\n    server s1 {}\n",
+        srv.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    let cport = c.local_addr().unwrap().port();
+    c.write_all(b"hello").unwrap();
+    let mut got = [0u8; 321];
+    c.read_exact(&mut got).unwrap();
+    drop(c);
+    let line = s.wait_log_line(|l| l.contains(&format!(":{cport} ")), WAIT);
+    let caps = matches(
+        r"^127\.0\.0\.1:(?P<cp>\d+) \[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d\.\d{3}\] fe be/s1 \d+/\d+/\d+ 321 5 -- 1/1 - - 0 127\.0\.0\.1 127\.0\.0\.1:(?P<sp>\d+) 0$",
+        &line,
+    );
+    assert_eq!(field(&caps, "cp").parse::<u16>().unwrap(), cport);
+    assert_eq!(field(&caps, "sp").parse::<u16>().unwrap(), srv.addr.port());
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS
+
+struct Cert {
+    ca_pem: String,
+    bundle: String,
+}
+
+/// A CA and an ECDSA P-256 leaf for `name` signed by it.
+fn cert(name: &str) -> Cert {
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.distinguished_name.push(DnType::CommonName, "test CA");
+    let ca = CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(vec![name.to_string()]).unwrap();
+    p.distinguished_name.push(DnType::CommonName, name);
+    let leaf = p.signed_by(&key, &ca).unwrap();
+    Cert {
+        ca_pem: ca.pem(),
+        bundle: format!("{}{}", leaf.pem(), key.serialize_pem()),
+    }
+}
+
+/// A client trusting `ca_pem`, speaking only `version`, offering only `suite` if given.
+fn client(
+    ca_pem: &str,
+    version: &'static rustls::SupportedProtocolVersion,
+    suite: Option<rustls::CipherSuite>,
+) -> Arc<ClientConfig> {
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    if let Some(s) = suite {
+        provider.cipher_suites.retain(|c| c.suite() == s);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let c = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Arc::new(c)
+}
+
+type Tls = StreamOwned<ClientConnection, TcpStream>;
+
+fn tls_connect(port: u16, sni: &str, cfg: &Arc<ClientConfig>) -> Tls {
+    let name = ServerName::try_from(sni.to_string()).unwrap();
+    let mut conn = ClientConnection::new(cfg.clone(), name).unwrap();
+    let mut sock = TcpStream::connect(lo(port)).unwrap();
+    sock.set_read_timeout(Some(WAIT)).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).unwrap();
+    }
+    StreamOwned::new(conn, sock)
+}
+
+/// HAProxy's (OpenSSL's) name of the suite the client negotiated.
+fn openssl_name(t: &Tls) -> String {
+    let s = format!("{:?}", t.conn.negotiated_cipher_suite().unwrap().suite());
+    match s.strip_prefix("TLS13_") {
+        Some(rest) => format!("TLS_{rest}"),
+        None => s,
+    }
+}
+
+#[test]
+fn ssl_binds_log_version_cipher_and_sni() {
+    let c = cert("logs.example");
+    let dir = TempDir::new();
+    let pem = dir.write("site.pem", &c.bundle);
+    let b = HttpBackend::start("s1");
+    let tcp_srv = TcpBackend::echo();
+    let (hport, tport) = (free_port(), free_port());
+    let pem = pem.display();
+    let cfg = format!(
+        "{LOGGED}frontend fe\n    mode http\n    bind 127.0.0.1:{hport} ssl crt {pem}\n    \
+         log-format \"%ci %ft %sslv %sslc %[ssl_fc_sni] %[ssl_fc] %{{+Q}}[ssl_fc_protocol] %[ssl_fc_cipher] %Th %{{+Q}}r\"\n    \
+         default_backend be\n{}\
+         frontend tfe\n    mode tcp\n    bind 127.0.0.1:{tport} ssl crt {pem}\n    \
+         log-format \"tcp %cp %ft %sslv %sslc %[ssl_fc_sni]\"\n    default_backend tbe\n\
+         backend tbe\n    mode tcp\n    server t1 {}\n",
+        backend_section("be", "    mode http", &[&b]),
+        tcp_srv.hostport()
+    );
+    let s = Sluice::start(&cfg);
+
+    // TLS 1.3 over HTTP: the suite the client negotiated, under its IANA/OpenSSL name.
+    let mut t = tls_connect(
+        hport,
+        "logs.example",
+        &client(&c.ca_pem, &rustls::version::TLS13, None),
+    );
+    let cipher = openssl_name(&t);
+    assert!(
+        cipher.starts_with("TLS_AES_") || cipher.starts_with("TLS_CHACHA20_"),
+        "{cipher}"
+    );
+    t.write_all(b"GET /tls13 HTTP/1.1\r\nHost: logs.example\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut resp = Vec::new();
+    let _ = t.read_to_end(&mut resp);
+    assert!(
+        resp.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    let line = s.wait_log_line(|l| l.contains("/tls13"), WAIT);
+    let caps = matches(
+        r#"^127\.0\.0\.1 fe~ TLSv1\.3 (?P<c>\S+) logs\.example 1 "TLSv1\.3" (?P<c2>\S+) (?P<th>\d+) "GET /tls13 HTTP/1\.1"$"#,
+        &line,
+    );
+    assert_eq!(field(&caps, "c"), cipher, "{line}");
+    assert_eq!(field(&caps, "c2"), cipher, "{line}");
+
+    // TLS 1.2 with one suite: OpenSSL's name for it.
+    let suite = rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;
+    let mut t = tls_connect(
+        hport,
+        "logs.example",
+        &client(&c.ca_pem, &rustls::version::TLS12, Some(suite)),
+    );
+    t.write_all(b"GET /tls12 HTTP/1.1\r\nHost: logs.example\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut resp = Vec::new();
+    let _ = t.read_to_end(&mut resp);
+    let line = s.wait_log_line(|l| l.contains("/tls12"), WAIT);
+    matches(
+        r#"^127\.0\.0\.1 fe~ TLSv1\.2 ECDHE-ECDSA-AES128-GCM-SHA256 logs\.example 1 "TLSv1\.2" ECDHE-ECDSA-AES128-GCM-SHA256 \d+ "GET /tls12 HTTP/1\.1"$"#,
+        &line,
+    );
+
+    // mode tcp over an ssl bind.
+    let mut t = tls_connect(
+        tport,
+        "logs.example",
+        &client(&c.ca_pem, &rustls::version::TLS13, None),
+    );
+    let cipher = openssl_name(&t);
+    let cport = t.sock.local_addr().unwrap().port();
+    t.write_all(b"ping").unwrap();
+    let mut got = [0u8; 4];
+    t.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"ping");
+    t.conn.send_close_notify();
+    let _ = t.flush();
+    drop(t);
+    let line = s.wait_log_line(|l| l.starts_with(&format!("tcp {cport} ")), WAIT);
+    assert_eq!(
+        line,
+        format!("tcp {cport} tfe~ TLSv1.3 {cipher} logs.example"),
+        "{line}"
+    );
+}

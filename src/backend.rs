@@ -372,10 +372,6 @@ pub struct Shared {
     /// Connections accepted per second on `ssl` binds: limited by `maxsslrate`, always
     /// measured (`show info` `SslRate`, `MaxSslRate`).
     pub ssl_rate: crate::listener::RateLimit,
-    /// Client TLS connections whose handshake began (crypto was done): open now, and in all
-    /// (`show info` `CurrSslConns`, `CumSslConns`).
-    pub ssl_conns: AtomicU32,
-    pub ssl_conns_total: AtomicU64,
     /// When the process started (`show info` uptime).
     pub started: std::time::SystemTime,
     /// Set once a soft stop began (`show info` `Stopping`).
@@ -813,8 +809,6 @@ impl Shared {
             conn_rate,
             sess_rate,
             ssl_rate,
-            ssl_conns: AtomicU32::new(0),
-            ssl_conns_total: AtomicU64::new(0),
             started: std::time::SystemTime::now(),
             stopping: AtomicBool::new(false),
             exposed: std::sync::OnceLock::new(),

@@ -943,10 +943,13 @@ pub fn info_fields(shared: &Shared, nbthread: usize) -> Vec<(&'static str, Strin
         ("CurrConns", cur.to_string()),
         ("CumConns", cum_conns.to_string()),
         ("CumReq", cum_req.to_string()),
-        ("CurrSslConns", shared.ssl_conns.load(Relaxed).to_string()),
+        (
+            "CurrSslConns",
+            crate::stream::SSL_CONNS.load(Relaxed).to_string(),
+        ),
         (
             "CumSslConns",
-            shared.ssl_conns_total.load(Relaxed).to_string(),
+            crate::stream::SSL_CONNS_TOTAL.load(Relaxed).to_string(),
         ),
         ("SslRate", shared.ssl_rate.current().to_string()),
         (

@@ -1110,6 +1110,17 @@ backend b_host\n    server s1 127.0.0.1:{ph} ssl verify none sni req.hdr(host)\n
     assert_eq!(srv["new"], 1, "{srv:?}");
     assert!(srv["takeovers"] >= 1, "{srv:?}");
     assert_eq!(srv["reused"], 23, "taken over ones included: {srv:?}");
+    // HAProxy counts server-side TLS connections in `show info` too: the one pooled
+    // connection is open, and it is the only TLS connection ever made (the frontend is plain).
+    let info = stats_cli(&sock, "show info");
+    let field = |k: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}: ")))
+            .unwrap_or_else(|| panic!("{k} missing in show info:\n{info}"))
+            .to_string()
+    };
+    assert_eq!(field("CurrSslConns"), "1", "{info}");
+    assert_eq!(field("CumSslConns"), "1", "{info}");
 
     // Two names on one server: each request is answered over a connection opened with its own
     // Host as SNI, and connections are reused per name (no takeover for named keys: at most

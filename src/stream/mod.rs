@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -127,7 +128,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
     }
     let hs = &ctx.w.hs;
     hs.started.set(hs.started.get() + 1);
-    let _ssl = SslConnGuard::new(ctx.shared());
+    let _ssl = SslConnGuard::new();
     let limit = limit.map(|d| d.saturating_sub(started.elapsed()));
     macro_rules! run {
         ($io:expr) => {
@@ -241,21 +242,27 @@ fn gone<S: Pollable>(s: &S) -> bool {
     crate::sys::peer_state(s.as_fd()).map_or(true, |st| st.gone)
 }
 
-/// Counts one client TLS connection whose handshake began, while it lives (`show info`
-/// `CurrSslConns`, `CumSslConns`).
-struct SslConnGuard(Arc<Shared>);
+/// TLS connections open now and in all, client and server side alike (`show info`
+/// `CurrSslConns`, `CumSslConns`): process-wide, like HAProxy's `global.sslconns`.
+pub static SSL_CONNS: AtomicU32 = AtomicU32::new(0);
+pub static SSL_CONNS_TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one TLS connection while it lives: a client one from the start of its handshake
+/// (a client that left before that costs no crypto and is not counted), a server one from
+/// its connect until it closes, pooled idle time included.
+struct SslConnGuard(());
 
 impl SslConnGuard {
-    fn new(shared: &Arc<Shared>) -> SslConnGuard {
-        shared.ssl_conns.fetch_add(1, Relaxed);
-        shared.ssl_conns_total.fetch_add(1, Relaxed);
-        SslConnGuard(shared.clone())
+    fn new() -> SslConnGuard {
+        SSL_CONNS.fetch_add(1, Relaxed);
+        SSL_CONNS_TOTAL.fetch_add(1, Relaxed);
+        SslConnGuard(())
     }
 }
 
 impl Drop for SslConnGuard {
     fn drop(&mut self) {
-        self.0.ssl_conns.fetch_sub(1, Relaxed);
+        SSL_CONNS.fetch_sub(1, Relaxed);
     }
 }
 
@@ -326,11 +333,12 @@ pub enum ServerStream {
 /// stream from its parts, so the socket sits in a slot that can be emptied and refilled: that
 /// is how an idle TLS connection moves from one thread's poller to another's (takeover,
 /// [`ServerStream::rehome`]) without a new handshake. The slot is empty only inside `rehome`.
-pub struct ServerTcp(Option<TcpStream>);
+/// It also carries the connection's place in `CurrSslConns`.
+pub struct ServerTcp(Option<TcpStream>, SslConnGuard);
 
 impl From<TcpStream> for ServerTcp {
     fn from(s: TcpStream) -> ServerTcp {
-        ServerTcp(Some(s))
+        ServerTcp(Some(s), SslConnGuard::new())
     }
 }
 

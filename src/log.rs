@@ -13,7 +13,7 @@ use std::os::unix::net::UnixDatagram;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::logformat::{Flags, LogFormat as CustomFormat, Node, Var};
-use crate::config::{Config, HttpView, LogDest, LogFormat, LogTarget};
+use crate::config::{Config, LogDest, LogFormat, LogTarget};
 
 pub const LEVEL_INFO: u8 = 6;
 pub const LEVEL_NOTICE: u8 = 5;
@@ -419,27 +419,6 @@ fn put_gmt(out: &mut String, t: SystemTime) {
     );
 }
 
-/// The source address and TLS state, for `%[fetch]` nodes evaluated at log time.
-struct LogView<'a>(Option<std::net::IpAddr>, Option<&'a crate::tls::TlsInfo>);
-
-impl HttpView for LogView<'_> {
-    fn method(&self) -> &[u8] {
-        b""
-    }
-    fn uri(&self) -> &[u8] {
-        b""
-    }
-    fn for_each_header(&self, _: &[u8], _: &mut dyn FnMut(&[u8]) -> bool) -> bool {
-        false
-    }
-    fn src(&self) -> Option<std::net::IpAddr> {
-        self.0
-    }
-    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
-        self.1
-    }
-}
-
 /// The parts of a request line: method, URI, version.
 fn request_parts(r: &str) -> (Option<&str>, Option<&str>, Option<&str>) {
     if r == "<BADREQ>" || r.is_empty() {
@@ -474,7 +453,9 @@ impl Logger {
                         Some(s) => e.samples.get(*s).and_then(|v| v.as_deref()),
                         None => {
                             fetched.clear();
-                            let view = LogView(e.client.map(|a| a.ip()), e.tls);
+                            // Evaluated at log time: only the source address and TLS state are left.
+                            let view =
+                                crate::stream::http::SrcView(e.client.map(|a| a.ip()), e.tls);
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])
                         }
                     };

@@ -54,6 +54,14 @@ fn err1(lines: &[&str], parts: &[&str]) -> String {
     e.into_iter().next().unwrap()
 }
 
+/// The error reported for line `line` of `t.cfg`.
+fn error_at(e: &[String], line: usize) -> &str {
+    let prefix = format!("t.cfg:{line}: ");
+    e.iter()
+        .find(|m| m.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
+}
+
 fn has(msg: &str, parts: &[&str]) {
     for p in parts {
         assert!(msg.contains(p), "{msg:?} does not contain {p:?}");
@@ -389,12 +397,7 @@ fn global_errors() {
         "  tune.maxaccept 0",                 // 24
     ]);
     assert_eq!(e.len(), 23, "{e:#?}");
-    let find = |line: usize| -> &str {
-        let prefix = format!("t.cfg:{line}: ");
-        e.iter()
-            .find(|m| m.starts_with(&prefix))
-            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
-    };
+    let find = |line: usize| error_at(&e, line);
     has(
         find(2),
         &[
@@ -1013,12 +1016,7 @@ fn bind_errors() {
         "  bind :80",                // 21
     ]);
     assert_eq!(e.len(), 19, "{e:#?}");
-    let find = |line: usize| -> &str {
-        let prefix = format!("t.cfg:{line}: ");
-        e.iter()
-            .find(|m| m.starts_with(&prefix))
-            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
-    };
+    let find = |line: usize| error_at(&e, line);
     for line in 2..=19 {
         has(find(line), &["'bind' in frontend 'fe': "]);
     }
@@ -1676,12 +1674,7 @@ fn server_errors() {
         "  default-server weight 2",              // 21
     ]);
     assert_eq!(e.len(), 18, "{e:#?}");
-    let find = |line: usize| -> &str {
-        let prefix = format!("t.cfg:{line}: ");
-        e.iter()
-            .find(|m| m.starts_with(&prefix))
-            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
-    };
+    let find = |line: usize| error_at(&e, line);
     for line in [2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 16, 17, 18] {
         has(find(line), &["'server' in backend 'be': "]);
     }
@@ -2705,12 +2698,7 @@ fn http_rule_errors() {
         "  http-request return file /nonexistent/sluice/body",               // 25
     ]);
     assert_eq!(e.len(), 22, "{e:#?}");
-    let find = |line: usize| -> &str {
-        let prefix = format!("t.cfg:{line}: ");
-        e.iter()
-            .find(|m| m.starts_with(&prefix))
-            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
-    };
+    let find = |line: usize| error_at(&e, line);
     for line in (4..=20).chain([24, 25]) {
         has(find(line), &["'http-request' in frontend 'fe': "]);
     }
@@ -3463,12 +3451,7 @@ fn log_format_errors() {
         "  mode tcp",                  // 22
         "  server s 127.0.0.1:80",     // 23
     ]);
-    let find = |line: usize| -> &str {
-        let prefix = format!("t.cfg:{line}: ");
-        e.iter()
-            .find(|m| m.starts_with(&prefix))
-            .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
-    };
+    let find = |line: usize| error_at(&e, line);
     has(
         find(3),
         &[

@@ -134,6 +134,24 @@ fn http10_with_keepalive_stays_open() {
 }
 
 #[test]
+fn http10_server_keeps_an_http11_client_alive_with_an_explicit_header() {
+    // Python's http.server and many application servers answer HTTP/1.0 with a length and
+    // then close: the client side stays open, and says so, or the client would close it.
+    let b = HttpBackend::with_handler("s1", |_| {
+        Reply::RawClose(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec())
+    });
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    for i in 0..2 {
+        let r = c.request("GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(r.status, 200, "request {i}");
+        assert_eq!(r.body_str(), "ok");
+        assert_eq!(r.header("connection"), Some("keep-alive"), "request {i}");
+    }
+    assert_eq!(b.conns(), 2, "the server closed after each response");
+}
+
+#[test]
 fn connection_close_from_client_closes_after_response() {
     let b = HttpBackend::start("s1");
     let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);

@@ -1701,7 +1701,10 @@ impl<C: ClientIo> Conn<'_, C> {
             &[b"connection: upgrade\r\n"]
         } else if !client_keep && head.version_minor == 1 {
             &[b"connection: close\r\n"]
-        } else if client_keep && head.version_minor == 0 {
+        } else if client_keep && (head.version_minor == 0 || resp.version_minor == 0) {
+            // An HTTP/1.0 status line means "not persistent" to any client unless it says
+            // keep-alive (RFC 9112 §9.3): a 1.0 server behind us must not cost an HTTP/1.1
+            // client its connection. HAProxy adds the same header.
             &[b"connection: keep-alive\r\n"]
         } else {
             &[]

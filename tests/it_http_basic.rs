@@ -152,6 +152,53 @@ fn http10_server_keeps_an_http11_client_alive_with_an_explicit_header() {
 }
 
 #[test]
+fn content_length_lists_and_repeats_are_forwarded_as_one_value() {
+    // RFC 9110 §8.6 lets a recipient take `3, 3` or two equal fields as one length; the next
+    // hop must then get one field with one value (HAProxy does the same), or it may read the
+    // length differently. With Transfer-Encoding, a response's Content-Length goes away.
+    let b = HttpBackend::with_handler("s1", |r| match r.target.as_str() {
+        "/list" => Reply::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok".to_vec()),
+        "/te" => Reply::Raw(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n\
+              2\r\nok\r\n0\r\n\r\n"
+                .to_vec(),
+        ),
+        _ => Reply::named("s1"),
+    });
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    for req in [
+        "POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: 3, 3\r\n\r\nabc",
+        "POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\nabc",
+    ] {
+        let r = c.request(req);
+        assert_eq!(r.status, 200, "{req:?}");
+    }
+    let reqs = b.wait_requests(2, WAIT);
+    for r in &reqs {
+        let cl: Vec<_> = r
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .collect();
+        assert_eq!(cl.len(), 1, "{:?}", r.headers);
+        assert_eq!(cl[0].1, "3");
+        assert_eq!(r.body, b"abc");
+    }
+    let r = c.get("/list");
+    assert_eq!(r.headers_named("content-length"), vec!["2"]);
+    assert_eq!(r.body_str(), "ok");
+    let r = c.get("/te");
+    assert!(
+        r.headers_named("content-length").is_empty(),
+        "{:?}",
+        r.headers
+    );
+    assert!(r.chunked);
+    assert_eq!(r.body_str(), "ok");
+}
+
+#[test]
 fn connection_close_from_client_closes_after_response() {
     let b = HttpBackend::start("s1");
     let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);

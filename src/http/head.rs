@@ -325,11 +325,13 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
     let mut upgrade_hdr = false;
     let mut expect_continue = false;
     let mut host: Option<&[u8]> = None;
+    let mut cl_rewrite = false;
     for h in req.headers.iter() {
         let value = h.value;
         match classify(h.name.as_bytes()) {
             Special::Other => {}
             Special::ContentLength => {
+                cl_rewrite |= cl.is_some() || value.contains(&b',');
                 merge_content_length(value, &mut cl).map_err(|r| err(400, r))?;
             }
             Special::TransferEncoding => te.merge(value).map_err(|r| err(400, r))?,
@@ -391,6 +393,7 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
         expect_continue: http11 && expect_continue,
         is_head,
         is_connect,
+        cl_rewrite,
     }))
 }
 
@@ -462,10 +465,12 @@ pub fn parse_response(
     let mut cl: Option<u64> = None;
     let mut te = TransferEncoding::default();
     let mut conn = ConnectionTokens::default();
+    let mut cl_rewrite = false;
     for h in res.headers.iter() {
         let value = h.value;
         match classify(h.name.as_bytes()) {
             Special::ContentLength => {
+                cl_rewrite |= cl.is_some() || value.contains(&b',');
                 merge_content_length(value, &mut cl).map_err(|r| err(502, r))?;
             }
             Special::TransferEncoding => te.merge(value).map_err(|r| err(502, r))?,
@@ -512,5 +517,9 @@ pub fn parse_response(
         conn_close,
         conn_keep_alive: conn.keep_alive,
         switching,
+        // With Transfer-Encoding, the length is the chunks' (or the close's), never the
+        // Content-Length: a recipient must not see both (RFC 9112 §6.3).
+        cl_rewrite: cl_rewrite || (cl.is_some() && te.present),
+        cl_value: if te.present { None } else { cl },
     }))
 }

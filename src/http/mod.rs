@@ -120,6 +120,9 @@ pub struct RequestHead {
     pub expect_continue: bool,
     pub is_head: bool,
     pub is_connect: bool,
+    /// `Content-Length` came as a list or in several fields (all equal, or parsing would
+    /// have failed): it is forwarded as one field with one value, as HAProxy does.
+    pub cl_rewrite: bool,
 }
 
 /// A parsed response head. All spans index the buffer passed to [`parse_response`].
@@ -135,6 +138,11 @@ pub struct ResponseHead {
     pub conn_keep_alive: bool,
     /// 101 Switching Protocols (the connection becomes a tunnel after this head).
     pub switching: bool,
+    /// `Content-Length` came as a list, in several fields, or beside `Transfer-Encoding`:
+    /// it is forwarded as one field with the value [`Self::cl_value`], or not at all when
+    /// that is `None` (the body is chunked or read until close).
+    pub cl_rewrite: bool,
+    pub cl_value: Option<u64>,
 }
 
 /// First value of the header named `name` (ASCII case-insensitive), if any.

@@ -909,3 +909,32 @@ fn keep_alive_header_parameters() {
     assert_eq!(keep_alive_params(b"timeout=x, foo=1, max"), (None, None));
     assert_eq!(keep_alive_params(b""), (None, None));
 }
+
+#[test]
+fn content_length_rewrite_is_flagged_for_lists_repeats_and_beside_te() {
+    let plain = req(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n");
+    assert!(!plain.cl_rewrite);
+    let list = req(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\n");
+    assert!(list.cl_rewrite);
+    assert_eq!(list.body, BodyKind::Length(3));
+    let twice =
+        req(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n");
+    assert!(twice.cl_rewrite);
+
+    let r = res_get(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n");
+    assert!(!r.cl_rewrite);
+    let r = res_get(b"HTTP/1.1 200 OK\r\nContent-Length: 2,2\r\n\r\n");
+    assert!(r.cl_rewrite);
+    assert_eq!(r.cl_value, Some(2));
+    let r = res_get(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n");
+    assert!(r.cl_rewrite);
+    assert_eq!(r.cl_value, None);
+    assert_eq!(r.body, BodyKind::Chunked);
+    // A HEAD response keeps its (single) length.
+    let r = res(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+        true,
+        false,
+    );
+    assert_eq!((r.cl_rewrite, r.cl_value), (true, Some(5)));
+}

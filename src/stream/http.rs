@@ -98,6 +98,16 @@ impl Headers {
         ));
     }
 
+    /// One `content-length` field with value `n` in place of the received ones (a list of
+    /// equal values, repeated fields), or none. Rare (a sender's oddity), so its
+    /// allocations do not matter.
+    fn set_content_length(&mut self, buf: &[u8], n: Option<u64>) {
+        self.del(buf, b"content-length");
+        if let Some(n) = n {
+            self.add("content-length", &n.to_string());
+        }
+    }
+
     fn del(&mut self, buf: &[u8], name: &[u8]) {
         self.list.retain(|(n, _)| !header_eq(n.get(buf), name));
     }
@@ -1662,6 +1672,9 @@ impl<C: ClientIo> Conn<'_, C> {
 
         // Response head: http-response rules (backend first, then frontend), hop-by-hop.
         self.hdrs.load(&resp.headers);
+        if resp.cl_rewrite {
+            self.hdrs.set_content_length(&self.sbuf, resp.cl_value);
+        }
         private = private || connection_auth_challenge(resp.status, &self.hdrs, &self.sbuf);
         let src = self.ctx.peer.map(|a| a.ip());
         let rule_sets: [&Proxy; 2] = [bp, self.fe];
@@ -1905,6 +1918,13 @@ impl<C: ClientIo> Conn<'_, C> {
             extra.extend_from_slice(b"connection: close\r\n");
         } else if server_ka && head.version_minor == 0 {
             extra.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+        if head.cl_rewrite {
+            let n = match head.body {
+                BodyKind::Length(n) => Some(n),
+                _ => None,
+            };
+            self.hdrs.set_content_length(&self.cbuf, n);
         }
         let extra_ref: [&[u8]; 1] = [&extra];
         self.hdrs

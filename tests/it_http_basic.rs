@@ -149,6 +149,20 @@ fn http10_server_keeps_an_http11_client_alive_with_an_explicit_header() {
         assert_eq!(r.header("connection"), Some("keep-alive"), "request {i}");
     }
     assert_eq!(b.conns(), 2, "the server closed after each response");
+
+    // Transfer-Encoding in an HTTP/1.0 response is faulty framing (RFC 9112 §6.1): the body
+    // is forwarded, and the client connection ends with it.
+    let b = HttpBackend::with_handler("s1", |_| {
+        Reply::RawClose(
+            b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n".to_vec(),
+        )
+    });
+    let (_s, port) = proxy(DEFAULTS_HTTP, "", "", &[&b]);
+    let mut c = HttpClient::connect(port);
+    let r = c.request("GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.body_str(), "ok");
+    assert_eq!(r.header("connection"), Some("close"));
+    c.expect_closed();
 }
 
 #[test]

@@ -1696,7 +1696,11 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         let tunnel_mode = resp.switching || (head.is_connect && (200..300).contains(&resp.status));
         let close_delim = resp.body == BodyKind::CloseDelimited && !tunnel_mode;
-        let client_keep = client_ka && !close_delim && !tunnel_mode && req_body.done();
+        // An HTTP/1.0 response with Transfer-Encoding has faulty framing (RFC 9112 §6.1): it is
+        // forwarded as received, and the client is told to close, as the server closes.
+        let faulty_10 = resp.version_minor == 0 && resp.body == BodyKind::Chunked;
+        let client_keep =
+            client_ka && !close_delim && !tunnel_mode && !faulty_10 && req_body.done();
         let server_keep =
             server_ka && !resp.conn_close && !close_delim && !tunnel_mode && req_body.done();
 

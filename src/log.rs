@@ -483,6 +483,14 @@ impl Logger {
             let _ = write!(out, "{n}");
         };
         let text = |out: &mut String, s: Option<&str>| put_text(out, s.map(str::as_bytes), fl);
+        // `%pid`, `%rt`: `+X` prints them as 4 hex digits at least.
+        let dec_or_hex = |out: &mut String, n: u64| {
+            let _ = if fl.hex {
+                write!(out, "{n:04X}")
+            } else {
+                write!(out, "{n}")
+            };
+        };
         let tq = if e.t_req < 0 {
             -1
         } else {
@@ -572,21 +580,9 @@ impl Logger {
             Var::Query => text(out, uri.and_then(|u| u.find('?').map(|q| &u[q..]))),
             Var::Version => text(out, version),
             Var::LogCount => num(out, e.log_count as i64),
-            Var::Pid => {
-                if fl.hex {
-                    let _ = write!(out, "{:04X}", self.pid);
-                } else {
-                    let _ = write!(out, "{}", self.pid);
-                }
-            }
+            Var::Pid => dec_or_hex(out, self.pid as u64),
             Var::Request => text(out, Some(e.request)),
-            Var::ReqCount => {
-                if fl.hex {
-                    let _ = write!(out, "{:04X}", e.req_count);
-                } else {
-                    let _ = write!(out, "{}", e.req_count);
-                }
-            }
+            Var::ReqCount => dec_or_hex(out, e.req_count),
             Var::SslCipher => text(out, e.tls.map(|t| t.cipher)),
             Var::SslVersion => text(out, e.tls.map(|t| t.protocol)),
             Var::Date => Tm::from_system(accept).haproxy(out),

@@ -59,17 +59,17 @@ pub async fn serve(
         .log_format
         .as_deref()
         .filter(|_| !p.logs.is_empty());
+    // The default log line ("Connect from A to B"), logged now.
+    let connect_line =
+        !p.options.httplog && !p.options.tcplog && log_format.is_none() && !p.logs.is_empty();
     // getsockname() only when a log line needs it: it is a syscall per connection.
     let local = match &client {
-        Client::Tcp(s, _) if log_format.is_some_and(|f| f.needs_local) => s.local_addr().ok(),
+        Client::Tcp(s, _) if connect_line || log_format.is_some_and(|f| f.needs_local) => {
+            s.local_addr().ok()
+        }
         _ => None,
     };
-    if !p.options.httplog && !p.options.tcplog && log_format.is_none() && !p.logs.is_empty() {
-        // getsockname() only when this log line needs it: it is a syscall per connection.
-        let local = match &client {
-            Client::Tcp(s, _) => s.local_addr().ok(),
-            Client::Unix(_) => None,
-        };
+    if connect_line {
         let line = crate::log::connect_line(peer, local, &p.name, p.mode == Mode::Http);
         w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);
     }
@@ -110,7 +110,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
         Mode::Tcp => t.client,
     };
     let http = p.mode == Mode::Http;
-    let started = Instant::now();
+    let started = ctx.accepted;
     match with_timeout(limit, hello_and_turn(&ctx.w.hs, &client)).await {
         None => {
             let e = crate::tls::HandshakeError::Timeout;

@@ -523,7 +523,7 @@ struct PingServer {
 
 impl PingServer {
     fn start() -> PingServer {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let mode = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(0));
         let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let (m, g) = (mode.clone(), got.clone());
@@ -535,7 +535,7 @@ impl PingServer {
             let mut buf = Vec::new();
             let mut chunk = [0u8; 256];
             while !buf.windows(4).any(|w| w == b"PING") {
-                match s.read(&mut chunk) {
+                match read_retrying(&mut s, &mut chunk) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 }
@@ -549,7 +549,7 @@ impl PingServer {
                     let _ = s.write_all(b"-ERR unknown\r\n");
                 }
                 _ => {
-                    let _ = s.read(&mut chunk);
+                    let _ = read_retrying(&mut s, &mut chunk);
                 }
             }
         });
@@ -688,7 +688,7 @@ struct Agent {
 
 impl Agent {
     fn start(first: &str) -> Agent {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let reply = std::sync::Arc::new(std::sync::Mutex::new(first.to_string()));
         let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let (r, g) = (reply.clone(), got.clone());
@@ -696,7 +696,7 @@ impl Agent {
             s.set_read_timeout(Some(std::time::Duration::from_millis(50)))
                 .unwrap();
             let mut b = [0u8; 64];
-            if let Ok(n) = s.read(&mut b) {
+            if let Ok(n) = read_retrying(&mut s, &mut b) {
                 *g.lock().unwrap() = b[..n].to_vec();
             }
             let line = r.lock().unwrap().clone();
@@ -1073,7 +1073,7 @@ fn marked_down_shuts_sessions_down() {
     drop(chk);
     s.wait_log_line(|l| l.contains("Server li/s1 is DOWN"), WAIT);
     let mut rest = [0u8; 8];
-    let n = c.read(&mut rest).unwrap_or(0);
+    let n = read_retrying(&mut c, &mut rest).unwrap_or(0);
     assert_eq!(n, 0, "the session was shut down with its server");
 }
 
@@ -1177,12 +1177,11 @@ fn max_checks_per_thread_queues_checks_in_order() {
         let t = std::sync::Arc::new(std::sync::OnceLock::<u16>::new());
         let t2 = t.clone();
         let b = TcpBackend::with_handler(move |mut s, _| {
-            use std::io::Read;
             st.lock()
                 .unwrap()
                 .push((std::time::Instant::now(), *t2.get().unwrap_or(&0)));
             let mut buf = [0u8; 256];
-            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+            while matches!(read_retrying(&mut s, &mut buf), Ok(n) if n > 0) {}
         });
         let _ = t.set(b.addr.port());
         b
@@ -1237,7 +1236,7 @@ fn marked_up_shuts_backup_sessions_down() {
     s.wait_log_line(|l| l.contains("Server li/a is UP"), WAIT);
     let mut rest = [0u8; 8];
     assert_eq!(
-        c.read(&mut rest).unwrap_or(0),
+        read_retrying(&mut c, &mut rest).unwrap_or(0),
         0,
         "the backup's session was shut down"
     );

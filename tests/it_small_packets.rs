@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 /// A keep-alive server that answers every request with two writes (head, then body), Nagle
@@ -95,7 +95,7 @@ fn a_client_reading_byte_by_byte_gets_its_answer_at_once() {
         let mut got = Vec::new();
         let mut one = [0u8; 1];
         while !got.ends_with(&[b'x'; 1500][..]) || !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = c.read(&mut one).unwrap();
+            let n = read_retrying(&mut c, &mut one).unwrap();
             assert_eq!(n, 1, "closed early after {} bytes", got.len());
             got.push(one[0]);
         }

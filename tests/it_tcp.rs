@@ -56,7 +56,7 @@ fn read_until_closed(s: &mut TcpStream, timeout: Duration) -> (Vec<u8>, Closed) 
     let mut out = Vec::new();
     let mut b = [0u8; 65536];
     loop {
-        match s.read(&mut b) {
+        match read_retrying(s, &mut b) {
             Ok(0) => return (out, Closed::Eof),
             Ok(n) => out.extend_from_slice(&b[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
@@ -138,7 +138,7 @@ fn half_close_server_side_still_accepts_client_data() {
     // The server's FIN reaches the client...
     let mut b = [0u8; 16];
     assert_eq!(
-        c.read(&mut b).unwrap(),
+        read_retrying(&mut c, &mut b).unwrap(),
         0,
         "server shutdown should reach the client as EOF"
     );
@@ -164,7 +164,7 @@ fn server_speaks_first() {
 
 fn echo_once(s: &mut TcpStream) -> std::io::Result<()> {
     let mut b = [0u8; 1024];
-    let n = s.read(&mut b)?;
+    let n = read_retrying(s, &mut b)?;
     s.write_all(&b[..n])
 }
 

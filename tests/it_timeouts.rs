@@ -122,11 +122,11 @@ fn server_timeout_gives_504() {
 fn server_timeout_is_about_inactivity_not_total_time() {
     // The body arrives in 6 pieces 150 ms apart (900 ms in all) with timeout server 500ms.
     let slow = TcpBackend::with_handler(|mut s, _| {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let mut buf = [0u8; 4096];
         let mut got = Vec::new();
         while find(&got, b"\r\n\r\n").is_none() {
-            match s.read(&mut buf) {
+            match read_retrying(&mut s, &mut buf) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => got.extend_from_slice(&buf[..n]),
             }

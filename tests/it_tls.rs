@@ -956,7 +956,7 @@ impl TlsBackend {
                                 return;
                             }
                         }
-                        match t.read(&mut b) {
+                        match read_retrying(&mut t, &mut b) {
                             Ok(0) | Err(_) => return,
                             Ok(n) => buf.extend_from_slice(&b[..n]),
                         }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 const UPGRADE_REQ: &str = "GET /chat HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -43,7 +43,7 @@ fn echo_round(c: &mut HttpClient, msg: &[u8]) {
     let mut got = std::mem::take(&mut c.wire.buf);
     while got.len() < msg.len() {
         let mut b = [0u8; 65536];
-        let n = c.wire.stream.read(&mut b).expect("read from tunnel");
+        let n = read_retrying(&mut c.wire.stream, &mut b).expect("read from tunnel");
         assert!(n > 0, "tunnel closed early");
         got.extend_from_slice(&b[..n]);
     }

@@ -599,6 +599,18 @@ pub struct Wire<S> {
     pub buf: Vec<u8>,
 }
 
+/// `read(2)` that retries `EINTR`. On Linux a socket with `SO_RCVTIMEO` fails a blocked read
+/// with `EINTR` when the process is stopped and continued (a CI runner freezing the job), even
+/// with no signal handler installed; that is no event of the test's.
+pub fn read_retrying(s: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
 impl<S: Read + Write> Wire<S> {
     pub fn new(stream: S) -> Self {
         Wire {
@@ -610,7 +622,7 @@ impl<S: Read + Write> Wire<S> {
     /// Reads more bytes into the buffer; Ok(0) at end of stream.
     pub fn fill(&mut self) -> io::Result<usize> {
         let mut tmp = [0u8; 65536];
-        let n = self.stream.read(&mut tmp)?;
+        let n = read_retrying(&mut self.stream, &mut tmp)?;
         self.buf.extend_from_slice(&tmp[..n]);
         Ok(n)
     }
@@ -842,7 +854,7 @@ impl HttpClient<TcpStream> {
         }
         self.set_read_timeout(timeout);
         let mut b = [0u8; 4096];
-        let r = self.wire.stream.read(&mut b);
+        let r = read_retrying(&mut self.wire.stream, &mut b);
         self.set_read_timeout(WAIT);
         match r {
             Ok(0) => Closed::Eof,
@@ -1407,7 +1419,7 @@ fn serve_http_conn(stream: TcpStream, id: usize, st: &BackendState, h: &Handler)
             Reply::Close => false,
             Reply::Hang => {
                 let mut sink = [0u8; 4096];
-                while matches!(w.stream.read(&mut sink), Ok(n) if n > 0) {}
+                while matches!(read_retrying(&mut w.stream, &mut sink), Ok(n) if n > 0) {}
                 false
             }
             Reply::Upgrade => {
@@ -1432,7 +1444,7 @@ fn serve_http_conn(stream: TcpStream, id: usize, st: &BackendState, h: &Handler)
             // Drain so the close is a FIN, not a reset caused by unread data.
             let _ = w.stream.set_read_timeout(Some(Duration::from_secs(2)));
             let mut sink = [0u8; 4096];
-            while matches!(w.stream.read(&mut sink), Ok(n) if n > 0) {}
+            while matches!(read_retrying(&mut w.stream, &mut sink), Ok(n) if n > 0) {}
             return Ok(());
         }
     }
@@ -1441,7 +1453,7 @@ fn serve_http_conn(stream: TcpStream, id: usize, st: &BackendState, h: &Handler)
 fn echo_until_eof(s: &mut TcpStream) -> io::Result<()> {
     let mut b = [0u8; 65536];
     loop {
-        let n = s.read(&mut b)?;
+        let n = read_retrying(s, &mut b)?;
         if n == 0 {
             let _ = s.shutdown(Shutdown::Write);
             return Ok(());

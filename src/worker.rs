@@ -288,12 +288,48 @@ pub fn spawn(
         })
 }
 
+/// An accept loop's stop signal: one waiter, registered once and polled by the loop's
+/// `select!`s only when they are about to sleep, instead of a new
+/// `watch::Receiver::changed()` registered and dropped per accepted connection.
+struct StopWait {
+    rx: watch::Receiver<bool>,
+    fut: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+    done: bool,
+}
+
+impl StopWait {
+    fn new(rx: watch::Receiver<bool>) -> StopWait {
+        let mut waiter = rx.clone();
+        StopWait {
+            rx,
+            fut: Box::pin(async move {
+                // A closed channel means the worker is going away: a stop too.
+                let _ = waiter.wait_for(|stop| *stop).await;
+            }),
+            done: false,
+        }
+    }
+
+    /// Completes once the stop was requested (at once if it already was).
+    async fn wait(&mut self) {
+        if !self.done {
+            (&mut self.fut).await;
+            self.done = true;
+        }
+    }
+
+    /// Whether the stop was requested, without registering a waiter.
+    fn stopped(&self) -> bool {
+        self.done || *self.rx.borrow()
+    }
+}
+
 async fn accept_loop(
     w: Rc<Worker>,
     pidx: usize,
     bl: Arc<BoundListener>,
     sock: StdListener,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     enum L {
         Tcp(tokio::net::TcpListener),
@@ -306,12 +342,16 @@ async fn accept_loop(
     let maxaccept = w.shared.cfg.global.maxaccept.max(1);
     let ssl = bl.bind.ssl.is_some();
     let mut burst = 0u32;
+    // One stop waiter for the loop's whole life: a fresh `changed()` (and a fresh
+    // `conn_freed` waiter) per accepted connection registered and unregistered a waiter
+    // under a lock each time, about 1,500 instructions per connection.
+    let mut stop = StopWait::new(stop);
     loop {
-        if *stop.borrow() {
+        if stop.stopped() {
             return Ok(());
         }
         // At maxconn, stop accepting: connections wait in the kernel backlog, as in HAProxy.
-        loop {
+        while !has_room(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
             let freed = w.shared.conn_freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
@@ -320,7 +360,7 @@ async fn accept_loop(
             }
             tokio::select! {
                 _ = &mut freed => {}
-                _ = stop.changed() => return Ok(()),
+                _ = stop.wait() => return Ok(()),
             }
         }
         // tune.runqueue-depth: this thread has a backlog of handshakes to start; new ones
@@ -328,14 +368,14 @@ async fn accept_loop(
         if ssl {
             tokio::select! {
                 _ = w.hs.accept_allowed() => {}
-                _ = stop.changed() => return Ok(()),
+                _ = stop.wait() => return Ok(()),
             }
         }
         // Rate limits reached: leave connections in the backlog until the next second.
         while let Some(d) = crate::listener::rate_wait(&w.shared, pidx, ssl) {
             tokio::select! {
                 _ = tokio::time::sleep(d) => {}
-                _ = stop.changed() => return Ok(()),
+                _ = stop.wait() => return Ok(()),
             }
         }
         if burst >= maxaccept {
@@ -343,15 +383,21 @@ async fn accept_loop(
             burst = 0;
             tokio::task::yield_now().await;
         }
+        if stop.stopped() {
+            return Ok(());
+        }
+        // The accept first: when a connection is waiting, the stop waiter is not even polled.
+        // A stop requested while this sleeps wakes it; the connection accepted in the same
+        // wake-up, if any, is out of the backlog and served.
         let accepted = tokio::select! {
             biased;
-            _ = stop.changed() => return Ok(()),
             r = async {
                 match &l {
                     L::Tcp(t) => t.accept().await.map(|(s, a)| crate::stream::Client::Tcp(s, a)),
                     L::Unix(u) => u.accept().await.map(|(s, _)| crate::stream::Client::Unix(s)),
                 }
             } => r,
+            _ = stop.wait() => return Ok(()),
         };
         // Another thread may have taken the last place meanwhile: then this connection waits
         // (accepted, unserved) for a place, exactly like one still in the backlog would. If
@@ -359,26 +405,34 @@ async fn accept_loop(
         // other process (a reload's new one) can take it any more.
         let accepted = match accepted {
             Ok(c) => loop {
-                let freed = w.shared.conn_freed.notified();
-                tokio::pin!(freed);
-                freed.as_mut().enable();
-                if let Some(a) = try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
+                let admitted = match try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
+                    Some(a) => Some(a),
+                    None => {
+                        let freed = w.shared.conn_freed.notified();
+                        tokio::pin!(freed);
+                        freed.as_mut().enable();
+                        match try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
+                            Some(a) => Some(a),
+                            None => tokio::select! {
+                                _ = &mut freed => None,
+                                _ = stop.wait() => {
+                                    let a = crate::listener::admit_anyway(&w.shared, pidx, &bl.cur_conns);
+                                    break Ok((c, a));
+                                }
+                            },
+                        }
+                    }
+                };
+                if let Some(a) = admitted {
                     // Another thread may have used the second's last place meanwhile: this
                     // connection then waits for the next second, as one in the backlog would.
                     while let Err(d) = crate::listener::rate_take(&w.shared, pidx, ssl) {
                         tokio::select! {
                             _ = tokio::time::sleep(d) => {}
-                            _ = stop.changed() => break,
+                            _ = stop.wait() => break,
                         }
                     }
                     break Ok((c, a));
-                }
-                tokio::select! {
-                    _ = &mut freed => {}
-                    _ = stop.changed() => {
-                        let a = crate::listener::admit_anyway(&w.shared, pidx, &bl.cur_conns);
-                        break Ok((c, a));
-                    }
                 }
             },
             Err(e) => Err(e),
@@ -400,10 +454,12 @@ async fn accept_loop(
                 let w2 = w.clone();
                 let guard = ActiveGuard::new(&w, key);
                 let tls = bl.bind.ssl.clone();
-                let task = tokio::task::spawn_local(async move {
+                // Boxed: a session's future is a few KiB, and spawning moves a task's future
+                // three times (memcpy of all of it each time); a box moves as a pointer.
+                let task = tokio::task::spawn_local(Box::pin(async move {
                     crate::stream::serve(w2, pidx, client, adm, key, tls).await;
                     drop(guard);
-                });
+                }));
                 if let Some(e) = w.sessions.borrow_mut().get_mut(key) {
                     e.abort = Some(task.abort_handle());
                 }

@@ -79,6 +79,12 @@ pub struct PoolGauges {
     pub safe: AtomicU32,
     /// Pooled connections currently carrying a request.
     pub used: AtomicU32,
+    /// The most of them in use at once (all threads) since the last purge.
+    pub used_max: AtomicU32,
+    /// The connections the server is estimated to need: the peak of the last purge period,
+    /// decaying by half each period, as HAProxy's `est_need_conns`. Idle plus used stays
+    /// under it (plus `pool-low-conn`), which caps pools under `Connection: close` loads.
+    pub est_need: AtomicU32,
     /// The most idle connections (idle + safe, all threads) held at once so far.
     pub idle_max: AtomicU32,
     /// The server's idle keep-alive timeout as learned (ms, 0 = unknown): from its
@@ -119,6 +125,12 @@ impl PoolGauges {
         if self.ka_timeout_ms.load(Relaxed) != ms {
             self.ka_timeout_ms.store(ms, Relaxed);
         }
+    }
+
+    /// One more pooled connection carries a request.
+    pub fn count_used(&self) {
+        let n = self.used.fetch_add(1, Relaxed) + 1;
+        self.used_max.fetch_max(n, Relaxed);
     }
 
     /// Counts `n` idle connections closed by thread `thread`'s pool.

@@ -316,7 +316,7 @@ impl ThreadPool {
                 }
                 sp.used += 1;
                 sp.max_used = sp.max_used.max(sp.used);
-                g.used.fetch_add(1, Relaxed);
+                g.count_used();
                 return Some(c);
             }
         }
@@ -331,7 +331,7 @@ impl ThreadPool {
         }
         sp.used += 1;
         sp.max_used = sp.max_used.max(sp.used);
-        g.used.fetch_add(1, Relaxed);
+        g.count_used();
         Some(c)
     }
 
@@ -417,7 +417,7 @@ impl ThreadPool {
         let sp = self.server(&mut m, key, g);
         sp.used += 1;
         sp.max_used = sp.max_used.max(sp.used);
-        g.used.fetch_add(1, Relaxed);
+        g.count_used();
         if let Some(t) = g.threads.get(self.id) {
             t.new.fetch_add(1, Relaxed);
         }
@@ -431,22 +431,40 @@ impl ThreadPool {
         sp.used = sp.used.saturating_sub(1);
         g.used.fetch_sub(1, Relaxed);
         let Some(c) = conn else { return };
-        let cap = match limits.max_idle {
-            Some(n) => n.min(sp.max_used),
-            None => sp.max_used,
+        if limits.max_reuse.is_some_and(|n| c.uses >= n) {
+            return;
+        }
+        // HAProxy's rule (srv_add_to_idle_list), over all threads: never more idle than
+        // `pool-max-conn`; and, unless this thread has no idle connection of its own to the
+        // server (then it keeps one, so that threads need not take each other's), idle plus
+        // used no more than the most used at once (or used now) plus `pool-low-conn`. That
+        // is what keeps `Connection: close` loads from piling up idle connections.
+        let own_empty = sp.len() == 0;
+        // Counted first, then checked: two threads releasing at once cannot both pass.
+        let gauge = idle_gauge(g, c.uses);
+        gauge.fetch_add(1, Relaxed);
+        let total = g.idle.load(Relaxed) + g.safe.load(Relaxed);
+        let over_max = limits.max_idle.is_some_and(|m| total > m);
+        let over_need = !own_empty && {
+            let used = g.used.load(Relaxed);
+            let need = g
+                .used_max
+                .load(Relaxed)
+                .max(g.est_need.load(Relaxed))
+                .max(used + 1);
+            used + total > need + limits.low_conn
         };
-        let worn = limits.max_reuse.is_some_and(|n| c.uses >= n);
-        if worn || sp.len() as u32 >= cap {
+        if over_max || over_need {
+            gauge.fetch_sub(1, Relaxed);
             return;
         }
         if let Some(w) = self.watcher.borrow().as_ref()
             && !c.arm(w)
         {
+            gauge.fetch_sub(1, Relaxed);
             g.count_purged(self.id, 1);
             return;
         }
-        idle_gauge(g, c.uses).fetch_add(1, Relaxed);
-        let total = g.idle.load(Relaxed) + g.safe.load(Relaxed);
         g.idle_max.fetch_max(total, Relaxed);
         if let Some(t) = g.threads.get(self.id) {
             let n = t.idle.fetch_add(1, Relaxed) + 1;
@@ -544,10 +562,14 @@ impl ThreadPool {
         for (key, sp) in m.iter_mut() {
             let needed = sp.max_used.saturating_sub(sp.used) as usize;
             sp.max_used = sp.used;
+            let g = gauges(*key);
+            // A new period for the server-wide estimate too (each thread's purge moves it).
+            let peak = g.used_max.swap(g.used.load(Relaxed), Relaxed);
+            let est = g.est_need.load(Relaxed);
+            g.est_need.store(peak.max(est.midpoint(peak)), Relaxed);
             if sp.len() == 0 {
                 continue;
             }
-            let g = gauges(*key);
             let mut conns = sp.drain();
             let before = conns.len();
             let window = g.reuse_window();
@@ -647,9 +669,11 @@ mod tests {
             p.release(key, idle(conns.pop().unwrap(), 1), NO_LIMIT, gg);
             p.release(key, idle(conns.pop().unwrap(), 1), NO_LIMIT, gg);
             assert_eq!(p.idle_count(), 2);
-            // The cap kept c2 and c1 and closed c0. The server now closes c2 and c1 (peers 2
-            // and 1): taking finds both dead and closes them.
-            peers.truncate(1);
+            // c2 was kept (the thread had none), c1 not (idle + used would have been three for
+            // a peak of two), c0 again. The server now closes c2 and c0 (peers 2 and 0):
+            // taking finds both dead and closes them.
+            peers.remove(2);
+            peers.remove(0);
             let c = p.take(key, 1, NO_LIMIT, gg, 0, false);
             assert!(c.is_none());
             assert_eq!(gg.purged(), 2);

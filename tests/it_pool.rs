@@ -163,6 +163,24 @@ fn get_on_a_connection_the_server_closed_is_replayed() {
     assert!(line.contains(" 200 "), "{line}");
 }
 
+/// With `retries 0` sluice cannot replay anything, so `safe` is HAProxy's own rule again: a
+/// first GET goes on a new connection, never on one that served another client, and the
+/// close race cannot cost it a 502.
+#[test]
+fn safe_without_retries_puts_first_gets_on_new_connections() {
+    let b = closes_reused_connections();
+    let (_s, port) = proxy(&b, "    retries 0", "");
+    for i in 0..3 {
+        let r = http_get(port, &format!("/g{i}"));
+        assert_eq!(r.status, 200, "{}", r.body_str());
+    }
+    assert_eq!(
+        conn_ids(&b),
+        vec![0, 1, 2],
+        "one new connection per first request"
+    );
+}
+
 /// Under `always`, a POST that a reused connection loses cannot be replayed: 502, as HAProxy.
 #[test]
 fn post_lost_on_a_reused_connection_is_not_replayed() {
@@ -285,6 +303,41 @@ fn takeover_moves_the_idle_connection_to_the_thread_that_needs_it() {
         stat_column(&sock, "be", "BACKEND", "pool_takeovers"),
         takeovers
     );
+}
+
+/// `pool-max-conn` bounds the server's idle connections over all threads, as HAProxy's
+/// per-server limit does: eight clients at once on two threads leave one idle connection,
+/// not one per thread.
+#[test]
+fn pool_max_conn_counts_every_thread() {
+    let gate = Gate::new();
+    let b = HttpBackend::gated("s1", &gate);
+    let (_s, port, dir) = proxy2(&b, "", "pool-max-conn 1");
+    let sock = dir.join("admin.sock");
+    let clients: Vec<_> = (0..8)
+        .map(|i| std::thread::spawn(move || http_get(port, &format!("/slow{i}")).status))
+        .collect();
+    b.wait_requests(8, WAIT);
+    assert_eq!(
+        pools(&sock).0["used"],
+        8,
+        "eight server connections in use at once"
+    );
+    gate.open();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), 200);
+    }
+    wait_until("every server connection is released", WAIT, || {
+        pools(&sock).0["used"] == 0
+    });
+    let (srv, threads) = pools(&sock);
+    assert_eq!(srv["idle"] + srv["safe"], 1, "{srv:?} {threads:?}");
+    assert_eq!(
+        threads.iter().map(|t| t["idle"]).sum::<u64>(),
+        1,
+        "{threads:?}"
+    );
+    wait_until("the others are closed", WAIT, || b.open_conns() == 1);
 }
 
 /// Below `pool-low-conn` a thread connects instead of taking over: each thread ends up with

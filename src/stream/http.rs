@@ -1313,9 +1313,10 @@ impl<C: ClientIo> Conn<'_, C> {
             HttpReuse::Always => Some(1),
             // Beyond HAProxy: a first request that sluice can replay itself may use a pooled
             // connection (it is replayed on a new one if the reused one fails unanswered).
-            HttpReuse::Safe if self.first && !replayable => None,
+            // Replayable here means idempotent, without a body, and `retries` left.
+            HttpReuse::Safe if self.first && !replay_ok => None,
             HttpReuse::Safe => Some(1),
-            HttpReuse::Aggressive if self.first && !replayable => Some(2),
+            HttpReuse::Aggressive if self.first && !replay_ok => Some(2),
             HttpReuse::Aggressive => Some(1),
         };
         let pool = &self.ctx.w.pool;

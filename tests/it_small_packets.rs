@@ -59,6 +59,45 @@ fn a_server_writing_head_and_body_apart_costs_no_40ms() {
     assert!(m < Duration::from_millis(15), "median {m:?}: {times:?}");
 }
 
+/// A server that writes most of a large body, then its last bytes in a second send (Nagle
+/// on, as a sendfile that ran out of send buffer does): the tail waits for the ACK of what
+/// precedes it. The head arrives with far more than a buffer of body, so only the read that
+/// drains the socket mid-body can tell that an ACK is owed; without one the kernel delays it
+/// up to 40 ms on every request.
+#[test]
+fn a_server_holding_its_last_bytes_for_an_ack_costs_no_40ms() {
+    const BULK: usize = 60 * 1024;
+    const TAIL: usize = 100;
+    let server = TcpBackend::with_handler(|c, _| {
+        let mut w = Wire::new(c);
+        let mut first =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", BULK + TAIL).into_bytes();
+        first.extend(std::iter::repeat_n(b'a', BULK));
+        let tail = vec![b'z'; TAIL];
+        while let Ok(Some(_)) = w.read_until(b"\r\n\r\n") {
+            if w.stream.write_all(&first).is_err() || w.stream.write_all(&tail).is_err() {
+                return;
+            }
+        }
+    });
+    let (_s, port) = proxy_to(server.addr);
+    let mut c = HttpClient::connect(port);
+    for _ in 0..3 {
+        assert_eq!(c.get("/").status, 200);
+    }
+    let mut times = Vec::new();
+    for _ in 0..15 {
+        let t = Instant::now();
+        let r = c.get("/big");
+        times.push(t.elapsed());
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.len(), BULK + TAIL);
+        assert!(r.body.ends_with(&[b'z'; TAIL]));
+    }
+    let m = median(times.clone());
+    assert!(m < Duration::from_millis(15), "median {m:?}: {times:?}");
+}
+
 /// A request sent in two segments with a pause between them is answered as soon as the
 /// second arrives.
 #[test]

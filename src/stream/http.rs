@@ -1802,6 +1802,7 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         txn.bytes_out = self.out.len() as u64;
         while !rsp_body.done() {
+            let mut short_read = false;
             if self.sbuf.is_empty() {
                 // Read straight into the connection's buffer. (Releasing it to the thread pool
                 // while waiting and reading with readable() + try_read_buf() cost 17 % more
@@ -1809,12 +1810,14 @@ impl<C: ClientIo> Conn<'_, C> {
                 if self.sbuf.capacity() < self.bufsize / 2 {
                     self.sbuf.reserve(self.bufsize);
                 }
+                let room = self.sbuf.capacity() - self.sbuf.len();
                 let got = match super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)).await
                 {
                     Some(Ok(n)) => Some(Ok(n)),
                     Some(Err(_)) => Some(Err(())),
                     None => None,
                 };
+                short_read = matches!(got, Some(Ok(n)) if n > 0 && n < room);
                 match got {
                     Some(Ok(n)) if n > 0 => {}
                     Some(Ok(_)) if rsp_body.kind == BodyKind::CloseDelimited => break,
@@ -1835,6 +1838,18 @@ impl<C: ClientIo> Conn<'_, C> {
                     return None;
                 }
             };
+            if short_read
+                && !rsp_body.done()
+                && rsp_body.kind != BodyKind::CloseDelimited
+                && let Some(s) = stream.tcp()
+            {
+                // The read drained the socket and the body is unfinished: the rest may be
+                // waiting for our ACK (the server's send buffer full, or its Nagle holding
+                // the tail until what precedes it is acknowledged), and the kernel delays
+                // the ACK of a part-segment up to 40 ms. Measured: 1 % of 64 KiB responses
+                // from nginx waited 40 ms for their last 4 KiB. Acknowledge now.
+                let _ = socket2::SockRef::from(s).set_tcp_quickack(true);
+            }
             let piece = &self.sbuf[..n];
             let w = if rsp_body.done() {
                 super::with_timeout(t_client, self.client.send(piece)).await

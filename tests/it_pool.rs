@@ -110,6 +110,32 @@ fn pool_max_conn_zero_disables_pooling() {
     assert_eq!(conn_ids(&b), vec![0, 1, 2]);
 }
 
+/// `pool-max-conn 2`: of four server connections used at once, two stay idle, the others
+/// are closed as they are released.
+#[test]
+fn pool_max_conn_keeps_at_most_n_idle() {
+    let gate = Gate::new();
+    let b = HttpBackend::gated("s1", &gate);
+    let (_s, port) = proxy(&b, "", "pool-max-conn 2");
+    let clients: Vec<_> = (0..4)
+        .map(|i| std::thread::spawn(move || http_get(port, &format!("/slow{i}")).status))
+        .collect();
+    b.wait_requests(4, WAIT);
+    assert_eq!(b.open_conns(), 4);
+    gate.open();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), 200);
+    }
+    wait_until("two idle server connections left", WAIT, || {
+        b.open_conns() == 2
+    });
+    // The two kept ones serve the next clients: no new connection.
+    for i in 0..4 {
+        assert_eq!(http_get(port, &format!("/again{i}")).status, 200);
+    }
+    assert_eq!(b.conns(), 4);
+}
+
 #[test]
 fn max_reuse_retires_a_connection() {
     let b = HttpBackend::start("s1");

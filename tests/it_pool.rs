@@ -55,6 +55,40 @@ fn safe_reuses_for_replayable_first_requests_only() {
     assert_eq!(b.conns(), 2);
 }
 
+/// A later request of a client connection (here a POST, which a first request could not
+/// send on a connection another client used) may take an idle pooled connection under
+/// `safe`, `aggressive` and `always`; under `never` it gets a new one. The client's own kept
+/// connection goes to the other backend, so the pool is what decides.
+#[test]
+fn later_requests_use_pooled_connections_unless_never() {
+    for (mode, reused) in [
+        ("safe", true),
+        ("aggressive", true),
+        ("always", true),
+        ("never", false),
+    ] {
+        let b1 = HttpBackend::start("one");
+        let b2 = HttpBackend::start("two");
+        let port = free_port();
+        let cfg = format!(
+            "global\n    nbthread 1\n{DEFAULTS_HTTP}    http-reuse {mode}\n    retries 2\nfrontend fe\n    bind 127.0.0.1:{port}\n    use_backend be2 if {{ path_beg /two }}\n    default_backend be1\nbackend be1\n    server s1 {}\nbackend be2\n    server s2 {}\n",
+            b1.hostport(),
+            b2.hostport()
+        );
+        let _s = Sluice::start(&cfg);
+        // Another client leaves a connection to be2 behind (in the pool unless `never`).
+        assert_eq!(http_get(port, "/two/x").status, 200, "{mode}");
+        let mut c = HttpClient::connect(port);
+        let post =
+            |path: &str| format!("POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi");
+        assert_eq!(c.request(post("/one")).status, 200, "{mode}");
+        assert_eq!(c.request(post("/two/p")).status, 200, "{mode}");
+        let want = if reused { 1 } else { 2 };
+        assert_eq!(b2.conns(), want, "{mode}: connections to be2");
+        assert_eq!(b2.last_request().target, "/two/p", "{mode}");
+    }
+}
+
 #[test]
 fn never_keeps_server_connections_private() {
     let b = HttpBackend::start("s1");

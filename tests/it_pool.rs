@@ -400,6 +400,45 @@ fn pool_max_conn_counts_every_thread() {
     wait_until("the others are closed", WAIT, || b.open_conns() == 1);
 }
 
+/// `Connection: close` clients at once on two threads (HAProxy 2.0's pile-up case): the
+/// server connections left at the end stay within twice the client concurrency, and most
+/// requests reuse a pooled connection.
+#[test]
+fn concurrent_close_clients_do_not_pile_up_server_connections() {
+    const CLIENTS: usize = 8;
+    const EACH: usize = 25;
+    let b = HttpBackend::start("s1");
+    let (_s, port, dir) = proxy2(&b, "", "");
+    let sock = dir.join("admin.sock");
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    assert_eq!(http_get(port, &format!("/c{c}/{i}")).status, 200);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    wait_until("every server connection is released", WAIT, || {
+        pools(&sock).0["used"] == 0
+    });
+    assert_eq!(b.reqs(), CLIENTS * EACH);
+    assert!(
+        b.open_conns() <= 2 * CLIENTS,
+        "{} server connections left open for {CLIENTS} clients",
+        b.open_conns()
+    );
+    assert!(
+        b.conns() * 4 <= CLIENTS * EACH,
+        "{} server connections for {} requests",
+        b.conns(),
+        CLIENTS * EACH
+    );
+}
+
 /// Below `pool-low-conn` a thread connects instead of taking over: each thread ends up with
 /// a connection of its own, and nothing moves.
 #[test]

@@ -32,6 +32,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import tls as base  # noqa: E402  (wait_port)
+
 ORIGIN_PORT = 18703
 PROXY_PORT = 18701
 
@@ -86,15 +89,10 @@ http {{
 REQUEST = b'GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: callgrind\r\nConnection: close\r\n\r\n'
 
 
-def wait_port(port, timeout=60.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            socket.create_connection(('127.0.0.1', port), 0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f'nothing listens on port {port} after {timeout} s')
+def wait_port(port, proc, what):
+    """bench/tls.py's wait_port (which also notices a process that died), but fatal."""
+    if not base.wait_port(port, proc, timeout=60.0):
+        raise SystemExit(f'{what}: nothing listens on port {port} (exit status {proc.poll()})')
 
 
 def start_origin():
@@ -103,7 +101,7 @@ def start_origin():
     p = subprocess.Popen(['bash', os.path.join(HERE, 'backend.sh'), d + '/o', str(ORIGIN_PORT)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
-    wait_port(ORIGIN_PORT)
+    wait_port(ORIGIN_PORT, p, 'origin')
     return p, d
 
 
@@ -122,7 +120,7 @@ def one_run(name, path, n):
                           f'--callgrind-out-file={d}/cg.out'] + cmd,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_port(PROXY_PORT)
+        wait_port(PROXY_PORT, p, name)
         for _ in range(n):
             s = socket.create_connection(('127.0.0.1', PROXY_PORT))
             s.sendall(REQUEST)

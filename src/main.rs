@@ -4,15 +4,15 @@
 //! (`-db`, `-dM0x55`, `-sf PID PID...`, `-cc EXPR`) and scripts pass them verbatim.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
+
+use sluice::cli_args::{Action, Options};
 
 /// mimalloc instead of glibc's malloc: a connection's task and buffers are a few KiB, past
 /// glibc's thread cache, and its malloc/free paths cost ~10 % of the user-space instructions
 /// of a `Connection: close` request.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use std::process::ExitCode;
-
-use sluice::cli_args::{Action, Options};
 
 fn usage() -> String {
     format!(

@@ -17,9 +17,6 @@
 //! thread's own.
 
 use std::cell::RefCell;
-/// The per-thread map of server pools is looked up twice per request: foldhash (randomly
-/// seeded per process) instead of SipHash, which cost ~550 instructions per request.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -32,6 +29,10 @@ use tokio::net::TcpStream;
 
 use crate::backend::PoolGauges;
 use crate::stream::ServerStream;
+
+/// The per-thread map of server pools is looked up twice per request: foldhash (randomly
+/// seeded per process) instead of SipHash, which cost ~550 instructions per request.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Pool key: backend (proxy index), server index within it, and a hash of the connection's
 /// `pool-conn-name` value and, for TLS servers whose `sni` comes from the request, of the SNI

@@ -347,9 +347,6 @@ async fn accept_loop(
     // under a lock each time, about 1,500 instructions per connection.
     let mut stop = StopWait::new(stop);
     loop {
-        if stop.stopped() {
-            return Ok(());
-        }
         // At maxconn, stop accepting: connections wait in the kernel backlog, as in HAProxy.
         while !has_room(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
             let freed = w.shared.conn_freed.notified();
@@ -405,24 +402,15 @@ async fn accept_loop(
         // other process (a reload's new one) can take it any more.
         let accepted = match accepted {
             Ok(c) => loop {
-                let admitted = match try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
-                    Some(a) => Some(a),
-                    None => {
-                        let freed = w.shared.conn_freed.notified();
-                        tokio::pin!(freed);
-                        freed.as_mut().enable();
-                        match try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn) {
-                            Some(a) => Some(a),
-                            None => tokio::select! {
-                                _ = &mut freed => None,
-                                _ = stop.wait() => {
-                                    let a = crate::listener::admit_anyway(&w.shared, pidx, &bl.cur_conns);
-                                    break Ok((c, a));
-                                }
-                            },
-                        }
-                    }
-                };
+                // A waiter costs nothing until enabled: only with no place left is it
+                // registered, and the place checked again so that no release is missed.
+                let freed = w.shared.conn_freed.notified();
+                tokio::pin!(freed);
+                let mut admitted = try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn);
+                if admitted.is_none() {
+                    freed.as_mut().enable();
+                    admitted = try_admit(&w.shared, pidx, &bl.cur_conns, bl.bind.maxconn);
+                }
                 if let Some(a) = admitted {
                     // Another thread may have used the second's last place meanwhile: this
                     // connection then waits for the next second, as one in the backlog would.
@@ -433,6 +421,13 @@ async fn accept_loop(
                         }
                     }
                     break Ok((c, a));
+                }
+                tokio::select! {
+                    _ = &mut freed => {}
+                    _ = stop.wait() => {
+                        let a = crate::listener::admit_anyway(&w.shared, pidx, &bl.cur_conns);
+                        break Ok((c, a));
+                    }
                 }
             },
             Err(e) => Err(e),

@@ -30,6 +30,21 @@ fn post(port: u16, path: &str) -> Response {
     )
 }
 
+/// `n` clients at once, each a `Connection: close` GET of `/slow<i>` (held by a gated
+/// backend until its gate opens).
+fn slow_gets(port: u16, n: usize) -> Vec<std::thread::JoinHandle<u16>> {
+    (0..n)
+        .map(|i| std::thread::spawn(move || http_get(port, &format!("/slow{i}")).status))
+        .collect()
+}
+
+/// Waits for the clients of [`slow_gets`]; each must have got a 200.
+fn all_ok(clients: Vec<std::thread::JoinHandle<u16>>) {
+    for c in clients {
+        assert_eq!(c.join().unwrap(), 200);
+    }
+}
+
 /// Server connection ids of the requests the backend saw, in order.
 fn conn_ids(b: &HttpBackend) -> Vec<usize> {
     b.requests().iter().map(|r| r.conn_id).collect()
@@ -151,15 +166,11 @@ fn pool_max_conn_keeps_at_most_n_idle() {
     let gate = Gate::new();
     let b = HttpBackend::gated("s1", &gate);
     let (_s, port) = proxy(&b, "", "pool-max-conn 2");
-    let clients: Vec<_> = (0..4)
-        .map(|i| std::thread::spawn(move || http_get(port, &format!("/slow{i}")).status))
-        .collect();
+    let clients = slow_gets(port, 4);
     b.wait_requests(4, WAIT);
     assert_eq!(b.open_conns(), 4);
     gate.open();
-    for c in clients {
-        assert_eq!(c.join().unwrap(), 200);
-    }
+    all_ok(clients);
     wait_until("two idle server connections left", WAIT, || {
         b.open_conns() == 2
     });
@@ -374,9 +385,7 @@ fn pool_max_conn_counts_every_thread() {
     let b = HttpBackend::gated("s1", &gate);
     let (_s, port, dir) = proxy2(&b, "", "pool-max-conn 1");
     let sock = dir.join("admin.sock");
-    let clients: Vec<_> = (0..8)
-        .map(|i| std::thread::spawn(move || http_get(port, &format!("/slow{i}")).status))
-        .collect();
+    let clients = slow_gets(port, 8);
     b.wait_requests(8, WAIT);
     assert_eq!(
         pools(&sock).0["used"],
@@ -384,9 +393,7 @@ fn pool_max_conn_counts_every_thread() {
         "eight server connections in use at once"
     );
     gate.open();
-    for c in clients {
-        assert_eq!(c.join().unwrap(), 200);
-    }
+    all_ok(clients);
     wait_until("every server connection is released", WAIT, || {
         pools(&sock).0["used"] == 0
     });
@@ -745,14 +752,10 @@ fn purge_closes_idle_connections_no_longer_needed() {
     );
     let _s = Sluice::start(&cfg);
     // Four requests held by the server at once: four server connections in use together.
-    let hs: Vec<_> = (0..4)
-        .map(|i| std::thread::spawn(move || http_get(port, &format!("/slow{i}")).status))
-        .collect();
+    let hs = slow_gets(port, 4);
     wait_until("four server connections", WAIT, || b.open_conns() == 4);
     gate.open();
-    for h in hs {
-        assert_eq!(h.join().unwrap(), 200);
-    }
+    all_ok(hs);
     wait_until("all four idle", WAIT, || {
         let (s, _) = pools(&sock);
         s["idle"] + s["safe"] == 4 || s["purged"] > 0

@@ -423,6 +423,15 @@ impl ServerStream {
         }
     }
 
+    /// Acknowledges what arrived at once (`TCP_QUICKACK`): the server may be holding the
+    /// rest of its response until our ACK (its Nagle, or a full send buffer), which the
+    /// kernel would delay by up to 40 ms.
+    pub fn quick_ack(&self) {
+        if let Some(s) = self.tcp() {
+            let _ = socket2::SockRef::from(s).set_tcp_quickack(true);
+        }
+    }
+
     /// The same connection, registered with the calling thread's poller (takeover). The TLS
     /// state moves along untouched: no new handshake.
     pub fn rehome(self) -> std::io::Result<ServerStream> {

@@ -720,6 +720,12 @@ const SERVER: &[Metric] = &[
         Read::Col("uweight"),
     ),
     m(
+        "haproxy_server_pool_idle_connections_max",
+        Gauge,
+        "Most idle connections kept for reuse at once, over all threads (show pools idle_max).",
+        Read::Col("pool_idle_max"),
+    ),
+    m(
         "haproxy_server_pool_purged_connections_total",
         Counter,
         "Idle connections closed by the pool purge or found dead when taken.",

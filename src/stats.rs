@@ -674,7 +674,7 @@ pub fn show_pools(shared: &Shared) -> String {
             let g = &s.pool;
             let c = &s.counters;
             out.push_str(&format!(
-                "{}/{}: idle={} safe={} used={} new={} reused={} purged={} replayed={} takeovers={} ka_timeout={}\n",
+                "{}/{}: idle={} safe={} used={} new={} reused={} purged={} replayed={} takeovers={} idle_max={} ka_timeout={}\n",
                 p.name,
                 s.name,
                 g.idle.load(Relaxed),
@@ -685,6 +685,7 @@ pub fn show_pools(shared: &Shared) -> String {
                 g.purged(),
                 g.replayed(),
                 g.takeovers(),
+                g.idle_max.load(Relaxed),
                 match g.ka_timeout_ms.load(Relaxed) {
                     0 => "-".to_string(),
                     ms => format!("{ms}ms"),

@@ -1336,6 +1336,63 @@ fn check_reuse_pool_runs_checks_on_pooled_data_connections() {
         || r.header("connection") == Some("close")));
 }
 
+/// `check-pool-conn-name`: with `check-reuse-pool`, checks take only the pooled connections
+/// whose `pool-conn-name` equals the check's name.
+#[test]
+fn check_pool_conn_name_selects_the_pooled_connections_checks_use() {
+    let gate = Gate::new();
+    let b = HttpBackend::gated("s1", &gate);
+    let port = free_port();
+    let cfg = format!(
+        "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms check-reuse-pool pool-conn-name req.hdr(host) check-pool-conn-name str(b.example)\n",
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    // Two requests held at once, one per Host: two server connections, pooled under those
+    // names once answered.
+    let clients: Vec<_> = ["a.example", "b.example"]
+        .into_iter()
+        .map(|h| {
+            std::thread::spawn(move || {
+                http_raw(
+                    port,
+                    format!("GET /slow/{h} HTTP/1.1\r\nHost: {h}\r\nConnection: close\r\n\r\n"),
+                )
+                .status
+            })
+        })
+        .collect();
+    let conn_of = |target: &str| {
+        b.requests()
+            .iter()
+            .find(|r| r.target == target)
+            .map(|r| r.conn_id)
+    };
+    wait_until("both requests at the server", WAIT, || {
+        conn_of("/slow/a.example").is_some() && conn_of("/slow/b.example").is_some()
+    });
+    gate.open();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), 200);
+    }
+    let (a, named_b) = (
+        conn_of("/slow/a.example").unwrap(),
+        conn_of("/slow/b.example").unwrap(),
+    );
+    wait_until("checks on the connection named b.example", WAIT, || {
+        b.requests()
+            .iter()
+            .filter(|r| r.target == "/health" && r.conn_id == named_b)
+            .count()
+            >= 3
+    });
+    let reqs = b.requests();
+    assert!(
+        reqs.iter().all(|r| r.target != "/health" || r.conn_id != a),
+        "a check ran on the connection named a.example: {reqs:?}"
+    );
+}
+
 /// The idle-close race under `check-reuse-pool`: the server closes the pooled connection as
 /// the check sends on it. The check runs again on a fresh connection and passes: no failed
 /// check is counted.

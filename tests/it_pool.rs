@@ -234,6 +234,96 @@ fn get_on_a_connection_the_server_closed_is_replayed() {
     assert!(line.contains(" 200 "), "{line}");
 }
 
+/// The replay of a lost GET is counted: `show pools` (server and thread), the CSV's
+/// `pool_replayed`; the failed connection counts as a reuse, the replay as a new connection.
+#[test]
+fn a_replayed_request_is_counted() {
+    let b = closes_reused_connections();
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}    retries 2\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        sock.display(),
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    assert_eq!(http_get(port, "/first").status, 200);
+    wait_until("the first connection is pooled", WAIT, || {
+        pools(&sock).0["safe"] + pools(&sock).0["idle"] == 1
+    });
+    assert_eq!(pools(&sock).0["replayed"], 0);
+    let r = http_get(port, "/second");
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    wait_until("the replay is counted", WAIT, || {
+        pools(&sock).0["replayed"] == 1
+    });
+    let (srv, threads) = pools(&sock);
+    assert_eq!(threads[0]["replayed"], 1, "counted for the thread too");
+    assert_eq!(srv["new"], 2, "the first connection and the replay's");
+    assert_eq!(stat_column(&sock, "be", "s1", "pool_replayed"), "1");
+    assert_eq!(b.reqs(), 3);
+}
+
+/// A server that answers one request per connection, then, once the connection has been
+/// idle until `speak` opens, sends an unsolicited `408` and closes (what HAProxy, nginx and
+/// Apache do to idle clients). The pooled connection is dropped when the 408 arrives; the next
+/// request goes on a new connection and never sees that 408.
+#[test]
+fn an_unsolicited_408_on_an_idle_connection_never_reaches_a_client() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let speak = Gate::new();
+    let opened = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let (speak, opened) = (speak.clone(), opened.clone());
+        TcpBackend::with_handler(move |c, _| {
+            let n = opened.fetch_add(1, SeqCst);
+            let mut w = Wire::new(c);
+            if let Ok(Some(head)) = w.read_until(b"\r\n\r\n") {
+                // The POST's 2-byte body: read, so that the close below is not a reset.
+                if head.starts_with(b"POST") && w.take(2).is_err() {
+                    return;
+                }
+                let body = format!("c{n}");
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = w.stream.write_all(resp.as_bytes());
+                speak.wait();
+                let _ = w.stream.write_all(
+                    b"HTTP/1.1 408 Request Time-out\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+        })
+    };
+    let addr = server.addr;
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}    retries 2\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    server s1 {addr} pool-purge-delay 1h\n",
+        sock.display(),
+    );
+    let _s = Sluice::start(&cfg);
+    let r = http_get(port, "/a");
+    assert_eq!((r.status, r.body_str()), (200, "c0".to_string()));
+    wait_until("the connection is idle", WAIT, || {
+        let (s, _) = pools(&sock);
+        s["idle"] == 1 && s["idle_max"] == 1
+    });
+    speak.open();
+    wait_until("the connection that spoke is dropped", WAIT, || {
+        let (s, _) = pools(&sock);
+        s["idle"] == 0 && s["purged"] == 1
+    });
+    // Under `always` a POST would take any idle connection: there is none left to take.
+    let r = post(port, "/p");
+    assert_eq!((r.status, r.body_str()), (200, "c1".to_string()));
+    assert_eq!(opened.load(SeqCst), 2);
+    assert_eq!(pools(&sock).0["replayed"], 0, "nothing was lost: no replay");
+}
+
 /// With `retries 0` sluice cannot replay anything, so `safe` is HAProxy's own rule again: a
 /// first GET goes on a new connection, never on one that served another client, and the
 /// close race cannot cost it a 502.

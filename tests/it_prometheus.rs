@@ -834,4 +834,18 @@ fn pool_takeovers_are_exported() {
         + e.val("haproxy_server_pool_takeovers_total", &srv("be", "s2"));
     assert!(shown >= 1.0, "{out}");
     assert_eq!(exported, shown, "{out}");
+    // The most idle connections held at once, as `show pools` and the CSV say.
+    for s in ["s1", "s2"] {
+        let most = pool_line(&t.sock, &format!("be/{s}")).0["idle_max"];
+        assert_eq!(
+            e.val("haproxy_server_pool_idle_connections_max", &srv("be", s)),
+            most as f64,
+            "{out}"
+        );
+        assert_eq!(
+            stat_column(&t.sock, "be", s, "pool_idle_max"),
+            most.to_string()
+        );
+    }
+    assert!(sum("idle_max") >= 1, "{out}");
 }

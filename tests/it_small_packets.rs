@@ -172,3 +172,39 @@ fn tcp_smart_accept_never_stalls_a_client_sending_a_body() {
     let m = median(times[2..].to_vec());
     assert!(m < Duration::from_millis(15), "median {m:?}: {times:?}");
 }
+
+/// The last response of a `Connection: close` client leaves with the FIN, in one segment:
+/// besides the response, the client receives only the SYN-ACK and the ACK of its request.
+/// (Sent apart, the FIN is one more segment for both ends to process, on every request.)
+#[test]
+fn a_close_response_leaves_with_its_fin() {
+    // Head and body in two sends: the proxy gets and writes them as two pieces too.
+    let b = two_send_server();
+    let (_s, port) = proxy_to(b.addr);
+    for i in 0..3 {
+        let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+        c.set_read_timeout(Some(WAIT)).unwrap();
+        c.write_all(
+            format!("GET /r{i} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        loop {
+            let mut buf = [0u8; 4096];
+            match read_retrying(&mut c, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("reading the response: {e}"),
+            }
+        }
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        assert!(text.ends_with("hello from a naive server"), "{text}");
+        let (all, data) = segments_in(&c);
+        assert_eq!(data, 1, "the response in one segment");
+        assert!(
+            all - data <= 2,
+            "request {i}: {all} segments in, {data} with data: the FIN came apart"
+        );
+    }
+}

@@ -1747,3 +1747,23 @@ pub fn pool_line(
         .collect();
     (server, threads)
 }
+
+/// `TCP_INFO` of a client socket: (segments received, of which carrying data).
+pub fn segments_in(c: &std::net::TcpStream) -> (u32, u32) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed `tcp_info` is a valid value, and getsockopt writes at most `len`
+    // bytes into it, on a socket this test owns.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            c.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        assert_eq!(r, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+        (info.tcpi_segs_in, info.tcpi_data_segs_in)
+    }
+}

@@ -41,7 +41,7 @@ fn describe(addr: &BindAddr) -> String {
     }
 }
 
-fn tcp_socket(addr: SocketAddr, b: &Bind, backlog: i32) -> io::Result<Socket> {
+fn tcp_socket(addr: SocketAddr, b: &Bind, backlog: i32, smart: bool) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
@@ -58,7 +58,16 @@ fn tcp_socket(addr: SocketAddr, b: &Bind, backlog: i32) -> io::Result<Socket> {
         crate::sys::set_defer_accept(&s, 1)?;
     }
     s.listen(backlog)?;
+    // After listen(), which resets the delayed-ACK state.
+    set_smart_accept(&s, smart)?;
     Ok(s)
+}
+
+/// `tcp-smart-accept` on a listening socket: accepted sockets inherit its delayed-ACK mode
+/// (`TCP_QUICKACK` off), as HAProxy sets it, so no connection needs a setsockopt of its
+/// own. Set both ways, since an inherited socket may carry the old process's setting.
+fn set_smart_accept(s: &Socket, smart: bool) -> io::Result<()> {
+    s.set_tcp_quickack(!smart)
 }
 
 /// Binds every `bind` of every frontend. Errors name the proxy and address, like HAProxy's
@@ -81,6 +90,7 @@ pub fn bind_all(
                 b.backlog
                     .or(p.backlog)
                     .unwrap_or_else(|| p.maxconn.unwrap_or(1024).min(65535)) as i32;
+            let smart = p.options.smart_accept(p.mode, b.ssl.is_some());
             let taken = crate::reload::bind_key(&b.addr)
                 .map(|k| inherited.take(&k))
                 .unwrap_or_default();
@@ -95,13 +105,14 @@ pub fn bind_all(
                         s.set_tcp_nodelay(true)?;
                         // This configuration's backlog and defer-accept.
                         s.listen(backlog)?;
+                        set_smart_accept(&s, smart)?;
                         crate::sys::set_defer_accept(&s, i32::from(b.defer_accept))?;
                         v.push(StdListener::Tcp(s.into()));
                     }
                     let actual = match v.first() {
                         Some(StdListener::Tcp(t)) => t.local_addr()?,
                         _ => {
-                            let first = tcp_socket(*a, b, backlog)?;
+                            let first = tcp_socket(*a, b, backlog, smart)?;
                             // Port 0 binds (tests) must give every thread the same port.
                             let actual = first.local_addr()?.as_socket().unwrap_or(*a);
                             v.push(StdListener::Tcp(first.into()));
@@ -109,7 +120,9 @@ pub fn bind_all(
                         }
                     };
                     while v.len() < nbthread {
-                        v.push(StdListener::Tcp(tcp_socket(actual, b, backlog)?.into()));
+                        v.push(StdListener::Tcp(
+                            tcp_socket(actual, b, backlog, smart)?.into(),
+                        ));
                     }
                     Ok(v)
                 }
@@ -138,6 +151,7 @@ pub fn bind_all(
                     s.set_nonblocking(true)?;
                     if s.domain()? != Domain::UNIX {
                         s.set_tcp_nodelay(true)?;
+                        set_smart_accept(&s, smart)?;
                     }
                     let l = match s.domain()? {
                         Domain::UNIX => {

@@ -173,38 +173,110 @@ fn tcp_smart_accept_never_stalls_a_client_sending_a_body() {
     assert!(m < Duration::from_millis(15), "median {m:?}: {times:?}");
 }
 
+/// One `Connection: close` GET on a new connection: the response text, and the segments
+/// the client received (all, with data).
+fn close_get(port: u16, i: usize) -> (String, u32, u32) {
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(format!("GET /r{i} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut got = Vec::new();
+    loop {
+        let mut buf = [0u8; 4096];
+        match read_retrying(&mut c, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("reading the response: {e}"),
+        }
+    }
+    let (all, data) = segments_in(&c);
+    (String::from_utf8_lossy(&got).into_owned(), all, data)
+}
+
 /// The last response of a `Connection: close` client leaves with the FIN, in one segment:
-/// besides the response, the client receives only the SYN-ACK and the ACK of its request.
-/// (Sent apart, the FIN is one more segment for both ends to process, on every request.)
+/// besides the response, the client receives only the SYN-ACK and at most the ACK of its
+/// request. (Sent apart, the FIN is one more segment for both ends to process, on every
+/// request.) With `no option tcp-smart-accept` too.
 #[test]
 fn a_close_response_leaves_with_its_fin() {
     // Head and body in two sends: the proxy gets and writes them as two pieces too.
     let b = two_send_server();
-    let (_s, port) = proxy_to(b.addr);
-    for i in 0..3 {
-        let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
-        c.set_read_timeout(Some(WAIT)).unwrap();
-        c.write_all(
-            format!("GET /r{i} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .unwrap();
-        let mut got = Vec::new();
-        loop {
-            let mut buf = [0u8; 4096];
-            match read_retrying(&mut c, &mut buf) {
-                Ok(0) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-                Err(e) => panic!("reading the response: {e}"),
-            }
-        }
-        let text = String::from_utf8_lossy(&got);
-        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-        assert!(text.ends_with("hello from a naive server"), "{text}");
-        let (all, data) = segments_in(&c);
-        assert_eq!(data, 1, "the response in one segment");
-        assert!(
-            all - data <= 2,
-            "request {i}: {all} segments in, {data} with data: the FIN came apart"
+    for extra in ["", "    no option tcp-smart-accept\n"] {
+        let port = free_port();
+        let cfg = format!(
+            "global\n    nbthread 1\n{DEFAULTS_HTTP}{extra}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {}\n",
+            b.addr
         );
+        let _s = Sluice::start(&cfg);
+        for i in 0..3 {
+            let (text, all, data) = close_get(port, i);
+            assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+            assert!(text.ends_with("hello from a naive server"), "{text}");
+            assert_eq!(data, 1, "the response in one segment");
+            assert!(
+                all - data <= 2,
+                "{extra}request {i}: {all} segments in, {data} with data: the FIN came apart"
+            );
+        }
     }
+}
+
+/// `tcp-smart-accept` is on by default in `mode http`, as in HAProxy: the ACK of a client's
+/// request rides on the response, so a `Connection: close` client receives two segments in
+/// all (SYN-ACK, response with FIN). `no option tcp-smart-accept` acknowledges the request
+/// apart, as does a `mode tcp` listener. (The delayed ACK fires on its own after 40 ms: on a
+/// loaded machine one answer may be slower than that, so the best of five is compared.)
+#[test]
+fn smart_accept_is_on_by_default_in_http_mode() {
+    let b = two_send_server();
+    let least = |extra: &str| {
+        let port = free_port();
+        let cfg = format!(
+            "global\n    nbthread 1\n{DEFAULTS_HTTP}{extra}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {}\n",
+            b.addr
+        );
+        let _s = Sluice::start(&cfg);
+        (0..5)
+            .map(|i| {
+                let (text, all, _) = close_get(port, i);
+                assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+                all
+            })
+            .min()
+            .unwrap()
+    };
+    assert_eq!(least(""), 2, "the request's ACK rides on the response");
+    assert_eq!(least("    option tcp-smart-accept\n"), 2);
+    assert_eq!(
+        least("    no option tcp-smart-accept\n"),
+        3,
+        "the request acknowledged at once"
+    );
+}
+
+/// Under `tcp-smart-accept` (the default in `mode http`), a client with Nagle on that writes
+/// its head in two pieces is not made to wait 40 ms for the ACK of the first: a partial head
+/// is acknowledged at once.
+#[test]
+fn a_head_written_in_two_pieces_with_nagle_on_costs_no_40ms() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n{DEFAULTS_HTTP}    option tcp-smart-accept\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    // Nagle on: the second piece waits for the ACK of the first.
+    c.tcp().set_nodelay(false).unwrap();
+    let mut times = Vec::new();
+    for i in 0..12 {
+        let t = Instant::now();
+        c.send(format!("GET /p{i} HTTP/1.1\r\nHo"));
+        c.send("st: t\r\n\r\n");
+        assert_eq!(c.read_response().status, 200, "{i}");
+        times.push(t.elapsed());
+    }
+    let m = median(times[2..].to_vec());
+    assert!(m < Duration::from_millis(15), "median {m:?}: {times:?}");
 }

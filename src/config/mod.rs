@@ -326,11 +326,22 @@ pub struct ProxyOptions {
     /// `option log-health-checks`.
     pub log_health_checks: bool,
     /// `option tcp-smart-accept`: the ACK of a client's request waits to ride on the
-    /// response (delayed ACK on accepted sockets).
-    pub tcp_smart_accept: bool,
+    /// response (delayed ACK on accepted sockets). `None` = not said: on for `mode http`
+    /// and for `ssl` binds, as HAProxy ([`ProxyOptions::smart_accept`]).
+    pub tcp_smart_accept: Option<bool>,
     /// `option tcp-smart-connect`: the ACK that completes a server connection waits to ride
     /// on the request.
     pub tcp_smart_connect: bool,
+}
+
+impl ProxyOptions {
+    /// Whether accepted connections delay their ACKs (`option tcp-smart-accept`): as said,
+    /// or else on for `mode http` proxies and `ssl` binds, as HAProxy ("smart accept is
+    /// automatic in HTTP mode"), off for plain `mode tcp`. A client's request is then
+    /// acknowledged by the response itself: one segment less per connection.
+    pub fn smart_accept(&self, mode: Mode, ssl: bool) -> bool {
+        self.tcp_smart_accept.unwrap_or(mode == Mode::Http || ssl)
+    }
 }
 
 /// `option httpchk`: the request line of HTTP checks (defaults `OPTIONS / HTTP/1.0`).

@@ -692,12 +692,15 @@ impl<C: ClientIo> Conn<'_, C> {
             if !self.cbuf.is_empty() {
                 match parse_request(&self.cbuf, self.max_head) {
                     Ok(Parsed::Complete(h)) => {
-                        if self.fe.options.tcp_smart_accept && h.body != BodyKind::None {
+                        if h.body != BodyKind::None && self.smart_accept() {
                             // The body may be held by the client's Nagle until our ACK.
                             self.client.quick_ack();
                         }
                         return HeadRead::Got(h, start);
                     }
+                    // The rest of the head, likewise (a head written in pieces by a client
+                    // with Nagle on). Rare: most heads arrive whole.
+                    Ok(Parsed::Partial) if self.smart_accept() => self.client.quick_ack(),
                     Ok(Parsed::Partial) => {}
                     Err(e) => return HeadRead::Fail(e.status, *b"PR", start),
                 }
@@ -794,6 +797,13 @@ impl<C: ClientIo> Conn<'_, C> {
         self.log(&txn);
         self.account(&txn);
         next
+    }
+
+    /// Whether this connection delays its ACKs (`tcp-smart-accept`, set on its listener).
+    fn smart_accept(&self) -> bool {
+        self.fe
+            .options
+            .smart_accept(self.fe.mode, self.ctx.tls.is_some())
     }
 
     /// Adds a finished transaction to the frontend, backend and server counters (stats and

@@ -44,12 +44,9 @@ pub async fn serve(
     let fe = &w.shared.proxies[proxy].fe;
     fe.max_conns.fetch_max(fe.cur_conns.load(Relaxed), Relaxed);
     let peer = match &client {
-        Client::Tcp(s, a) => {
-            // TCP_NODELAY comes from the listening socket (Linux copies it to accepted
-            // sockets): no setsockopt per connection.
-            if p.options.tcp_smart_accept {
-                let _ = socket2::SockRef::from(s).set_tcp_quickack(false);
-            }
+        Client::Tcp(_, a) => {
+            // TCP_NODELAY and `tcp-smart-accept`'s delayed ACKs come from the listening
+            // socket (Linux copies them to accepted sockets): no setsockopt per connection.
             Some(*a)
         }
         Client::Unix(_) => None,
@@ -134,6 +131,11 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
         ($io:expr) => {
             match crate::tls::accept(&tls, $io, limit).await {
                 Ok(s) => {
+                    // `tcp-smart-accept` (on for `ssl` binds) delays ACKs, and nothing of ours
+                    // may follow the client's last handshake flight (a resumed TLS 1.2
+                    // session): a client whose Nagle holds its request until that flight is
+                    // acknowledged would wait 40 ms. Acknowledge it now.
+                    s.quick_ack();
                     ctx.tls = Some(Box::new(crate::tls::server_info(&s)));
                     ctx.t_handshake = ctx.accepted.elapsed().as_millis() as i64;
                     if http {

@@ -125,7 +125,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 }
             }
             "log-health-checks" => o.log_health_checks = false,
-            "tcp-smart-accept" => o.tcp_smart_accept = false,
+            "tcp-smart-accept" => o.tcp_smart_accept = Some(false),
             "tcp-smart-connect" => o.tcp_smart_connect = false,
             // As in HAProxy, `no option X` returns to the default connection mode only if X is
             // the current one (`option httpclose` + `no option http-server-close` keeps close).
@@ -175,7 +175,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 }
                 "redispatch" => o.redispatch = true,
                 "log-health-checks" => o.log_health_checks = true,
-                "tcp-smart-accept" => o.tcp_smart_accept = true,
+                "tcp-smart-accept" => o.tcp_smart_accept = Some(true),
                 "tcp-smart-connect" => o.tcp_smart_connect = true,
                 "tcp-check" => o.check_type = super::super::CheckType::Tcp,
                 "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,

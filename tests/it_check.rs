@@ -1340,8 +1340,19 @@ fn check_reuse_pool_runs_checks_on_pooled_data_connections() {
 /// whose `pool-conn-name` equals the check's name.
 #[test]
 fn check_pool_conn_name_selects_the_pooled_connections_checks_use() {
-    let gate = Gate::new();
-    let b = HttpBackend::gated("s1", &gate);
+    // Each request held until its Host's gate opens.
+    let (gate_a, gate_b) = (Gate::new(), Gate::new());
+    let b = {
+        let (ga, gb) = (gate_a.clone(), gate_b.clone());
+        HttpBackend::with_handler("s1", move |r| {
+            if r.target == "/slow/a.example" {
+                ga.wait();
+            } else if r.target == "/slow/b.example" {
+                gb.wait();
+            }
+            Reply::echo_target("s1", r)
+        })
+    };
     let port = free_port();
     let cfg = format!(
         "{CHECK_DEFAULTS}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    option httpchk GET /health\n    server s1 {} check inter 100ms check-reuse-pool pool-conn-name req.hdr(host) check-pool-conn-name str(b.example)\n",
@@ -1350,18 +1361,16 @@ fn check_pool_conn_name_selects_the_pooled_connections_checks_use() {
     let _s = Sluice::start(&cfg);
     // Two requests held at once, one per Host: two server connections, pooled under those
     // names once answered.
-    let clients: Vec<_> = ["a.example", "b.example"]
-        .into_iter()
-        .map(|h| {
-            std::thread::spawn(move || {
-                http_raw(
-                    port,
-                    format!("GET /slow/{h} HTTP/1.1\r\nHost: {h}\r\nConnection: close\r\n\r\n"),
-                )
-                .status
-            })
+    let get = |h: &'static str| {
+        std::thread::spawn(move || {
+            http_raw(
+                port,
+                format!("GET /slow/{h} HTTP/1.1\r\nHost: {h}\r\nConnection: close\r\n\r\n"),
+            )
+            .status
         })
-        .collect();
+    };
+    let (client_a, client_b) = (get("a.example"), get("b.example"));
     let conn_of = |target: &str| {
         b.requests()
             .iter()
@@ -1371,10 +1380,12 @@ fn check_pool_conn_name_selects_the_pooled_connections_checks_use() {
     wait_until("both requests at the server", WAIT, || {
         conn_of("/slow/a.example").is_some() && conn_of("/slow/b.example").is_some()
     });
-    gate.open();
-    for c in clients {
-        assert_eq!(c.join().unwrap(), 200);
-    }
+    // b.example's connection is pooled first, a.example's last: a check that ignored the
+    // name would take a.example's, the most recent.
+    gate_b.open();
+    assert_eq!(client_b.join().unwrap(), 200);
+    gate_a.open();
+    assert_eq!(client_a.join().unwrap(), 200);
     let (a, named_b) = (
         conn_of("/slow/a.example").unwrap(),
         conn_of("/slow/b.example").unwrap(),

@@ -239,15 +239,8 @@ fn get_on_a_connection_the_server_closed_is_replayed() {
 #[test]
 fn a_replayed_request_is_counted() {
     let b = closes_reused_connections();
-    let dir = TempDir::new();
+    let (_s, port, dir) = proxy1(b.addr, "    retries 2\n", "", "");
     let sock = dir.join("admin.sock");
-    let port = free_port();
-    let cfg = format!(
-        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}    retries 2\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {}\n",
-        sock.display(),
-        b.hostport()
-    );
-    let _s = Sluice::start(&cfg);
     assert_eq!(http_get(port, "/first").status, 200);
     wait_until("the first connection is pooled", WAIT, || {
         pools(&sock).0["safe"] + pools(&sock).0["idle"] == 1
@@ -298,14 +291,13 @@ fn an_unsolicited_408_on_an_idle_connection_never_reaches_a_client() {
         })
     };
     let addr = server.addr;
-    let dir = TempDir::new();
-    let sock = dir.join("admin.sock");
-    let port = free_port();
-    let cfg = format!(
-        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}    retries 2\nfrontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    http-reuse always\n    server s1 {addr} pool-purge-delay 1h\n",
-        sock.display(),
+    let (_s, port, dir) = proxy1(
+        addr,
+        "    retries 2\n",
+        "    http-reuse always\n",
+        "pool-purge-delay 1h",
     );
-    let _s = Sluice::start(&cfg);
+    let sock = dir.join("admin.sock");
     let r = http_get(port, "/a");
     assert_eq!((r.status, r.body_str()), (200, "c0".to_string()));
     wait_until("the connection is idle", WAIT, || {
@@ -369,15 +361,8 @@ fn sequential_close_clients_keep_one_server_connection() {
 #[test]
 fn pool_state_is_visible_on_the_stats_socket() {
     let b = HttpBackend::start("s1");
-    let dir = TempDir::new();
+    let (_s, port, dir) = proxy1(b.addr, "", "", "pool-max-conn 8");
     let sock = dir.join("admin.sock");
-    let port = free_port();
-    let cfg = format!(
-        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {} pool-max-conn 8\n",
-        sock.display(),
-        b.hostport()
-    );
-    let _s = Sluice::start(&cfg);
     for i in 0..3 {
         assert_eq!(http_get(port, &format!("/r{i}")).status, 200);
     }
@@ -399,6 +384,23 @@ fn pool_state_is_visible_on_the_stats_socket() {
     assert_eq!(col("pool_purged"), "0");
     assert_eq!(col("pool_replayed"), "0");
     assert_eq!(col("pool_takeovers"), "0");
+}
+
+/// One worker thread and an admin stats socket (`admin.sock` in the returned directory);
+/// `defaults_extra` and `be_extra` are whole lines, `server_opts` go on the one server.
+fn proxy1(
+    server: std::net::SocketAddr,
+    defaults_extra: &str,
+    be_extra: &str,
+    server_opts: &str,
+) -> (Sluice, u16, TempDir) {
+    let dir = TempDir::new();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}{defaults_extra}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n{be_extra}    server s1 {server} {server_opts}\n",
+        dir.join("admin.sock").display(),
+    );
+    (Sluice::start(&cfg), port, dir)
 }
 
 /// Two worker threads and a stats socket; `server_opts` on the one server, `global_extra`
@@ -578,14 +580,8 @@ fn an_idle_connection_closed_by_the_server_leaves_the_pool_at_once() {
         })
     };
     let addr = server.addr;
-    let dir = TempDir::new();
+    let (_s, port, dir) = proxy1(addr, "", "", "pool-purge-delay 1h");
     let sock = dir.join("admin.sock");
-    let port = free_port();
-    let cfg = format!(
-        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {addr} pool-purge-delay 1h\n",
-        sock.display(),
-    );
-    let _s = Sluice::start(&cfg);
     assert_eq!(http_get(port, "/a").status, 200);
     wait_until("the connection is idle", WAIT, || {
         pools(&sock).0["idle"] == 1
@@ -832,15 +828,8 @@ fn pool_conn_name_separates_idle_connections() {
 fn purge_closes_idle_connections_no_longer_needed() {
     let gate = Gate::new();
     let b = HttpBackend::gated("s1", &gate);
-    let dir = TempDir::new();
+    let (_s, port, dir) = proxy1(b.addr, "", "", "pool-purge-delay 200ms");
     let sock = dir.join("admin.sock");
-    let port = free_port();
-    let cfg = format!(
-        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {} pool-purge-delay 200ms\n",
-        sock.display(),
-        b.hostport()
-    );
-    let _s = Sluice::start(&cfg);
     // Four requests held by the server at once: four server connections in use together.
     let hs = slow_gets(port, 4);
     wait_until("four server connections", WAIT, || b.open_conns() == 4);

@@ -127,6 +127,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
     hs.started.set(hs.started.get() + 1);
     let _ssl = SslConnGuard::new();
     let limit = limit.map(|d| d.saturating_sub(started.elapsed()));
+    let smart_accept = p.options.smart_accept(p.mode, true);
     macro_rules! run {
         ($io:expr) => {
             match crate::tls::accept(&tls, $io, limit).await {
@@ -134,8 +135,11 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
                     // `tcp-smart-accept` (on for `ssl` binds) delays ACKs, and nothing of ours
                     // may follow the client's last handshake flight (a resumed TLS 1.2
                     // session): a client whose Nagle holds its request until that flight is
-                    // acknowledged would wait 40 ms. Acknowledge it now.
-                    s.quick_ack();
+                    // acknowledged would wait 40 ms. Acknowledge it now (without smart
+                    // accept the kernel did, and the setsockopt would be for nothing).
+                    if smart_accept {
+                        s.quick_ack();
+                    }
                     ctx.tls = Some(Box::new(crate::tls::server_info(&s)));
                     ctx.t_handshake = ctx.accepted.elapsed().as_millis() as i64;
                     if http {

@@ -407,6 +407,9 @@ pub fn unix_now() -> u64 {
 
 impl ServerState {
     pub fn from_config(s: &Server, puid: u32, nbthread: usize) -> ServerState {
+        if s.send_proxy.is_some() {
+            crate::send_proxy::IN_USE.store(true, Relaxed);
+        }
         ServerState {
             name: s.name.clone(),
             addr: ArcSwap::from_pointee(s.addr),

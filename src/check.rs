@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::backend::{ServerState, unix_now};
 use crate::config::{
@@ -1667,7 +1666,7 @@ async fn run_steps(
     // How the current connection was opened: a new request after a closing response opens
     // the same kind again.
     let mut conn_tls: Option<CheckTls> = None;
-    let mut conn_proxy = false;
+    let mut conn_proxy = None;
     let mut conn_mux = Mux::Plain;
     let mut deadline = tokio::time::Instant::now() + connect_to + read_to;
     let mut last: Option<Outcome> = None;
@@ -1704,7 +1703,19 @@ async fn run_steps(
                     .and_then(|r| r.port)
                     .or(if default { cfg.port } else { None })
                     .unwrap_or(base.port());
-                let proxy_hdr = rule.is_some_and(|r| r.send_proxy) || (default && cfg.send_proxy);
+                // `check-send-proxy`, or the server's `send-proxy*` when the check goes to the
+                // server's own address (HAProxy's rule); in the server's version, else v1.
+                let own_addr = ip == base.ip() && port == base.port();
+                let send = rule.is_some_and(|r| r.send_proxy)
+                    || (default && cfg.send_proxy)
+                    || (own_addr && srv.conf.send_proxy.is_some());
+                let proxy_hdr = send.then(|| {
+                    crate::send_proxy::local(
+                        srv.conf
+                            .send_proxy
+                            .unwrap_or(crate::send_proxy::Version::V1),
+                    )
+                });
                 let what = match rule.and_then(|r| r.port) {
                     Some(port) => format!(" (connect port {port})"),
                     None => " (connect)".into(),
@@ -1738,9 +1749,10 @@ async fn run_steps(
                     deadline = tokio::time::Instant::now() + read_to;
                     continue;
                 }
-                let bare = tls.is_none() && !proxy_hdr && idx + 1 == steps.len();
+                let bare = tls.is_none() && proxy_hdr.is_none() && idx + 1 == steps.len();
                 let addr = SocketAddr::new(ip, port);
-                match connect(addr, connect_to, proxy_hdr, tls, bare, mux).await {
+                let src = srv.conf.source;
+                match connect(addr, src, connect_to, proxy_hdr, tls, bare, mux).await {
                     Ok(c) => *conn = Some(c),
                     Err((st, e)) => return Outcome::new(st, 0, format!("{e}{}", at(&what))),
                 }
@@ -1777,7 +1789,8 @@ async fn run_steps(
                     && let Some(a) = c.peer
                 {
                     // The previous response ends the connection: a new one for this request.
-                    match connect(a, connect_to, conn_proxy, conn_tls, false, conn_mux).await {
+                    let src = srv.conf.source;
+                    match connect(a, src, connect_to, conn_proxy, conn_tls, false, conn_mux).await {
                         Ok(n) => *c = n,
                         Err((st, e)) => return Outcome::new(st, 0, e),
                     }
@@ -1926,8 +1939,8 @@ enum Mux {
     ByAlpn,
 }
 
-/// Opens a check connection of its own, with an optional PROXY v1 header, over TLS
-/// when `tls` is given.
+/// Opens a check connection of its own from the server's `source`, starting with
+/// `proxy_hdr` (a PROXY header), over TLS when `tls` is given.
 ///
 /// `bare`: a pure layer-4 check (the connect is all there is). As HAProxy does, the final ACK
 /// of the handshake is held back (quick-ack off before connecting) and the connection is
@@ -1935,25 +1948,33 @@ enum Mux {
 /// application never has to accept and close a connection for every check.
 async fn connect(
     addr: SocketAddr,
+    source: Option<SocketAddr>,
     to: Duration,
-    proxy_hdr: bool,
+    proxy_hdr: Option<&[u8]>,
     tls: Option<CheckTls<'_>>,
     bare: bool,
     mux: Mux,
 ) -> Result<Conn, (Status, String)> {
     let connecting = async {
-        if !bare {
-            return TcpStream::connect(addr).await;
-        }
         let sock = if addr.is_ipv4() {
             tokio::net::TcpSocket::new_v4()?
         } else {
             tokio::net::TcpSocket::new_v6()?
         };
-        let _ = socket2::SockRef::from(&sock).set_tcp_quickack(false);
+        if let Some(src) = source {
+            if src.port() != 0 {
+                sock.set_reuseaddr(true)?;
+            }
+            sock.bind(src)?;
+        }
+        if bare {
+            let _ = socket2::SockRef::from(&sock).set_tcp_quickack(false);
+        }
         let s = sock.connect(addr).await?;
-        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
-        Ok(s)
+        if bare {
+            let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+        }
+        Ok::<_, std::io::Error>(s)
     };
     let s = match tokio::time::timeout(to, connecting).await {
         Err(_) => return Err((Status::L4Tout, String::new())),
@@ -1968,9 +1989,9 @@ async fn connect(
     };
     let mut s = s;
     let _ = s.set_nodelay(true);
-    if proxy_hdr {
-        // A check has no client: HAProxy sends the "UNKNOWN" form (before any TLS).
-        if let Err(e) = s.write_all(b"PROXY UNKNOWN\r\n").await {
+    if let Some(h) = proxy_hdr {
+        // A check has no client: HAProxy sends the "UNKNOWN" / LOCAL form (before any TLS).
+        if let Err(e) = s.write_all(h).await {
             return Err((Status::SockErr, e.to_string()));
         }
     }
@@ -2697,7 +2718,8 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         let addr = SocketAddr::new(target.addr.unwrap_or(srv.addr.load().ip()), target.port);
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = Box::pin(async {
-            let mut c = connect(addr, connect_to, false, None, false, Mux::Plain).await?;
+            let src = srv.conf.source;
+            let mut c = connect(addr, src, connect_to, None, None, false, Mux::Plain).await?;
             if let Some(s) = &target.send
                 && let Some(io) = c.s.raw()
             {

@@ -24,6 +24,7 @@ pub mod pool;
 pub mod prometheus;
 pub mod reload;
 pub mod runtime;
+pub mod send_proxy;
 pub mod stats;
 pub mod stats_page;
 pub mod stream;

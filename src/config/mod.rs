@@ -518,6 +518,11 @@ pub struct Server {
     pub check_pool_conn_name: Option<NameExpr>,
     /// `max-reuse` (`None` = unlimited).
     pub max_reuse: Option<u32>,
+    /// `send-proxy` / `send-proxy-v2`: new connections start with a PROXY header carrying
+    /// the client's addresses (and stay private to that client).
+    pub send_proxy: Option<crate::send_proxy::Version>,
+    /// `source ADDR[:PORT]`: the local address connections to the server are made from.
+    pub source: Option<SocketAddr>,
     /// `check` (with its timings), `None` without it.
     pub check: Option<CheckCfg>,
     /// Agent, observe, slowstart, track and on-marked-* settings.

@@ -1313,7 +1313,13 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.timings.queue = Some(slot.queued);
         // A server connection: this client's private one (`http-reuse never`), an idle one
         // from the thread's pool as `http-reuse` allows, or a new one.
-        let reuse = bp.options.http_reuse;
+        // A server sent the client's address in a PROXY header (`send-proxy*`): its
+        // connections carry that client and stay private to it, as under `never`.
+        let reuse = if shared.server(be_idx, slot.server).conf.send_proxy.is_some() {
+            HttpReuse::Never
+        } else {
+            bp.options.http_reuse
+        };
         let replayable = is_idempotent(head.method.of(&self.cbuf)) && head.body == BodyKind::None;
         // Whether a failure of a reused connection before any response byte would be
         // replayed (see `Retry`): then reuse needs no liveness syscall.
@@ -1398,7 +1404,9 @@ impl<C: ClientIo> Conn<'_, C> {
                     txn.timings.connect = Some(sc.connect_time);
                     txn.retries = sc.retries;
                     txn.redispatched = sc.redispatched;
-                    if reuse != HttpReuse::Never {
+                    // (A redispatch may have gone to a server that sends a PROXY header.)
+                    private = sc.slot.server_state().conf.send_proxy.is_some();
+                    if reuse != HttpReuse::Never && !private {
                         pool.opened((be_idx, sc.slot.server, name), &sc.slot.server_state().pool);
                     }
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
@@ -1499,13 +1507,15 @@ impl<C: ClientIo> Conn<'_, C> {
                         .w
                         .session_server(self.ctx.key, Some((be_idx, server)));
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
+                    let private = sc.slot.server_state().conf.send_proxy.is_some();
+                    let reuse = if private { HttpReuse::Never } else { reuse };
                     conn = ServerSide {
                         stream: sc.stream,
                         sni: sc.sni,
                         guard: PoolGuard::new(&self.ctx.w, reuse, (be_idx, server, name), epoch),
                         slot: sc.slot,
                         uses: 0,
-                        private: false,
+                        private,
                     };
                     if reuse != HttpReuse::Never {
                         self.ctx

@@ -59,9 +59,14 @@ pub async fn serve(
     // The default log line ("Connect from A to B"), logged now.
     let connect_line =
         !p.options.httplog && !p.options.tcplog && log_format.is_none() && !p.logs.is_empty();
-    // getsockname() only when a log line needs it: it is a syscall per connection.
+    // getsockname() only when a log line or a PROXY header to a server may need it: it is
+    // a syscall per connection.
     let local = match &client {
-        Client::Tcp(s, _) if connect_line || log_format.is_some_and(|f| f.needs_local) => {
+        Client::Tcp(s, _)
+            if connect_line
+                || log_format.is_some_and(|f| f.needs_local)
+                || crate::send_proxy::IN_USE.load(Relaxed) =>
+        {
             s.local_addr().ok()
         }
         _ => None,
@@ -632,17 +637,29 @@ pub fn server_sni<'a>(t: &'a crate::tls::ServerTls, host: Option<&'a [u8]>) -> O
     }
 }
 
-/// A TCP connection to `addr`, with TLS on top for `server ... ssl`; the TLS handshake
-/// shares the `timeout connect` budget. `Err(true)` = timed out.
+/// A TCP connection to `addr` (from the server's `source`), starting with `proxy_hdr`
+/// (`send-proxy*`), with TLS on top for `server ... ssl`; the TLS handshake shares the
+/// `timeout connect` budget. `Err(true)` = timed out.
 async fn connect_stream(
     srv: &crate::backend::ServerState,
     addr: SocketAddr,
     timeout: Option<Duration>,
     smart: bool,
     host: Option<&[u8]>,
+    proxy_hdr: Option<&[u8]>,
 ) -> Result<(ServerStream, Option<Box<str>>), bool> {
     let started = Instant::now();
-    let tcp = connect_one(addr, timeout, smart).await?;
+    let mut tcp = connect_one(addr, srv.conf.source, timeout, smart).await?;
+    if let Some(h) = proxy_hdr {
+        // Before anything else, TLS included. A small write on a new connection: the
+        // socket buffer takes it whole.
+        if tokio::io::AsyncWriteExt::write_all(&mut tcp, h)
+            .await
+            .is_err()
+        {
+            return Err(false);
+        }
+    }
     let tls = match &srv.conf.tls {
         Some(t) if srv.conf.ssl => t,
         _ => return Ok((ServerStream::Plain(tcp), None)),
@@ -674,12 +691,18 @@ pub async fn connect_with_slot(
         let addr = **slot.server_state().addr.load();
         let started = Instant::now();
         slot.server_state().counters.connects.fetch_add(1, Relaxed);
+        let proxy_hdr = slot
+            .server_state()
+            .conf
+            .send_proxy
+            .map(|v| crate::send_proxy::header(v, ctx.peer, ctx.local));
         let res = connect_stream(
             slot.server_state(),
             addr,
             bp.timeouts.connect,
             bp.options.tcp_smart_connect,
             host,
+            proxy_hdr.as_deref(),
         )
         .await;
         // (A failed TLS handshake counts as a layer-4 error for `observe`, as HAProxy's
@@ -733,6 +756,7 @@ pub async fn connect_with_slot(
 /// One connection attempt; `Err(true)` = timed out, `Err(false)` = refused/unreachable.
 async fn connect_one(
     addr: SocketAddr,
+    source: Option<SocketAddr>,
     timeout: Option<Duration>,
     smart: bool,
 ) -> Result<TcpStream, bool> {
@@ -742,6 +766,14 @@ async fn connect_one(
         } else {
             tokio::net::TcpSocket::new_v6()?
         };
+        if let Some(src) = source {
+            // `source`: a fixed port needs SO_REUSEADDR to be usable again while earlier
+            // connections from it linger in TIME_WAIT (HAProxy sets it too).
+            if src.port() != 0 {
+                sock.set_reuseaddr(true)?;
+            }
+            sock.bind(src)?;
+        }
         if smart {
             // `tcp-smart-connect`: the ACK of the server's SYN-ACK leaves with the request.
             let _ = socket2::SockRef::from(&sock).set_tcp_quickack(false);

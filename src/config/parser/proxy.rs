@@ -34,6 +34,8 @@ pub(super) struct ServerOpts {
     pub pool_conn_name: Option<crate::config::NameExpr>,
     pub check_pool_conn_name: Option<crate::config::NameExpr>,
     pub max_reuse: Option<u32>,
+    pub send_proxy: Option<crate::send_proxy::Version>,
+    pub source: Option<std::net::SocketAddr>,
     /// Health-check options (`check`, `inter`, `agent-check`, `track`, ...).
     pub chk: super::checks::ServerCheckOpts,
     pub tls: crate::tls::ServerTlsOpts,
@@ -53,6 +55,8 @@ impl Default for ServerOpts {
             pool_conn_name: None,
             check_pool_conn_name: None,
             max_reuse: None,
+            send_proxy: None,
+            source: None,
             chk: super::checks::ServerCheckOpts::default(),
             tls: Default::default(),
         }

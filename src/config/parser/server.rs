@@ -80,6 +80,11 @@ const SERVER_OPTIONS: &[&str] = &[
     "pool-conn-name",
     "check-pool-conn-name",
     "max-reuse",
+    "send-proxy",
+    "send-proxy-v2",
+    "no-send-proxy",
+    "no-send-proxy-v2",
+    "source",
 ];
 
 /// Real HAProxy server options that sluice does not implement.
@@ -91,14 +96,10 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "resolve-net",
     "resolve-opts",
     "init-addr",
-    "send-proxy",
-    "send-proxy-v2",
     "send-proxy-v2-ssl",
     "send-proxy-v2-ssl-cn",
-    "no-send-proxy",
     "proxy-v2-options",
     "redir",
-    "source",
     "usesrc",
     "crl-file",
     "npn",
@@ -325,6 +326,16 @@ fn server_opts(
                 o.pool_low_conn = parse_u32(val("number")?)?;
                 i += 1;
             }
+            "send-proxy" => o.send_proxy = Some(crate::send_proxy::Version::V1),
+            "send-proxy-v2" => o.send_proxy = Some(crate::send_proxy::Version::V2),
+            "no-send-proxy" | "no-send-proxy-v2" => o.send_proxy = None,
+            // `source ADDR[:PORT]`: the local address of connections to the server (port 0
+            // or none: any). `usesrc` and `interface` (transparent proxying) are not
+            // supported and stay errors.
+            "source" => {
+                o.source = Some(source_addr(val("address")?)?);
+                i += 1;
+            }
             "pool-purge-delay" => {
                 let t = parse_time(val("time")?)?;
                 if t.is_zero() {
@@ -452,6 +463,8 @@ fn make_server(
         pool_conn_name: o.pool_conn_name.clone(),
         check_pool_conn_name: o.check_pool_conn_name.clone(),
         max_reuse: o.max_reuse,
+        send_proxy: o.send_proxy,
+        source: o.source,
         check: o.chk.check_cfg(),
         health: o.chk.health_cfg(),
         // `check-ssl` on a server whose traffic is plain: the TLS settings of its line are
@@ -506,6 +519,23 @@ pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), Strin
             .map_err(|e| format!("TLS settings for 'connect ssl' checks: {e}"))?;
     }
     Ok(())
+}
+
+/// `source ADDR[:PORT]`: an IP address, with an optional port (none or 0: any).
+fn source_addr(a: &str) -> Result<std::net::SocketAddr, String> {
+    let (family, rest) = strip_family(a, false);
+    let (host, port) = split_host_port(rest)?;
+    if host.is_empty() || host == "*" {
+        return Err(format!("'source {a}': an address is required"));
+    }
+    let port = match port.filter(|p| !p.is_empty()) {
+        None | Some("0") => 0,
+        Some(p) => parse_port(p, a)?,
+    };
+    if host.parse::<std::net::IpAddr>().is_err() {
+        return Err(format!("'source {a}': '{host}' is not an IP address"));
+    }
+    resolve_host(host, port, family)
 }
 
 fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {

@@ -1,0 +1,132 @@
+//! `send-proxy` / `send-proxy-v2`: the PROXY protocol header (haproxy's proxy-protocol.txt)
+//! that tells a server who the client is, written first on a new server connection.
+//!
+//! It owns the header's bytes only. Writing them, and keeping such connections private to
+//! their client (they carry that client's address), is the connect path's job (`stream`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicBool;
+
+/// Set once a server with `send-proxy*` exists (configuration or `add server`): from then
+/// on accepted connections learn the address they arrived on (a getsockname per
+/// connection), which the header carries. Process-wide, written rarely, read per accept.
+pub static IN_USE: AtomicBool = AtomicBool::new(false);
+
+/// Which header a server gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// `send-proxy`: the text line.
+    V1,
+    /// `send-proxy-v2`: the binary header.
+    V2,
+}
+
+/// The version 2 signature.
+const SIG: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
+
+/// The header of a connection made on behalf of a client that connected from `src` to
+/// `dst`. Without both (a unix-socket client), or for health checks, the header says the
+/// connection is the proxy's own: `PROXY UNKNOWN` in version 1, the `LOCAL` command in
+/// version 2 (as HAProxy sends them).
+pub fn header(v: Version, src: Option<SocketAddr>, dst: Option<SocketAddr>) -> Vec<u8> {
+    let (Some(src), Some(dst)) = (src, dst) else {
+        return local(v).to_vec();
+    };
+    // A dual-stack listener sees IPv4 clients as mapped IPv6 addresses: both ends are then
+    // given in one family, IPv6 if either is.
+    let (s, d) = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => (IpAddr::V4(s), IpAddr::V4(d)),
+        (s, d) => (IpAddr::V6(v6(s)), IpAddr::V6(v6(d))),
+    };
+    match v {
+        Version::V1 => {
+            let fam = if s.is_ipv4() { "TCP4" } else { "TCP6" };
+            format!("PROXY {fam} {s} {d} {} {}\r\n", src.port(), dst.port()).into_bytes()
+        }
+        Version::V2 => {
+            let mut h = Vec::with_capacity(16 + 36);
+            h.extend_from_slice(&SIG);
+            // Version 2, command PROXY.
+            h.push(0x21);
+            match (s, d) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    // TCP over IPv4: two addresses and two ports.
+                    h.push(0x11);
+                    h.extend_from_slice(&12u16.to_be_bytes());
+                    h.extend_from_slice(&s.octets());
+                    h.extend_from_slice(&d.octets());
+                }
+                (s, d) => {
+                    h.push(0x21);
+                    h.extend_from_slice(&36u16.to_be_bytes());
+                    h.extend_from_slice(&v6(s).octets());
+                    h.extend_from_slice(&v6(d).octets());
+                }
+            }
+            h.extend_from_slice(&src.port().to_be_bytes());
+            h.extend_from_slice(&dst.port().to_be_bytes());
+            h
+        }
+    }
+}
+
+/// The header of a connection of the proxy's own (health checks, unknown client address).
+pub fn local(v: Version) -> &'static [u8] {
+    match v {
+        Version::V1 => b"PROXY UNKNOWN\r\n",
+        // Signature, version 2 with command LOCAL, family UNSPEC, no address.
+        Version::V2 => b"\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00",
+    }
+}
+
+fn v6(a: IpAddr) -> std::net::Ipv6Addr {
+    match a {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa(s: &str) -> Option<SocketAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn version_1_lines() {
+        assert_eq!(
+            header(Version::V1, sa("192.0.2.1:5555"), sa("198.51.100.2:80")),
+            b"PROXY TCP4 192.0.2.1 198.51.100.2 5555 80\r\n"
+        );
+        assert_eq!(
+            header(Version::V1, sa("[2001:db8::1]:5555"), sa("[::1]:443")),
+            b"PROXY TCP6 2001:db8::1 ::1 5555 443\r\n"
+        );
+        assert_eq!(
+            header(Version::V1, sa("192.0.2.1:5555"), sa("[::1]:443")),
+            b"PROXY TCP6 ::ffff:192.0.2.1 ::1 5555 443\r\n"
+        );
+        assert_eq!(
+            header(Version::V1, None, sa("[::1]:443")),
+            b"PROXY UNKNOWN\r\n"
+        );
+    }
+
+    #[test]
+    fn version_2_headers() {
+        let h = header(Version::V2, sa("192.0.2.1:5555"), sa("198.51.100.2:80"));
+        assert_eq!(&h[..12], &SIG);
+        assert_eq!(&h[12..16], &[0x21, 0x11, 0, 12]);
+        assert_eq!(&h[16..24], &[192, 0, 2, 1, 198, 51, 100, 2]);
+        assert_eq!(&h[24..], &[0x15, 0xb3, 0, 80]);
+        let h = header(Version::V2, sa("[2001:db8::1]:1"), sa("[::1]:2"));
+        assert_eq!(&h[12..16], &[0x21, 0x21, 0, 36]);
+        assert_eq!(h.len(), 16 + 36);
+        assert_eq!(&h[48..], &[0, 1, 0, 2]);
+        let l = header(Version::V2, None, None);
+        assert_eq!(&l[..12], &SIG);
+        assert_eq!(&l[12..], &[0x20, 0, 0, 0]);
+    }
+}

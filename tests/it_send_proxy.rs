@@ -1,0 +1,162 @@
+//! `send-proxy`, `send-proxy-v2` and `source` on servers: the PROXY header a server gets
+//! (traffic in both modes, health checks), connections that carry a client's address staying
+//! private to that client, and the local address connections are made from.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+
+/// What a test server saw on one connection: the peer address and its PROXY header.
+type Seen = Arc<Mutex<Vec<(std::net::SocketAddr, Vec<u8>)>>>;
+
+/// An HTTP server that reads a PROXY v1 line first, then answers every request on the
+/// connection with that line (without its CRLF) as the body.
+fn v1_echo() -> (TcpBackend, Seen) {
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let server = TcpBackend::with_handler(move |c, _| {
+        let peer = c.peer_addr().unwrap();
+        let mut w = Wire::new(c);
+        let Ok(Some(line)) = w.read_until(b"\r\n") else {
+            return;
+        };
+        log.lock().unwrap().push((peer, line.clone()));
+        let body = &line[..line.len() - 2];
+        while let Ok(Some(_)) = w.read_until(b"\r\n\r\n") {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+            if w.stream.write_all(head.as_bytes()).is_err() || w.stream.write_all(body).is_err() {
+                return;
+            }
+        }
+    });
+    (server, seen)
+}
+
+fn http_proxy(addr: std::net::SocketAddr, be_extra: &str, server_opts: &str) -> (Sluice, u16) {
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n{be_extra}    server s1 {addr} {server_opts}\n"
+    );
+    (Sluice::start(&cfg), port)
+}
+
+/// `send-proxy`: a new server connection starts with `PROXY TCP4 <client> <frontend> ...`;
+/// it serves its client's later requests, and never another client's, even under
+/// `http-reuse always`.
+#[test]
+fn send_proxy_tells_the_server_the_client_and_keeps_the_connection_private() {
+    let (server, seen) = v1_echo();
+    let (_s, port) = http_proxy(server.addr, "    http-reuse always\n", "send-proxy");
+    let expect =
+        |c: &HttpClient| format!("PROXY TCP4 127.0.0.1 127.0.0.1 {} {port}", c.local_port());
+    let mut a = HttpClient::connect(port);
+    for i in 0..2 {
+        let r = a.get(&format!("/a{i}"));
+        assert_eq!((r.status, r.body_str()), (200, expect(&a)));
+    }
+    assert_eq!(
+        server.conns(),
+        1,
+        "the client's later request used its connection"
+    );
+    let mut b = HttpClient::connect(port);
+    let r = b.get("/b");
+    assert_eq!((r.status, r.body_str()), (200, expect(&b)));
+    assert_eq!(
+        server.conns(),
+        2,
+        "another client never gets that connection"
+    );
+    // And the first client still has its own.
+    let r = a.get("/a2");
+    assert_eq!(r.body_str(), expect(&a));
+    assert_eq!(server.conns(), 2);
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+/// `send-proxy-v2` in `mode tcp`: the binary header (signature, PROXY command, TCP over
+/// IPv4, both addresses and ports) comes first, then the client's bytes.
+#[test]
+fn send_proxy_v2_in_tcp_mode() {
+    // Echoes the header (16 + 12 bytes) and the bytes after it.
+    let server = TcpBackend::with_handler(|mut c, _| {
+        let mut buf = [0u8; 28 + 5];
+        if c.read_exact(&mut buf).is_ok() {
+            let _ = c.write_all(&buf);
+        }
+    });
+    let port = free_port();
+    let cfg = format!(
+        "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\nlisten l\n    bind 127.0.0.1:{port}\n    server s1 {} send-proxy-v2\n",
+        server.addr
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(b"hello").unwrap();
+    let mut got = [0u8; 33];
+    c.read_exact(&mut got).unwrap();
+    assert_eq!(&got[..12], b"\r\n\r\n\0\r\nQUIT\n");
+    assert_eq!(&got[12..16], &[0x21, 0x11, 0, 12]);
+    assert_eq!(&got[16..24], &[127, 0, 0, 1, 127, 0, 0, 1]);
+    let client_port = c.local_addr().unwrap().port();
+    assert_eq!(&got[24..26], &client_port.to_be_bytes());
+    assert_eq!(&got[26..28], &port.to_be_bytes());
+    assert_eq!(&got[28..], b"hello");
+}
+
+/// `source ADDR`: traffic and health checks leave from that address; checks of a
+/// `send-proxy` server carry the header too, in its `UNKNOWN` form (a check has no client).
+#[test]
+fn source_address_and_proxy_header_of_checks() {
+    let (server, seen) = v1_echo();
+    let (_s, port) = http_proxy(
+        server.addr,
+        "",
+        "send-proxy source 127.0.0.2 check inter 100ms",
+    );
+    let r = http_get(port, "/x");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body_str().starts_with("PROXY TCP4 127.0.0.1 "),
+        "{}",
+        r.body_str()
+    );
+    wait_until("a health check arrived", WAIT, || {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, l)| l == b"PROXY UNKNOWN\r\n")
+    });
+    for (peer, line) in seen.lock().unwrap().iter() {
+        assert_eq!(
+            peer.ip(),
+            std::net::IpAddr::from([127, 0, 0, 2]),
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
+/// The keywords are checked: `source` needs an IP address, and the transparent-proxy forms
+/// and TLV variants remain unsupported errors.
+#[test]
+fn send_proxy_and_source_errors() {
+    for (opts, want) in [
+        ("source localhost", "is not an IP address"),
+        ("source 127.0.0.1 usesrc clientip", "usesrc"),
+        ("send-proxy-v2-ssl", "send-proxy-v2-ssl"),
+    ] {
+        let (code, err) = Sluice::check(&format!(
+            "defaults\n    mode http\nbackend be\n    server s1 127.0.0.1:1 {opts}\n"
+        ));
+        assert_ne!(code, 0, "{opts}");
+        assert!(err.contains(":4") && err.contains(want), "{opts}: {err}");
+    }
+    let (code, err) = Sluice::check(
+        "defaults\n    mode http\nbackend be\n    default-server send-proxy source 127.0.0.1:0\n    server s1 127.0.0.1:1 no-send-proxy\n",
+    );
+    assert_eq!(code, 0, "{err}");
+}

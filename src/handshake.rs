@@ -21,6 +21,9 @@
 //! the whole run queue, blocked new connections under heavy regular traffic and was reverted).
 //! tokio's stable metrics offer no per-thread run-queue depth to use instead.
 //!
+//! The same scheduler, with a few starts per round and no depth, paces the starts of health
+//! checks (`Worker::check_starts`, `check::STARTS_PER_ROUND`).
+//!
 //! Everything here belongs to one thread: `Cell`s and a `VecDeque` whose buffer is reused,
 //! no lock and no allocation per handshake once the queue has grown.
 
@@ -42,6 +45,8 @@ enum Place {
 
 /// One thread's handshake queue and its counters (`show activity`).
 pub struct HandshakeSched {
+    /// Starts allowed per round.
+    per_round: u32,
     /// Starts left in this round.
     left: Cell<u32>,
     /// Ticket of `queue[0]`; a ticket below it has had its turn.
@@ -70,8 +75,15 @@ pub struct HandshakeSched {
 impl HandshakeSched {
     /// `depth`: `tune.runqueue-depth`.
     pub fn new(depth: u32) -> HandshakeSched {
+        HandshakeSched::with_starts(depth, STARTS_PER_ROUND)
+    }
+
+    /// A scheduler that lets `per_round` starts through per round.
+    pub fn with_starts(depth: u32, per_round: u32) -> HandshakeSched {
+        let per_round = per_round.max(1);
         HandshakeSched {
-            left: Cell::new(STARTS_PER_ROUND),
+            per_round,
+            left: Cell::new(per_round),
             base: Cell::new(0),
             queue: RefCell::new(VecDeque::new()),
             waiting: Cell::new(0),
@@ -142,7 +154,7 @@ impl HandshakeSched {
     pub async fn run_rounds(&self) {
         loop {
             std::future::poll_fn(|cx| {
-                if self.left.get() < STARTS_PER_ROUND || self.waiting.get() > 0 {
+                if self.left.get() < self.per_round || self.waiting.get() > 0 {
                     Poll::Ready(())
                 } else {
                     *self.rounds.borrow_mut() = Some(cx.waker().clone());
@@ -152,7 +164,7 @@ impl HandshakeSched {
             .await;
             // Deferred by tokio until the I/O driver has run: the next round.
             tokio::task::yield_now().await;
-            self.left.set(STARTS_PER_ROUND);
+            self.left.set(self.per_round);
             self.grant();
         }
     }
@@ -160,7 +172,7 @@ impl HandshakeSched {
     /// Returns a start taken by a handshake that was then dropped without crypto (its client
     /// had gone): the next waiter gets it in this same round.
     pub fn give_back(&self) {
-        if self.left.get() < STARTS_PER_ROUND {
+        if self.left.get() < self.per_round {
             self.left.set(self.left.get() + 1);
             self.grant();
         }
@@ -322,6 +334,39 @@ mod tests {
             assert!(rounds.get() >= 5, "{} rounds", rounds.get());
             assert_eq!(s.queued(), 0);
             assert!(s.queue.borrow().is_empty());
+        });
+    }
+
+    /// With N starts per round, a crowd starts N per round, in order (check starts).
+    #[test]
+    fn several_starts_per_round() {
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt(), async {
+            let s = Rc::new(HandshakeSched::with_starts(u32::MAX, 4));
+            let started = Rc::new(RefCell::new(Vec::new()));
+            let mut tasks = Vec::new();
+            for i in 0..10 {
+                let (s, started) = (s.clone(), started.clone());
+                tasks.push(tokio::task::spawn_local(async move {
+                    s.turn().await;
+                    started.borrow_mut().push(i);
+                }));
+            }
+            // Every task polled once, no round run yet: the first four went through.
+            while s.queued() + (started.borrow().len() as u32) < 10 {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(*started.borrow(), vec![0, 1, 2, 3]);
+            assert_eq!(s.queued(), 6);
+            assert!(!s.paused.get(), "no depth: never pauses");
+            {
+                let s = s.clone();
+                tokio::task::spawn_local(async move { s.run_rounds().await });
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+            assert_eq!(*started.borrow(), (0..10).collect::<Vec<_>>());
         });
     }
 

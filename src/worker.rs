@@ -68,6 +68,10 @@ pub struct Worker {
     pub activity: Activity,
     /// When this thread's client TLS handshakes may start (DESIGN §6).
     pub hs: crate::handshake::HandshakeSched,
+    /// When this thread's health checks may start: a few per event-loop round, so that
+    /// checks falling due in the same timer tick never hold traffic up for more than a few
+    /// check starts (DESIGN §5). Never pauses a listener.
+    pub check_starts: crate::handshake::HandshakeSched,
 }
 
 /// Buffers kept for reuse per thread; beyond this they go back to the allocator.
@@ -198,10 +202,18 @@ pub fn spawn(
                     sessions: std::cell::RefCell::new(slab::Slab::new()),
                     activity: Activity::default(),
                     hs: crate::handshake::HandshakeSched::new(runqueue_depth),
+                    check_starts: crate::handshake::HandshakeSched::with_starts(
+                        u32::MAX,
+                        crate::check::STARTS_PER_ROUND,
+                    ),
                 });
                 {
                     let w = w.clone();
                     tokio::task::spawn_local(async move { w.hs.run_rounds().await });
+                }
+                {
+                    let w = w.clone();
+                    tokio::task::spawn_local(async move { w.check_starts.run_rounds().await });
                 }
                 {
                     let w = w.clone();

@@ -395,7 +395,8 @@ def server_states(sock):
 class Target:
     def __init__(self, a, mode, tmp):
         self.tmp = tmp
-        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), '--role', 'target',
+        idle = ['chrt', '--idle', '0'] if getattr(a, 'target_idle', False) else []
+        self.p = subprocess.Popen(idle + [sys.executable, os.path.abspath(__file__), '--role', 'target',
                                    '--servers', str(a.servers), '--per-addr', str(a.per_addr),
                                    '--mode', mode],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -611,6 +612,10 @@ def main():
     ap.add_argument('--nocheck-window', type=float, default=20)
     ap.add_argument('--settle', type=float, default=3)
     ap.add_argument('--lat-every', type=float, default=0.001, help='latency client pacing, s')
+    ap.add_argument('--target-idle', action='store_true',
+                    help='run the check target as SCHED_IDLE: the checked servers only get CPU time '
+                         'the proxy and the latency client leave, as servers on other machines '
+                         'would (the packet capture still timestamps in the kernel)')
     ap.add_argument('--out', help='also write the report here')
     ap.add_argument('--json', help='write raw results here')
     # role arguments

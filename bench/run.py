@@ -211,6 +211,21 @@ def tree_cpu(root):
     return sum(procs[p][1] for p in tree_pids(root, procs)) / CLK
 
 
+def tree_wakeups(root):
+    """Voluntary context switches (times a thread went to sleep waiting for
+    an event, so had to be woken again) summed over every thread of root's
+    process tree."""
+    n = 0
+    for pid in tree_pids(root):
+        try:
+            tids = os.listdir(f'/proc/{pid}/task')
+        except OSError:
+            continue
+        for tid in tids:
+            n += status_kb(f'{pid}/task/{tid}', 'voluntary_ctxt_switches')
+    return n
+
+
 def status_kb(pid, field):
     try:
         with open(f'/proc/{pid}/status') as f:
@@ -381,7 +396,9 @@ def run_wrk(url, a, close, cpus, on_tick=None, duration=None):
     STARTED.remove(p)
     if p.returncode != 0:
         raise RunFailed(f'wrk exited {p.returncode}: {out.strip()[-500:]}')
-    return parse_wrk(out), ru.ru_utime + ru.ru_stime, tick
+    out = parse_wrk(out)
+    out['wrk_wakeups'] = ru.ru_nvcsw
+    return out, ru.ru_utime + ru.ru_stime, tick
 
 
 # ---------------------------------------------------------------- one run
@@ -487,6 +504,7 @@ def measure_load(rec, sc, proc, a, ports, origin):
     sampler = RssSampler(proc.pid) if proc else None
     s0, t0 = cpu_stat(), time.time()
     pc0, oc0 = (tree_cpu(proc.pid) if proc else 0.0), tree_cpu(origin.pid)
+    pw0, ow0 = (tree_wakeups(proc.pid) if proc else 0), tree_wakeups(origin.pid)
 
     def at_load():
         return {'srv_est': ss_count('established', bp), 'cli_est': ss_count('established', port)}
@@ -502,6 +520,7 @@ def measure_load(rec, sc, proc, a, ports, origin):
         if tk1 is not None:
             rec['takeovers'] = tk1 - tk0
     pc1, oc1 = (tree_cpu(proc.pid) if proc else 0.0), tree_cpu(origin.pid)
+    pw1, ow1 = (tree_wakeups(proc.pid) if proc else 0), tree_wakeups(origin.pid)
     s1, t1 = cpu_stat(), time.time()
     acc1, _ = origin_counters(bp)
     if sampler:
@@ -514,6 +533,16 @@ def measure_load(rec, sc, proc, a, ports, origin):
     rec['cpu_us_per_req'] = rec['proxy_cpu_s'] * 1e6 / w['requests'] if w['requests'] else None
     rec['origin_cpu_s'] = oc1 - oc0
     rec['wrk_cpu_s'] = wrk_cpu
+    if w['requests']:
+        # CPU and sleeps per request of the load side (origin + wrk): on
+        # loopback, waking a sleeping receiver is paid by the sender, so a
+        # proxy that sleeps more often per request makes the other core work
+        # harder for the same requests.
+        n = w['requests']
+        rec['load_cpu_us_per_req'] = (rec['origin_cpu_s'] + wrk_cpu) * 1e6 / n
+        rec['wakeups_per_req'] = {'proxy': round((pw1 - pw0) / n, 3),
+                                  'origin': round((ow1 - ow0) / n, 3),
+                                  'wrk': round(w['wrk_wakeups'] / n, 3)}
     busy = {k: (s1[k][0] - s0[k][0]) / CLK for k in s0}
     steal = {k: (s1[k][1] - s0[k][1]) / CLK for k in s0}
     rec['wall_s'] = wall
@@ -741,6 +770,10 @@ def fmt_row(r):
            f"{r['errors']:>6} {nz(r.get('cpu_us_per_req')):>7.2f} {mib(r.get('rss_kb')):>7.1f} "
            f"{r['origin_new_conns']:>8} {r['other_pct']:>6.1f} {r['steal_pct']:>5.1f} "
            f"{r['cpu_busy_pct'].get('cpu0', 0):>3.0f}/{r['cpu_busy_pct'].get('cpu1', 0):<3.0f}")
+    if 'wakeups_per_req' in r:
+        wk = r['wakeups_per_req']
+        row += (f"  load {r['load_cpu_us_per_req']:.1f} us/req, sleeps/req proxy {wk['proxy']:.2f} "
+                f"origin {wk['origin']:.2f} wrk {wk['wrk']:.2f}")
     if 'reuse_pct' in r and r['scenario'] == 'ka-20srv':
         row += f"  reuse {r['reuse_pct']:.2f}%"
         if 'takeovers_per_s' in r:

@@ -207,7 +207,11 @@ def run_proxy(px, a, work, crt):
     px, _, path = px.partition('=')
     cfg = os.path.join(work, f'{px}.cfg')
     with open(cfg, 'w') as f:
-        f.write(base.CONFIG.format(threads=a.threads, port=port, crt=crt))
+        conf = base.CONFIG.format(threads=a.threads, port=port, crt=crt)
+        if a.cpu_map:
+            # one worker per CPU, as an operator running thread-per-core would configure
+            conf = conf.replace('global\n', f'global\n    cpu-map auto:1/1-{a.threads} 0-{a.threads - 1}\n', 1)
+        f.write(conf)
     if path:
         # NAME=PATH: another sluice build (an A/B against an older commit).
         cmd = [path, '-db', '-f', cfg]
@@ -224,11 +228,15 @@ def run_proxy(px, a, work, crt):
         t_storm = time.monotonic() + a.idle
         t_end = t_storm + a.duration
         ka_out, st_out = os.path.join(work, f'{px}-ka.json'), os.path.join(work, f'{px}-st.json')
-        kids.append(subprocess.Popen(me + ['--role', 'ka', '--until', str(t_end), '--out', ka_out]))
+        ka_nice = ['nice', '-n', str(a.ka_nice)] if a.ka_nice else []
+        kids.append(subprocess.Popen(ka_nice + me + ['--role', 'ka', '--until', str(t_end), '--out', ka_out]))
         time.sleep(max(0.0, t_storm - time.monotonic()))
         flight = flight_size(port, client_hello())
         c0 = base.cpu_s(p.pid)
-        kids.append(subprocess.Popen(me + ['--role', 'storm', '--clients', str(a.clients),
+        nice = ['nice', '-n', str(a.storm_nice)] if a.storm_nice else []
+        if a.storm_idle:
+            nice = ['chrt', '--idle', '0'] + nice
+        kids.append(subprocess.Popen(nice + me + ['--role', 'storm', '--clients', str(a.clients),
                                            '--duration', str(a.duration), '--out', st_out,
                                            '--mode', a.mode, '--flight', str(flight)]))
         for k in kids:
@@ -278,6 +286,17 @@ def main():
                     help='comma-separated: sluice, haproxy, or NAME=PATH for another sluice build')
     ap.add_argument('--sluice', default=os.path.join(ROOT, 'target', 'release', 'sluice'))
     ap.add_argument('--mode', choices=['hello', 'full'], default='hello')
+    ap.add_argument('--ka-nice', type=int, default=0,
+                    help='run the keep-alive client under nice -n N (negative: ahead of the proxy '
+                         'and the storm client, so that its own scheduling drops out of its latency)')
+    ap.add_argument('--cpu-map', action='store_true',
+                    help='pin worker thread N to CPU N-1 (cpu-map auto:1/1-T 0-(T-1)) in both proxies')
+    ap.add_argument('--storm-idle', action='store_true',
+                    help='run the storm client as SCHED_IDLE: it only gets CPU time the proxy and '
+                         'the keep-alive client leave, as clients on other machines would')
+    ap.add_argument('--storm-nice', type=int, default=0,
+                    help='run the storm client under nice -n N, so that it takes the CPU the proxy '
+                         'and the keep-alive client leave (clients on other machines, in effect)')
     ap.add_argument('--flight', type=int, help=argparse.SUPPRESS)
     ap.add_argument('--role', choices=['ka', 'storm'], help=argparse.SUPPRESS)
     ap.add_argument('--port', type=int, help=argparse.SUPPRESS)

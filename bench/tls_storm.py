@@ -236,9 +236,17 @@ def run_proxy(px, a, work, crt):
         nice = ['nice', '-n', str(a.storm_nice)] if a.storm_nice else []
         if a.storm_idle:
             nice = ['chrt', '--idle', '0'] + nice
-        kids.append(subprocess.Popen(nice + me + ['--role', 'storm', '--clients', str(a.clients),
-                                           '--duration', str(a.duration), '--out', st_out,
-                                           '--mode', a.mode, '--flight', str(flight)]))
+        if a.client == 'c':
+            hello_file = os.path.join(work, 'hello.bin')
+            with open(hello_file, 'wb') as f:
+                f.write(client_hello())
+            storm_cmd = [a.c_client, str(port), str(a.clients), str(a.duration), hello_file,
+                         str(flight), st_out]
+        else:
+            storm_cmd = me + ['--role', 'storm', '--clients', str(a.clients),
+                              '--duration', str(a.duration), '--out', st_out,
+                              '--mode', a.mode, '--flight', str(flight)]
+        kids.append(subprocess.Popen(nice + storm_cmd))
         for k in kids:
             k.wait(timeout=a.idle + a.duration + 60)
         c1 = base.cpu_s(p.pid)
@@ -289,6 +297,12 @@ def main():
     ap.add_argument('--ka-nice', type=int, default=0,
                     help='run the keep-alive client under nice -n N (negative: ahead of the proxy '
                          'and the storm client, so that its own scheduling drops out of its latency)')
+    ap.add_argument('--cert', choices=['ecdsa', 'rsa'], default='ecdsa',
+                    help='the certificate: ECDSA P-256 (default) or RSA 2048')
+    ap.add_argument('--client', choices=['py', 'c'], default='py',
+                    help='storm client: py (asyncio, --mode hello|full) or c (bench/tls_hello.c, '
+                         'built with gcc: hello mode in one epoll loop, cheap enough that the '
+                         'proxy saturates first)')
     ap.add_argument('--cpu-map', action='store_true',
                     help='pin worker thread N to CPU N-1 (cpu-map auto:1/1-T 0-(T-1)) in both proxies')
     ap.add_argument('--storm-idle', action='store_true',
@@ -312,9 +326,20 @@ def main():
             sys.exit(f'{tool} not found (apt-get install -y {tool})')
     work = tempfile.mkdtemp(prefix='sluice-tls-storm.')
     try:
-        crt = base.make_certs(work)['ecdsa']
+        crt = base.make_certs(work)[a.cert]
+        if a.client == 'c':
+            a.mode = 'hello'
+            a.c_client = os.path.join(work, 'tls_hello')
+            subprocess.run(['gcc', '-O2', '-o', a.c_client, os.path.join(BENCH, 'tls_hello.c')],
+                           check=True)
+        placement = [f'client {a.client}'] + [f for f, on in (
+            ('storm client SCHED_IDLE', a.storm_idle), (f'storm nice {a.storm_nice}', a.storm_nice),
+            (f'keep-alive nice {a.ka_nice}', a.ka_nice), ('cpu-map', a.cpu_map)) if on]
+        print(f'# {" ".join(sys.argv)}')
+        print(f'# {", ".join(placement)}')
         print(f'# tls storm ({a.mode}): {a.clients} clients at once, {a.duration:.0f} s, '
-              f'nbthread {a.threads}, ECDSA P-256, full handshakes, 5 s handshake timeout; '
+              f'nbthread {a.threads}, {"ECDSA P-256" if a.cert == "ecdsa" else "RSA 2048"}, '
+              'full handshakes, 5 s handshake timeout; '
               'keep-alive client every 5 ms')
         cols = ['proxy', 'handshakes_per_s', 'hs_timeouts', 'errors', 'hs_p50_ms', 'hs_p99_ms',
                 'ka_idle_p50_ms', 'ka_idle_p99_ms', 'ka_storm_p50_ms', 'ka_storm_p99_ms',

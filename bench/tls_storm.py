@@ -219,12 +219,17 @@ def run_proxy(px, a, work, crt):
         cmd = {'sluice': [a.sluice, '-db', '-f', cfg],
                'haproxy': ['haproxy', '-db', '-f', cfg]}[px]
     lf = open(cfg + '.log', 'w')
+    if a.pin:
+        cmd = ['taskset', '-c', a.proxy_cpus] + cmd
     p = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
     kids = []
     try:
         if not base.wait_port(port, p):
             raise RuntimeError(f'{px} did not listen: {open(cfg + ".log").read()[-1500:]}')
         me = [sys.executable, os.path.abspath(__file__), '--port', str(port)]
+        # --pin: both clients on the client CPUs (the proxy has its own, see above).
+        client_pin = ['taskset', '-c', a.client_cpus] if a.pin else []
+        me = client_pin + me
         t_storm = time.monotonic() + a.idle
         t_end = t_storm + a.duration
         ka_out, st_out = os.path.join(work, f'{px}-ka.json'), os.path.join(work, f'{px}-st.json')
@@ -240,7 +245,7 @@ def run_proxy(px, a, work, crt):
             hello_file = os.path.join(work, 'hello.bin')
             with open(hello_file, 'wb') as f:
                 f.write(client_hello())
-            storm_cmd = [a.c_client, str(port), str(a.clients), str(a.duration), hello_file,
+            storm_cmd = client_pin + [a.c_client, str(port), str(a.clients), str(a.duration), hello_file,
                          str(flight), st_out]
         else:
             storm_cmd = me + ['--role', 'storm', '--clients', str(a.clients),
@@ -303,6 +308,12 @@ def main():
                     help='storm client: py (asyncio, --mode hello|full) or c (bench/tls_hello.c, '
                          'built with gcc: hello mode in one epoll loop, cheap enough that the '
                          'proxy saturates first)')
+    ap.add_argument('--pin', action='store_true',
+                    help='proxy under taskset -c PROXY_CPUS, both clients under taskset -c '
+                         'CLIENT_CPUS: the proxy never waits for a core behind a client (use '
+                         '--threads 1 on two cores)')
+    ap.add_argument('--proxy-cpus', default='1')
+    ap.add_argument('--client-cpus', default='0')
     ap.add_argument('--cpu-map', action='store_true',
                     help='pin worker thread N to CPU N-1 (cpu-map auto:1/1-T 0-(T-1)) in both proxies')
     ap.add_argument('--storm-idle', action='store_true',
@@ -334,7 +345,8 @@ def main():
                            check=True)
         placement = [f'client {a.client}'] + [f for f, on in (
             ('storm client SCHED_IDLE', a.storm_idle), (f'storm nice {a.storm_nice}', a.storm_nice),
-            (f'keep-alive nice {a.ka_nice}', a.ka_nice), ('cpu-map', a.cpu_map)) if on]
+            (f'keep-alive nice {a.ka_nice}', a.ka_nice), ('cpu-map', a.cpu_map),
+            (f'proxy on CPU {a.proxy_cpus}, clients on CPU {a.client_cpus}', a.pin)) if on]
         print(f'# {" ".join(sys.argv)}')
         print(f'# {", ".join(placement)}')
         print(f'# tls storm ({a.mode}): {a.clients} clients at once, {a.duration:.0f} s, '

@@ -396,6 +396,8 @@ class Target:
     def __init__(self, a, mode, tmp):
         self.tmp = tmp
         idle = ['chrt', '--idle', '0'] if getattr(a, 'target_idle', False) else []
+        if getattr(a, 'pin', False):
+            idle = ['taskset', '-c', a.client_cpus] + idle
         self.p = subprocess.Popen(idle + [sys.executable, os.path.abspath(__file__), '--role', 'target',
                                    '--servers', str(a.servers), '--per-addr', str(a.per_addr),
                                    '--mode', mode],
@@ -432,7 +434,8 @@ class Target:
 
 
 def start_lat(a, port, until, out):
-    return subprocess.Popen([sys.executable, os.path.abspath(__file__), '--role', 'lat',
+    pin = ['taskset', '-c', a.client_cpus] if a.pin else []
+    return subprocess.Popen(pin + [sys.executable, os.path.abspath(__file__), '--role', 'lat',
                              '--port', str(port), '--until', repr(until), '--every', str(a.lat_every),
                              '--out', out], start_new_session=True)
 
@@ -465,7 +468,8 @@ def run_phase(a, name, binary, mode, phase, target, tmp):
     res = {'phase': phase}
     try:
         t_start = time.monotonic()
-        p = subprocess.Popen([binary, '-db', '-f', cfg], stdout=lf, stderr=subprocess.STDOUT,
+        pin = ['taskset', '-c', a.proxy_cpus] if a.pin else []
+        p = subprocess.Popen(pin + [binary, '-db', '-f', cfg], stdout=lf, stderr=subprocess.STDOUT,
                              start_new_session=True)
         if not wait_port(port, p):
             raise RuntimeError(f'{name} did not listen; log:\n' + open(logp).read()[-2000:])
@@ -612,6 +616,11 @@ def main():
     ap.add_argument('--nocheck-window', type=float, default=20)
     ap.add_argument('--settle', type=float, default=3)
     ap.add_argument('--lat-every', type=float, default=0.001, help='latency client pacing, s')
+    ap.add_argument('--pin', action='store_true',
+                    help='proxy under taskset -c PROXY_CPUS, target and latency client under '
+                         'taskset -c CLIENT_CPUS (with --threads 1 on two cores)')
+    ap.add_argument('--proxy-cpus', default='1')
+    ap.add_argument('--client-cpus', default='0')
     ap.add_argument('--target-idle', action='store_true',
                     help='run the check target as SCHED_IDLE: the checked servers only get CPU time '
                          'the proxy and the latency client leave, as servers on other machines '

@@ -1999,7 +1999,10 @@ async fn connect(
         Ok(Ok(s)) => s,
     };
     let mut s = s;
-    let _ = s.set_nodelay(true);
+    if !bare {
+        // A bare check writes nothing, so it spares the setsockopt (one of its ~9 syscalls).
+        let _ = s.set_nodelay(true);
+    }
     if let Some(h) = proxy_hdr {
         // A check has no client: HAProxy sends the "UNKNOWN" / LOCAL form (before any TLS).
         if let Err(e) = s.write_all(h).await {

@@ -140,6 +140,46 @@ fn source_address_and_proxy_header_of_checks() {
     }
 }
 
+/// `source ADDR` in a backend (here after the server line, as HAProxy allows): servers
+/// without their own `source` connect from there, traffic and checks alike; a server's own
+/// `source` wins.
+#[test]
+fn backend_source_applies_to_servers_without_their_own() {
+    let (a, seen_a) = v1_echo();
+    let (b, seen_b) = v1_echo();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    balance roundrobin\n    server a {} send-proxy check inter 100ms\n    server b {} send-proxy source 127.0.0.4\n    source 127.0.0.3\n",
+        a.addr, b.addr
+    );
+    let _s = Sluice::start(&cfg);
+    for i in 0..4 {
+        assert_eq!(http_get(port, &format!("/{i}")).status, 200);
+    }
+    wait_until("a health check of server a arrived", WAIT, || {
+        seen_a
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, l)| l == b"PROXY UNKNOWN\r\n")
+    });
+    let ips = |seen: &Seen| -> Vec<std::net::IpAddr> {
+        seen.lock().unwrap().iter().map(|(p, _)| p.ip()).collect()
+    };
+    let (ia, ib) = (ips(&seen_a), ips(&seen_b));
+    assert!(ia.len() >= 2 && ib.len() >= 2, "{ia:?} {ib:?}");
+    assert!(
+        ia.iter()
+            .all(|ip| *ip == std::net::IpAddr::from([127, 0, 0, 3])),
+        "{ia:?}"
+    );
+    assert!(
+        ib.iter()
+            .all(|ip| *ip == std::net::IpAddr::from([127, 0, 0, 4])),
+        "{ib:?}"
+    );
+}
+
 /// The keywords are checked: `source` needs an IP address, and the transparent-proxy forms
 /// and TLV variants remain unsupported errors.
 #[test]
@@ -157,6 +197,31 @@ fn send_proxy_and_source_errors() {
     }
     let (code, err) = Sluice::check(
         "defaults\n    mode http\nbackend be\n    default-server send-proxy source 127.0.0.1:0\n    server s1 127.0.0.1:1 no-send-proxy\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    // The proxy-level keyword: in defaults and backends, with the same address rules.
+    for (section, line, want) in [
+        (
+            "backend be",
+            "source 127.0.0.1 usesrc clientip",
+            "'usesrc' after 'source ADDR' is not supported",
+        ),
+        (
+            "backend be",
+            "source 127.0.0.1 interface eth0",
+            "'interface' after 'source ADDR'",
+        ),
+        ("backend be", "source localhost", "is not an IP address"),
+        ("backend be", "source", "address"),
+        ("frontend fe", "source 127.0.0.1", "not allowed in frontend"),
+    ] {
+        let (code, err) =
+            Sluice::check(&format!("defaults\n    mode http\n{section}\n    {line}\n"));
+        assert_ne!(code, 0, "{line}");
+        assert!(err.contains(":4") && err.contains(want), "{line}: {err}");
+    }
+    let (code, err) = Sluice::check(
+        "defaults\n    mode http\n    source 127.0.0.1:0\nbackend be\n    server s1 127.0.0.1:1\n",
     );
     assert_eq!(code, 0, "{err}");
 }

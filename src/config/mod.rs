@@ -408,6 +408,9 @@ pub struct Proxy {
     pub default_backend: Option<usize>,
     pub use_backends: Vec<UseBackend>,
     pub servers: Vec<Server>,
+    /// `source ADDR[:PORT]` in the proxy: the local address of server connections (traffic,
+    /// checks, agents) for servers without their own `source`.
+    pub source: Option<std::net::SocketAddr>,
     pub balance: Balance,
     pub hash_type: HashType,
     /// Resolved log targets (`log global` already expanded; empty = no logging).

@@ -107,6 +107,7 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         servers: Vec::new(),
         balance: Balance::RoundRobin,
         hash_type: HashType::default(),
+        source: None,
         logs: Vec::new(),
         monitor_uri: None,
         errorfiles: HashMap::new(),
@@ -314,6 +315,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("no", D | F | B),
     ("option", D | F | B),
     ("retries", D | B),
+    ("source", D | B),
     ("retry-on", D | B),
     ("rate-limit", D | F),
     ("server", B),
@@ -362,7 +364,6 @@ const UNSUPPORTED: &[&str] = &[
     "grace",
     "bind-process",
     "monitor",
-    "source",
     "use-server",
     "use-fcgi-app",
     "declare",
@@ -469,6 +470,19 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             no_extra(w, 2)?;
         }
         "retry-on" => d.p.retry_on = retry_on(w)?,
+        // `source ADDR[:PORT]`: servers without their own `source` connect from there (applied
+        // in `server::check_needs`, so also to servers added at run time). The transparent
+        // proxy forms stay unsupported.
+        "source" => {
+            d.p.source = Some(super::server::source_addr(arg(w, 1, "address")?)?);
+            if let Some(extra) = w.get(2) {
+                return Err(format!(
+                    "'{extra}' after 'source ADDR' is not supported by sluice (no transparent \
+                     proxying: 'usesrc' and 'interface' are not available)"
+                )
+                .into());
+            }
+        }
         "rate-limit" => {
             if arg(w, 1, "'sessions'")? != "sessions" {
                 return Err(format!("expects 'sessions', got '{}'", w[1]).into());

@@ -481,12 +481,17 @@ fn make_server(
     })
 }
 
-/// What a checked server of proxy `p` needs once both are complete: TLS settings when a
+/// What a server of proxy `p` needs once both are complete: the proxy's `source` when it has
+/// none of its own; and, for a checked server, TLS settings when a
 /// `connect ... ssl` rule asks for TLS on a server whose line has neither `ssl` nor
 /// `check-ssl` (built from its TLS options, as `check-ssl` would), and a `check-proto` only
 /// with HTTP checks.
 pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), String> {
     use crate::config::{CheckRule, CheckType};
+    // The proxy's `source`, wherever it stands in the section, for servers without their own.
+    if s.source.is_none() {
+        s.source = p.source;
+    }
     let Some(chk) = &s.check else {
         return Ok(());
     };
@@ -522,7 +527,7 @@ pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), Strin
 }
 
 /// `source ADDR[:PORT]`: an IP address, with an optional port (none or 0: any).
-fn source_addr(a: &str) -> Result<std::net::SocketAddr, String> {
+pub(super) fn source_addr(a: &str) -> Result<std::net::SocketAddr, String> {
     let (family, rest) = strip_family(a, false);
     let (host, port) = split_host_port(rest)?;
     if host.is_empty() || host == "*" {

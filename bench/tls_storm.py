@@ -208,6 +208,9 @@ def run_proxy(px, a, work, crt):
     cfg = os.path.join(work, f'{px}.cfg')
     with open(cfg, 'w') as f:
         conf = base.CONFIG.format(threads=a.threads, port=port, crt=crt)
+        if a.ciphersuites:
+            # the same TLS 1.3 suites for both proxies (HAProxy 2.6 and sluice share the keyword)
+            conf = conf.replace(f'ssl crt {crt}', f'ssl crt {crt} ciphersuites {a.ciphersuites}', 1)
         if a.cpu_map:
             # one worker per CPU, as an operator running thread-per-core would configure
             conf = conf.replace('global\n', f'global\n    cpu-map auto:1/1-{a.threads} 0-{a.threads - 1}\n', 1)
@@ -302,6 +305,8 @@ def main():
     ap.add_argument('--ka-nice', type=int, default=0,
                     help='run the keep-alive client under nice -n N (negative: ahead of the proxy '
                          'and the storm client, so that its own scheduling drops out of its latency)')
+    ap.add_argument('--ciphersuites', help='bind ... ciphersuites LIST in both proxies (TLS 1.3 '
+                    'suites in preference order, e.g. TLS_AES_128_GCM_SHA256 to avoid SHA-384)')
     ap.add_argument('--cert', choices=['ecdsa', 'rsa'], default='ecdsa',
                     help='the certificate: ECDSA P-256 (default) or RSA 2048')
     ap.add_argument('--client', choices=['py', 'c'], default='py',
@@ -346,7 +351,8 @@ def main():
         placement = [f'client {a.client}'] + [f for f, on in (
             ('storm client SCHED_IDLE', a.storm_idle), (f'storm nice {a.storm_nice}', a.storm_nice),
             (f'keep-alive nice {a.ka_nice}', a.ka_nice), ('cpu-map', a.cpu_map),
-            (f'proxy on CPU {a.proxy_cpus}, clients on CPU {a.client_cpus}', a.pin)) if on]
+            (f'proxy on CPU {a.proxy_cpus}, clients on CPU {a.client_cpus}', a.pin),
+            (f'ciphersuites {a.ciphersuites}', a.ciphersuites)) if on]
         print(f'# {" ".join(sys.argv)}')
         print(f'# {", ".join(placement)}')
         print(f'# tls storm ({a.mode}): {a.clients} clients at once, {a.duration:.0f} s, '

@@ -42,7 +42,7 @@ Reported per proxy and mode:
   - servers not UP at the end (should be 0).
 
 This is a 2-core machine: proxies (2 threads), the target and the latency client share both
-cores, unpinned. The target's own CPU is reported too. Every process started here is stopped by
+cores, unpinned (--pin: the proxy on CPU 1, the target and the client on CPU 0). The target's own CPU is reported too. Every process started here is stopped by
 PID in a finally block. Output goes to stdout; --out FILE also writes it there.
 """
 
@@ -395,10 +395,11 @@ def server_states(sock):
 class Target:
     def __init__(self, a, mode, tmp):
         self.tmp = tmp
-        idle = ['chrt', '--idle', '0'] if getattr(a, 'target_idle', False) else []
-        if getattr(a, 'pin', False):
-            idle = ['taskset', '-c', a.client_cpus] + idle
-        self.p = subprocess.Popen(idle + [sys.executable, os.path.abspath(__file__), '--role', 'target',
+        # (getattr: check_floor.py and checks_tls.py start a Target with their own options.)
+        prefix = ['taskset', '-c', a.client_cpus] if getattr(a, 'pin', False) else []
+        if getattr(a, 'target_idle', False):
+            prefix += ['chrt', '--idle', '0']
+        self.p = subprocess.Popen(prefix + [sys.executable, os.path.abspath(__file__), '--role', 'target',
                                    '--servers', str(a.servers), '--per-addr', str(a.per_addr),
                                    '--mode', mode],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

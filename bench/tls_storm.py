@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """bench/tls_storm.py: a TLS handshake storm, sluice vs HAProxy 2.6, loopback only.
 
-For each proxy in turn (same config, `nbthread 2`, one `bind ... ssl crt` ECDSA P-256 frontend
-that answers every request itself with `http-request return`):
+For each proxy in turn (same config, `nbthread 2` unless --threads, one `bind ... ssl crt`
+frontend, ECDSA P-256 or --cert rsa, that answers every request itself with `http-request
+return`):
 
   1. a keep-alive client (its own process, one TLS connection opened before the storm) sends
      GET / every 5 ms and records each request's latency, for the whole run;
@@ -13,8 +14,9 @@ that answers every request itself with `http-request return`):
      --mode hello (default): each client sends a ready-made ClientHello, reads the server's
        whole first flight (ServerHello ... Finished: the server's key exchange and signature
        are done; its size is measured once per proxy beforehand), closes, and starts over.
-       The client does no crypto, so a 2-core machine can overload the proxy, which is the
-       point of a storm (a Python TLS client costs more CPU than the proxy's handshake).
+       The client does no crypto, yet in Python it still saturates before the proxy on two
+       cores; --client c runs the same storm from bench/tls_hello.c (one epoll loop, a few
+       us per handshake), which does overload the proxy.
      --mode full: each client does a real TLS handshake, sends GET / with `Connection:
        close`, reads the answer and closes (client-bound on this machine).
 
@@ -26,9 +28,11 @@ issue's target is <= 10x), and the proxy's CPU time per completed handshake.
     python3 bench/tls_storm.py                          # 5000 clients, 30 s, both proxies
     python3 bench/tls_storm.py --clients 2000 --duration 10 --proxies sluice
 
-Needs openssl (certificate), haproxy for its column, and a release build of sluice. The storm
-client shares the two cores with the proxy, so absolute rates are partly client-bound; compare
-the proxies, which face the same client. Every process it starts is stopped by PID.
+Needs openssl (certificate), haproxy for its column, gcc for --client c, and a release build
+of sluice. By default the clients share the two cores with the proxy, so the keep-alive tail
+is partly the kernel's scheduling; --pin (with --threads 1) gives the proxy a core of its own
+(see bench/README.md for the other placement options). Every process it starts is stopped by
+PID.
 """
 
 import argparse
@@ -239,7 +243,8 @@ def run_proxy(px, a, work, crt):
         ka_nice = ['nice', '-n', str(a.ka_nice)] if a.ka_nice else []
         kids.append(subprocess.Popen(ka_nice + me + ['--role', 'ka', '--until', str(t_end), '--out', ka_out]))
         time.sleep(max(0.0, t_storm - time.monotonic()))
-        flight = flight_size(port, client_hello())
+        hello = client_hello()
+        flight = flight_size(port, hello)
         c0 = base.cpu_s(p.pid)
         nice = ['nice', '-n', str(a.storm_nice)] if a.storm_nice else []
         if a.storm_idle:
@@ -247,9 +252,9 @@ def run_proxy(px, a, work, crt):
         if a.client == 'c':
             hello_file = os.path.join(work, 'hello.bin')
             with open(hello_file, 'wb') as f:
-                f.write(client_hello())
-            storm_cmd = client_pin + [a.c_client, str(port), str(a.clients), str(a.duration), hello_file,
-                         str(flight), st_out]
+                f.write(hello)
+            storm_cmd = client_pin + [a.c_client, str(port), str(a.clients), str(a.duration),
+                                      hello_file, str(flight), st_out]
         else:
             storm_cmd = me + ['--role', 'storm', '--clients', str(a.clients),
                               '--duration', str(a.duration), '--out', st_out,

@@ -1967,21 +1967,9 @@ async fn connect(
     mux: Mux,
 ) -> Result<Conn, (Status, String)> {
     let connecting = async {
-        let sock = if addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        if let Some(src) = source {
-            if src.port() != 0 {
-                sock.set_reuseaddr(true)?;
-            }
-            sock.bind(src)?;
-        }
-        if bare {
-            let _ = socket2::SockRef::from(&sock).set_tcp_quickack(false);
-        }
-        let s = sock.connect(addr).await?;
+        let s = crate::stream::server_socket(addr, source, bare)?
+            .connect(addr)
+            .await?;
         if bare {
             let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
         }

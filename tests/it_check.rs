@@ -1313,11 +1313,7 @@ fn check_reuse_pool_runs_checks_on_pooled_data_connections() {
         .unwrap();
     // The connection waits in the pool between requests: a check takes it.
     wait_until("checks on the data connection", WAIT, || {
-        b.requests()
-            .iter()
-            .filter(|r| r.target == "/health" && r.conn_id == data_conn)
-            .count()
-            >= 3
+        health_checks_on(&b, data_conn) >= 3
     });
     // Given back each time: traffic still uses it.
     assert_eq!(c.get("/again").status, 200);
@@ -1391,11 +1387,7 @@ fn check_pool_conn_name_selects_the_pooled_connections_checks_use() {
         conn_of("/slow/b.example").unwrap(),
     );
     wait_until("checks on the connection named b.example", WAIT, || {
-        b.requests()
-            .iter()
-            .filter(|r| r.target == "/health" && r.conn_id == named_b)
-            .count()
-            >= 3
+        health_checks_on(&b, named_b) >= 3
     });
     let reqs = b.requests();
     assert!(
@@ -1598,4 +1590,12 @@ fn checks_do_not_migrate_between_balanced_threads() {
     let (cur, migrated) = check_activity(&sock);
     assert_eq!(cur, vec![5, 5]);
     assert_eq!(migrated, vec![0, 0]);
+}
+
+/// How many `/health` checks the backend got on its connection `conn`.
+fn health_checks_on(b: &HttpBackend, conn: usize) -> usize {
+    b.requests()
+        .iter()
+        .filter(|r| r.target == "/health" && r.conn_id == conn)
+        .count()
 }

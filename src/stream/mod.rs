@@ -753,6 +753,33 @@ pub async fn connect_with_slot(
     }
 }
 
+/// A socket for a connection to a server at `addr` (traffic or check), bound to `source`
+/// (the server's or its backend's `source`), with the final ACK of the TCP handshake held
+/// back when `delay_ack` (`tcp-smart-connect`, bare layer-4 checks).
+pub(crate) fn server_socket(
+    addr: SocketAddr,
+    source: Option<SocketAddr>,
+    delay_ack: bool,
+) -> std::io::Result<tokio::net::TcpSocket> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    if let Some(src) = source {
+        // A fixed port needs SO_REUSEADDR to be usable again while earlier connections from
+        // it linger in TIME_WAIT (HAProxy sets it too).
+        if src.port() != 0 {
+            sock.set_reuseaddr(true)?;
+        }
+        sock.bind(src)?;
+    }
+    if delay_ack {
+        let _ = socket2::SockRef::from(&sock).set_tcp_quickack(false);
+    }
+    Ok(sock)
+}
+
 /// One connection attempt; `Err(true)` = timed out, `Err(false)` = refused/unreachable.
 async fn connect_one(
     addr: SocketAddr,
@@ -760,26 +787,8 @@ async fn connect_one(
     timeout: Option<Duration>,
     smart: bool,
 ) -> Result<TcpStream, bool> {
-    let fut = async {
-        let sock = if addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        if let Some(src) = source {
-            // `source`: a fixed port needs SO_REUSEADDR to be usable again while earlier
-            // connections from it linger in TIME_WAIT (HAProxy sets it too).
-            if src.port() != 0 {
-                sock.set_reuseaddr(true)?;
-            }
-            sock.bind(src)?;
-        }
-        if smart {
-            // `tcp-smart-connect`: the ACK of the server's SYN-ACK leaves with the request.
-            let _ = socket2::SockRef::from(&sock).set_tcp_quickack(false);
-        }
-        sock.connect(addr).await
-    };
+    // `tcp-smart-connect`: the ACK of the server's SYN-ACK leaves with the request.
+    let fut = async { server_socket(addr, source, smart)?.connect(addr).await };
     let r = match timeout {
         Some(d) => match tokio::time::timeout(d, fut).await {
             Ok(r) => r,

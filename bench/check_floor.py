@@ -25,6 +25,9 @@ def main():
     ap.add_argument('--secs', type=float, default=8)
     ap.add_argument('--tick-us', type=int, default=1000, help='timer tick of the loop')
     ap.add_argument('--repeat', type=int, default=3)
+    ap.add_argument('--reuse', action='store_true',
+                    help='also run the variant that keeps dissolved sockets (connect(AF_UNSPEC)) '
+                         'for the next check, as sluice does; the two alternate')
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix='check_floor.')
     exe = os.path.join(tmp, 'check_floor')
@@ -33,9 +36,10 @@ def main():
     t = checks.Target(argparse.Namespace(servers=10000, per_addr=250), 'l4', tmp)
     try:
         for _ in range(a.repeat):
-            r = subprocess.run([exe, str(a.rate), str(a.secs), str(a.tick_us)],
-                               capture_output=True, text=True, timeout=a.secs + 30)
-            print(r.stdout.strip() or r.stderr.strip(), flush=True)
+            for mode in (['new', 'reuse'] if a.reuse else ['new']):
+                r = subprocess.run([exe, str(a.rate), str(a.secs), str(a.tick_us), mode],
+                                   capture_output=True, text=True, timeout=a.secs + 30)
+                print(r.stdout.strip() or r.stderr.strip(), flush=True)
     finally:
         t.close()
 

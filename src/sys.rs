@@ -112,3 +112,29 @@ pub fn peer_state(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<PeerState> {
         gone: p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0,
     })
 }
+
+/// Dissolves a TCP socket's connection and keeps the descriptor: `connect()` to an
+/// `AF_UNSPEC` address, which Linux turns into `tcp_disconnect()` (a reset when the
+/// connection is established, as a close with linger 0 would send). The socket is then like a
+/// new, unbound one and may connect again; no descriptor, file or socket is freed and
+/// reallocated, which is most of the kernel's cost of a layer-4 check besides the handshake.
+pub fn disconnect(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let addr = libc::sockaddr {
+        sa_family: libc::AF_UNSPEC as libc::sa_family_t,
+        sa_data: [0; 14],
+    };
+    // SAFETY: `addr` is a valid, fully initialised sockaddr on our stack and the length passed
+    // is its size; connect() only reads it. The descriptor is borrowed for the whole call.
+    let rc = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            &addr,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

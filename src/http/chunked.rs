@@ -1,7 +1,10 @@
 //! Incremental boundary tracker for `Transfer-Encoding: chunked` bodies (RFC 9112 §7.1).
 //!
 //! The engine forwards chunked bodies verbatim; this only finds where the message ends and
-//! rejects framing that another implementation could read differently.
+//! rejects framing that another implementation could read differently. Request bodies are
+//! held to CRLF line endings ([`ChunkedState::for_request`]): a bare LF in chunk framing is
+//! what request-smuggling attacks feed to a chain whose next hop ends lines only at CRLF,
+//! and since the bytes go on unchanged, the next hop must see what sluice saw.
 
 use super::HttpError;
 use super::util::is_tchar;
@@ -24,6 +27,7 @@ const E_SIZE_TOO_LARGE: HttpError = err("chunk size too large");
 const E_EXT: HttpError = err("invalid chunk extension");
 const E_LINE_TOO_LONG: HttpError = err("chunk line too long");
 const E_BARE_CR: HttpError = err("bare CR in chunked framing");
+const E_BARE_LF: HttpError = err("bare LF in chunked framing");
 const E_DATA_EOL: HttpError = err("missing CRLF after chunk data");
 const E_TRAILER: HttpError = err("invalid trailer field");
 
@@ -68,6 +72,8 @@ pub struct ChunkedState {
     /// Sum of the chunk sizes seen so far (the decoded payload length).
     payload: u64,
     error: Option<HttpError>,
+    /// Lines must end with CRLF (request bodies); else a bare LF ends a line too.
+    crlf_only: bool,
 }
 
 impl Default for ChunkedState {
@@ -85,6 +91,26 @@ impl ChunkedState {
             line_len: 0,
             payload: 0,
             error: None,
+            crlf_only: false,
+        }
+    }
+
+    /// A tracker for a request body: as [`ChunkedState::new`], but a line of the chunked
+    /// framing that ends with a bare LF is an error (400).
+    pub fn for_request() -> Self {
+        ChunkedState {
+            crlf_only: true,
+            ..Self::new()
+        }
+    }
+
+    /// A bare LF ending a line: accepted unless CRLF is required.
+    #[inline]
+    fn bare_lf(&self) -> Result<(), HttpError> {
+        if self.crlf_only {
+            Err(E_BARE_LF)
+        } else {
+            Ok(())
         }
     }
 
@@ -179,7 +205,10 @@ impl ChunkedState {
             }
             St::Size => match b {
                 b'\r' => self.st = St::SizeLf,
-                b'\n' => self.end_size_line(),
+                b'\n' => {
+                    self.bare_lf()?;
+                    self.end_size_line();
+                }
                 _ => {
                     self.count_line_byte()?;
                     if let Some(v) = hex_value(b) {
@@ -199,7 +228,10 @@ impl ChunkedState {
             },
             St::SizeWs => match b {
                 b'\r' => self.st = St::SizeLf,
-                b'\n' => self.end_size_line(),
+                b'\n' => {
+                    self.bare_lf()?;
+                    self.end_size_line();
+                }
                 b' ' | b'\t' => self.count_line_byte()?,
                 b';' => {
                     self.count_line_byte()?;
@@ -209,7 +241,10 @@ impl ChunkedState {
             },
             St::Ext => match b {
                 b'\r' => self.st = St::SizeLf,
-                b'\n' => self.end_size_line(),
+                b'\n' => {
+                    self.bare_lf()?;
+                    self.end_size_line();
+                }
                 b'\t' | 0x20..=0x7e | 0x80..=0xff => self.count_line_byte()?,
                 _ => return Err(E_EXT),
             },
@@ -221,7 +256,10 @@ impl ChunkedState {
             }
             St::DataCr => match b {
                 b'\r' => self.st = St::DataLf,
-                b'\n' => self.st = St::SizeStart,
+                b'\n' => {
+                    self.bare_lf()?;
+                    self.st = St::SizeStart;
+                }
                 _ => return Err(E_DATA_EOL),
             },
             St::DataLf => {
@@ -232,7 +270,10 @@ impl ChunkedState {
             }
             St::TrailerStart => match b {
                 b'\r' => self.st = St::FinalLf,
-                b'\n' => self.st = St::Done,
+                b'\n' => {
+                    self.bare_lf()?;
+                    self.st = St::Done;
+                }
                 _ if is_tchar(b) => {
                     self.count_line_byte()?;
                     self.st = St::TrailerName;
@@ -250,7 +291,10 @@ impl ChunkedState {
             }
             St::TrailerValue => match b {
                 b'\r' => self.st = St::TrailerLf,
-                b'\n' => self.end_trailer_line(),
+                b'\n' => {
+                    self.bare_lf()?;
+                    self.end_trailer_line();
+                }
                 b'\t' | 0x20..=0x7e | 0x80..=0xff => self.count_line_byte()?,
                 _ => return Err(E_TRAILER),
             },

@@ -15,6 +15,7 @@
 //! | `Transfer-Encoding` ending in `chunked` but with another coding (`gzip, chunked`) | 501 |
 //! | CONNECT with a body (`Content-Length` > 0 or `Transfer-Encoding`) | 400 |
 //! | several `Host` headers with different values | 400 |
+//! | absolute-form request-target whose authority differs from `Host` | 400 |
 //! | head incomplete within `max_head` bytes, request line not complete | 414 |
 //! | head incomplete within `max_head` bytes, request line complete | 431 |
 //!
@@ -326,6 +327,7 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
     let mut expect_continue = false;
     let mut host: Option<&[u8]> = None;
     let mut cl_rewrite = false;
+    let mut host_dup = false;
     for h in req.headers.iter() {
         let value = h.value;
         match classify(h.name.as_bytes()) {
@@ -342,9 +344,25 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
             }
             Special::Host => match host {
                 None => host = Some(value),
-                Some(prev) if header_eq(prev, value) => {}
+                Some(prev) if header_eq(prev, value) => host_dup = true,
                 Some(_) => return Err(err(400, "several different host headers")),
             },
+        }
+    }
+
+    // absolute-form: the authority is the target, and a Host saying otherwise would let a
+    // rule on Host and the server disagree on it; HAProxy refuses the request.
+    if let (Some(n), Some(h)) = (scheme_prefix_len(uri), host) {
+        let rest = &uri[n..];
+        let end = rest
+            .iter()
+            .position(|&b| matches!(b, b'/' | b'?'))
+            .unwrap_or(rest.len());
+        if !header_eq(&rest[..end], trim_ows(h)) {
+            return Err(err(
+                400,
+                "host header differs from the request-target's authority",
+            ));
         }
     }
 
@@ -394,6 +412,7 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
         is_head,
         is_connect,
         cl_rewrite,
+        host_dup,
     }))
 }
 

@@ -32,7 +32,7 @@ pub use chunked::ChunkedState;
 pub use head::{MAX_HEADERS, parse_request, parse_response};
 pub use util::{
     connection_tokens_contain, has_token, header_eq, is_hop_by_hop, keep_alive_params, path_of,
-    query_of, reason_phrase, urlencoded_pairs,
+    query_of, reason_phrase, start_line, urlencoded_pairs,
 };
 
 /// A byte range `[start, end)` into the buffer the head was parsed from.
@@ -123,6 +123,9 @@ pub struct RequestHead {
     /// `Content-Length` came as a list or in several fields (all equal, or parsing would
     /// have failed): it is forwarded as one field with one value, as HAProxy does.
     pub cl_rewrite: bool,
+    /// `Host` came in several fields, all with the same value: only the first is forwarded,
+    /// as HAProxy merges them (many servers answer 400 to a repeated `Host`).
+    pub host_dup: bool,
 }
 
 /// A parsed response head. All spans index the buffer passed to [`parse_response`].

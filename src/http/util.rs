@@ -41,6 +41,22 @@ pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|e| !e.is_empty())
 }
 
+/// The start line of a message head (request or status line) without its line ending,
+/// after the empty lines a peer may send before it (RFC 9112 §2.2: ignored, as httparse and
+/// HAProxy do). Stray CRLFs after a body are common (old clients add one after a POST).
+pub fn start_line(head: &[u8]) -> &[u8] {
+    let start = head
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(head.len());
+    let rest = &head[start..];
+    let mut line = &rest[..memchr::memchr(b'\n', rest).unwrap_or(rest.len())];
+    if line.last() == Some(&b'\r') {
+        line = &line[..line.len() - 1];
+    }
+    line
+}
+
 /// `true` if the comma-separated list `value` contains `token` (ASCII case-insensitive,
 /// elements trimmed of surrounding whitespace).
 #[inline]

@@ -467,7 +467,14 @@ struct Conn<'a, C> {
     max_head: usize,
     /// When the connection last became idle (handshake or previous response done): `%Ti`.
     idle_since: Instant,
+    /// An error answer was sent and the connection ends: close it lingering.
+    linger: bool,
 }
+
+/// Lingering close, after an error answer: how long, and how many bytes, the client's further
+/// input is read and discarded before the socket is closed.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
 
 /// How long an idle client connection may keep its server connection. Past this the server
 /// connection is closed so idle clients do not pin server sockets (until the cross-connection
@@ -537,6 +544,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         } else {
             ctx.accepted
         },
+        linger: false,
     };
     let mut first = true;
     loop {
@@ -569,7 +577,9 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             break;
         }
     }
-    if c.client.shutdown_before_close() {
+    if c.linger {
+        c.lingering_close().await;
+    } else if c.client.shutdown_before_close() {
         let _ = c.client.shutdown().await;
     }
     c.release_idle_memory();
@@ -749,6 +759,8 @@ impl<C: ClientIo> Conn<'_, C> {
                     let resp = crate::errorfile::response(self.fe, None, status).into_owned();
                     let _ = self.client.send(&resp).await;
                     txn.bytes_out = resp.len() as u64;
+                    // The rejected head (an over-long line, say) is still partly unread.
+                    self.linger = true;
                 }
                 txn.flags.bad_request = !client_gone && !silent_probe;
                 if !(self.fe.options.dontlognull && self.cbuf.is_empty()) {
@@ -786,11 +798,7 @@ impl<C: ClientIo> Conn<'_, C> {
             }
         }
         if log_on {
-            let line_end = memchr::memchr(b'\n', &self.cbuf[..head.head_len]).unwrap_or(0);
-            let mut l = &self.cbuf[..line_end];
-            if l.last() == Some(&b'\r') {
-                l = &l[..l.len() - 1];
-            }
+            let l = crate::http::start_line(&self.cbuf[..head.head_len]);
             txn.request_line = String::from_utf8_lossy(l).into_owned();
         }
         let next = self.process(&head, &mut txn).await;
@@ -1025,6 +1033,14 @@ impl<C: ClientIo> Conn<'_, C> {
             return self.local_response(head, txn, &resp, 200, true).await;
         }
         self.hdrs.load(&head.headers);
+        if head.host_dup {
+            let mut seen = false;
+            let buf = &self.cbuf;
+            self.hdrs.list.retain(|(n, _)| {
+                let dup = header_eq(n.get(buf), b"host") && std::mem::replace(&mut seen, true);
+                !dup
+            });
+        }
         // Frontend http-request rules.
         if let Some(r) = self.run_request_rules(self.fe, head, src) {
             return self.act_final(head, txn, r).await;
@@ -1431,7 +1447,7 @@ impl<C: ClientIo> Conn<'_, C> {
         // Serialise the request head.
         self.build_request_head(head, bp, src, server_ka);
         // Coalesce the head with the body bytes already received.
-        let mut req_body = BodyTracker::new(head.body);
+        let mut req_body = BodyTracker::new(head.body, true);
         self.cbuf.advance(head.head_len);
         let initial = req_body.take(&self.cbuf);
         let initial = match initial {
@@ -1474,7 +1490,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 }
                 conn.slot
             } else {
-                let req_body = std::mem::replace(&mut req_body, BodyTracker::new(head.body));
+                let req_body = std::mem::replace(&mut req_body, BodyTracker::new(head.body, true));
                 let next = self
                     .exchange(
                         head, txn, bp, conn, req_body, initial, client_ka, server_ka, sent_at,
@@ -1542,7 +1558,31 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.term = *b"SH";
         }
         let _ = self.client.send(&resp).await;
+        // A request body may still be on its way.
+        self.linger = true;
         None
+    }
+
+    /// Closes after an error answer without resetting it away. A close with client input
+    /// unread sends a reset, and a reset that reaches the client before it read the answer
+    /// destroys the answer in its socket (over a real network, a 413 or 414 would then show as
+    /// "connection reset"). So: FIN first, then read and discard until the client closes, for
+    /// at most [`LINGER_TIME`] and [`LINGER_BYTES`] (nginx's lingering close).
+    async fn lingering_close(&mut self) {
+        let _ = self.client.shutdown().await;
+        let deadline = tokio::time::Instant::now() + LINGER_TIME;
+        let mut left = LINGER_BYTES;
+        loop {
+            self.cbuf.clear();
+            if self.cbuf.capacity() < 4096 {
+                self.cbuf.reserve(self.bufsize);
+            }
+            match tokio::time::timeout_at(deadline, self.client.read_buf(&mut self.cbuf)).await {
+                Ok(Ok(n)) if n > 0 && n < left => left -= n,
+                _ => break,
+            }
+        }
+        self.cbuf.clear();
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1729,13 +1769,7 @@ impl<C: ClientIo> Conn<'_, C> {
             server_ka && !resp.conn_close && !close_delim && !tunnel_mode && req_body.done();
 
         self.out.clear();
-        let status_end = memchr::memchr(b'\n', &self.sbuf[..resp.head_len]).map_or(0, |p| p + 1);
-        let mut status_line = &self.sbuf[..status_end];
-        if status_line.ends_with(b"\r\n") {
-            status_line = &status_line[..status_line.len() - 2];
-        } else if status_line.ends_with(b"\n") {
-            status_line = &status_line[..status_line.len() - 1];
-        }
+        let status_line = crate::http::start_line(&self.sbuf[..resp.head_len]);
         self.out.extend_from_slice(status_line);
         self.out.extend_from_slice(b"\r\n");
         let extra: &[&[u8]] = if tunnel_mode && resp.switching {
@@ -1799,12 +1833,16 @@ impl<C: ClientIo> Conn<'_, C> {
         }
 
         // Response body.
-        let mut rsp_body = BodyTracker::new(resp.body);
+        let mut rsp_body = BodyTracker::new(resp.body, false);
         let n = match rsp_body.take(&self.sbuf) {
             Ok(n) => n,
             Err(_) => {
-                txn.term = *b"SD";
-                return None;
+                // Bad framing in what came with the head: nothing of the response has reached
+                // the client yet, so it gets a 502, as for a bad head (HAProxy does the same).
+                srv_counters.resp_errors.fetch_add(1, Relaxed);
+                txn.flags.from_server = false;
+                txn.term = *b"SH";
+                return self.error_response_after_head(txn, 502).await;
             }
         };
         self.out.extend_from_slice(&self.sbuf[..n]);
@@ -1929,13 +1967,7 @@ impl<C: ClientIo> Conn<'_, C> {
         server_ka: bool,
     ) {
         self.out.clear();
-        let line_end = memchr::memchr(b'\n', &self.cbuf[..head.head_len]).map_or(0, |p| p + 1);
-        let mut line = &self.cbuf[..line_end];
-        if line.ends_with(b"\r\n") {
-            line = &line[..line.len() - 2];
-        } else if line.ends_with(b"\n") {
-            line = &line[..line.len() - 1];
-        }
+        let line = crate::http::start_line(&self.cbuf[..head.head_len]);
         self.out.extend_from_slice(line);
         self.out.extend_from_slice(b"\r\n");
         let mut extra: Vec<u8> = Vec::new();
@@ -2038,7 +2070,8 @@ struct BodyTracker {
 }
 
 impl BodyTracker {
-    fn new(kind: BodyKind) -> BodyTracker {
+    /// `request`: a client's body, whose chunked framing must end its lines with CRLF.
+    fn new(kind: BodyKind, request: bool) -> BodyTracker {
         let (remaining, finished) = match kind {
             BodyKind::None => (0, true),
             BodyKind::Length(n) => (n, n == 0),
@@ -2047,7 +2080,13 @@ impl BodyTracker {
         BodyTracker {
             kind,
             remaining,
-            chunked: (kind == BodyKind::Chunked).then(ChunkedState::new),
+            chunked: (kind == BodyKind::Chunked).then(|| {
+                if request {
+                    ChunkedState::for_request()
+                } else {
+                    ChunkedState::new()
+                }
+            }),
             finished,
         }
     }

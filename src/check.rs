@@ -2025,10 +2025,11 @@ fn spare_keep(s: tokio::net::TcpStream, v6: bool) {
     // Unregistered first, so the dissolved socket never reaches the event loop.
     let Ok(s) = s.into_std() else { return };
     let s = socket2::Socket::from(s);
+    // Any error the disconnect leaves pending is cleared by the next connect
+    // (`tcp_connect_init`), so no getsockopt is spent on it here.
     if crate::sys::disconnect(std::os::fd::AsFd::as_fd(&s)).is_err() {
         return;
     }
-    let _ = s.take_error();
     SPARE.with(|sp| {
         let v = &mut sp.borrow_mut()[fam];
         if v.len() < SPARE_SOCKETS {

@@ -291,6 +291,8 @@ pub struct BackendState {
     pub servers: Servers,
     pub balance: Balance,
     pub hash_method: HashMethod,
+    /// `option allbackups`.
+    allbackups: bool,
     pub active: ArcSwap<Tables>,
     pub backup: ArcSwap<Tables>,
     /// Walks the weighted map for roundrobin / static-rr.
@@ -529,6 +531,7 @@ impl BackendState {
             servers,
             balance: p.balance.clone(),
             hash_method: p.hash_type.method,
+            allbackups: p.options.allbackups,
             active: ArcSwap::from_pointee(Tables::default()),
             backup: ArcSwap::from_pointee(Tables::default()),
             rr_cursor: AtomicU64::new(0),
@@ -567,7 +570,9 @@ impl BackendState {
         let active = cand(false);
         // Without `option allbackups`, HAProxy uses only the first usable backup.
         let mut b = cand(true);
-        b.truncate(1);
+        if !self.allbackups {
+            b.truncate(1);
+        }
         self.active
             .store(Arc::new(Tables::build(&active, consistent)));
         self.backup.store(Arc::new(Tables::build(&b, consistent)));
@@ -660,7 +665,13 @@ impl BackendState {
                 name: _,
                 use_domain_only,
             } => {
+                // HAProxy hashes the first value of a list (`a, b` -> `a`); an empty one means
+                // no hash, and the request is balanced round-robin.
                 let v = input.hdr?;
+                let v = crate::http::trim_first_element(v);
+                if v.is_empty() {
+                    return None;
+                }
                 if *use_domain_only {
                     lb::hash_key(ht, domain_only(v))
                 } else {
@@ -716,7 +727,14 @@ impl BackendState {
                     if w == 0 || !ok(i) || !s.has_room() {
                         continue;
                     }
-                    let load = (s.served.load(Relaxed) as u64 + 1) * 256 / w;
+                    // HAProxy's key (fwlc): 0 for an idle server whatever its weight, so
+                    // idle servers take turns; weights count once requests are in flight.
+                    let served = s.served.load(Relaxed) as u64;
+                    let load = if served == 0 {
+                        0
+                    } else {
+                        (served + 1) * 256 / w
+                    };
                     if best.is_none_or(|(b, _)| load < b) {
                         best = Some((load, i));
                     }
@@ -732,21 +750,31 @@ impl BackendState {
                 if t.map.is_empty() {
                     return None;
                 }
-                let mut best: Option<(u64, usize)> = None;
+                // HAProxy: each draw replaces the choice unless the previous one carries a
+                // lower load for its weight (served × other's weight compared); equal loads,
+                // idle servers included, go to the later draw.
+                let mut best: Option<usize> = None;
                 for _ in 0..(*draws).max(1) {
                     let i = t.map[(crate::util::rand_u32() as usize) % t.map.len()] as usize;
                     let s = &self.servers[i];
                     if !ok(i) || !s.has_room() {
                         continue;
                     }
-                    let load =
-                        (s.served.load(Relaxed) as u64 + 1) * 256 / s.eweight().max(1) as u64;
-                    if best.is_none_or(|(b, _)| load < b) {
-                        best = Some((load, i));
-                    }
+                    best = match best {
+                        Some(p)
+                            if p != i && {
+                                let q = &self.servers[p];
+                                s.served.load(Relaxed) as u64 * q.eweight() as u64
+                                    > q.served.load(Relaxed) as u64 * s.eweight() as u64
+                            } =>
+                        {
+                            Some(p)
+                        }
+                        _ => Some(i),
+                    };
                 }
                 match best {
-                    Some((_, i)) if self.servers[i].try_take() => Some(i),
+                    Some(i) if self.servers[i].try_take() => Some(i),
                     _ => self.pick_any(t, ok),
                 }
             }
@@ -772,19 +800,18 @@ impl BackendState {
     }
 }
 
+/// `hdr(NAME) use_domain_only`, as HAProxy walks the value: back from the end to the last
+/// dot, then the label before it ("www.example.com:8080" -> "example"); a value without a
+/// dot ("localhost:8080", "[::1]:80") is hashed whole.
 fn domain_only(v: &[u8]) -> &[u8] {
-    // HAProxy hashes only the part between the first and last dots' words ("www.example.com"
-    // -> "example"); we keep the same idea: the second-level label when there are dots.
-    let host = match v.iter().position(|&c| c == b':') {
-        Some(p) => &v[..p],
-        None => v,
+    let Some(end) = v.iter().rposition(|&c| c == b'.') else {
+        return v;
     };
-    let labels: Vec<&[u8]> = host.split(|&c| c == b'.').collect();
-    if labels.len() >= 2 {
-        labels[labels.len() - 2]
-    } else {
-        host
-    }
+    let start = v[..end]
+        .iter()
+        .rposition(|&c| c == b'.')
+        .map_or(0, |p| p + 1);
+    &v[start..end]
 }
 
 impl Shared {

@@ -157,7 +157,8 @@ pub fn full_hash(mut a: u32) -> u32 {
     a = a.wrapping_add(0xd3a2646c) ^ (a << 9);
     a = a.wrapping_add(0xfd7046c5).wrapping_add(a << 3);
     a = (a ^ 0xb55a4f09) ^ (a >> 16);
-    a
+    // HAProxy then spreads the values over the ring by a large prime close to 3/4 of 2^32.
+    a.wrapping_mul(3221225473)
 }
 
 pub fn hash_sdbm(key: &[u8]) -> u32 {
@@ -247,6 +248,9 @@ pub fn uri_hash_input(
             Some(s) => &rest[s..],
             None => b"/",
         };
+    } else if path_only && u.first() != Some(&b'/') {
+        // `*` (OPTIONS) and authority-form have no path: HAProxy hashes an empty one.
+        u = b"";
     }
     let mut end = u.len();
     if !whole && let Some(q) = u.iter().position(|&c| c == b'?') {
@@ -273,12 +277,10 @@ pub fn uri_hash_input(
 /// Value of `name` in the query string of `uri` (`balance url_param`).
 pub fn url_param<'a>(uri: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     let q = uri.iter().position(|&c| c == b'?')?;
+    // Only `name=value` counts (HAProxy looks for `name=`): a bare `name` gives no hash.
     uri[q + 1..].split(|&c| c == b'&').find_map(|kv| {
-        let (k, v) = match kv.iter().position(|&c| c == b'=') {
-            Some(e) => (&kv[..e], &kv[e + 1..]),
-            None => (kv, &b""[..]),
-        };
-        (k == name).then_some(v)
+        let e = kv.iter().position(|&c| c == b'=')?;
+        (&kv[..e] == name).then_some(&kv[e + 1..])
     })
 }
 

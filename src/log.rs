@@ -23,6 +23,8 @@ pub struct Logger {
     udp: Option<UdpSocket>,
     unix: Option<UnixDatagram>,
     pid: u32,
+    /// The syslog program name (`log-tag`).
+    tag: String,
     hostname: String,
 }
 
@@ -115,6 +117,11 @@ impl Logger {
             udp,
             unix,
             pid: std::process::id(),
+            tag: cfg
+                .global
+                .log_tag
+                .clone()
+                .unwrap_or_else(|| "sluice".into()),
             hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "localhost".into()),
@@ -139,19 +146,20 @@ impl Logger {
                 LogFormat::Rfc3164 => {
                     let _ = write!(
                         line,
-                        "<{pri}>{} {:>2} {:02}:{:02}:{:02} sluice[{}]: ",
+                        "<{pri}>{} {:>2} {:02}:{:02}:{:02} {}[{}]: ",
                         MONTHS[(now.month - 1) as usize],
                         now.day,
                         now.hour,
                         now.min,
                         now.sec,
+                        self.tag,
                         self.pid
                     );
                 }
                 LogFormat::Rfc5424 => {
                     let _ = write!(
                         line,
-                        "<{pri}>1 {:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}+00:00 {} sluice {} - - ",
+                        "<{pri}>1 {:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}+00:00 {} {} {} - - ",
                         now.year,
                         now.month,
                         now.day,
@@ -160,6 +168,7 @@ impl Logger {
                         now.sec,
                         now.micros,
                         self.hostname,
+                        self.tag,
                         self.pid
                     );
                 }

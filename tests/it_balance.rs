@@ -462,3 +462,94 @@ fn redispatch_moves_a_refused_request_to_another_server() {
         );
     }
 }
+
+const WEIGHTS_1235: [&str; 4] = ["weight 1", "weight 2", "weight 3", "weight 5"];
+
+/// Servers chosen for `/k/0` .. `/k/15` (URI hash) and for sources 127.0.0.1 .. 127.0.0.12.
+fn placements(f: &Farm, uri: bool) -> String {
+    let dst = lo(f.port);
+    let v: Vec<String> = if uri {
+        (0..16)
+            .map(|i| who(f.port, &format!("/k/{i}"), ""))
+            .collect()
+    } else {
+        (1..=12u8)
+            .map(|last| {
+                let src = Ipv4Addr::new(127, 0, 0, last);
+                let mut c = HttpClient::from_tcp(connect_from(src, dst));
+                let r = c.request("GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+                assert_eq!(r.status, 200);
+                r.server()
+            })
+            .collect()
+    };
+    v.join(" ")
+}
+
+/// The placements below were recorded from HAProxy 2.6.12 on the same configs (these tests
+/// pass against it through `tests/fixtures/it/haproxy-shim.py`): a bare `hash-type
+/// consistent` is sdbm with avalanche, and the ring keys end with HAProxy's multiplication.
+#[test]
+fn consistent_hashing_places_keys_where_haproxy_does() {
+    let f = farm("balance uri\n    hash-type consistent", &WEIGHTS_1235);
+    assert_eq!(
+        placements(&f, true),
+        "s2 s4 s4 s1 s4 s4 s4 s4 s2 s4 s2 s4 s4 s3 s4 s3"
+    );
+    drop(f);
+    let f = farm("balance uri\n    hash-type consistent djb2", &WEIGHTS_1235);
+    assert_eq!(
+        placements(&f, true),
+        "s3 s3 s3 s3 s3 s3 s3 s3 s3 s3 s4 s4 s4 s4 s4 s4"
+    );
+    drop(f);
+    let f = farm("balance source\n    hash-type consistent", &WEIGHTS_1235);
+    assert_eq!(placements(&f, false), "s3 s4 s2 s1 s3 s3 s3 s4 s3 s2 s3 s4");
+}
+
+#[test]
+fn leastconn_lets_idle_servers_take_turns_whatever_their_weight() {
+    // HAProxy's leastconn key is 0 for an idle server: one request at a time goes to each
+    // server in turn; weights matter only with requests in flight.
+    let f = farm("balance leastconn", &WEIGHTS_1235);
+    let t = tally((0..40).map(|_| who(f.port, "/", "")));
+    for s in ["s1", "s2", "s3", "s4"] {
+        assert_eq!(t.get(s), Some(&10), "{t:?}");
+    }
+}
+
+#[test]
+fn random_draws_follow_the_weights_when_servers_are_idle() {
+    // Two draws; between two idle servers the later draw wins (HAProxy), so sequential
+    // requests follow the weights: about 1 in 4 for the weight-1 server. Keeping the heavier
+    // server on ties instead would give it 1 in 16.
+    let f = farm("balance random(2)", &["weight 1", "weight 3"]);
+    let t = tally((0..400).map(|_| who(f.port, "/", "")));
+    let light = t.get("s1").copied().unwrap_or(0);
+    assert!((60..=140).contains(&light), "{t:?}");
+}
+
+#[test]
+fn all_backups_share_the_load_with_option_allbackups() {
+    let f = farm(
+        "balance roundrobin\n    option allbackups",
+        &["disabled", "backup", "backup"],
+    );
+    let t = tally((0..10).map(|_| who(f.port, "/", "")));
+    assert_eq!(t.get("s2"), Some(&5), "{t:?}");
+    assert_eq!(t.get("s3"), Some(&5), "{t:?}");
+}
+
+#[test]
+fn hdr_hashes_the_first_value_and_an_empty_one_falls_back_to_roundrobin() {
+    let f = farm("balance hdr(X-User)", &["", "", "", ""]);
+    for u in ["alice", "bob", "carol", "dave", "erin"] {
+        assert_eq!(
+            who(f.port, "/", &format!("X-User: {u}, other\r\n")),
+            who(f.port, "/", &format!("X-User: {u}\r\n")),
+            "only the first value of the list is hashed"
+        );
+    }
+    let t = tally((0..8).map(|_| who(f.port, "/", "X-User:\r\n")));
+    assert_eq!(t.len(), 4, "an empty value is balanced round-robin: {t:?}");
+}

@@ -605,6 +605,22 @@ fn unix_socket_bind_serves_http() {
 }
 
 #[test]
+fn an_empty_connection_is_logged_without_dontlognull() {
+    let b = HttpBackend::start("s1");
+    let (s, port) = proxy(LOGGED_HTTP, "", "", &[&b]);
+    // Connected, then closed without a byte: HAProxy logs `400 0 - - CR-- ... "<BADREQ>"`.
+    let empty = HttpClient::connect(port);
+    let eport = empty.local_port();
+    drop(empty);
+    let line = s.wait_log_line(|l| l.contains(&format!(":{eport} ")), WAIT);
+    assert!(
+        line.contains(" fe/<NOSRV> -1/-1/-1/-1/") && line.contains(" 400 0 - - CR-- "),
+        "{line}"
+    );
+    assert!(line.ends_with("\"<BADREQ>\""), "{line}");
+}
+
+#[test]
 fn dontlognull_skips_empty_connections() {
     let b = HttpBackend::start("s1");
     let (s, port) = proxy(

@@ -428,3 +428,37 @@ fn ipv6_dual_stack_bind() {
     let l6 = s.wait_log_line(|l| l.contains("/over-v6"), WAIT);
     assert!(l6.starts_with("::1:"), "{l6}");
 }
+
+#[test]
+fn log_tag_names_the_program_in_syslog_headers() {
+    let udp = UdpSocket::bind(lo(0)).unwrap();
+    udp.set_read_timeout(Some(WAIT)).unwrap();
+    let uport = udp.local_addr().unwrap().port();
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    // What a migrated config keeps so that syslog rules matching `haproxy` still match.
+    let cfg = format!(
+        "global\n    log 127.0.0.1:{uport} local0\n    log-tag haproxy\ndefaults\n    mode http\n    log global\n    option httplog\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n{}",
+        backend_section("be", "", &[&b])
+    );
+    let s = Sluice::start(&cfg);
+    assert_eq!(http_get(port, "/tagged").status, 200);
+    let mut buf = [0u8; 2048];
+    let msg = loop {
+        let (n, _) = udp
+            .recv_from(&mut buf)
+            .expect("no syslog datagram within 10 s");
+        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if m.contains("/tagged") {
+            break m;
+        }
+    };
+    assert!(
+        msg.contains(&format!(" haproxy[{}]: ", s.pid())),
+        "syslog message: {msg:?}"
+    );
+    let (code, err) = Sluice::check("global\n    log-tag \"a b\"\n");
+    assert_eq!(code, 1);
+    assert!(err.contains("invalid log tag 'a b'"), "{err}");
+}

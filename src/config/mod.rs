@@ -131,6 +131,8 @@ pub struct Global {
     /// `tune.idle-pool.shared on|off` (default on).
     pub idle_pool_shared: bool,
     pub hard_stop_after: Option<Duration>,
+    /// `log-tag`: the program name in syslog headers (default `sluice`).
+    pub log_tag: Option<String>,
     /// `stats socket` lines, in order.
     pub stats_sockets: Vec<StatsSocket>,
     /// `stats timeout` (default 10s): idle time allowed on a CLI connection.
@@ -179,6 +181,7 @@ impl Default for Global {
             runqueue_depth: 200,
             idle_pool_shared: true,
             hard_stop_after: None,
+            log_tag: None,
             stats_sockets: Vec::new(),
             stats_timeout: Duration::from_secs(10),
             checks: GlobalChecks::default(),
@@ -307,6 +310,9 @@ pub struct ProxyOptions {
     pub forwardfor: Option<ForwardFor>,
     pub http_conn_mode: HttpConnMode,
     pub abortonclose: bool,
+    /// `option allbackups`: with no active server up, balance over every usable backup
+    /// instead of only the first one.
+    pub allbackups: bool,
     pub redispatch: bool,
     /// `http-reuse` (a backend setting).
     pub http_reuse: HttpReuse,

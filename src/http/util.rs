@@ -57,6 +57,12 @@ pub fn start_line(head: &[u8]) -> &[u8] {
     line
 }
 
+/// The first element of a comma-separated header value, trimmed (`a, b` -> `a`), as
+/// HAProxy's header lookups return it.
+pub fn trim_first_element(value: &[u8]) -> &[u8] {
+    trim_ows(&value[..memchr::memchr(b',', value).unwrap_or(value.len())])
+}
+
 /// `true` if the comma-separated list `value` contains `token` (ASCII case-insensitive,
 /// elements trimmed of surrounding whitespace).
 #[inline]

@@ -726,9 +726,11 @@ impl<C: ClientIo> Conn<'_, C> {
             match super::with_timeout(wait, self.client.read_buf(&mut self.cbuf)).await {
                 Some(Ok(n)) if n > 0 => {}
                 Some(_) => {
-                    // Client closed (or reset) mid-head. Nothing received on a fresh
-                    // keep-alive turn is a plain close.
-                    if self.cbuf.is_empty() {
+                    // Client closed (or reset) mid-head. Nothing received on a later
+                    // keep-alive turn is a plain close; on a connection's first turn it is
+                    // logged as HAProxy does (`400 CR-- "<BADREQ>"`), unless
+                    // `option dontlognull`.
+                    if self.cbuf.is_empty() && !self.first {
                         return HeadRead::Gone;
                     }
                     return HeadRead::Fail(400, *b"CR", start);

@@ -36,7 +36,6 @@ const UNSUPPORTED: &[&str] = &[
     "key-base",
     "node",
     "description",
-    "log-tag",
     "log-send-hostname",
     "maxsslconn",
     "maxcomprate",
@@ -209,6 +208,19 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             no_extra(w, 2)?;
         }
         "stats" => stats(g, l)?,
+        "log-tag" => {
+            let tag = arg(w, 1, "tag")?;
+            // An RFC 3164 TAG: printable, no spaces, no ':' / '[' that would end it early.
+            if tag.is_empty()
+                || !tag
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && !matches!(b, b':' | b'[' | b']'))
+            {
+                return Err(format!("invalid log tag '{tag}'").into());
+            }
+            g.log_tag = Some(tag.to_string());
+            no_extra(w, 2)?;
+        }
         "hard-stop-after" => {
             g.hard_stop_after = Some(parse_time(arg(w, 1, "time")?)?);
             no_extra(w, 2)?;

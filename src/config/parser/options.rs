@@ -10,6 +10,7 @@ use crate::config::tokenizer::Line;
 /// Supported options, where they apply, and whether they need `mode http`.
 const OPTIONS: &[(&str, u8, bool)] = &[
     ("abortonclose", D | B, false),
+    ("allbackups", D | B, false),
     ("dontlognull", D | F, false),
     ("forwardfor", D | F | B, true),
     ("http-keep-alive", D | F | B, true),
@@ -30,7 +31,6 @@ const OPTIONS: &[(&str, u8, bool)] = &[
 const UNSUPPORTED: &[&str] = &[
     "accept-invalid-http-request",
     "accept-invalid-http-response",
-    "allbackups",
     "checkcache",
     "clitcpka",
     "contstats",
@@ -105,6 +105,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
         no_extra(words, 1)?;
         match name {
             "abortonclose" => o.abortonclose = false,
+            "allbackups" => o.allbackups = false,
             "dontlognull" => o.dontlognull = false,
             "forwardfor" => o.forwardfor = None,
             "httplog" => {
@@ -166,6 +167,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             no_extra(words, 1)?;
             match name {
                 "abortonclose" => o.abortonclose = true,
+                "allbackups" => o.allbackups = true,
                 "dontlognull" => o.dontlognull = true,
                 "tcplog" => {
                     o.tcplog = true;

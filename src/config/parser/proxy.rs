@@ -821,6 +821,11 @@ fn hash_type(w: &[String]) -> Result<HashType, String> {
             x => return Err(format!("unexpected argument '{x}' (expected 'avalanche')")),
         }
     }
+    // HAProxy: a bare `hash-type consistent` is `consistent sdbm avalanche` (without the
+    // avalanche, close keys such as neighbouring source addresses bunch on one server).
+    if w.len() == 2 && method == HashMethod::Consistent {
+        ht.avalanche = true;
+    }
     Ok(ht)
 }
 

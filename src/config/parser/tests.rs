@@ -1923,18 +1923,6 @@ fn hash_types() {
     let cases: &[(&str, HashMethod, HashFunction, bool)] = &[
         ("map-based", HashMethod::MapBased, HashFunction::Sdbm, false),
         (
-            "consistent",
-            HashMethod::Consistent,
-            HashFunction::Sdbm,
-            false,
-        ),
-        (
-            "consistent sdbm",
-            HashMethod::Consistent,
-            HashFunction::Sdbm,
-            false,
-        ),
-        (
             "consistent djb2",
             HashMethod::Consistent,
             HashFunction::Djb2,
@@ -1957,6 +1945,19 @@ fn hash_types() {
             HashMethod::Consistent,
             HashFunction::Sdbm,
             true,
+        ),
+        // A bare `consistent` implies sdbm with avalanche, as in HAProxy.
+        (
+            "consistent",
+            HashMethod::Consistent,
+            HashFunction::Sdbm,
+            true,
+        ),
+        (
+            "consistent sdbm",
+            HashMethod::Consistent,
+            HashFunction::Sdbm,
+            false,
         ),
     ];
     for (text, method, function, avalanche) in cases {

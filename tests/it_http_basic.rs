@@ -621,6 +621,37 @@ fn an_empty_connection_is_logged_without_dontlognull() {
 }
 
 #[test]
+fn a_refused_connection_is_logged_with_the_server_that_refused_it() {
+    // As HAProxy logs it: `be/dead ... SC--` (http) and `bt/dead ... SC` (tcp), not <NOSRV>.
+    let (hp, tp) = (free_port(), free_port());
+    let dead = closed_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{hp}\n    default_backend be\n\
+         backend be\n    server dead 127.0.0.1:{dead}\n\
+         frontend ft\n    mode tcp\n    option tcplog\n    bind 127.0.0.1:{tp}\n    default_backend bt\n\
+         backend bt\n    mode tcp\n    server dead 127.0.0.1:{dead}\n"
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(hp);
+    let cport = c.local_port();
+    assert_eq!(c.get("/refused").status, 502);
+    let line = s.wait_log_line(|l| l.contains(&format!(":{cport} ")), WAIT);
+    assert!(
+        line.contains(" fe be/dead ") && line.contains(" SC-- "),
+        "{line}"
+    );
+    let mut t = std::net::TcpStream::connect(lo(tp)).unwrap();
+    let tport = t.local_addr().unwrap().port();
+    t.set_read_timeout(Some(WAIT)).unwrap();
+    let _ = std::io::Read::read(&mut t, &mut [0u8; 16]);
+    let line = s.wait_log_line(|l| l.contains(&format!(":{tport} ")), WAIT);
+    assert!(
+        line.contains(" ft bt/dead ") && line.contains(" SC "),
+        "{line}"
+    );
+}
+
+#[test]
 fn dontlognull_skips_empty_connections() {
     let b = HttpBackend::start("s1");
     let (s, port) = proxy(

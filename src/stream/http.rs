@@ -402,6 +402,9 @@ struct Txn {
     be: Option<usize>,
     /// Server index in the backend, once one is chosen.
     server: Option<usize>,
+    /// The server every connection attempt failed to (named in the log only: the
+    /// transaction is not accounted to it).
+    failed_server: Option<usize>,
     retries: u32,
     redispatched: bool,
     request_line: String,
@@ -424,6 +427,7 @@ impl Txn {
             term: *b"--",
             be: None,
             server: None,
+            failed_server: None,
             retries: 0,
             redispatched: false,
             request_line: String::new(),
@@ -891,7 +895,7 @@ impl<C: ClientIo> Conn<'_, C> {
             accept_time: Some(self.ctx.accepted_at),
             frontend: &fe.name,
             backend: bname,
-            server: match (txn.be, txn.server) {
+            server: match (txn.be, txn.server.or(txn.failed_server)) {
                 (Some(b), Some(s)) => shared.server(b, s).name.as_str(),
                 _ => "<NOSRV>",
             },
@@ -1431,8 +1435,12 @@ impl<C: ClientIo> Conn<'_, C> {
                     (sc.stream, sc.sni, sc.slot, 0, epoch, false)
                 }
                 Err(e) => {
-                    if let ConnectError::Failed { retries, .. } = e {
+                    if let ConnectError::Failed {
+                        retries, server, ..
+                    } = e
+                    {
                         txn.retries = retries;
+                        txn.failed_server = Some(server);
                     }
                     return self.error_response(head, txn, e.status(), e.term()).await;
                 }

@@ -576,6 +576,8 @@ pub enum ConnectError {
     Failed {
         timeout: bool,
         retries: u32,
+        /// The server of the last attempt (logs name it, as HAProxy's do).
+        server: usize,
     },
 }
 
@@ -730,6 +732,7 @@ pub async fn connect_with_slot(
                     return Err(ConnectError::Failed {
                         timeout,
                         retries: attempt,
+                        server: slot.server,
                     });
                 }
                 attempt += 1;

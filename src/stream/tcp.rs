@@ -246,15 +246,19 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             c
         }
         Err(e) => {
-            let retries = match e {
-                ConnectError::Failed { retries, .. } => retries,
-                _ => 0,
+            let (retries, server) = match e {
+                ConnectError::Failed {
+                    retries, server, ..
+                } => (retries, Some(server)),
+                _ => (0, None),
             };
+            // The server that refused is named, as HAProxy logs it.
+            let name = server.map_or("<NOSRV>", |s| ctx.shared().server(be_idx, s).name.as_str());
             log_tcp(
                 &ctx,
                 Some(be_idx),
                 None,
-                "<NOSRV>",
+                name,
                 -1,
                 -1,
                 start,

@@ -66,6 +66,8 @@ fn soft_stop_finishes_in_flight_request_then_exits_0() {
     let (r, mut c) = inflight.join().unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.body_str(), "/slow");
+    // The response itself announces the close, as HAProxy's does during a soft stop.
+    assert!(r.conn_close(), "no 'connection: close' on {:?}", r.headers);
     c.expect_closed();
     let st = s
         .wait_exit(WAIT)

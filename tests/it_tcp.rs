@@ -330,10 +330,11 @@ fn listen_section_in_tcp_mode() {
     assert_eq!(read_exact_n(&mut c, 10), b"via listen");
 }
 
-/// `timeout client-fin`: once the client has half-closed, the session may stay idle only that
-/// long (instead of `timeout client`/`server`, 10 s here) before sluice closes it.
+/// `timeout server-fin`: once the client has half-closed and sluice has passed its FIN on to
+/// the server, the server may stay silent only that long (instead of `timeout server`, 10 s
+/// here) before sluice closes the session (HAProxy: the -fin timeout of the side sluice shut).
 #[test]
-fn client_fin_timeout_bounds_a_half_closed_session() {
+fn server_fin_timeout_bounds_a_session_the_client_half_closed() {
     // The server reads to EOF and then never answers nor closes (until the test ends).
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let tx = std::sync::Mutex::new(tx);
@@ -347,7 +348,9 @@ fn client_fin_timeout_bounds_a_half_closed_session() {
         let _ = held.lock().unwrap().recv_timeout(Duration::from_secs(30));
         drop(s);
     });
-    let defaults = format!("{TCP_DEFAULTS}    timeout client-fin 300ms\n");
+    // client-fin must not be the one that applies here.
+    let defaults =
+        format!("{TCP_DEFAULTS}    timeout server-fin 300ms\n    timeout client-fin 20s\n");
     let (_s, port) = tcp_proxy(&defaults, "", &[srv.hostport()]);
     let mut c = connect(port);
     c.write_all(b"hello").unwrap();
@@ -357,10 +360,10 @@ fn client_fin_timeout_bounds_a_half_closed_session() {
     let t0 = Instant::now();
     let (_, end) = read_until_closed(&mut c, Duration::from_secs(8));
     let took = t0.elapsed();
-    assert_ne!(end, Closed::StillOpen, "session not closed by client-fin");
+    assert_ne!(end, Closed::StillOpen, "session not closed by server-fin");
     assert!(
         took < Duration::from_secs(5),
-        "closed after {took:?}, not by client-fin"
+        "closed after {took:?}, not by server-fin"
     );
     assert!(
         took >= Duration::from_millis(250),
@@ -369,11 +372,11 @@ fn client_fin_timeout_bounds_a_half_closed_session() {
     drop(hold);
 }
 
-/// `timeout server-fin`: once the server has half-closed, the session may stay idle only that
-/// long before sluice closes it (the server sees its connection end well before the 10 s of
-/// `timeout client`).
+/// `timeout client-fin`: once the server has half-closed and sluice has passed its FIN on to
+/// the client, the client may stay silent only that long before sluice closes the session
+/// (the server sees its connection end well before the 10 s of `timeout client`).
 #[test]
-fn server_fin_timeout_bounds_a_half_closed_session() {
+fn client_fin_timeout_bounds_a_session_the_server_half_closed() {
     let (tx, rx) = std::sync::mpsc::channel::<Duration>();
     let tx = std::sync::Mutex::new(tx);
     let srv = TcpBackend::with_handler(move |mut s, _| {
@@ -384,7 +387,8 @@ fn server_fin_timeout_bounds_a_half_closed_session() {
         let _ = s.read_to_end(&mut all);
         let _ = tx.lock().unwrap().send(t0.elapsed());
     });
-    let defaults = format!("{TCP_DEFAULTS}    timeout server-fin 300ms\n");
+    let defaults =
+        format!("{TCP_DEFAULTS}    timeout client-fin 300ms\n    timeout server-fin 20s\n");
     let (_s, port) = tcp_proxy(&defaults, "", &[srv.hostport()]);
     let mut c = connect(port);
     assert_eq!(read_exact_n(&mut c, 3), b"bye");
@@ -395,7 +399,7 @@ fn server_fin_timeout_bounds_a_half_closed_session() {
         .expect("sluice closed the server side");
     assert!(
         took < Duration::from_secs(5),
-        "closed after {took:?}, not by server-fin"
+        "closed after {took:?}, not by client-fin"
     );
     assert!(
         took >= Duration::from_millis(250),

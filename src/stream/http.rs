@@ -1773,8 +1773,14 @@ impl<C: ClientIo> Conn<'_, C> {
         // An HTTP/1.0 response with Transfer-Encoding has faulty framing (RFC 9112 §6.1): it is
         // forwarded as received, and the client is told to close, as the server closes.
         let faulty_10 = resp.version_minor == 0 && resp.body == BodyKind::Chunked;
-        let client_keep =
-            client_ka && !close_delim && !tunnel_mode && !faulty_10 && req_body.done();
+        // During a soft stop the response says `connection: close` (as HAProxy's does), so
+        // the client does not race the close with its next request.
+        let client_keep = client_ka
+            && !close_delim
+            && !tunnel_mode
+            && !faulty_10
+            && req_body.done()
+            && !self.ctx.w.stopping.get();
         let server_keep =
             server_ka && !resp.conn_close && !close_delim && !tunnel_mode && req_body.done();
 

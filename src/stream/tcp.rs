@@ -173,9 +173,11 @@ where
                     let eof = matches!(e, DirEnd::Eof);
                     c2s_end = Some(e);
                     if !eof || s2c_end.is_some() { break; }
-                    // Client half-closed: the server side now runs under client-fin if set.
-                    if t.client_fin.is_some() {
-                        down_to.set(t.client_fin);
+                    // Client half-closed, and its FIN went on to the server: waiting for
+                    // the server to finish is what `timeout server-fin` bounds (HAProxy: the
+                    // side we shut down is the one whose -fin timeout applies).
+                    if t.server_fin.is_some() {
+                        down_to.set(t.server_fin);
                         changed.notify_waiters();
                     }
                 }
@@ -183,8 +185,9 @@ where
                     let eof = matches!(e, DirEnd::Eof);
                     s2c_end = Some(e);
                     if !eof || c2s_end.is_some() { break; }
-                    if t.server_fin.is_some() {
-                        up_to.set(t.server_fin);
+                    // Server half-closed, FIN forwarded to the client: `client-fin`.
+                    if t.client_fin.is_some() {
+                        up_to.set(t.client_fin);
                         changed.notify_waiters();
                     }
                 }

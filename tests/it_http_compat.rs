@@ -1,7 +1,8 @@
 //! Request-path behaviours found by comparing sluice with HAProxy 2.6 on the same bytes
 //! (`bench/http_diff.py`): empty lines before a request, CRLF-only chunked framing in requests,
 //! bad response framing arriving with the head, error answers closed without a reset, the
-//! absolute-form authority against `Host`, and a repeated identical `Host`.
+//! absolute-form authority against `Host`, a repeated identical `Host`, and a WebSocket
+//! handshake without its key.
 
 mod common;
 
@@ -140,4 +141,23 @@ fn a_repeated_identical_host_is_forwarded_once() {
     let req = b.last_request();
     assert_eq!(req.headers_named("host"), vec!["a.example"]);
     assert_eq!(req.header("x-a"), Some("1"));
+}
+
+#[test]
+fn a_websocket_upgrade_without_its_key_is_refused() {
+    let b = HttpBackend::start("b");
+    let (_s, port) = proxy(&b);
+    let r = http_raw(
+        port,
+        "GET /ws HTTP/1.1\r\nHost: example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(b.reqs(), 0);
+    // Any other Upgrade, or a plain request naming websocket without Connection: upgrade,
+    // goes through.
+    let r = http_raw(
+        port,
+        "GET /x HTTP/1.1\r\nHost: example.com\r\nUpgrade: websocket\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
 }

@@ -16,6 +16,7 @@
 //! | CONNECT with a body (`Content-Length` > 0 or `Transfer-Encoding`) | 400 |
 //! | several `Host` headers with different values | 400 |
 //! | absolute-form request-target whose authority differs from `Host` | 400 |
+//! | `Connection: upgrade` + `Upgrade: websocket` without `Sec-WebSocket-Key` (HTTP/1.1) | 400 |
 //! | head incomplete within `max_head` bytes, request line not complete | 414 |
 //! | head incomplete within `max_head` bytes, request line complete | 431 |
 //!
@@ -47,6 +48,7 @@ enum Special {
     Upgrade,
     Expect,
     Host,
+    WebSocketKey,
 }
 
 #[inline]
@@ -62,6 +64,7 @@ fn classify(name: &[u8]) -> Special {
         (10, b'c') if header_eq(name, b"connection") => Special::Connection,
         (14, b'c') if header_eq(name, b"content-length") => Special::ContentLength,
         (17, b't') if header_eq(name, b"transfer-encoding") => Special::TransferEncoding,
+        (17, b's') if header_eq(name, b"sec-websocket-key") => Special::WebSocketKey,
         _ => Special::Other,
     }
 }
@@ -328,6 +331,8 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
     let mut host: Option<&[u8]> = None;
     let mut cl_rewrite = false;
     let mut host_dup = false;
+    let mut websocket = false;
+    let mut ws_key = false;
     for h in req.headers.iter() {
         let value = h.value;
         match classify(h.name.as_bytes()) {
@@ -338,7 +343,11 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
             }
             Special::TransferEncoding => te.merge(value).map_err(|r| err(400, r))?,
             Special::Connection => conn.merge(value),
-            Special::Upgrade => upgrade_hdr |= !value.is_empty(),
+            Special::Upgrade => {
+                upgrade_hdr |= !value.is_empty();
+                websocket |= super::util::has_token(value, b"websocket");
+            }
+            Special::WebSocketKey => ws_key |= !value.is_empty(),
             Special::Expect => {
                 expect_continue |= header_eq(trim_ows(value), b"100-continue");
             }
@@ -398,6 +407,11 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
     };
 
     let http11 = version_minor == 1;
+    // A WebSocket handshake without its key cannot succeed (RFC 6455 §4.1); HAProxy refuses it
+    // rather than let a server switch protocols on a request no client could have meant.
+    if http11 && conn.upgrade && websocket && !ws_key {
+        return Err(err(400, "websocket upgrade without sec-websocket-key"));
+    }
     Ok(Parsed::Complete(RequestHead {
         head_len,
         method: span_in(data, method),

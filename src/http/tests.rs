@@ -488,8 +488,15 @@ fn connection_tokens() {
 
 #[test]
 fn upgrade_requires_token_and_header() {
-    let h = req(b"GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    let h = req(
+        b"GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
+    );
     assert!(h.upgrade);
+    // A WebSocket handshake without its key is refused, as HAProxy does.
+    assert_eq!(
+        req_status(b"GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"),
+        400
+    );
     let h = req(b"GET / HTTP/1.1\r\nConnection: keep-alive, upgrade\r\nupgrade: h2c\r\n\r\n");
     assert!(h.upgrade);
     assert!(!req(b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n").upgrade);

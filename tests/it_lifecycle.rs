@@ -267,30 +267,41 @@ fn environment_variables_and_conditions_choose_binds() {
     }
 }
 
-#[test]
-fn syslog_over_udp() {
+/// A proxy logging (httplog) to a UDP syslog socket of the test; `global_extra` goes into
+/// `global`. Returns the running sluice, its port and the socket.
+fn syslogged(global_extra: &str, b: &HttpBackend) -> (Sluice, u16, UdpSocket) {
     let udp = UdpSocket::bind(lo(0)).unwrap();
     udp.set_read_timeout(Some(WAIT)).unwrap();
     let uport = udp.local_addr().unwrap().port();
-    let b = HttpBackend::start("s1");
     let port = free_port();
     let cfg = format!(
-        "global\n    log 127.0.0.1:{uport} local0\ndefaults\n    mode http\n    log global\n    option httplog\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+        "global\n    log 127.0.0.1:{uport} local0\n{global_extra}defaults\n    mode http\n    log global\n    option httplog\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
          frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n{}",
-        backend_section("be", "", &[&b])
+        backend_section("be", "", &[b])
     );
-    let s = Sluice::start(&cfg);
-    assert_eq!(http_get(port, "/syslogged").status, 200);
+    (Sluice::start(&cfg), port, udp)
+}
+
+/// The first syslog datagram that contains `needle`.
+fn datagram_with(udp: &UdpSocket, needle: &str) -> String {
     let mut buf = [0u8; 2048];
-    let msg = loop {
+    loop {
         let (n, _) = udp
             .recv_from(&mut buf)
             .expect("no syslog datagram within 10 s");
         let m = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if m.contains("/syslogged") {
-            break m;
+        if m.contains(needle) {
+            return m;
         }
-    };
+    }
+}
+
+#[test]
+fn syslog_over_udp() {
+    let b = HttpBackend::start("s1");
+    let (s, port, udp) = syslogged("", &b);
+    assert_eq!(http_get(port, "/syslogged").status, 200);
+    let msg = datagram_with(&udp, "/syslogged");
     let re = regex::Regex::new(
         r#"^<134>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d sluice\[(\d+)\]: 127\.0\.0\.1:\d+ \[[^\]]+\] fe be/s1 [-\d/]+ 200 \d+ - - ---- [\d/]+ 0/0 "GET /syslogged HTTP/1\.1"\n?$"#,
     )
@@ -433,29 +444,11 @@ fn ipv6_dual_stack_bind() {
 
 #[test]
 fn log_tag_names_the_program_in_syslog_headers() {
-    let udp = UdpSocket::bind(lo(0)).unwrap();
-    udp.set_read_timeout(Some(WAIT)).unwrap();
-    let uport = udp.local_addr().unwrap().port();
     let b = HttpBackend::start("s1");
-    let port = free_port();
     // What a migrated config keeps so that syslog rules matching `haproxy` still match.
-    let cfg = format!(
-        "global\n    log 127.0.0.1:{uport} local0\n    log-tag haproxy\ndefaults\n    mode http\n    log global\n    option httplog\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
-         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n{}",
-        backend_section("be", "", &[&b])
-    );
-    let s = Sluice::start(&cfg);
+    let (s, port, udp) = syslogged("    log-tag haproxy\n", &b);
     assert_eq!(http_get(port, "/tagged").status, 200);
-    let mut buf = [0u8; 2048];
-    let msg = loop {
-        let (n, _) = udp
-            .recv_from(&mut buf)
-            .expect("no syslog datagram within 10 s");
-        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if m.contains("/tagged") {
-            break m;
-        }
-    };
+    let msg = datagram_with(&udp, "/tagged");
     assert!(
         msg.contains(&format!(" haproxy[{}]: ", s.pid())),
         "syslog message: {msg:?}"

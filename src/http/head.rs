@@ -28,7 +28,9 @@
 
 use std::mem::MaybeUninit;
 
-use super::util::{header_eq, is_token, list_elements, scheme_prefix_len, trim_ows};
+use super::util::{
+    header_eq, is_token, list_elements, path_of, scheme_prefix_len, skip_leading_newlines, trim_ows,
+};
 use super::{BodyKind, HeaderSpan, HttpError, Parsed, RequestHead, ResponseHead, Span};
 
 /// Maximum number of header fields in a head (HAProxy's default `tune.http.maxhdr`).
@@ -201,14 +203,6 @@ fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Vec<HeaderSpan>
     out
 }
 
-/// Index of the first byte that is not part of the leading empty lines.
-#[inline]
-fn skip_leading_newlines(data: &[u8]) -> usize {
-    data.iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(data.len())
-}
-
 /// Validates the request-target against the method (RFC 9112 §3.2, as HAProxy does).
 fn check_request_target(method: &[u8], uri: &[u8], is_connect: bool) -> Result<(), HttpError> {
     // httparse already refused CTLs, SP and DEL; HAProxy also refuses non-ASCII and '#'.
@@ -362,12 +356,9 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Parsed<RequestHead>,
     // absolute-form: the authority is the target, and a Host saying otherwise would let a
     // rule on Host and the server disagree on it; HAProxy refuses the request.
     if let (Some(n), Some(h)) = (scheme_prefix_len(uri), host) {
-        let rest = &uri[n..];
-        let end = rest
-            .iter()
-            .position(|&b| matches!(b, b'/' | b'?'))
-            .unwrap_or(rest.len());
-        if !header_eq(&rest[..end], trim_ows(h)) {
+        // The authority runs up to where `path_of` says the path starts.
+        let end = offset_in(uri, path_of(uri).as_ptr()) as usize;
+        if !header_eq(&uri[n..end], trim_ows(h)) {
             return Err(err(
                 400,
                 "host header differs from the request-target's authority",

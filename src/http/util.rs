@@ -41,15 +41,19 @@ pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|e| !e.is_empty())
 }
 
+/// Index of the first byte that is not part of the leading empty lines.
+#[inline]
+pub(crate) fn skip_leading_newlines(data: &[u8]) -> usize {
+    data.iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(data.len())
+}
+
 /// The start line of a message head (request or status line) without its line ending,
 /// after the empty lines a peer may send before it (RFC 9112 §2.2: ignored, as httparse and
 /// HAProxy do). Stray CRLFs after a body are common (old clients add one after a POST).
 pub fn start_line(head: &[u8]) -> &[u8] {
-    let start = head
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(head.len());
-    let rest = &head[start..];
+    let rest = &head[skip_leading_newlines(head)..];
     let mut line = &rest[..memchr::memchr(b'\n', rest).unwrap_or(rest.len())];
     if line.last() == Some(&b'\r') {
         line = &line[..line.len() - 1];

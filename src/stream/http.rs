@@ -112,6 +112,13 @@ impl Headers {
         self.list.retain(|(n, _)| !header_eq(n.get(buf), name));
     }
 
+    /// Keeps only the first field called `name` (a repeated identical `Host`).
+    fn keep_first(&mut self, buf: &[u8], name: &[u8]) {
+        let mut seen = false;
+        self.list
+            .retain(|(n, _)| !(header_eq(n.get(buf), name) && std::mem::replace(&mut seen, true)));
+    }
+
     fn has(&self, buf: &[u8], name: &[u8]) -> bool {
         self.list.iter().any(|(n, _)| header_eq(n.get(buf), name))
     }
@@ -1040,12 +1047,7 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         self.hdrs.load(&head.headers);
         if head.host_dup {
-            let mut seen = false;
-            let buf = &self.cbuf;
-            self.hdrs.list.retain(|(n, _)| {
-                let dup = header_eq(n.get(buf), b"host") && std::mem::replace(&mut seen, true);
-                !dup
-            });
+            self.hdrs.keep_first(&self.cbuf, b"host");
         }
         // Frontend http-request rules.
         if let Some(r) = self.run_request_rules(self.fe, head, src) {

@@ -723,6 +723,11 @@ def make_cases():
     cases.append(Case("roundrobin w=1,2,3,5,8,13,21", simple("roundrobin", W7), lambda: reqs_plain(106), "seq"))
     cases.append(Case("roundrobin w=0,2,3,5 (weight 0)", simple("roundrobin", [0, 2, 3, 5]),
                       lambda: reqs_plain(40), "seq"))
+    # fwrr's integer steps: weights 2,3,3 repeat every 127 turns, not 128
+    cases.append(Case("roundrobin w=2,3,3 (period 127)", simple("roundrobin", [2, 3, 3]),
+                      lambda: reqs_plain(300), "seq"))
+    cases.append(Case("roundrobin w=3,1,3,2,2,1 (equal weights)", simple("roundrobin", [3, 1, 3, 2, 2, 1]),
+                      lambda: reqs_plain(400), "seq"))
     cases.append(Case("static-rr w=1,1,1,1", simple("static-rr", EQ4), lambda: reqs_plain(48), "seq"))
     cases.append(Case("static-rr w=1,2,3,5", simple("static-rr", W4), lambda: reqs_plain(66), "seq"))
     cases.append(Case("static-rr w=1,2,3,5,8,13,21", simple("static-rr", W7), lambda: reqs_plain(106), "seq"))

@@ -573,9 +573,15 @@ impl BackendState {
         if !self.allbackups {
             b.truncate(1);
         }
-        self.active
-            .store(Arc::new(Tables::build(&active, consistent)));
-        self.backup.store(Arc::new(Tables::build(&b, consistent)));
+        let fwrr = self.balance == Balance::RoundRobin;
+        let active = Tables::build(&active, consistent, fwrr);
+        let b = Tables::build(&b, consistent, fwrr);
+        // roundrobin goes on counting turns across rebuilds: restarting the order at each
+        // change (a slowstart step, an agent weight) would favour the servers it starts with.
+        active.continue_turns(&self.active.load());
+        b.continue_turns(&self.backup.load());
+        self.active.store(Arc::new(active));
+        self.backup.store(Arc::new(b));
         self.note_down();
     }
 
@@ -785,6 +791,14 @@ impl BackendState {
 
     /// Walks the weighted map from the round-robin cursor and takes the first server with room.
     fn pick_any(&self, t: &Tables, ok: impl Fn(usize) -> bool) -> Option<usize> {
+        if !t.rr.is_empty() {
+            // roundrobin: HAProxy's order; servers without room give their turn away.
+            let start = t.rr_claim();
+            return (0..t.rr.len() as u64)
+                .filter_map(|k| t.rr_at(start + k))
+                .map(|i| i as usize)
+                .find(|&i| ok(i) && self.servers[i].try_take());
+        }
         let n = t.map.len();
         if n == 0 {
             return None;

@@ -7,6 +7,7 @@
 //! states change, so lookups are lock-free.
 
 use crate::config::{HashFunction, HashMethod, HashType};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// HAProxy scales user weights by this factor internally (BE_WEIGHT_SCALE); map sizes and
 /// consistent-hash node counts depend on it, so we must too.
@@ -26,11 +27,19 @@ pub struct Candidate {
 }
 
 /// Lookup tables for one set of servers (active, or backup).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Tables {
     /// HAProxy's weighted server map (`recalc_server_map`): `map[i]` is a server index; a hash
-    /// `h` selects `map[h % map.len()]`, round-robin walks it in order.
+    /// `h` selects `map[h % map.len()]`, `static-rr` walks it in order. Not built for
+    /// `roundrobin`, which walks `rr`.
     pub map: Vec<u32>,
+    /// `balance roundrobin`: the servers in the order HAProxy's `fwrr` trees hand them out
+    /// from a fresh start, `rr[..rr_loop]` once, then `rr[rr_loop..]` over and over.
+    pub rr: Vec<u32>,
+    rr_loop: usize,
+    /// Requests handed out from `rr` so far; a new snapshot starts over, as HAProxy's trees
+    /// do when they are built.
+    rr_next: AtomicU64,
     /// Consistent-hash ring: (key, server index), sorted by key.
     pub ring: Vec<(u32, u32)>,
     /// Servers in declaration order (for `first`, `leastconn`).
@@ -38,15 +47,19 @@ pub struct Tables {
 }
 
 impl Tables {
-    /// Builds the tables. `cands` must be in declaration order.
-    pub fn build(cands: &[Candidate], consistent: bool) -> Tables {
+    /// Builds the tables. `cands` must be in declaration order; `fwrr` builds the
+    /// `roundrobin` order instead of the static map.
+    pub fn build(cands: &[Candidate], consistent: bool, fwrr: bool) -> Tables {
         let servers: Vec<u32> = cands.iter().map(|c| c.idx as u32).collect();
         let weighted: Vec<&Candidate> = cands.iter().filter(|c| c.weight > 0).collect();
         let scaled: Vec<u32> = weighted.iter().map(|c| c.weight * WEIGHT_SCALE).collect();
-        let map = server_map(&scaled)
-            .into_iter()
-            .map(|i| weighted[i].idx as u32)
-            .collect();
+        let to_idx = |v: Vec<usize>| v.into_iter().map(|i| weighted[i].idx as u32).collect();
+        let (map, rr, rr_loop) = if fwrr {
+            let (seq, rr_loop) = fwrr_sequence(&scaled);
+            (Vec::new(), to_idx(seq), rr_loop)
+        } else {
+            (to_idx(server_map(&scaled)), Vec::new(), 0)
+        };
         let mut ring = Vec::new();
         if consistent {
             for c in &weighted {
@@ -57,7 +70,39 @@ impl Tables {
             }
             ring.sort_unstable();
         }
-        Tables { map, ring, servers }
+        Tables {
+            map,
+            rr,
+            rr_loop,
+            rr_next: AtomicU64::new(0),
+            ring,
+            servers,
+        }
+    }
+
+    /// Carries the turn count of the tables these replace over to these.
+    pub fn continue_turns(&self, old: &Tables) {
+        self.rr_next.store(old.rr_next.load(Relaxed), Relaxed);
+    }
+
+    /// Claims the next `roundrobin` turn; `rr_at` reads it and the turns after it.
+    pub fn rr_claim(&self) -> u64 {
+        self.rr_next.fetch_add(1, Relaxed)
+    }
+
+    /// The server of `roundrobin` turn `n` (`None` when no server has a weight).
+    pub fn rr_at(&self, n: u64) -> Option<u32> {
+        let len = self.rr.len() as u64;
+        if len == 0 {
+            return None;
+        }
+        let k = if n < len {
+            n
+        } else {
+            let start = self.rr_loop as u64;
+            start + (n - start) % (len - start)
+        };
+        Some(self.rr[k as usize])
     }
 
     pub fn is_empty(&self) -> bool {
@@ -147,6 +192,118 @@ fn server_map(w: &[u32]) -> Vec<usize> {
         order.insert((Reverse(value[i]), i));
     }
     map
+}
+
+/// Longest `roundrobin` order kept: 4 M turns (16 MiB). A weight sum whose order has not
+/// repeated by then (it needs more than 16,000 servers of weight 16) walks that prefix in a loop.
+const FWRR_MAX_TURNS: usize = 1 << 22;
+
+/// HAProxy's `fwrr` (`lb_fwrr.c`), played from a fresh start for servers of (scaled,
+/// non-zero) weights `w`: the position in `w` of the server given each turn, and the turn
+/// from which the returned order repeats.
+///
+/// HAProxy keeps three trees: `curr` (servers ordered by their next position in the current
+/// window of `tot` turns), `init` (servers not placed yet, heaviest first) and `next`
+/// (servers whose next position falls beyond the window). When `curr` and `init` are both
+/// empty, `next` becomes `init` and a new window starts. A server taken from `init` forgets
+/// its position, so the whole state at a window start is the order of `init`: when an order
+/// comes back, the turns since its first appearance repeat forever. With integer steps that
+/// period is not always `tot` (weights 2, 3, 3 repeat every 127 turns of 128), which is
+/// why the order is played rather than computed. Ties in a tree go to the server queued
+/// first, as in HAProxy's ebtrees.
+fn fwrr_sequence(w: &[u32]) -> (Vec<usize>, usize) {
+    use std::collections::{BTreeSet, HashMap};
+    /// SRV_EWGHT_MAX, the `init`/`next` trees' key base (heaviest first).
+    const EW_MAX: i64 = 256 * WEIGHT_SCALE as i64;
+    #[derive(Clone, Copy)]
+    enum Tree {
+        Curr,
+        Init,
+        Next,
+    }
+    type Node = (u32, u64, usize);
+    let tot: i64 = w.iter().map(|&x| x as i64).sum();
+    let mut out = Vec::new();
+    if tot == 0 {
+        return (out, 0);
+    }
+    let cap = (4 * tot as usize).clamp(tot as usize, FWRR_MAX_TURNS.max(tot as usize));
+    let weight = |i: usize| w[i] as i64;
+    let mut curr: BTreeSet<Node> = BTreeSet::new();
+    // trees[init] and trees[1 - init] are `init` and `next`; a switch swaps the index.
+    let mut trees: [BTreeSet<Node>; 2] = [BTreeSet::new(), BTreeSet::new()];
+    let mut init = 0usize;
+    let mut node: Vec<(Tree, Node)> = Vec::with_capacity(w.len());
+    let mut npos = vec![0i64; w.len()];
+    let mut rweight = vec![0i64; w.len()];
+    let mut seq = 0u64;
+    for i in 0..w.len() {
+        let n = ((EW_MAX - weight(i)) as u32, seq, i);
+        seq += 1;
+        trees[init].insert(n);
+        node.push((Tree::Init, n));
+    }
+    // Static weights: the window (`curr_weight`) and `next_weight` are both `tot`.
+    let mut curr_pos = tot;
+    let mut seen: HashMap<Vec<usize>, usize> = HashMap::new();
+    seen.insert(trees[init].iter().map(|n| n.2).collect(), 0);
+    while out.len() < cap {
+        let s = loop {
+            if let Some(&(_, _, i)) = curr.first().filter(|n| npos[n.2] <= curr_pos) {
+                break i;
+            }
+            if let Some(&(_, _, i)) = trees[init].first() {
+                npos[i] = 0;
+                rweight[i] = 0;
+                break i;
+            }
+            if let Some(&(_, _, i)) = curr.first() {
+                break i;
+            }
+            // Both empty: every server waits in `next`, a new window starts.
+            init = 1 - init;
+            curr_pos = tot;
+            let order: Vec<usize> = trees[init].iter().map(|n| n.2).collect();
+            if let Some(&from) = seen.get(&order) {
+                return (out, from);
+            }
+            seen.insert(order, out.len());
+        };
+        // fwrr_update_position
+        if npos[s] == 0 {
+            npos[s] = curr_pos;
+        }
+        npos[s] += tot / weight(s);
+        rweight[s] += tot % weight(s);
+        if rweight[s] >= weight(s) {
+            rweight[s] -= weight(s);
+            npos[s] += 1;
+        }
+        let (tree, n) = node[s];
+        match tree {
+            Tree::Curr => curr.remove(&n),
+            Tree::Init => trees[init].remove(&n),
+            Tree::Next => trees[1 - init].remove(&n),
+        };
+        curr_pos += 1;
+        out.push(s);
+        // fwrr_queue_srv
+        if npos[s] >= 2 * tot {
+            npos[s] -= tot;
+            let n = ((EW_MAX - weight(s)) as u32, seq, s);
+            trees[1 - init].insert(n);
+            node[s] = (Tree::Next, n);
+        } else {
+            // The key wraps at 32 bits as HAProxy's does.
+            let key =
+                (256 * npos[s] + (EW_MAX + rweight[s] - weight(s)) / WEIGHT_SCALE as i64) as u32;
+            let n = (key, seq, s);
+            curr.insert(n);
+            node[s] = (Tree::Curr, n);
+        }
+        seq += 1;
+    }
+    (out, 0)
 }
 
 /// Bob Jenkins' 32-bit integer hash, HAProxy's `full_hash` (avalanche and consistent keys).
@@ -345,20 +502,75 @@ mod tests {
 
     #[test]
     fn map_respects_weights_and_interleaves() {
-        let t = Tables::build(&cands(&[1, 3]), false);
+        let t = Tables::build(&cands(&[1, 3]), false, false);
         assert_eq!(t.map.len(), 64);
         let ones = t.map.iter().filter(|&&s| s == 1).count();
         assert_eq!(ones, 48);
         // smooth: never four in a row of the light server
         assert!(!t.map.windows(2).any(|w| w == [0, 0]));
         // first declared wins ties: equal weights alternate starting with server 0
-        let e = Tables::build(&cands(&[1, 1]), false);
+        let e = Tables::build(&cands(&[1, 1]), false, false);
         assert_eq!(&e.map[..4], &[0, 1, 0, 1]);
+    }
+
+    /// The first turns HAProxy 2.6.12 gave for weights 1, 2, 3, 5 (`bench/balance_diff.py`,
+    /// servers numbered from 1).
+    const HAPROXY_RR_1_2_3_5: &str =
+        "4 3 4 2 4 3 4 1 3 2 4 4 3 4 2 4 3 4 1 3 2 4 4 3 4 2 4 3 4 1 3 2 4";
+
+    fn rr_turns(t: &Tables, n: u64) -> Vec<u32> {
+        (0..n).map(|k| t.rr_at(k).unwrap()).collect()
+    }
+
+    #[test]
+    fn roundrobin_follows_haproxys_fwrr_order() {
+        let t = Tables::build(&cands(&[1, 2, 3, 5]), false, true);
+        let want: Vec<u32> = HAPROXY_RR_1_2_3_5
+            .split(' ')
+            .map(|n| n.parse::<u32>().unwrap() - 1)
+            .collect();
+        assert_eq!(rr_turns(&t, want.len() as u64), want);
+        assert!(t.map.is_empty(), "roundrobin does not need the static map");
+        // Equal weights: declaration order, over and over.
+        let e = Tables::build(&cands(&[1, 1, 1]), false, true);
+        assert_eq!(rr_turns(&e, 7), vec![0, 1, 2, 0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn roundrobin_order_repeats_with_fwrrs_own_period() {
+        // fwrr's integer steps make weights 2, 3, 3 repeat every 127 turns (HAProxy does the
+        // same over 300 requests, `bench/balance_diff.py`): the first server gets 31, not 32.
+        let t = Tables::build(&cands(&[2, 3, 3]), false, true);
+        assert_eq!((t.rr.len(), t.rr_loop), (127, 0));
+        let count = |s: u32| t.rr.iter().filter(|&&x| x == s).count();
+        assert_eq!((count(0), count(1), count(2)), (31, 48, 48));
+        for n in [0, 5, 126, 127, 1000] {
+            assert_eq!(t.rr_at(n), t.rr_at(n + 127), "turn {n}");
+        }
+        // Every order found has its loop inside it, and turns wrap into that loop.
+        for w in [vec![17, 19, 15, 18], vec![2, 2, 7, 3, 3, 2], vec![256, 1]] {
+            let t = Tables::build(&cands(&w), false, true);
+            let (len, from) = (t.rr.len() as u64, t.rr_loop as u64);
+            assert!(from < len, "{w:?}");
+            assert_eq!(t.rr_at(len), t.rr_at(from), "{w:?}");
+            let total: u32 = w.iter().sum::<u32>() * WEIGHT_SCALE;
+            assert!(len >= total as u64 / 2, "{w:?}: {len} turns");
+        }
+    }
+
+    #[test]
+    fn roundrobin_turns_continue_across_rebuilds() {
+        let a = Tables::build(&cands(&[1, 1, 1]), false, true);
+        a.rr_claim();
+        a.rr_claim();
+        let b = Tables::build(&cands(&[1, 1, 1]), false, true);
+        b.continue_turns(&a);
+        assert_eq!(b.rr_claim(), 2);
     }
 
     #[test]
     fn zero_weight_is_never_picked() {
-        let t = Tables::build(&cands(&[0, 2]), true);
+        let t = Tables::build(&cands(&[0, 2]), true, false);
         assert!(t.map.iter().all(|&s| s == 1));
         assert!(t.ring.iter().all(|&(_, s)| s == 1));
         assert_eq!(t.servers, vec![0, 1]);
@@ -405,8 +617,8 @@ mod tests {
 
     #[test]
     fn consistent_ring_is_stable_when_a_server_leaves() {
-        let all = Tables::build(&cands(&[1, 1, 1]), true);
-        let two = Tables::build(&cands(&[1, 1, 1])[..2], true);
+        let all = Tables::build(&cands(&[1, 1, 1]), true, false);
+        let two = Tables::build(&cands(&[1, 1, 1])[..2], true, false);
         let mut moved = 0;
         for h in (0..u32::MAX).step_by(1 << 20) {
             let a = all.by_hash(h, HashMethod::Consistent).unwrap();

@@ -82,6 +82,22 @@ fn roundrobin_respects_weights() {
 }
 
 #[test]
+fn roundrobin_with_unequal_weights_gives_haproxys_order() {
+    // Recorded from HAProxy 2.6.12 on the same weights (`bench/balance_diff.py`): its fwrr
+    // trees interleave the servers in this order, which an operator comparing logs sees.
+    let f = farm(
+        "balance roundrobin",
+        &["weight 1", "weight 2", "weight 3", "weight 5"],
+    );
+    let seq: Vec<String> = (0..33).map(|_| who(f.port, "/", "")).collect();
+    let want: Vec<String> = "4 3 4 2 4 3 4 1 3 2 4 4 3 4 2 4 3 4 1 3 2 4 4 3 4 2 4 3 4 1 3 2 4"
+        .split(' ')
+        .map(|n| format!("s{n}"))
+        .collect();
+    assert_eq!(seq, want);
+}
+
+#[test]
 fn roundrobin_rotates_per_request_on_a_keepalive_connection() {
     let f = farm("balance roundrobin", &["", ""]);
     let mut c = HttpClient::connect(f.port);

@@ -819,6 +819,18 @@ fn helper_header_eq_and_tokens() {
 }
 
 #[test]
+fn helper_first_element_keeps_quoted_commas() {
+    assert_eq!(trim_first_element(b" a , b"), b"a");
+    assert_eq!(trim_first_element(b"a"), b"a");
+    assert_eq!(trim_first_element(b""), b"");
+    // HAProxy's element walk: a quoted string is one piece, quotes kept (balance_diff).
+    assert_eq!(trim_first_element(br#""b,c""#), br#""b,c""#);
+    assert_eq!(trim_first_element(br#""b,c", d"#), br#""b,c""#);
+    assert_eq!(trim_first_element(br#""x\",y", z"#), br#""x\",y""#);
+    assert_eq!(trim_first_element(br#"a"b,c"d, e"#), br#"a"b,c"d"#);
+}
+
+#[test]
 fn helper_hop_by_hop() {
     for n in [
         &b"Connection"[..],

@@ -62,9 +62,25 @@ pub fn start_line(head: &[u8]) -> &[u8] {
 }
 
 /// The first element of a comma-separated header value, trimmed (`a, b` -> `a`), as
-/// HAProxy's header lookups return it.
+/// HAProxy's header lookups return it: a comma inside a quoted string does not end the
+/// element (`"b,c", d` -> `"b,c"`, quotes kept).
 pub fn trim_first_element(value: &[u8]) -> &[u8] {
-    trim_ows(&value[..memchr::memchr(b',', value).unwrap_or(value.len())])
+    let mut quoted = false;
+    let mut escaped = false;
+    let mut end = value.len();
+    for (i, &c) in value.iter().enumerate() {
+        match (quoted, c) {
+            _ if escaped => escaped = false,
+            (true, b'\\') => escaped = true,
+            (_, b'"') => quoted = !quoted,
+            (false, b',') => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    trim_ows(&value[..end])
 }
 
 /// `true` if the comma-separated list `value` contains `token` (ASCII case-insensitive,

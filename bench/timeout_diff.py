@@ -601,6 +601,29 @@ def _(ctx):
     return one_request_then_close(ctx, GET("/"), 2.0)
 
 
+@case("refused_retries2_connect300",
+      conf(defaults="timeout connect 300ms", be="retries 2", server="server s1 127.0.0.1:@DEAD@"),
+      desc="closed port, retries 2, connect 300 (turn-around = min(connect, 1 s))")
+def _(ctx):
+    return one_request_then_close(ctx, GET("/"), 4.0)
+
+
+@case("refused_redispatch_one_server",
+      conf(be="retries 3\noption redispatch", server="server s1 127.0.0.1:@DEAD@"),
+      desc="closed port, only server, retries 3 + redispatch")
+def _(ctx):
+    return one_request_then_close(ctx, GET("/"), 5.0)
+
+
+for _algo in ("leastconn", "source", "random", "uri"):
+    @case("refused_redispatch_2dead_" + _algo,
+          conf(be="retries 2\noption redispatch\nbalance " + _algo,
+               server="server s1 127.0.0.1:@DEAD@\n    server s2 127.0.0.1:@DEAD2@"),
+          desc="two closed ports, retries 2 + redispatch, balance " + _algo)
+    def _(ctx):
+        return one_request_then_close(ctx, GET("/"), 4.0)
+
+
 @case("refused_retries2_redispatch",
       conf(be="retries 2\noption redispatch\nbalance roundrobin",
            server="server s1 127.0.0.1:@DEAD@\n    server s2 127.0.0.1:@BE@"),
@@ -933,8 +956,9 @@ def run_case(progname, binary, c, workdir):
     bh = None
     fe = free_port()
     text = c["cfg"].replace("@FE@", str(fe)).replace("@BE@", str(origin.port))
-    if "@DEAD@" in text:
-        text = text.replace("@DEAD@", str(free_port()))
+    for dead in ("@DEAD@", "@DEAD2@"):
+        if dead in text:
+            text = text.replace(dead, str(free_port()))
     if "@BH@" in text:
         bh = Blackhole()
         text = text.replace("@BH@", str(bh.port))

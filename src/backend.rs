@@ -598,6 +598,14 @@ impl BackendState {
         }
     }
 
+    /// Usable active servers with a weight (HAProxy's `srv_act`).
+    pub fn usable_active(&self) -> usize {
+        self.servers
+            .iter()
+            .filter(|s| !s.backup && s.usable() && s.eweight() > 0)
+            .count()
+    }
+
     /// Total seconds this backend has had no usable server.
     pub fn downtime(&self) -> u64 {
         let mut t = self.down_total.load(Relaxed);

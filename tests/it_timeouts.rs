@@ -247,3 +247,55 @@ fn client_timeout_closes_idle_connection_when_no_http_timeouts() {
         t0.elapsed()
     );
 }
+
+/// HAProxy's turn-around timer: a refused connection is retried on the same server only
+/// after min(`timeout connect`, 1 s), so that a restarting server is not hammered.
+#[test]
+fn a_refused_connection_is_retried_after_the_turn_around_time() {
+    let dead = closed_port();
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    retries 2\n    timeout connect 300ms\n    server dead 127.0.0.1:{dead}\n"
+    );
+    let s = Sluice::start(&cfg);
+    let t0 = Instant::now();
+    let r = http_get(port, "/");
+    let took = t0.elapsed();
+    assert_eq!(r.status, 502);
+    // Two retries, each after 300 ms (timeout connect is below 1 s).
+    assert!(
+        took >= ms(580),
+        "answered after {took:?}: retried without waiting"
+    );
+    let line = s.wait_log_line(|l| l.contains(" 502 "), WAIT);
+    assert!(
+        line.contains(" SC-- ") && line.contains(" be/dead "),
+        "{line}"
+    );
+}
+
+/// With `option redispatch`, a round-robin backend retries on another server at once: which
+/// server serves does not matter, so there is no reason to wait for the one that refused.
+#[test]
+fn redispatch_in_round_robin_goes_to_another_server_without_waiting() {
+    let dead = closed_port();
+    let good = HttpBackend::start("good");
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    balance roundrobin\n    option redispatch\n    retries 3\n    timeout connect 5s\n    server dead 127.0.0.1:{dead}\n    server good {}\n",
+        good.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let t0 = Instant::now();
+    // Round robin sends one of these two to the dead server first.
+    for _ in 0..2 {
+        let r = http_get(port, "/");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.server(), "good");
+    }
+    let took = t0.elapsed();
+    assert!(
+        took < ms(1000),
+        "took {took:?}: the redispatch waited for the turn-around timer (1 s)"
+    );
+}

@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::backend::{self, PickError, PickInput, Shared, Slot};
-use crate::config::Mode;
+use crate::config::{Balance, Mode};
 use crate::listener::Admission;
 use crate::worker::Worker;
 
@@ -675,6 +675,10 @@ async fn connect_stream(
     }
 }
 
+/// The longest wait before retrying a refused connection on the same server (HAProxy's
+/// turn-around timer, shortened to `timeout connect` when that is shorter).
+const TURN_AROUND: Duration = Duration::from_secs(1);
+
 /// Connects to the server `slot` holds, retrying and redispatching on failure.
 /// `host`: the request's Host header, for servers whose SNI comes from it.
 pub async fn connect_with_slot(
@@ -737,9 +741,35 @@ pub async fn connect_with_slot(
                 }
                 attempt += 1;
                 srv.counters.retries.fetch_add(1, Relaxed);
-                if bp.options.redispatch && attempt == retries {
+                // HAProxy 2.6 (`stream_choose_redispatch`, `back_handle_st_cer`): with
+                // `option redispatch`, the last retry goes to another server, and so does
+                // every retry when this one is down, or when the algorithm does not hash a
+                // request property (that server does not matter; `random` counts as not
+                // hashing, as in HAProxy) and there are other active servers. A refused
+                // connection (not a timed-out one, which already waited) is retried after a
+                // turn-around of min(`timeout connect`, 1 s), so that a restarting server is
+                // not hammered, unless the retry goes to another of several servers.
+                let hashed = matches!(
+                    bp.balance,
+                    Balance::Source
+                        | Balance::Uri { .. }
+                        | Balance::UrlParam { .. }
+                        | Balance::Hdr { .. }
+                );
+                let active = shared.backend(be).usable_active();
+                let redispatch = bp.options.redispatch
+                    && (attempt == retries || !srv.usable() || (!hashed && active > 1));
+                let turn_around = !timeout && (!redispatch || active <= 1);
+                let tar = TURN_AROUND.min(bp.timeouts.connect.unwrap_or(TURN_AROUND));
+                if turn_around && !redispatch {
+                    tokio::time::sleep(tar).await;
+                }
+                if redispatch {
                     let failed = slot.server;
                     drop(slot);
+                    if turn_around {
+                        tokio::time::sleep(tar).await;
+                    }
                     slot = backend::acquire(shared, be, input, Some(failed))
                         .await
                         .map_err(ConnectError::Pick)?;

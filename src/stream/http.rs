@@ -1873,6 +1873,15 @@ impl<C: ClientIo> Conn<'_, C> {
         // close is a reset, which would discard a response still in the socket.
         let fin_follows = !client_keep && req_body.done() && self.cbuf.is_empty();
         let w = if rsp_body.done() && !fin_follows {
+            if self.ctx.w.active.get() > 1 {
+                // A whole response in hand goes out after the other connections ready in
+                // this round of the event loop have had their turn, as HAProxy's sends
+                // follow its receives: the client (often one process holding many
+                // connections) then reads several responses per wake-up instead of one.
+                // Measured with the bench's wrk: 0.07-0.20 sleeps per request instead of
+                // 0.16-0.21, and less CPU per request on the load's core.
+                tokio::task::yield_now().await;
+            }
             self.client.send(&self.out).await
         } else {
             self.client.write_all_more(&self.out).await

@@ -299,3 +299,35 @@ fn redispatch_in_round_robin_goes_to_another_server_without_waiting() {
         "took {took:?}: the redispatch waited for the turn-around timer (1 s)"
     );
 }
+
+/// `option redispatch 1`: every retry may go to another server, also with a hashing
+/// algorithm, whose plain `option redispatch` waits for the last retry.
+#[test]
+fn redispatch_interval_one_leaves_a_refused_server_at_the_first_retry() {
+    let dead = closed_port();
+    let good = HttpBackend::start("good");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    balance hdr(X-Key)\n    option redispatch 1\n    retries 3\n    timeout connect 5s\n    server dead 127.0.0.1:{dead}\n    server good {}\n",
+        good.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    // Find keys the hash sends to the dead server: their requests are redispatched.
+    for k in 0..8 {
+        let r = http_raw(
+            port,
+            format!("GET / HTTP/1.1\r\nHost: t\r\nX-Key: k{k}\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(r.status, 200, "key k{k}");
+    }
+    // A redispatched request is logged with `+1` retries (moved after the first one).
+    let lines = s.wait_log_lines(8, |l| l.contains(" 200 "), WAIT);
+    let moved: Vec<&String> = lines.iter().filter(|l| l.contains("/+1 ")).collect();
+    assert!(
+        !moved.is_empty(),
+        "no key hashed to the dead server: {lines:#?}"
+    );
+    for l in moved {
+        assert!(l.contains(" be/good "), "{l}");
+    }
+}

@@ -314,6 +314,9 @@ pub struct ProxyOptions {
     /// instead of only the first one.
     pub allbackups: bool,
     pub redispatch: bool,
+    /// `option redispatch <interval>`: redispatch on every Nth retry (N > 0), or on the
+    /// |N|th retry before the last one (N < 0; the default -1 is the last retry).
+    pub redispatch_after: i32,
     /// `http-reuse` (a backend setting).
     pub http_reuse: HttpReuse,
     /// Which health check the servers run (`option httpchk`, `option tcp-check`, or a

@@ -742,7 +742,8 @@ pub async fn connect_with_slot(
                 attempt += 1;
                 srv.counters.retries.fetch_add(1, Relaxed);
                 // HAProxy 2.6 (`stream_choose_redispatch`, `back_handle_st_cer`): with
-                // `option redispatch`, the last retry goes to another server, and so does
+                // `option redispatch`, the last retry (or every Nth, `option redispatch N`)
+                // goes to another server, and so does
                 // every retry when this one is down, or when the algorithm does not hash a
                 // request property (that server does not matter; `random` counts as not
                 // hashing, as in HAProxy) and there are other active servers. A refused
@@ -757,8 +758,16 @@ pub async fn connect_with_slot(
                         | Balance::Hdr { .. }
                 );
                 let active = shared.backend(be).usable_active();
-                let redispatch = bp.options.redispatch
-                    && (attempt == retries || !srv.usable() || (!hashed && active > 1));
+                let due = match bp.options.redispatch_after {
+                    n if n > 0 => attempt.is_multiple_of(n as u32),
+                    n => {
+                        // -1: the last retry; -N: the Nth before the end; 0: never.
+                        let every = retries as i64 + 1 + n as i64;
+                        every != 0 && (attempt as i64) % every == 0
+                    }
+                };
+                let redispatch =
+                    bp.options.redispatch && (due || !srv.usable() || (!hashed && active > 1));
                 let turn_around = !timeout && (!redispatch || active <= 1);
                 let tar = TURN_AROUND.min(bp.timeouts.connect.unwrap_or(TURN_AROUND));
                 if turn_around && !redispatch {

@@ -159,6 +159,20 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             o.log_format = None;
         }
         "forwardfor" => o.forwardfor = Some(forwardfor(words)?),
+        "redispatch" => {
+            o.redispatch_after = match words.get(1) {
+                None => -1,
+                Some(n) => {
+                    no_extra(words, 2)?;
+                    n.parse::<i32>().map_err(|_| {
+                        format!("'{n}' is not a retry interval (an integer: 1 = every retry, -1 = the last one, 0 = only where the server does not matter)")
+                    })?
+                }
+            };
+            // 0 ends the redispatches that count retries; like HAProxy 2.6, a backend that
+            // does not hash still moves retries to its other servers.
+            o.redispatch = true;
+        }
         "httpchk" => {
             o.httpchk = Some(super::checks::httpchk(&words[1..])?);
             o.check_type = super::super::CheckType::Http;
@@ -175,7 +189,6 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                     o.httplog_clf = false;
                     o.log_format = None;
                 }
-                "redispatch" => o.redispatch = true,
                 "log-health-checks" => o.log_health_checks = true,
                 "tcp-smart-accept" => o.tcp_smart_accept = Some(true),
                 "tcp-smart-connect" => o.tcp_smart_connect = true,

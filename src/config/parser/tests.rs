@@ -3504,3 +3504,37 @@ fn log_format_errors() {
         ],
     );
 }
+
+#[test]
+fn option_redispatch_takes_haproxys_interval() {
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        "backend b1",
+        "  option redispatch",
+        "backend b2",
+        "  option redispatch 2",
+        "backend b3",
+        "  option redispatch -2",
+        "backend b4",
+        "  option redispatch 0",
+    ]);
+    let o = |n| {
+        let o = &px(&c, n).options;
+        (o.redispatch, o.redispatch_after)
+    };
+    assert_eq!(o("b1"), (true, -1));
+    assert_eq!(o("b2"), (true, 2));
+    assert_eq!(o("b3"), (true, -2));
+    // 0 stops the counted redispatches only (measured on HAProxy 2.6.12: a round-robin
+    // backend still retries on its other servers at once).
+    assert_eq!(o("b4"), (true, 0));
+    err1(
+        &["backend b", "  option redispatch x"],
+        &["t.cfg:2: ", "'x' is not a retry interval"],
+    );
+    err1(
+        &["backend b", "  option redispatch 1 2"],
+        &["t.cfg:2: ", "unexpected extra argument '2'"],
+    );
+}

@@ -693,17 +693,24 @@ def tcp_conf(defaults=""):
     return conf(mode="tcp", defaults=defaults)
 
 
-@case("tcp_client_shutwr", tcp_conf(), origin=dict(kind="echo_bye"),
-      desc="client sends hello then SHUT_WR; origin echoes, BYE on EOF")
-def _(ctx):
+def send_then_shut(ctx, data):
+    """Send data, then (0.1 s later) SHUT_WR; read until the proxy closes.
+    Returns (reader, close kind, close time, time of the shutdown)."""
     s = connect(ctx.port)
-    s.sendall(b"hello")
+    s.sendall(data)
     time.sleep(0.1)
     t0 = now()
     s.shutdown(socket.SHUT_WR)
     r = Reader(s)
     kind, tc, _ = r.until_close(2.5)
     s.close()
+    return r, kind, tc, t0
+
+
+@case("tcp_client_shutwr", tcp_conf(), origin=dict(kind="echo_bye"),
+      desc="client sends hello then SHUT_WR; origin echoes, BYE on EOF")
+def _(ctx):
+    r, kind, tc, t0 = send_then_shut(ctx, b"hello")
     return dict(got=r.buf, close=kind, t_close=ms(tc, t0), t_be_eof=ctx.origin.first("eof", t0))
 
 
@@ -760,14 +767,7 @@ case("tcp_idle_tunnel900", tcp_conf("timeout client 300ms\ntimeout server 300ms\
 
 
 def tcp_client_shut_hold(ctx):
-    s = connect(ctx.port)
-    s.sendall(b"x")
-    time.sleep(0.1)
-    t0 = now()
-    s.shutdown(socket.SHUT_WR)
-    r = Reader(s)
-    kind, tc, _ = r.until_close(2.5)
-    s.close()
+    r, kind, tc, t0 = send_then_shut(ctx, b"x")
     return dict(close=kind, t_close=ms(tc, t0), t_be_eof=ctx.origin.first("eof", t0),
                 be_close=ctx.origin.close_kind())
 

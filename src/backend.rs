@@ -295,7 +295,8 @@ pub struct BackendState {
     allbackups: bool,
     pub active: ArcSwap<Tables>,
     pub backup: ArcSwap<Tables>,
-    /// Walks the weighted map for roundrobin / static-rr.
+    /// Walks the weighted map for static-rr and the hash algorithms' fallback, and rotates
+    /// leastconn's starting point (roundrobin counts its turns in its `Tables`).
     rr_cursor: AtomicU64,
     /// Requests queued at backend or server level (fast check before taking the lock).
     pub queued: AtomicU32,
@@ -618,13 +619,9 @@ impl BackendState {
     /// Whether the algorithm accepts any weight at run time (HAProxy's `BE_LB_PROP_DYN`):
     /// static-rr and map-based hashing only take 0% or 100%.
     pub fn dynamic_weights(&self) -> bool {
-        let hashed = matches!(
-            self.balance,
-            Balance::Source | Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }
-        );
         match self.balance {
             Balance::StaticRr => false,
-            _ if hashed => self.hash_method == HashMethod::Consistent,
+            _ if self.balance.hashes_request() => self.hash_method == HashMethod::Consistent,
             _ => true,
         }
     }

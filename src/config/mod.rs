@@ -653,6 +653,17 @@ pub enum Balance {
     },
 }
 
+impl Balance {
+    /// Whether the server follows from a request property (HAProxy's `BE_LB_KIND_HI`):
+    /// `source`, `uri`, `url_param`, `hdr()`. `random` does not count, as in HAProxy.
+    pub fn hashes_request(&self) -> bool {
+        matches!(
+            self,
+            Balance::Source | Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }
+        )
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HashMethod {
     #[default]

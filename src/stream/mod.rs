@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::backend::{self, PickError, PickInput, Shared, Slot};
-use crate::config::{Balance, Mode};
+use crate::config::Mode;
 use crate::listener::Admission;
 use crate::worker::Worker;
 
@@ -743,20 +743,12 @@ pub async fn connect_with_slot(
                 srv.counters.retries.fetch_add(1, Relaxed);
                 // HAProxy 2.6 (`stream_choose_redispatch`, `back_handle_st_cer`): with
                 // `option redispatch`, the last retry (or every Nth, `option redispatch N`)
-                // goes to another server, and so does
-                // every retry when this one is down, or when the algorithm does not hash a
-                // request property (that server does not matter; `random` counts as not
-                // hashing, as in HAProxy) and there are other active servers. A refused
-                // connection (not a timed-out one, which already waited) is retried after a
-                // turn-around of min(`timeout connect`, 1 s), so that a restarting server is
-                // not hammered, unless the retry goes to another of several servers.
-                let hashed = matches!(
-                    bp.balance,
-                    Balance::Source
-                        | Balance::Uri { .. }
-                        | Balance::UrlParam { .. }
-                        | Balance::Hdr { .. }
-                );
+                // goes to another server, and so does every retry when this one is down, or
+                // when the algorithm does not hash a request property (that server does not
+                // matter) and there are other active servers. A refused connection (not a
+                // timed-out one, which already waited) is retried after a turn-around of
+                // min(`timeout connect`, 1 s), so that a restarting server is not hammered,
+                // unless the retry goes to another of several servers.
                 let active = shared.backend(be).usable_active();
                 let due = match bp.options.redispatch_after {
                     n if n > 0 => attempt.is_multiple_of(n as u32),
@@ -766,19 +758,22 @@ pub async fn connect_with_slot(
                         every != 0 && (attempt as i64) % every == 0
                     }
                 };
-                let redispatch =
-                    bp.options.redispatch && (due || !srv.usable() || (!hashed && active > 1));
+                let redispatch = bp.options.redispatch
+                    && (due || !srv.usable() || (!bp.balance.hashes_request() && active > 1));
                 let turn_around = !timeout && (!redispatch || active <= 1);
-                let tar = TURN_AROUND.min(bp.timeouts.connect.unwrap_or(TURN_AROUND));
-                if turn_around && !redispatch {
-                    tokio::time::sleep(tar).await;
-                }
-                if redispatch {
-                    let failed = slot.server;
-                    drop(slot);
+                let wait = async {
                     if turn_around {
-                        tokio::time::sleep(tar).await;
+                        let t = TURN_AROUND.min(bp.timeouts.connect.unwrap_or(TURN_AROUND));
+                        tokio::time::sleep(t).await;
                     }
+                };
+                if !redispatch {
+                    wait.await;
+                } else {
+                    let failed = slot.server;
+                    // The slot is given back before the wait, as HAProxy releases the server.
+                    drop(slot);
+                    wait.await;
                     slot = backend::acquire(shared, be, input, Some(failed))
                         .await
                         .map_err(ConnectError::Pick)?;

@@ -1094,10 +1094,11 @@ async fn add_server(shared: &Arc<Shared>, rest: &[&str]) -> String {
         return "No such backend.\n".into();
     };
     let opts: Vec<String> = rest[2..].iter().map(|w| w.to_string()).collect();
-    let conf = match crate::config::dynamic_server(sname, addr, &opts).and_then(|mut c| {
-        crate::config::check_needs(&mut c, &shared.cfg.proxies[bi])?;
-        Ok(c)
-    }) {
+    let conf = match crate::config::dynamic_server(sname, addr, &opts, &shared.cfg.global.tls)
+        .and_then(|mut c| {
+            crate::config::check_needs(&mut c, &shared.cfg.proxies[bi])?;
+            Ok(c)
+        }) {
         Ok(c) => c,
         Err(e) => return format!("{e}\n"),
     };
@@ -1115,7 +1116,12 @@ async fn add_server(shared: &Arc<Shared>, rest: &[&str]) -> String {
         let job: crate::worker::CtlJob = Box::new(move |w| crate::check::spawn_one(w, bi, si, cfg));
         let _ = workers[si % workers.len()].send(job);
     }
-    "New server registered.\n".into()
+    let mut reply: String = crate::config::take_warnings()
+        .into_iter()
+        .map(|w| format!("[WARNING] {w}\n"))
+        .collect();
+    reply.push_str("New server registered.\n");
+    reply
 }
 
 /// `del server B/S`: in maintenance and unused; its idle pooled connections are closed first.

@@ -92,6 +92,11 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
+            if !opts.quiet {
+                for w in &cfg.warnings {
+                    eprintln!("[WARNING] (sluice) : config : {w}");
+                }
+            }
             if matches!(opts.action, Action::Check) {
                 if !opts.quiet {
                     println!("Configuration file is valid");

@@ -219,6 +219,8 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         );
     }
 
+    set_identity(&cfg.global)?;
+
     // The control loop and its signal handlers exist before any worker accepts: a SIGUSR1
     // sent as soon as sluice serves must find its handler, not the default action (exit).
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -317,6 +319,42 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         for (p, id) in &bind_files {
             remove_if_same(p, *id);
         }
+    }
+    Ok(())
+}
+
+/// `chroot`, then `gid`/`group` and `uid`/`user`, in HAProxy's order: once every listener and
+/// stats socket is bound and the pidfile written (they may need the old root and privileges),
+/// before anything is served. Each failure stops the start, as in HAProxy. Log targets that
+/// are UNIX sockets are reached by path at each message, so after `chroot` the path is looked
+/// up inside the new root (Debian's rsyslog makes `/var/lib/haproxy/dev/log` for that).
+fn set_identity(g: &crate::config::Global) -> Result<(), String> {
+    use nix::unistd::{Gid, Uid};
+    if let Some(dir) = &g.chroot {
+        nix::unistd::chroot(dir.as_path())
+            .and_then(|()| nix::unistd::chdir("/"))
+            .map_err(|e| format!("[sluice.main()] Cannot chroot({}): {e}.", dir.display()))?;
+    }
+    if let Some(gid) = g.gid {
+        // Supplementary groups would keep the old identity's access; only root can drop them,
+        // and failing to is worth a warning only (HAProxy's behaviour).
+        if nix::unistd::getgroups().is_ok_and(|v| !v.is_empty())
+            && let Err(e) = nix::unistd::setgroups(&[])
+        {
+            eprintln!(
+                "[WARNING] ({}) : [sluice.main()] Failed to drop supplementary groups: {e}. \
+                 Using 'gid'/'group' without 'uid'/'user' is generally useless.",
+                pid()
+            );
+        }
+        nix::unistd::setgid(Gid::from_raw(gid))
+            .map_err(|e| format!("[sluice.main()] Cannot set gid {gid}: {e}."))?;
+    }
+    if let Some(uid) = g.uid
+        && Uid::current().as_raw() != uid
+    {
+        nix::unistd::setuid(Uid::from_raw(uid))
+            .map_err(|e| format!("[sluice.main()] Cannot set uid {uid}: {e}."))?;
     }
     Ok(())
 }

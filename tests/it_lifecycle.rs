@@ -457,3 +457,58 @@ fn log_tag_names_the_program_in_syslog_headers() {
     assert_eq!(code, 1);
     assert!(err.contains("invalid log tag 'a b'"), "{err}");
 }
+
+/// `chroot`, `uid`, `gid`: taken after the listeners are bound, by every thread. As root the
+/// process ends up in the directory with the new identity and still serves; otherwise the
+/// start fails with HAProxy's alert and exit status 1.
+#[test]
+fn chroot_uid_and_gid_are_taken_after_binding() {
+    let root = TempDir::new();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 2\n    chroot {}\n    uid 65534\n    gid 65534\n{DEFAULTS_HTTP}\
+frontend fe\n    bind 127.0.0.1:{port}\n    http-request return status 200 content-type text/plain string jailed\n",
+        root.path().display()
+    );
+    if !nix::unistd::Uid::effective().is_root() {
+        let s = Sluice::builder(&cfg).spawn();
+        let st = s
+            .wait_exit(Duration::from_secs(10))
+            .expect("sluice should exit");
+        assert_eq!(st.code(), Some(1));
+        assert!(
+            s.stderr
+                .wait(|l| l.contains("Cannot chroot("), Duration::from_secs(5))
+                .is_some()
+        );
+        return;
+    }
+    let s = Sluice::start(&cfg);
+    let r = http_get(port, "/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_str(), "jailed");
+    let proc_dir = format!("/proc/{}", s.pid());
+    assert_eq!(
+        std::fs::read_link(format!("{proc_dir}/root")).unwrap(),
+        std::fs::canonicalize(root.path()).unwrap()
+    );
+    let mut threads = 0;
+    for t in std::fs::read_dir(format!("{proc_dir}/task")).unwrap() {
+        let status = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap();
+        let ids = |key: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .unwrap()
+                .split_whitespace()
+                .skip(1)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids("Uid:"), ["65534"; 4], "{status}");
+        assert_eq!(ids("Gid:"), ["65534"; 4], "{status}");
+        assert!(ids("Groups:").is_empty(), "supplementary groups dropped");
+        threads += 1;
+    }
+    assert!(threads >= 3, "main thread and two workers: {threads}");
+}

@@ -362,6 +362,14 @@ backend bh2\n    mode http\n    server s2 {}\n",
 
 /// A client that accepts any server certificate.
 fn insecure_cfg(alpn: &[&str]) -> Arc<ClientConfig> {
+    insecure_cfg_versions(alpn, rustls::DEFAULT_VERSIONS)
+}
+
+/// As [`insecure_cfg`], offering only `versions`.
+fn insecure_cfg_versions(
+    alpn: &[&str],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<ClientConfig> {
     #[derive(Debug)]
     struct Any(Arc<rustls::crypto::CryptoProvider>);
     impl rustls::client::danger::ServerCertVerifier for Any {
@@ -406,7 +414,7 @@ fn insecure_cfg(alpn: &[&str]) -> Arc<ClientConfig> {
         }
     }
     let mut c = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(Any(provider())))
@@ -818,7 +826,14 @@ fn configuration_errors_name_file_line_and_reason() {
         ("ssl".to_string(), "at least one certificate"),
         (
             format!("ssl crt {} ciphers DHE-RSA-AES128-SHA", good.display()),
-            "not available",
+            "none of the listed ciphers is available in sluice",
+        ),
+        (
+            format!(
+                "ssl crt {} ciphers ECDHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA255",
+                good.display()
+            ),
+            "cipher 'ECDHE-RSA-AES128-GCM-SHA255' is not available in sluice (rustls supports only",
         ),
         (
             format!("ssl crt {} ssl-min-ver TLSv1.0", good.display()),
@@ -873,6 +888,8 @@ struct TlsBackend {
     seen: Arc<std::sync::Mutex<Vec<(String, String)>>>,
     /// Requests answered.
     requests: Arc<std::sync::atomic::AtomicUsize>,
+    /// The suite of the last handshake (`CipherSuite`'s name).
+    last_suite: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl TlsBackend {
@@ -901,17 +918,20 @@ impl TlsBackend {
         let resumed = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let requests = Arc::new(AtomicUsize::new(0));
-        let (h2, r2, s2, q2) = (
+        let last_suite = Arc::new(std::sync::Mutex::new(None));
+        let (h2, r2, s2, q2, l2) = (
             handshakes.clone(),
             resumed.clone(),
             seen.clone(),
             requests.clone(),
+            last_suite.clone(),
         );
         std::thread::spawn(move || {
             for s in l.incoming() {
                 let Ok(mut s) = s else { return };
                 let sc = sc.clone();
-                let (h, r, seen, q) = (h2.clone(), r2.clone(), s2.clone(), q2.clone());
+                let (h, r, seen, q, ls) =
+                    (h2.clone(), r2.clone(), s2.clone(), q2.clone(), l2.clone());
                 std::thread::spawn(move || {
                     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
                     let Ok(mut conn) = rustls::ServerConnection::new(sc) else {
@@ -922,6 +942,9 @@ impl TlsBackend {
                             return;
                         }
                     }
+                    *ls.lock().unwrap() = conn
+                        .negotiated_cipher_suite()
+                        .map(|c| format!("{:?}", c.suite()));
                     h.fetch_add(1, Ordering::SeqCst);
                     if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
                         r.fetch_add(1, Ordering::SeqCst);
@@ -970,6 +993,7 @@ impl TlsBackend {
             resumed,
             seen,
             requests,
+            last_suite,
         }
     }
 
@@ -1800,4 +1824,196 @@ backend b_fresh\n    http-reuse always\n    option httpchk GET /\n\
     // Given back after each check: traffic finds it still.
     assert_eq!(c.get("/").body_str(), "tls-backend sni=backend.example");
     assert_eq!(reuse.handshakes.load(SeqCst), h_reuse);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Global TLS settings: crt-base, ca-base, ssl-default-*, ssl-server-verify
+// ---------------------------------------------------------------------------------------------
+
+/// A client limited to TLS 1.2, trusting any certificate.
+fn tls12_only_cfg() -> Arc<ClientConfig> {
+    insecure_cfg_versions(&[], &[&rustls::version::TLS12])
+}
+
+#[test]
+fn global_ssl_defaults_and_bases_apply_where_lines_leave_them_unset() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let leaf = ca.leaf("site.example", &["site.example"]);
+    std::fs::create_dir(dir.path().join("certs")).unwrap();
+    std::fs::create_dir(dir.path().join("cas")).unwrap();
+    write_file(&dir, "certs/site.pem", &leaf.bundle());
+    // The backend side: a TLS server whose CA file is found under ca-base.
+    let bca = Ca::new("Backend CA");
+    let bleaf = bca.leaf("backend.example", &["backend.example"]);
+    let tb = TlsBackend::start(&bleaf);
+    write_file(&dir, "cas/backend-ca.pem", &bca.pem());
+    let (p_def, p_own, p_plain) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        "global\n\
+\x20   crt-base {base}/certs\n\
+\x20   ca-base {base}/cas\n\
+\x20   ssl-default-bind-ciphers DHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-GCM-SHA256\n\
+\x20   ssl-default-bind-ciphersuites TLS_CHACHA20_POLY1305_SHA256\n\
+\x20   ssl-default-bind-options no-sslv3 ssl-min-ver TLSv1.3 no-tls-tickets\n\
+\x20   ssl-default-server-ciphersuites TLS_AES_256_GCM_SHA384\n\
+{DEFAULTS_HTTP}\
+frontend f_def\n    bind 127.0.0.1:{p_def} ssl crt site.pem\n    http-request return status 200 content-type text/plain string def\n\
+frontend f_own\n    bind 127.0.0.1:{p_own} ssl crt site.pem ciphersuites TLS_AES_128_GCM_SHA256 ssl-min-ver TLSv1.2\n    http-request return status 200 content-type text/plain string own\n\
+frontend f_plain\n    bind 127.0.0.1:{p_plain}\n    use_backend b_none if {{ path_beg /none }}\n    default_backend b_ca\n\
+backend b_ca\n    server s 127.0.0.1:{tp} ssl verify required ca-file backend-ca.pem sni str(backend.example)\n\
+backend b_none\n    server s 127.0.0.1:{tp} ssl verify none\n",
+        base = dir.path().display(),
+        tp = tb.port,
+    );
+    let s = Sluice::start(&cfg);
+    // Accepted with a warning naming the line: the DHE suite does not exist in rustls.
+    let warned = s.stderr.wait(
+        |l| l.contains("[WARNING]") && l.contains(":4: 'ssl-default-bind-ciphers': DHE-RSA-AES128-GCM-SHA256 not implemented by rustls, skipped"),
+        Duration::from_secs(5),
+    );
+    assert!(warned.is_some(), "no warning for the skipped cipher");
+    let any = insecure_cfg(&[]);
+    // Defaults: the certificate from crt-base, TLS 1.3 only, the one default suite.
+    let mut t = tls_connect(p_def, Some("site.example"), &any).unwrap();
+    assert_eq!(peer_der(&t), leaf.der);
+    assert_eq!(
+        t.conn.negotiated_cipher_suite().unwrap().suite(),
+        rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256
+    );
+    assert_eq!(
+        tls_get(&mut t, "/", "site.example").unwrap().body_str(),
+        "def"
+    );
+    assert!(
+        tls_connect(p_def, Some("site.example"), &tls12_only_cfg()).is_err(),
+        "ssl-min-ver TLSv1.3 from ssl-default-bind-options"
+    );
+    // A line's own settings win.
+    let t = tls_connect(p_own, Some("site.example"), &any).unwrap();
+    assert_eq!(
+        t.conn.negotiated_cipher_suite().unwrap().suite(),
+        rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+    );
+    let mut t = tls_connect(p_own, Some("site.example"), &tls12_only_cfg()).unwrap();
+    assert_eq!(
+        t.conn.negotiated_cipher_suite().unwrap().suite(),
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        "the only TLS 1.2 suite left of the default list"
+    );
+    assert_eq!(
+        tls_get(&mut t, "/", "site.example").unwrap().body_str(),
+        "own"
+    );
+    // Servers: ca-file under ca-base; the default TLS 1.3 suite is what the backend saw.
+    let r = http_get(p_plain, "/");
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    assert_eq!(r.body_str(), "tls-backend sni=backend.example");
+    assert_eq!(
+        tb.last_suite.lock().unwrap().as_deref(),
+        Some("TLS13_AES_256_GCM_SHA384")
+    );
+    assert_eq!(http_get(p_plain, "/none").status, 200);
+}
+
+#[test]
+fn ssl_server_verify_none_is_the_default_of_servers_without_verify() {
+    let dir = TempDir::new();
+    let bca = Ca::new("Backend CA");
+    let other = write_file(&dir, "other-ca.pem", &Ca::new("Other CA").pem());
+    let tb = TlsBackend::start(&bca.leaf("backend.example", &["backend.example"]));
+    let cfg = |global: &str, port: u16| {
+        format!(
+            "global\n{global}\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n\
+\x20   use_backend b_req if {{ path_beg /req }}\n    default_backend b\n\
+backend b\n    retries 0\n    server s 127.0.0.1:{p} ssl\n\
+backend b_req\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {o}\n",
+            p = tb.port,
+            o = other.display()
+        )
+    };
+    let port = free_port();
+    let _s = Sluice::start(&cfg("    ssl-server-verify none", port));
+    assert_eq!(http_get(port, "/").status, 200, "not verified");
+    assert_eq!(
+        http_get(port, "/req").status,
+        502,
+        "a server's own 'verify required' still verifies (against the wrong CA here)"
+    );
+    // `required` (the default): a server without `verify` needs a CA file, as in HAProxy.
+    let (code, err) = Sluice::check(&cfg("    ssl-server-verify required", free_port()));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("verify is enabled by default but no CA file specified")
+            && err.contains("'ssl-server-verify none'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn global_ssl_keyword_errors_name_file_line_and_reason() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "    ssl-default-bind-ciphers ECDHE-RSA-AES128-GCM-SHA256:NOT-A-CIPHER",
+            ":2: 'ssl-default-bind-ciphers' in 'global' section: 'ssl-default-bind-ciphers': cipher 'NOT-A-CIPHER' is not available in sluice",
+        ),
+        (
+            "    ssl-default-bind-ciphers DHE-RSA-AES128-GCM-SHA256",
+            "none of the listed ciphers is available in sluice (DHE-RSA-AES128-GCM-SHA256 are not implemented by rustls)",
+        ),
+        (
+            "    ssl-default-bind-options no-sslv3 fast-please",
+            ":2: 'ssl-default-bind-options' in 'global' section: unknown option 'fast-please' on global statement 'ssl-default-bind-options'",
+        ),
+        (
+            "    ssl-default-server-options prefer-client-ciphers",
+            "unknown option 'prefer-client-ciphers' on global statement 'ssl-default-server-options'",
+        ),
+        (
+            "    ssl-default-bind-options ssl-min-ver TLSv1.0",
+            "TLSv1.0 is not supported by sluice (rustls implements TLSv1.2 and TLSv1.3 only)",
+        ),
+        (
+            "    crt-base /a\n    crt-base /b",
+            ":3: 'crt-base' in 'global' section: 'crt-base' already specified",
+        ),
+        (
+            "    ssl-server-verify maybe",
+            "expected 'none' or 'required', got 'maybe'",
+        ),
+        (
+            "    user no-such-user-sluice",
+            ":2: 'user' in 'global' section: cannot find user id for 'no-such-user-sluice'",
+        ),
+        (
+            "    group no-such-group-sluice",
+            "cannot find group id for 'no-such-group-sluice'",
+        ),
+    ];
+    for (global, want) in cases {
+        let (code, err) = Sluice::check(&format!(
+            "global\n{global}\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{}\n    http-request return status 200\n",
+            free_port()
+        ));
+        assert_eq!(code, 1, "{global}: {err}");
+        assert!(err.contains(want), "{global}:\nwant {want}\ngot {err}");
+    }
+    // Accepted: the global section of Debian's packaged haproxy.cfg (a warning for the DHE
+    // suites of Mozilla's intermediate list, nothing else).
+    let (code, err) = Sluice::check(&format!(
+        "global\n    chroot /var/lib/sluice-test-unused\n    user root\n    group root\n\
+\x20   ca-base /etc/ssl/certs\n    crt-base /etc/ssl/private\n\
+\x20   ssl-default-bind-ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384\n\
+\x20   ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256\n\
+\x20   ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets\n\
+{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{}\n    http-request return status 200\n",
+        free_port()
+    ));
+    assert_eq!(code, 0, "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("[WARNING]")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains(":7: 'ssl-default-bind-ciphers': DHE-RSA-AES128-GCM-SHA256, DHE-RSA-AES256-GCM-SHA384 not implemented by rustls, skipped"),
+        "{err}"
+    );
 }

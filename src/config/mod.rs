@@ -22,7 +22,7 @@ use std::time::Duration;
 
 pub use acl::{Cond, HttpView, SampleFetch};
 pub use checks::*;
-pub use parser::{check_needs, dynamic_server, load, load_files};
+pub use parser::{check_needs, dynamic_server, load, load_files, take_warnings, warn};
 
 /// One configuration problem: `file:line: message` (line 0 = the whole file).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +102,8 @@ pub struct Config {
     pub global: Global,
     /// Every `frontend`, `backend` and `listen` in declaration order.
     pub proxies: Vec<Proxy>,
+    /// What was accepted with a warning (`file:line: ...`).
+    pub warnings: Vec<ConfigError>,
 }
 
 #[derive(Debug, Clone)]
@@ -139,6 +141,13 @@ pub struct Global {
     pub stats_timeout: Duration,
     /// `spread-checks`, `max-spread-checks`, `tune.max-checks-per-thread`.
     pub checks: GlobalChecks,
+    /// `chroot DIR`: entered once listeners are bound and the pidfile written.
+    pub chroot: Option<PathBuf>,
+    /// `uid` / `user`, `gid` / `group`: the identity sluice takes after binding (and `chroot`).
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// `crt-base`, `ca-base`, `ssl-default-*`, `ssl-server-verify`.
+    pub tls: crate::tls::TlsDefaults,
 }
 
 /// Privilege of a CLI socket (`level`), ordered: each level can do what the lower ones can.
@@ -185,6 +194,10 @@ impl Default for Global {
             stats_sockets: Vec::new(),
             stats_timeout: Duration::from_secs(10),
             checks: GlobalChecks::default(),
+            chroot: None,
+            uid: None,
+            gid: None,
+            tls: crate::tls::TlsDefaults::default(),
         }
     }
 }

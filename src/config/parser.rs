@@ -120,6 +120,24 @@ impl From<String> for KwErr {
     }
 }
 
+thread_local! {
+    /// Warnings of the line being parsed (see [`warn`]).
+    static WARNINGS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Records a warning about the configuration line being parsed. Option parsers deep in other
+/// modules (`tls`) call this rather than threading a list through every signature; the parser
+/// takes the warnings after each line, so that each names its `file:line`, and the CLI after
+/// `add server`.
+pub fn warn(message: String) {
+    WARNINGS.with(|w| w.borrow_mut().push(message));
+}
+
+/// The warnings recorded on this thread since the last call.
+pub fn take_warnings() -> Vec<String> {
+    WARNINGS.with(|w| std::mem::take(&mut *w.borrow_mut()))
+}
+
 /// Section headers sluice understands.
 const SECTIONS: &[&str] = &["global", "defaults", "frontend", "backend", "listen"];
 /// HAProxy sections sluice does not support (reported once, their lines skipped).
@@ -160,6 +178,8 @@ pub(super) struct GlobalExtra {
 #[derive(Default)]
 struct State {
     errors: Vec<ConfigError>,
+    /// Accepted, but the operator should know (printed at start-up and by `-c`).
+    warnings: Vec<ConfigError>,
     global: Global,
     gx: GlobalExtra,
     section: Section,
@@ -179,6 +199,17 @@ impl State {
     }
 
     fn line(&mut self, l: &Line) {
+        self.line_inner(l);
+        for message in take_warnings() {
+            self.warnings.push(ConfigError {
+                file: l.file.clone(),
+                line: l.line,
+                message,
+            });
+        }
+    }
+
+    fn line_inner(&mut self, l: &Line) {
         let Some(kw) = l.words.first() else { return };
         let kw = kw.as_str();
         if SECTIONS.contains(&kw) || UNSUPPORTED_SECTIONS.contains(&kw) {
@@ -317,7 +348,8 @@ impl State {
             "backend" => ProxyKind::Backend,
             "listen" => ProxyKind::Listen,
             _ => {
-                let d = Draft::new_defaults(name.unwrap_or(""), origin, base.as_ref());
+                let mut d = Draft::new_defaults(name.unwrap_or(""), origin, base.as_ref());
+                d.tls_defaults = self.global.tls.clone();
                 self.section = Section::Defaults(Box::new(d));
                 return;
             }
@@ -325,14 +357,16 @@ impl State {
         let Some(name) = name else {
             self.err(l, format!("'{kw}' section requires a name"));
             // Parse the body anyway, to report its errors too.
-            let d = Draft::new_proxy("", kind, origin, base.as_ref());
+            let mut d = Draft::new_proxy("", kind, origin, base.as_ref());
+            d.tls_defaults = self.global.tls.clone();
             self.section = Section::Proxy(Box::new(d));
             return;
         };
         if !bad {
             self.check_duplicate(name, kind, l);
         }
-        let d = Draft::new_proxy(name, kind, origin, base.as_ref());
+        let mut d = Draft::new_proxy(name, kind, origin, base.as_ref());
+        d.tls_defaults = self.global.tls.clone();
         self.section = Section::Proxy(Box::new(d));
     }
 
@@ -382,6 +416,7 @@ impl State {
             return Ok(Config {
                 global: self.global,
                 proxies,
+                warnings: self.warnings,
             });
         }
         // Report in file order, then line order (resolution errors were found last).

@@ -22,17 +22,24 @@ const KEYWORDS: &[&str] = &[
     "maxsslrate",
     "hard-stop-after",
     "stats",
-];
-
-/// Real HAProxy global keywords that sluice does not implement.
-const UNSUPPORTED: &[&str] = &[
+    "chroot",
     "user",
     "group",
     "uid",
     "gid",
-    "chroot",
     "ca-base",
     "crt-base",
+    "ssl-default-bind-ciphers",
+    "ssl-default-bind-ciphersuites",
+    "ssl-default-bind-options",
+    "ssl-default-server-ciphers",
+    "ssl-default-server-ciphersuites",
+    "ssl-default-server-options",
+    "ssl-server-verify",
+];
+
+/// Real HAProxy global keywords that sluice does not implement.
+const UNSUPPORTED: &[&str] = &[
     "key-base",
     "node",
     "description",
@@ -91,7 +98,6 @@ const UNSUPPORTED: &[&str] = &[
     "ssl-mode-async",
     "ssl-load-extra-files",
     "ssl-load-extra-del-ext",
-    "ssl-server-verify",
     "ssl-skip-self-issued-ca",
     "ssl-dh-param-file",
     "ssl-propquery",
@@ -225,6 +231,80 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             g.hard_stop_after = Some(parse_time(arg(w, 1, "time")?)?);
             no_extra(w, 2)?;
         }
+        "chroot" => {
+            g.chroot = Some(arg(w, 1, "directory")?.into());
+            no_extra(w, 2)?;
+        }
+        "uid" | "gid" => {
+            let v = parse_u32(arg(w, 1, "numeric id")?)?;
+            no_extra(w, 2)?;
+            set_id(if kw == "uid" { &mut g.uid } else { &mut g.gid }, v, kw);
+        }
+        "user" => {
+            let name = arg(w, 1, "user name")?;
+            no_extra(w, 2)?;
+            match nix::unistd::User::from_name(name) {
+                Ok(Some(u)) => set_id(&mut g.uid, u.uid.as_raw(), kw),
+                Ok(None) => return Err(format!("cannot find user id for '{name}'").into()),
+                Err(e) => return Err(format!("cannot find user id for '{name}': {e}").into()),
+            }
+        }
+        "group" => {
+            let name = arg(w, 1, "group name")?;
+            no_extra(w, 2)?;
+            match nix::unistd::Group::from_name(name) {
+                Ok(Some(gr)) => set_id(&mut g.gid, gr.gid.as_raw(), kw),
+                Ok(None) => return Err(format!("cannot find group id for '{name}'").into()),
+                Err(e) => return Err(format!("cannot find group id for '{name}': {e}").into()),
+            }
+        }
+        "ca-base" | "crt-base" => {
+            let dir = arg(w, 1, "directory")?;
+            no_extra(w, 2)?;
+            let slot = if kw == "ca-base" {
+                &mut g.tls.ca_base
+            } else {
+                &mut g.tls.crt_base
+            };
+            if slot.is_some() {
+                return Err(format!("'{kw}' already specified").into());
+            }
+            *slot = Some(dir.to_string());
+        }
+        "ssl-default-bind-ciphers"
+        | "ssl-default-server-ciphers"
+        | "ssl-default-bind-ciphersuites"
+        | "ssl-default-server-ciphersuites" => {
+            let list = arg(w, 1, "cipher list")?;
+            no_extra(w, 2)?;
+            let tls13 = kw.ends_with("ciphersuites");
+            crate::tls::check_cipher_list(kw, list, tls13)?;
+            let side = if kw.starts_with("ssl-default-bind") {
+                &mut g.tls.bind
+            } else {
+                &mut g.tls.server
+            };
+            let v = Some(list.to_string());
+            if tls13 {
+                side.ciphersuites = v;
+            } else {
+                side.ciphers = v;
+            }
+        }
+        "ssl-default-bind-options" => {
+            crate::tls::parse_default_options(kw, &mut g.tls.bind, &w[1..], true)?
+        }
+        "ssl-default-server-options" => {
+            crate::tls::parse_default_options(kw, &mut g.tls.server, &w[1..], false)?
+        }
+        "ssl-server-verify" => {
+            g.tls.server_verify_none = match arg(w, 1, "'none' or 'required'")? {
+                "none" => true,
+                "required" => false,
+                x => return Err(format!("expected 'none' or 'required', got '{x}'").into()),
+            };
+            no_extra(w, 2)?;
+        }
         "nbproc" => {
             return Err(KwErr::Full(
                 "keyword 'nbproc' in 'global' section: nbproc is not supported (sluice uses \
@@ -235,6 +315,20 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
         _ => return Err(KwErr::Full(unknown(kw))),
     }
     Ok(())
+}
+
+/// `uid`/`user` or `gid`/`group`: a second one wins, with a warning (HAProxy: "Continuing.").
+fn set_id(slot: &mut Option<u32>, v: u32, kw: &str) {
+    if let Some(prev) = slot.replace(v) {
+        let what = if matches!(kw, "uid" | "user") {
+            "user/uid"
+        } else {
+            "gid/group"
+        };
+        crate::config::warn(format!(
+            "'{kw}': {what} already specified (was {prev}, now {v})"
+        ));
+    }
 }
 
 fn unknown(kw: &str) -> String {
@@ -518,13 +612,13 @@ mod tests {
             "nbthread 1025",
             "tune.bufsize 512",
             "tune.idle-pool.shared maybe",
-            "chroot /var/empty",
+            "key-base /var/empty",
             "tune.ssl.default-dh-param 2048",
             "maxcon 10",
             "nbproc 2",
         ]);
         assert_eq!(e.len(), 11, "{e:?}");
-        assert!(e[7].contains("'chroot' in 'global' section is not supported by sluice"));
+        assert!(e[7].contains("'key-base' in 'global' section is not supported by sluice"));
         assert!(e[8].contains("not supported by sluice"));
         assert_eq!(
             e[9],
@@ -534,6 +628,62 @@ mod tests {
         let (g, e) = run(&["tune.bufsize 4096", "tune.maxrewrite 2048"]);
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(g.maxrewrite, 2048);
+    }
+
+    #[test]
+    fn identity_and_tls_defaults() {
+        let (g, e) = run(&[
+            "chroot /var/empty",
+            "uid 100",
+            "gid 200",
+            "user root",
+            "group root",
+            "crt-base /etc/ssl/private",
+            "ca-base /etc/ssl/certs/",
+            "ssl-default-bind-ciphers ECDHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES128-GCM-SHA256",
+            "ssl-default-bind-options no-sslv3 no-tlsv10 ssl-max-ver TLSv1.2 prefer-client-ciphers",
+            "ssl-default-server-ciphersuites TLS_AES_128_GCM_SHA256",
+            "ssl-default-server-options force-tlsv13 no-tls-tickets",
+            "ssl-server-verify none",
+        ]);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(
+            g.chroot.as_deref(),
+            Some(std::path::Path::new("/var/empty"))
+        );
+        // `user`/`group` after `uid`/`gid`: the later one wins (with a warning).
+        assert_eq!((g.uid, g.gid), (Some(0), Some(0)));
+        let w = crate::config::take_warnings();
+        assert!(
+            w.iter()
+                .any(|m| m.contains("user/uid already specified (was 100, now 0)")),
+            "{w:?}"
+        );
+        let t = &g.tls;
+        assert_eq!(t.crt_base.as_deref(), Some("/etc/ssl/private"));
+        assert_eq!(
+            t.bind.ciphers.as_deref(),
+            Some("ECDHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES128-GCM-SHA256")
+        );
+        assert_eq!(t.bind.max, Some(rustls::ProtocolVersion::TLSv1_2));
+        assert!(t.bind.prefer_client && !t.bind.no_tickets);
+        assert_eq!(
+            t.server.ciphersuites.as_deref(),
+            Some("TLS_AES_128_GCM_SHA256")
+        );
+        assert_eq!(
+            (t.server.min, t.server.max),
+            (
+                Some(rustls::ProtocolVersion::TLSv1_3),
+                Some(rustls::ProtocolVersion::TLSv1_3)
+            )
+        );
+        assert!(t.server.no_tickets && t.server_verify_none);
+        assert!(
+            w.iter()
+                .any(|m| m.contains("DHE-RSA-AES128-GCM-SHA256 not implemented by rustls")),
+            "{w:?}"
+        );
     }
 
     #[test]

@@ -85,6 +85,9 @@ pub(super) struct Draft {
     pub checks_own: [bool; 2],
     /// `http-check comment` / `tcp-check comment`: the comment of the next rule.
     pub pending_check_comment: Option<String>,
+    /// The `global` section's TLS settings as they stood when this section began (HAProxy
+    /// reads them when it parses a line's `ssl`).
+    pub tls_defaults: crate::tls::TlsDefaults,
 }
 
 fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
@@ -160,6 +163,7 @@ impl Draft {
             stats_own: false,
             checks_own: [false; 2],
             pending_check_comment: None,
+            tls_defaults: crate::tls::TlsDefaults::default(),
         }
     }
 

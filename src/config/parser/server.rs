@@ -57,7 +57,6 @@ const BIND_UNSUPPORTED: &[&str] = &[
     "force-tlsv10",
     "force-tlsv11",
     "generate-certificates",
-    "prefer-client-ciphers",
     "tcp-ut",
     "proto",
     "quic-cc-algo",
@@ -205,6 +204,9 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         .name
         .clone()
         .unwrap_or_else(|| (d.p.binds.len() + 1).to_string());
+    if tls.ssl {
+        tls.apply_defaults(&d.tls_defaults);
+    }
     proto.ssl = tls.build(label)?;
     for a in addrs {
         d.p.binds.push(Bind {
@@ -420,13 +422,19 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         return Err(format!("server id {id} is already used by server '{}'", prev.name).into());
     }
     let sa = server_addr(addr)?;
-    d.p.servers.push(make_server(name, origin(l), sa, &o, id)?);
+    d.p.servers
+        .push(make_server(name, origin(l), sa, &o, id, &d.tls_defaults)?);
     Ok(())
 }
 
 /// A server from the runtime CLI's `add server B/NAME ADDR [options]`: the same options as a
 /// `server` line, but nothing inherited from `default-server` (as in HAProxy).
-pub fn dynamic_server(name: &str, addr: &str, opts: &[String]) -> Result<Server, String> {
+pub fn dynamic_server(
+    name: &str,
+    addr: &str,
+    opts: &[String],
+    tls_defaults: &crate::tls::TlsDefaults,
+) -> Result<Server, String> {
     let mut o = ServerOpts::default();
     let mut id = None;
     server_opts(opts, &mut o, Some(&mut id))?;
@@ -436,7 +444,7 @@ pub fn dynamic_server(name: &str, addr: &str, opts: &[String]) -> Result<Server,
         file: "stats socket".into(),
         line: 0,
     };
-    make_server(name, origin, server_addr(addr)?, &o, id)
+    make_server(name, origin, server_addr(addr)?, &o, id, tls_defaults)
 }
 
 /// A `Server` from parsed options.
@@ -446,7 +454,10 @@ fn make_server(
     addr: std::net::SocketAddr,
     o: &ServerOpts,
     id: Option<u32>,
+    tls_defaults: &crate::tls::TlsDefaults,
 ) -> Result<Server, String> {
+    let mut tls = o.tls.clone();
+    tls.apply_defaults(tls_defaults);
     Ok(Server {
         name: name.to_string(),
         origin,
@@ -469,15 +480,15 @@ fn make_server(
         health: o.chk.health_cfg(),
         // `check-ssl` on a server whose traffic is plain: the TLS settings of its line are
         // built for the checks alone (`ssl` stays off for traffic).
-        tls: if o.chk.ssl == Some(true) && !o.tls.ssl {
-            let mut t = o.tls.clone();
+        tls: if o.chk.ssl == Some(true) && !tls.ssl {
+            let mut t = tls.clone();
             t.ssl = true;
             t.build()?
         } else {
-            o.tls.build()?
+            tls.build()?
         },
-        ssl: o.tls.ssl,
-        tls_opts: o.tls.clone(),
+        ssl: tls.ssl,
+        tls_opts: tls,
     })
 }
 

@@ -376,7 +376,7 @@ fn global_errors() {
         "  nbthreads 4",                      // 3
         "  maxconn lots",                     // 4
         "  daemon yes",                       // 5
-        "  user haproxy",                     // 6
+        "  user no-such-user-sluice",         // 6
         "  stats maxconn 10",                 // 7
         "  tune.ssl.default-dh-param 2048",   // 8
         "  nbproc 2",                         // 9
@@ -428,7 +428,7 @@ fn global_errors() {
     );
     has(
         find(6),
-        &["keyword 'user' in 'global' section is not supported by sluice"],
+        &["'user' in 'global' section: cannot find user id for 'no-such-user-sluice'"],
     );
     has(
         find(7),

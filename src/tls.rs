@@ -342,6 +342,10 @@ const CIPHERS_UNAVAILABLE: &[&str] = &[
     "TLS_AES_128_CCM_8_SHA256",
 ];
 
+/// The cipher list of Red Hat's packaged haproxy.cfg: "the system-wide crypto policy" of its
+/// patched OpenSSL. sluice has no such policy; the list means rustls's defaults.
+const SYSTEM_PROFILE: &str = "PROFILE=SYSTEM";
+
 /// The suite rustls implements under OpenSSL's `name`, for option `kw` (`tls13`: a
 /// `ciphersuites` list).
 fn cipher_by_name(kw: &str, name: &str, tls13: bool) -> Result<CipherSuite, String> {
@@ -370,6 +374,13 @@ fn cipher_by_name(kw: &str, name: &str, tls13: bool) -> Result<CipherSuite, Stri
 /// name must be one rustls implements or one it lacks (skipped, with a warning); at least one
 /// usable name must remain.
 pub fn check_cipher_list(kw: &str, list: &str, tls13: bool) -> Result<(), String> {
+    if list == SYSTEM_PROFILE {
+        crate::config::warn(format!(
+            "'{kw} {SYSTEM_PROFILE}': sluice reads no system-wide crypto policy; rustls's \
+             default suites apply"
+        ));
+        return Ok(());
+    }
     let mut skipped = Vec::new();
     let mut usable = 0;
     for name in list.split([':', ',']).filter(|s| !s.is_empty()) {
@@ -456,6 +467,8 @@ fn select_suites(
         Ok(out)
     };
     let is13 = |s: &SupportedCipherSuite| matches!(s, SupportedCipherSuite::Tls13(_));
+    let ciphers = ciphers.filter(|l| *l != SYSTEM_PROFILE);
+    let ciphersuites = ciphersuites.filter(|l| *l != SYSTEM_PROFILE);
     let v13 = match ciphersuites {
         Some(l) => pick(l, "ciphersuites", true)?,
         None => p
@@ -2268,7 +2281,14 @@ mod tests {
             e.contains("cipher 'BOGUS' is not available in sluice"),
             "{e}"
         );
+        // Red Hat's "system policy": the defaults, with a warning.
         crate::config::take_warnings();
+        assert_eq!(
+            select_suites(Some("PROFILE=SYSTEM"), Some("PROFILE=SYSTEM")).unwrap(),
+            select_suites(None, None).unwrap()
+        );
+        check_cipher_list("ciphers", "PROFILE=SYSTEM", false).unwrap();
+        assert!(crate::config::take_warnings()[0].contains("no system-wide crypto policy"));
         check_cipher_list("ciphers", "AES128-SHA:ECDHE-RSA-AES128-GCM-SHA256", false).unwrap();
         let w = crate::config::take_warnings();
         assert_eq!(w.len(), 1, "{w:?}");

@@ -2016,4 +2016,17 @@ fn global_ssl_keyword_errors_name_file_line_and_reason() {
         warnings[0].contains(":7: 'ssl-default-bind-ciphers': DHE-RSA-AES128-GCM-SHA256, DHE-RSA-AES256-GCM-SHA384 not implemented by rustls, skipped"),
         "{err}"
     );
+    // Red Hat's packaged global section: the "system crypto policy" means rustls's defaults.
+    let (code, err) = Sluice::check(&format!(
+        "global\n    ssl-default-bind-ciphers PROFILE=SYSTEM\n    ssl-default-server-ciphers PROFILE=SYSTEM\n\
+{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{}\n    http-request return status 200\n",
+        free_port()
+    ));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        err.matches("sluice reads no system-wide crypto policy; rustls's default suites apply")
+            .count(),
+        2,
+        "{err}"
+    );
 }

@@ -2562,14 +2562,20 @@ fn request_parts<'a>(
         .and_then(|s| s.ver.as_deref())
         .or(base.map(|b| b.version.as_str()))
         .unwrap_or("HTTP/1.0");
-    let mut hdrs: Vec<(String, String)> = send.map(|s| s.hdrs.clone()).unwrap_or_default();
+    // `option httpchk`'s own headers first, then those of `http-check send` (as HAProxy merges
+    // the two rules).
+    let mut hdrs: Vec<(String, String)> = base.map(|b| b.hdrs.clone()).unwrap_or_default();
+    hdrs.extend(send.map(|s| s.hdrs.clone()).unwrap_or_default());
     if p.options.send_state {
         hdrs.push((
             "X-Haproxy-Server-State".into(),
             server_state_header(w, p, srv),
         ));
     }
-    let body = send.and_then(|s| s.body.as_deref()).unwrap_or("");
+    let body = send
+        .and_then(|s| s.body.as_deref())
+        .or(base.map(|b| b.body.as_str()))
+        .unwrap_or("");
     ReqParts {
         meth,
         uri,

@@ -1350,8 +1350,16 @@ impl BindTlsOpts {
     /// `label`: how logs name the listener (see [`BindTls::label`]).
     pub fn build(&self, label: String) -> Result<Option<Arc<BindTls>>, String> {
         if !self.ssl {
-            if let Some(kw) = self.seen.first() {
-                return Err(format!("'{kw}' requires 'ssl' on the same bind line"));
+            // HAProxy accepts them and does nothing with them; so does sluice, saying so.
+            if !self.seen.is_empty() {
+                crate::config::warn(format!(
+                    "{} ignored: no 'ssl' on this bind line",
+                    self.seen
+                        .iter()
+                        .map(|k| format!("'{k}'"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
             }
             return Ok(None);
         }

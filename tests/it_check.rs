@@ -629,7 +629,7 @@ fn tcp_check_binary_negation_connect_options() {
         ),
         // Negation and rstring with min-recv.
         (
-            "    tcp-check send PING\\r\\n\n    tcp-check expect ! string -ERR\n    tcp-check expect min-recv 5 rstring ^.PONG\n",
+            "    tcp-check send PING\\r\\n\n    tcp-check expect ! string -ERR\n    tcp-check expect min-recv 5 rstring ^.PONG\n    tcp-check expect string PONG min-recv 5 comment after-the-pattern\n",
             addr.clone(),
             "Health check for server li/s1 succeeded",
         ),
@@ -1598,4 +1598,46 @@ fn health_checks_on(b: &HttpBackend, conn: usize) -> usize {
         .iter()
         .filter(|r| r.target == "/health" && r.conn_id == conn)
         .count()
+}
+
+/// The pre-2.2 `option httpchk` syntax, still common in the wild: headers after the version,
+/// joined with `\r\n` (escapes of the config language), sent ahead of `http-check send`'s own;
+/// the file loads with a warning pointing to `http-check send hdr`.
+#[test]
+fn httpchk_headers_written_after_the_version_are_sent() {
+    let b = HttpBackend::start("s1");
+    let cfg = format!(
+        "{CHECK_DEFAULTS}backend be\n    option httpchk GET /health HTTP/1.1\\r\\nHost:\\ health.example\\r\\nX-Probe:\\ 1\n\
+\x20   http-check send hdr X-Also yes\n    server s1 {} check inter 100ms\n",
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    assert!(
+        s.stderr
+            .wait(
+                |l| l.contains("[WARNING]") && l.contains("'option httpchk': headers appended"),
+                WAIT
+            )
+            .is_some()
+    );
+    wait_until("a check", WAIT, || {
+        b.requests().iter().any(|r| r.target == "/health")
+    });
+    let reqs = b.requests();
+    let r = reqs.iter().find(|r| r.target == "/health").unwrap();
+    assert_eq!((r.method.as_str(), r.version.as_str()), ("GET", "HTTP/1.1"));
+    let names: Vec<(&str, &str)> = r
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .filter(|(n, _)| !n.eq_ignore_ascii_case("connection"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("Host", "health.example"),
+            ("X-Probe", "1"),
+            ("X-Also", "yes")
+        ]
+    );
 }

@@ -275,9 +275,15 @@ fn redirects() {
         "    http-request redirect location https://example.com/new code 301 if { path /old }\n\
          http-request redirect prefix /v2 if { path_beg /v1 }\n\
          http-request redirect scheme https if { path_beg /secure }\n\
-         http-request redirect location /temp if { path /tmp }",
+         http-request redirect location /temp if { path /tmp }\n\
+         http-request redirect code 308 drop-query location /moved if { path /first }\n\
+         http-request deny status 451 if { path /legal }",
         "",
     );
+    // Options before the type, and `deny status N`, as HAProxy accepts them.
+    let r = http_get(t.port, "/first?x=1");
+    assert_eq!((r.status, r.header("location")), (308, Some("/moved")));
+    assert_eq!(http_get(t.port, "/legal").status, 451);
     let r = http_get(t.port, "/old");
     assert_eq!(r.status, 301);
     assert_eq!(r.header("location"), Some("https://example.com/new"));

@@ -822,7 +822,6 @@ fn configuration_errors_name_file_line_and_reason() {
             format!("ssl crt {}", dir.join("missing.pem").display()),
             "cannot read",
         ),
-        (format!("crt {}", good.display()), "requires 'ssl'"),
         ("ssl".to_string(), "at least one certificate"),
         (
             format!("ssl crt {} ciphers DHE-RSA-AES128-SHA", good.display()),
@@ -852,6 +851,18 @@ fn configuration_errors_name_file_line_and_reason() {
             "did you mean 'strict-sni'",
         ),
     ];
+    // TLS options on a bind without `ssl`: accepted as HAProxy does (it ignores them), with a
+    // warning naming them.
+    let (code, out) = Sluice::check(&format!(
+        "frontend fe\n    mode http\n    bind 127.0.0.1:8443 crt {} alpn h2\n",
+        good.display()
+    ));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("[WARNING]")
+            && out.contains(":3: 'crt', 'alpn' ignored: no 'ssl' on this bind line"),
+        "{out}"
+    );
     for (opts, want) in cases {
         let cfg = format!("frontend fe\n    mode http\n    bind 127.0.0.1:8443 {opts}\n");
         let (code, out) = Sluice::check(&cfg);

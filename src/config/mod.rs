@@ -372,6 +372,9 @@ pub struct HttpChk {
     pub method: String,
     pub uri: String,
     pub version: String,
+    /// Headers and body written after the version with `\r\n` (pre-2.2 syntax).
+    pub hdrs: Vec<(String, String)>,
+    pub body: String,
 }
 
 /// Health-check settings of a `server` line (`check` and its timings).

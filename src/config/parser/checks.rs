@@ -26,6 +26,8 @@ pub(super) fn httpchk(w: &[String]) -> Result<HttpChk, String> {
         method: "OPTIONS".into(),
         uri: "/".into(),
         version: "HTTP/1.0".into(),
+        hdrs: Vec::new(),
+        body: String::new(),
     };
     match w.len() {
         0 => {}
@@ -35,6 +37,7 @@ pub(super) fn httpchk(w: &[String]) -> Result<HttpChk, String> {
             c.uri = w[1].clone();
             if let Some(v) = w.get(2) {
                 c.version = v.clone();
+                split_old_style_headers(&mut c)?;
             }
         }
         _ => return Err(format!("'option httpchk': unexpected argument '{}'", w[3])),
@@ -43,6 +46,38 @@ pub(super) fn httpchk(w: &[String]) -> Result<HttpChk, String> {
     check_uri(&c.uri).map_err(|e| format!("'option httpchk': {e}"))?;
     check_version(&c.version).map_err(|e| format!("'option httpchk': {e}"))?;
     Ok(c)
+}
+
+/// The pre-2.2 way to send headers (and a body): appended to the version with `\r\n`
+/// (`option httpchk GET / HTTP/1.1\r\nHost:\ www`). HAProxy still accepts it, turning it
+/// into `http-check send hdr ...`; so does sluice, with a warning pointing there.
+fn split_old_style_headers(c: &mut HttpChk) -> Result<(), String> {
+    let Some(at) = c.version.find("\r\n") else {
+        return Ok(());
+    };
+    let rest = c.version[at + 2..].to_string();
+    c.version.truncate(at);
+    let (head, body) = match rest.find("\r\n\r\n") {
+        Some(b) => (&rest[..b], &rest[b + 4..]),
+        None => (rest.strip_suffix("\r\n").unwrap_or(&rest), ""),
+    };
+    for line in head.split("\r\n").filter(|l| !l.is_empty()) {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| format!("'option httpchk': header line '{line}' has no ':'"))?;
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
+            return Err(format!("'option httpchk': invalid header name '{name}'"));
+        }
+        c.hdrs.push((name.to_string(), value.trim().to_string()));
+    }
+    c.body = body.to_string();
+    crate::config::warn(
+        "'option httpchk': headers appended to the HTTP version with '\\r\\n' are deprecated \
+         (as in HAProxy); they are sent, but 'http-check send hdr NAME VALUE' is the way to \
+         write them"
+            .to_string(),
+    );
+    Ok(())
 }
 
 fn check_method(m: &str) -> Result<(), String> {
@@ -440,10 +475,25 @@ fn expect(w: &[String], set: Set) -> Result<ExpectRule, String> {
             ));
         }
     };
-    // `comment` may also come after the pattern.
-    if w.get(end).is_some_and(|x| x == "comment") {
-        comment = Some(arg(w, end + 1, "text after 'comment'")?.to_string());
-        end += 2;
+    // `min-recv` and `comment` may also come after the pattern (HAProxy reads the options
+    // wherever they stand).
+    loop {
+        match w.get(end).map(String::as_str) {
+            Some("comment") => {
+                comment = Some(arg(w, end + 1, "text after 'comment'")?.to_string());
+                end += 2;
+            }
+            Some("min-recv") => {
+                let v = arg(w, end + 1, "number after 'min-recv'")?;
+                min_recv = if v == "-1" {
+                    None
+                } else {
+                    Some(parse_range(v, 0, 1 << 20)? as usize)
+                };
+                end += 2;
+            }
+            _ => break,
+        }
     }
     no_extra(w, end)?;
     Ok(ExpectRule {

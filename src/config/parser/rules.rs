@@ -181,20 +181,29 @@ fn status_arg(args: &[String], i: usize, what: &str, lo: u64, hi: u64) -> Result
     Ok(parse_range(v, lo, hi)? as u16)
 }
 
-/// `deny [deny_status N]`.
+/// `deny [deny_status|status N]` (`status` is HAProxy 2.2+'s spelling).
 fn deny(args: &[String]) -> Result<HttpRequestAction, String> {
     let mut status = 403;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "deny_status" => {
-                status = status_arg(args, i, "deny_status", 200, 599)?;
+            k @ ("deny_status" | "status") => {
+                status = status_arg(args, i, k, 200, 599)?;
                 i += 2;
+            }
+            a @ ("content-type" | "string" | "lf-string" | "file" | "lf-file" | "errorfile"
+            | "errorfiles" | "default-errorfiles" | "hdr") => {
+                return Err(format!(
+                    "'deny': '{a}' is not supported by sluice (a deny answers the status's \
+                     error page, 'errorfile' replaces it; 'http-request return' sends a body of \
+                     your choice)"
+                ));
             }
             a => {
                 return Err(format!(
-                    "'deny': unsupported argument '{a}' (sluice supports 'deny_status N'){}",
-                    did_you_mean(a, ["deny_status"])
+                    "'deny': unsupported argument '{a}' (sluice supports 'status N' / \
+                     'deny_status N'){}",
+                    did_you_mean(a, ["deny_status", "status"])
                 ));
             }
         }
@@ -304,32 +313,35 @@ fn return_action(args: &[String]) -> Result<HttpRequestAction, String> {
 
 /// `redirect location|prefix|scheme TARGET [code N] [drop-query] [append-slash]`.
 fn redirect(args: &[String]) -> Result<HttpRequestAction, String> {
-    let kind = match args.first().map(String::as_str) {
-        Some("location") => RedirectKind::Location,
-        Some("prefix") => RedirectKind::Prefix,
-        Some("scheme") => RedirectKind::Scheme,
-        Some(k) => {
-            return Err(format!(
-                "'redirect': unknown type '{k}' (expected 'location', 'prefix' or 'scheme'){}",
-                did_you_mean(k, ["location", "prefix", "scheme"])
-            ));
-        }
-        None => return Err("'redirect' expects 'location', 'prefix' or 'scheme'".into()),
-    };
-    let target = args
-        .get(1)
-        .ok_or_else(|| format!("'redirect {}' expects a target", args[0]))?;
-    let target = literal_format(target)?;
+    // HAProxy takes the type and the options in any order (`redirect code 301 location /x`).
+    let mut kind_target: Option<(RedirectKind, String)> = None;
     let mut rd = Redirect {
-        kind,
-        target,
+        kind: RedirectKind::Location,
+        target: Default::default(),
         code: 302,
         drop_query: false,
         append_slash: false,
     };
-    let mut i = 2;
+    let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
+            k @ ("location" | "prefix" | "scheme") => {
+                if kind_target.is_some() {
+                    return Err(format!(
+                        "'redirect': '{k}' given after another redirect type"
+                    ));
+                }
+                let kind = match k {
+                    "location" => RedirectKind::Location,
+                    "prefix" => RedirectKind::Prefix,
+                    _ => RedirectKind::Scheme,
+                };
+                let t = args
+                    .get(i + 1)
+                    .ok_or_else(|| format!("'redirect {k}' expects a target"))?;
+                kind_target = Some((kind, t.clone()));
+                i += 2;
+            }
             "code" => {
                 let c = status_arg(args, i, "code", 0, 999)?;
                 if !matches!(c, 301 | 302 | 303 | 307 | 308) {
@@ -356,12 +368,28 @@ fn redirect(args: &[String]) -> Result<HttpRequestAction, String> {
             }
             o => {
                 return Err(format!(
-                    "'redirect': unknown option '{o}'{}",
-                    did_you_mean(o, ["code", "drop-query", "append-slash"])
+                    "'redirect': unknown type or option '{o}' (expected 'location', 'prefix' or \
+                     'scheme', then options){}",
+                    did_you_mean(
+                        o,
+                        [
+                            "location",
+                            "prefix",
+                            "scheme",
+                            "code",
+                            "drop-query",
+                            "append-slash"
+                        ]
+                    )
                 ));
             }
         }
     }
+    let Some((kind, target)) = kind_target else {
+        return Err("'redirect' expects 'location', 'prefix' or 'scheme'".into());
+    };
+    rd.kind = kind;
+    rd.target = literal_format(&target)?;
     Ok(HttpRequestAction::Redirect(rd))
 }
 

@@ -573,11 +573,17 @@ fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {
     }
     let (family, rest) = strip_family(a, false);
     let (host, port) = split_host_port(rest)?;
-    if host.is_empty() || host == "*" {
-        return Err(format!("missing host in server address '{a}'"));
-    }
+    // As HAProxy: no host or `*` is the "any" address, which connects to the local host.
+    let host = match host {
+        "" | "*" if family == Family::V6 => "::",
+        "" | "*" => "0.0.0.0",
+        h => h,
+    };
     let Some(port) = port.filter(|p| !p.is_empty()) else {
-        return Err(format!("port is required in server address '{a}'"));
+        return Err(format!(
+            "server address '{a}' has no port: HAProxy then connects to the port the client \
+             connected to, which sluice does not support yet; give the port"
+        ));
     };
     if port.starts_with('+') || port.starts_with('-') || port.contains('-') {
         return Err(format!(
@@ -654,12 +660,11 @@ mod tests {
             server_addr("ipv4@localhost:80"),
             Ok("127.0.0.1:80".parse().unwrap())
         );
-        assert!(
-            server_addr("10.0.0.1")
-                .unwrap_err()
-                .contains("port is required")
-        );
-        assert!(server_addr(":80").is_err());
+        assert!(server_addr("10.0.0.1").unwrap_err().contains("has no port"));
+        // HAProxy's "any" address: the local host.
+        assert_eq!(server_addr(":80"), Ok("0.0.0.0:80".parse().unwrap()));
+        assert_eq!(server_addr("*:80"), Ok("0.0.0.0:80".parse().unwrap()));
+        assert_eq!(server_addr("ipv6@*:80"), Ok("[::]:80".parse().unwrap()));
         assert!(server_addr("10.0.0.1:+1").is_err());
         assert!(server_addr("unix@/x").is_err());
     }

@@ -406,6 +406,16 @@ fn hex(s: &str) -> Result<Vec<u8>, String> {
         .collect()
 }
 
+/// The value of `min-recv` at `w[i]` (`-1`: none).
+fn min_recv_arg(w: &[String], i: usize) -> Result<Option<usize>, String> {
+    let v = arg(w, i + 1, "number after 'min-recv'")?;
+    Ok(if v == "-1" {
+        None
+    } else {
+        Some(parse_range(v, 0, 1 << 20)? as usize)
+    })
+}
+
 /// `expect [min-recv N] [comment C] [!] MATCH PATTERN`.
 fn expect(w: &[String], set: Set) -> Result<ExpectRule, String> {
     let kw = set.kw();
@@ -417,12 +427,7 @@ fn expect(w: &[String], set: Set) -> Result<ExpectRule, String> {
         let o = arg(w, i, "match")?;
         match o {
             "min-recv" => {
-                let v = arg(w, i + 1, "number after 'min-recv'")?;
-                min_recv = if v == "-1" {
-                    None
-                } else {
-                    Some(parse_range(v, 0, 1 << 20)? as usize)
-                };
+                min_recv = min_recv_arg(w, i)?;
                 i += 2;
             }
             "comment" => {
@@ -484,12 +489,7 @@ fn expect(w: &[String], set: Set) -> Result<ExpectRule, String> {
                 end += 2;
             }
             Some("min-recv") => {
-                let v = arg(w, end + 1, "number after 'min-recv'")?;
-                min_recv = if v == "-1" {
-                    None
-                } else {
-                    Some(parse_range(v, 0, 1 << 20)? as usize)
-                };
+                min_recv = min_recv_arg(w, end)?;
                 end += 2;
             }
             _ => break,

@@ -143,6 +143,8 @@ struct SslConf {
     verify: Option<Verify>,
     /// `prefer-client-ciphers` (bind line or `ssl-default-bind-options`).
     prefer_client: bool,
+    /// `curves` / `ecdhe` / `ssl-default-bind-curves`: key-exchange groups, in preference order.
+    curves: Option<String>,
 }
 
 /// What the `global` section sets for every `bind ... ssl` and `server ... ssl` line that
@@ -170,6 +172,8 @@ pub struct SideDefaults {
     pub no_tickets: bool,
     /// Bind side only.
     pub prefer_client: bool,
+    /// `ssl-default-bind-curves` (HAProxy 2.6 has no server-side counterpart).
+    pub curves: Option<String>,
 }
 
 impl SideDefaults {
@@ -341,6 +345,88 @@ const CIPHERS_UNAVAILABLE: &[&str] = &[
     "TLS_AES_128_CCM_SHA256",
     "TLS_AES_128_CCM_8_SHA256",
 ];
+
+/// OpenSSL's names of the key-exchange groups rustls (aws-lc-rs) implements.
+fn group_by_name(name: &str) -> Option<&'static dyn rustls::crypto::SupportedKxGroup> {
+    use rustls::crypto::aws_lc_rs::kx_group as g;
+    Some(match name {
+        "X25519" | "x25519" => g::X25519,
+        "prime256v1" | "P-256" | "secp256r1" => g::SECP256R1,
+        "secp384r1" | "P-384" => g::SECP384R1,
+        "X25519MLKEM768" => g::X25519MLKEM768,
+        "SecP256r1MLKEM768" => g::SECP256R1MLKEM768,
+        "MLKEM768" => g::MLKEM768,
+        "MLKEM1024" => g::MLKEM1024,
+        _ => return None,
+    })
+}
+
+/// Groups OpenSSL knows that rustls does not implement: skipped with a warning, as in cipher
+/// lists.
+const CURVES_UNAVAILABLE: &[&str] = &[
+    "secp521r1",
+    "P-521",
+    "X448",
+    "x448",
+    "ffdhe2048",
+    "ffdhe3072",
+    "ffdhe4096",
+    "ffdhe6144",
+    "ffdhe8192",
+    "brainpoolP256r1",
+    "brainpoolP384r1",
+    "brainpoolP512r1",
+    "secp256k1",
+];
+
+/// Checks a `curves` list where it is written (names rustls lacks: warning; unknown: error).
+pub fn check_curves(kw: &str, list: &str) -> Result<(), String> {
+    let mut skipped = Vec::new();
+    let mut usable = 0;
+    for name in list.split(':').filter(|s| !s.is_empty()) {
+        if CURVES_UNAVAILABLE.contains(&name) {
+            skipped.push(name);
+        } else if group_by_name(name).is_some() {
+            usable += 1;
+        } else {
+            return Err(format!(
+                "'{kw}': unknown curve '{name}' (sluice supports X25519, prime256v1 (P-256), \
+                 secp384r1 (P-384), X25519MLKEM768, SecP256r1MLKEM768, MLKEM768, MLKEM1024)"
+            ));
+        }
+    }
+    if usable == 0 {
+        return Err(format!(
+            "'{kw}': no curve of the list is available in sluice{}",
+            if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} are not implemented by rustls)", skipped.join(", "))
+            }
+        ));
+    }
+    if !skipped.is_empty() {
+        crate::config::warn(format!(
+            "'{kw}': {} not implemented by rustls, skipped",
+            skipped.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The key-exchange groups of a checked `curves` list, in its order.
+fn select_groups(list: &str) -> Result<Vec<&'static dyn rustls::crypto::SupportedKxGroup>, String> {
+    let mut out: Vec<&'static dyn rustls::crypto::SupportedKxGroup> = Vec::new();
+    for g in list.split(':').filter_map(group_by_name) {
+        if !out.iter().any(|o| o.name() == g.name()) {
+            out.push(g);
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("'curves {list}': no usable curve"));
+    }
+    Ok(out)
+}
 
 /// The cipher list of Red Hat's packaged haproxy.cfg: "the system-wide crypto policy" of its
 /// patched OpenSSL. sluice has no such policy; the list means rustls's defaults.
@@ -895,6 +981,7 @@ impl SslConf {
             ca_file: self.ca_file.clone().or_else(|| base.ca_file.clone()),
             verify: self.verify.or(base.verify),
             prefer_client: self.prefer_client || base.prefer_client,
+            curves: self.curves.clone().or_else(|| base.curves.clone()),
         }
     }
 }
@@ -1247,6 +1334,8 @@ pub const BIND_TLS_OPTIONS: &[&str] = &[
     "force-tlsv12",
     "force-tlsv13",
     "prefer-client-ciphers",
+    "curves",
+    "ecdhe",
 ];
 
 /// The argument after option `kw` at `w[*i]`, advancing `*i` to it.
@@ -1317,6 +1406,14 @@ pub fn parse_bind_opt(
             "tls-ticket-keys" => o.ticket_keys = Some(val()?),
             "no-tls-tickets" => o.no_tickets = true,
             "prefer-client-ciphers" => o.conf.prefer_client = true,
+            "curves" | "ecdhe" => {
+                let v = val()?;
+                if kw == "ecdhe" && v.contains(':') {
+                    return Err(format!("'ecdhe' takes one curve (got '{v}'); see 'curves'"));
+                }
+                check_curves(kw, &v)?;
+                o.conf.curves = Some(v);
+            }
             _ => version_option(kw, &mut o.conf.min, &mut o.conf.max),
         }
         Ok(())
@@ -1336,6 +1433,9 @@ impl BindTlsOpts {
             &mut self.no_tickets,
         );
         c.prefer_client |= d.bind.prefer_client;
+        if c.curves.is_none() {
+            c.curves.clone_from(&d.bind.curves);
+        }
         for crt in &mut self.crt {
             *crt = based(&d.crt_base, crt);
         }
@@ -1462,6 +1562,9 @@ fn server_config(
     let versions = select_versions(conf.min, conf.max, &suites)?;
     let mut prov = (*provider()).clone();
     prov.cipher_suites = suites;
+    if let Some(c) = &conf.curves {
+        prov.kx_groups = select_groups(c)?;
+    }
     let prov = Arc::new(prov);
     let client_verifier = match (verify, &conf.ca_file) {
         (Verify::None, _) => WebPkiClientVerifier::no_client_auth(),

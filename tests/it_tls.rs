@@ -2041,3 +2041,57 @@ fn global_ssl_keyword_errors_name_file_line_and_reason() {
         "{err}"
     );
 }
+
+#[test]
+fn curves_ecdhe_and_their_global_default_pick_the_key_exchange_group() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let crt = write_file(
+        &dir,
+        "site.pem",
+        &ca.leaf("site.example", &["site.example"]).bundle(),
+    );
+    let (p_def, p_curves, p_ecdhe) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        "global\n    ssl-default-bind-curves prime256v1:secp521r1\n{DEFAULTS_HTTP}\
+frontend fe\n    bind 127.0.0.1:{p_def} ssl crt {c}\n    bind 127.0.0.1:{p_curves} ssl crt {c} curves X25519:P-384\n\
+\x20   bind 127.0.0.1:{p_ecdhe} ssl crt {c} ecdhe secp384r1\n    http-request return status 200\n",
+        c = crt.display()
+    );
+    let s = Sluice::start(&cfg);
+    assert!(
+        s.stderr
+            .wait(
+                |l| l.contains(
+                    ":2: 'ssl-default-bind-curves': secp521r1 not implemented by rustls, skipped"
+                ),
+                Duration::from_secs(5)
+            )
+            .is_some()
+    );
+    // The client offers rustls's defaults (X25519MLKEM768, X25519, P-256, P-384).
+    let any = insecure_cfg(&[]);
+    let group = |port: u16| {
+        let t = tls_connect(port, Some("site.example"), &any).unwrap();
+        t.conn.negotiated_key_exchange_group().unwrap().name()
+    };
+    assert_eq!(group(p_def), rustls::NamedGroup::secp256r1);
+    assert_eq!(group(p_curves), rustls::NamedGroup::X25519);
+    assert_eq!(group(p_ecdhe), rustls::NamedGroup::secp384r1);
+    // Errors: an unknown name, a list with nothing rustls has, `ecdhe` with a list.
+    for (opt, want) in [
+        ("curves X25519:P-999", "unknown curve 'P-999'"),
+        (
+            "curves X448",
+            "no curve of the list is available in sluice (X448 are not implemented by rustls)",
+        ),
+        ("ecdhe X25519:P-256", "'ecdhe' takes one curve"),
+    ] {
+        let (code, err) = Sluice::check(&format!(
+            "frontend fe\n    mode http\n    bind 127.0.0.1:8443 ssl crt {} {opt}\n",
+            crt.display()
+        ));
+        assert_eq!(code, 1, "{opt}");
+        assert!(err.contains(":3") && err.contains(want), "{opt}: {err}");
+    }
+}

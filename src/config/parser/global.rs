@@ -36,6 +36,7 @@ const KEYWORDS: &[&str] = &[
     "ssl-default-server-ciphersuites",
     "ssl-default-server-options",
     "ssl-server-verify",
+    "ssl-default-bind-curves",
 ];
 
 /// Real HAProxy global keywords that sluice does not implement.
@@ -290,6 +291,12 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             } else {
                 side.ciphers = v;
             }
+        }
+        "ssl-default-bind-curves" => {
+            let list = arg(w, 1, "curve list")?;
+            no_extra(w, 2)?;
+            crate::tls::check_curves(kw, list)?;
+            g.tls.bind.curves = Some(list.to_string());
         }
         "ssl-default-bind-options" => {
             crate::tls::parse_default_options(kw, &mut g.tls.bind, &w[1..], true)?

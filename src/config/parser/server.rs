@@ -47,8 +47,6 @@ const BIND_UNSUPPORTED: &[&str] = &[
     "level",
     "severity-output",
     "expose-fd",
-    "curves",
-    "ecdhe",
     "sigalgs",
     "client-sigalgs",
     "allow-0rtt",

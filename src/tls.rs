@@ -467,17 +467,8 @@ pub fn check_cipher_list(kw: &str, list: &str, tls13: bool) -> Result<(), String
         ));
         return Ok(());
     }
-    let mut skipped = Vec::new();
-    let mut usable = 0;
-    for name in list.split([':', ',']).filter(|s| !s.is_empty()) {
-        if CIPHERS_UNAVAILABLE.contains(&name) {
-            skipped.push(name);
-            continue;
-        }
-        cipher_by_name(kw, name, tls13)?;
-        usable += 1;
-    }
-    if usable == 0 {
+    let (suites, skipped) = eval_cipher_list(kw, list, tls13)?;
+    if suites.is_empty() {
         return Err(if skipped.is_empty() {
             format!("'{kw}': empty cipher list")
         } else {
@@ -491,12 +482,219 @@ pub fn check_cipher_list(kw: &str, list: &str, tls13: bool) -> Result<(), String
     if !skipped.is_empty() {
         let msg = format!(
             "'{kw}': {} not implemented by rustls, skipped (as OpenSSL skips the names it \
-             cannot use); the other {usable} remain",
-            skipped.join(", ")
+             cannot use); the other {} remain",
+            skipped.join(", "),
+            suites.len()
         );
         crate::config::warn(msg);
     }
     Ok(())
+}
+
+/// The TLS 1.2 suites rustls implements, in the order OpenSSL 3.0 lists them for `ALL` or
+/// `HIGH` (strongest first, ECDSA before RSA): the order an alias adds them in.
+const TLS12_ORDER: &[CipherSuite] = &[
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+];
+
+/// Whether OpenSSL's alias `word` covers TLS 1.2 suite `cs`; `None` when `word` is no alias
+/// sluice knows. The categories rustls has no suite in (anonymous, static RSA, DHE, PSK, CBC
+/// and legacy ciphers, SHA-1/MD5 MACs, ...) cover nothing: excluding them (`!aNULL:!MD5`)
+/// changes nothing, including them adds nothing.
+fn alias_covers(word: &str, cs: CipherSuite) -> Option<bool> {
+    let name = cipher_name(cs);
+    let ecdsa = name.contains("-ECDSA-");
+    let (aes128, aes256) = (name.contains("AES128"), name.contains("AES256"));
+    Some(match word {
+        "ALL" | "DEFAULT" | "HIGH" | "TLSv1.2" | "ECDH" | "ECDHE" | "EECDH" | "kECDHE"
+        | "kEECDH" | "AEAD" => true,
+        "aRSA" => !ecdsa,
+        "aECDSA" | "ECDSA" => ecdsa,
+        "AES" | "AESGCM" => aes128 || aes256,
+        "AES128" => aes128,
+        "AES256" => aes256,
+        "CHACHA20" => name.contains("CHACHA20"),
+        "aNULL"
+        | "eNULL"
+        | "NULL"
+        | "COMPLEMENTOFDEFAULT"
+        | "COMPLEMENTOFALL"
+        | "ADH"
+        | "AECDH"
+        | "aECDH"
+        | "kECDH"
+        | "kECDHr"
+        | "kECDHe"
+        | "aDSS"
+        | "DSS"
+        | "DHE"
+        | "EDH"
+        | "kDHE"
+        | "kEDH"
+        | "DH"
+        | "kDH"
+        | "kDHr"
+        | "kDHd"
+        | "PSK"
+        | "aPSK"
+        | "kPSK"
+        | "ECDHEPSK"
+        | "DHEPSK"
+        | "RSAPSK"
+        | "kECDHEPSK"
+        | "kDHEPSK"
+        | "kRSAPSK"
+        | "SRP"
+        | "kSRP"
+        | "aSRP"
+        | "RC4"
+        | "RC2"
+        | "DES"
+        | "3DES"
+        | "IDEA"
+        | "SEED"
+        | "CAMELLIA"
+        | "CAMELLIA128"
+        | "CAMELLIA256"
+        | "ARIA"
+        | "ARIAGCM"
+        | "ARIA128"
+        | "ARIA256"
+        | "MD5"
+        | "SHA1"
+        | "SHA"
+        | "SHA256"
+        | "SHA384"
+        | "kRSA"
+        | "RSA"
+        | "LOW"
+        | "MEDIUM"
+        | "EXP"
+        | "EXPORT"
+        | "EXPORT40"
+        | "EXPORT56"
+        | "CCM"
+        | "CCM8"
+        | "AESCCM"
+        | "AESCCM8"
+        | "SSLv3"
+        | "TLSv1"
+        | "TLSv1.0"
+        | "aGOST"
+        | "aGOST01"
+        | "kGOST"
+        | "GOST94"
+        | "GOST89MAC"
+        | "SUITEB128"
+        | "SUITEB128ONLY"
+        | "SUITEB192" => false,
+        _ => return None,
+    })
+}
+
+/// A `ciphers` (TLS 1.2) or `ciphersuites` (TLS 1.3) list: the suites rustls implements that
+/// it selects, in order, and the names skipped because rustls lacks them. TLS 1.2 lists use
+/// OpenSSL's rule language: names and aliases joined by `+` (all must match), prefixed by `!`
+/// (removed for good), `-` (removed) or `+` (moved to the end), and `@STRENGTH`
+/// (`@SECLEVEL=N` has nothing to remove among these suites). Unknown words are errors.
+fn eval_cipher_list(
+    kw: &str,
+    list: &str,
+    tls13: bool,
+) -> Result<(Vec<CipherSuite>, Vec<String>), String> {
+    // OpenSSL's model: every suite in one list (default order), each active or not; the
+    // result is the active ones in list order. Adding appends inactive matches to the tail,
+    // `-` deactivates and moves to the head (where a later add finds them first), `!` drops
+    // for good, `+` moves active matches to the tail.
+    let mut all: Vec<(CipherSuite, bool)> = if tls13 {
+        Vec::new()
+    } else {
+        TLS12_ORDER.iter().map(|c| (*c, false)).collect()
+    };
+    let mut out: Vec<CipherSuite> = Vec::new();
+    let mut skipped = Vec::new();
+    for item in list.split([':', ',', ' ']).filter(|s| !s.is_empty()) {
+        if CIPHERS_UNAVAILABLE.contains(&item) {
+            skipped.push(item.to_string());
+            continue;
+        }
+        if tls13 {
+            let cs = cipher_by_name(kw, item, true)?;
+            if !out.contains(&cs) {
+                out.push(cs);
+            }
+            continue;
+        }
+        if item == "@STRENGTH" {
+            all.sort_by_key(|(cs, _)| cipher_name(*cs).contains("AES128"));
+            continue;
+        }
+        if item.starts_with("@SECLEVEL=") {
+            continue;
+        }
+        let (op, term) = match item.as_bytes()[0] {
+            b'!' | b'-' | b'+' => (item.as_bytes()[0], &item[1..]),
+            _ => (0, item),
+        };
+        let mut covered: Vec<CipherSuite> = TLS12_ORDER.to_vec();
+        for part in term.split('+') {
+            if CIPHERS_UNAVAILABLE.contains(&part) {
+                covered.clear();
+                continue;
+            }
+            if let Some((n, cs)) = CIPHER_NAMES.iter().find(|(n, _)| *n == part) {
+                if n.starts_with("TLS_") {
+                    cipher_by_name(kw, part, false)?;
+                }
+                covered.retain(|c| c == cs);
+                continue;
+            }
+            let mut unknown = false;
+            covered.retain(|c| match alias_covers(part, *c) {
+                Some(m) => m,
+                None => {
+                    unknown = true;
+                    false
+                }
+            });
+            if unknown || alias_covers(part, TLS12_ORDER[0]).is_none() {
+                return Err(format!(
+                    "'{kw}': cipher '{part}' is not available in sluice (rustls supports only: \
+                     {}; OpenSSL aliases such as HIGH, ECDHE, AESGCM or !aNULL are understood)",
+                    TLS12_ORDER
+                        .iter()
+                        .map(|c| cipher_name(*c))
+                        .collect::<Vec<_>>()
+                        .join(":")
+                ));
+            }
+        }
+        let hit = |e: &(CipherSuite, bool), active: bool| covered.contains(&e.0) && e.1 == active;
+        match op {
+            b'!' => all.retain(|e| !covered.contains(&e.0)),
+            b'-' => {
+                let (mut moved, rest): (Vec<(CipherSuite, bool)>, Vec<_>) =
+                    all.iter().partition(|e| hit(e, true));
+                moved.iter_mut().for_each(|e| e.1 = false);
+                all = moved.into_iter().chain(rest).collect();
+            }
+            _ => {
+                // Adding takes inactive matches, `+` active ones; both go to the tail.
+                let active = op == b'+';
+                let (mut moved, rest): (Vec<(CipherSuite, bool)>, Vec<_>) =
+                    all.iter().partition(|e| hit(e, active));
+                moved.iter_mut().for_each(|e| e.1 = true);
+                all = rest.into_iter().chain(moved).collect();
+            }
+        }
+    }
+    out.extend(all.iter().filter(|e| e.1).map(|e| e.0));
+    Ok((out, skipped))
 }
 
 fn cipher_name(s: CipherSuite) -> &'static str {
@@ -536,13 +734,9 @@ fn select_suites(
 ) -> Result<Vec<SupportedCipherSuite>, String> {
     let p = provider();
     let pick = |list: &str, kw: &str, tls13: bool| -> Result<Vec<SupportedCipherSuite>, String> {
+        // Skipped names were warned about where the list was written (`check_cipher_list`).
         let mut out = Vec::new();
-        for name in list.split([':', ',']).filter(|s| !s.is_empty()) {
-            // Warned about where the list was written (`check_cipher_list`).
-            if CIPHERS_UNAVAILABLE.contains(&name) {
-                continue;
-            }
-            let cs = cipher_by_name(kw, name, tls13)?;
+        for cs in eval_cipher_list(kw, list, tls13)?.0 {
             if let Some(s) = p.cipher_suites.iter().find(|s| s.suite() == cs) {
                 out.push(*s);
             }
@@ -2371,6 +2565,129 @@ mod tests {
             cipher_name(CipherSuite::TLS13_AES_128_GCM_SHA256),
             "TLS_AES_128_GCM_SHA256"
         );
+    }
+
+    /// OpenSSL's rule language, against `openssl ciphers -tls1_2 RULES` of OpenSSL 3.0.19
+    /// (Debian 12) restricted to the suites rustls implements.
+    #[test]
+    fn cipher_rules_match_openssl() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "HIGH",
+                &[
+                    "ECDHE-ECDSA-AES256-GCM-SHA384",
+                    "ECDHE-RSA-AES256-GCM-SHA384",
+                    "ECDHE-ECDSA-CHACHA20-POLY1305",
+                    "ECDHE-RSA-CHACHA20-POLY1305",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                    "ECDHE-RSA-AES128-GCM-SHA256",
+                ],
+            ),
+            (
+                "HIGH:!aNULL:!MD5",
+                &[
+                    "ECDHE-ECDSA-AES256-GCM-SHA384",
+                    "ECDHE-RSA-AES256-GCM-SHA384",
+                    "ECDHE-ECDSA-CHACHA20-POLY1305",
+                    "ECDHE-RSA-CHACHA20-POLY1305",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                    "ECDHE-RSA-AES128-GCM-SHA256",
+                ],
+            ),
+            (
+                "ECDH+AESGCM:ECDH+CHACHA20:!aNULL",
+                &[
+                    "ECDHE-ECDSA-AES256-GCM-SHA384",
+                    "ECDHE-RSA-AES256-GCM-SHA384",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                    "ECDHE-RSA-AES128-GCM-SHA256",
+                    "ECDHE-ECDSA-CHACHA20-POLY1305",
+                    "ECDHE-RSA-CHACHA20-POLY1305",
+                ],
+            ),
+            (
+                "ECDH+AESGCM:DH+AESGCM:ECDH+AES256:DH+AES256:ECDH+AES128:DH+AES:RSA+AESGCM:RSA+AES:!aNULL:!MD5:!DSS",
+                &[
+                    "ECDHE-ECDSA-AES256-GCM-SHA384",
+                    "ECDHE-RSA-AES256-GCM-SHA384",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                    "ECDHE-RSA-AES128-GCM-SHA256",
+                ],
+            ),
+            (
+                "aRSA:-AES128:AES128",
+                &[
+                    "ECDHE-RSA-AES256-GCM-SHA384",
+                    "ECDHE-RSA-CHACHA20-POLY1305",
+                    "ECDHE-RSA-AES128-GCM-SHA256",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                ],
+            ),
+            (
+                "ECDSA+AESGCM:+AES256",
+                &[
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                    "ECDHE-ECDSA-AES256-GCM-SHA384",
+                ],
+            ),
+            (
+                "ALL:!aRSA:@STRENGTH",
+                &[
+                    "ECDHE-ECDSA-AES256-GCM-SHA384",
+                    "ECDHE-ECDSA-CHACHA20-POLY1305",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                ],
+            ),
+            (
+                "EECDH+AESGCM:EDH+AESGCM",
+                &[
+                    "ECDHE-ECDSA-AES256-GCM-SHA384",
+                    "ECDHE-RSA-AES256-GCM-SHA384",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                    "ECDHE-RSA-AES128-GCM-SHA256",
+                ],
+            ),
+            (
+                "ECDHE-RSA-AES128-GCM-SHA256:HIGH:!CHACHA20",
+                &[
+                    "ECDHE-RSA-AES128-GCM-SHA256",
+                    "ECDHE-ECDSA-AES256-GCM-SHA384",
+                    "ECDHE-RSA-AES256-GCM-SHA384",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                ],
+            ),
+            ("kEECDH+aRSA+AES128:!SHA1", &["ECDHE-RSA-AES128-GCM-SHA256"]),
+            (
+                "DEFAULT:-AES:+CHACHA20",
+                &[
+                    "ECDHE-ECDSA-CHACHA20-POLY1305",
+                    "ECDHE-RSA-CHACHA20-POLY1305",
+                ],
+            ),
+            ("AES128:AES256:!AESGCM", &[]),
+        ];
+        for (rules, want) in cases {
+            let (got, skipped) = eval_cipher_list("ciphers", rules, false).unwrap();
+            let got: Vec<&str> = got.iter().map(|c| cipher_name(*c)).collect();
+            assert_eq!(&got, want, "{rules}");
+            assert!(skipped.is_empty());
+        }
+        let e = eval_cipher_list("ciphers", "HIGH:!aNULLL", false).unwrap_err();
+        assert!(
+            e.contains("cipher 'aNULLL' is not available in sluice"),
+            "{e}"
+        );
+        let e = eval_cipher_list("ciphers", "ECDH+TLS_AES_128_GCM_SHA256", false).unwrap_err();
+        assert!(e.contains("use 'ciphersuites'"), "{e}");
+        // Mozilla's old-style intermediate list: DHE names skipped, the rest kept in order.
+        let (got, skipped) = eval_cipher_list(
+            "ciphers",
+            "ECDHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES256-GCM-SHA384",
+            false,
+        )
+        .unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(skipped, ["DHE-RSA-AES128-GCM-SHA256"]);
     }
 
     #[test]

@@ -41,7 +41,12 @@ fn describe(addr: &BindAddr) -> String {
     }
 }
 
-fn tcp_socket(addr: SocketAddr, b: &Bind, backlog: i32, smart: bool) -> io::Result<Socket> {
+fn tcp_socket(
+    addr: SocketAddr,
+    b: &Bind,
+    backlog: i32,
+    (smart, ka): (bool, bool),
+) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
@@ -59,14 +64,16 @@ fn tcp_socket(addr: SocketAddr, b: &Bind, backlog: i32, smart: bool) -> io::Resu
     }
     s.listen(backlog)?;
     // After listen(), which resets the delayed-ACK state.
-    set_smart_accept(&s, smart)?;
+    set_smart_accept(&s, smart, ka)?;
     Ok(s)
 }
 
-/// `tcp-smart-accept` on a listening socket: accepted sockets inherit its delayed-ACK mode
-/// (`TCP_QUICKACK` off), as HAProxy sets it, so no connection needs a setsockopt of its
-/// own. Set both ways, since an inherited socket may carry the old process's setting.
-fn set_smart_accept(s: &Socket, smart: bool) -> io::Result<()> {
+/// `tcp-smart-accept` and `option clitcpka` on a listening socket: accepted sockets inherit
+/// its delayed-ACK mode (`TCP_QUICKACK` off, as HAProxy sets it) and `SO_KEEPALIVE`, so no
+/// connection needs a setsockopt of its own. Set both ways, since an inherited socket may
+/// carry the old process's setting.
+fn set_smart_accept(s: &Socket, smart: bool, keepalive: bool) -> io::Result<()> {
+    s.set_keepalive(keepalive)?;
     s.set_tcp_quickack(!smart)
 }
 
@@ -91,6 +98,7 @@ pub fn bind_all(
                     .or(p.backlog)
                     .unwrap_or_else(|| p.maxconn.unwrap_or(1024).min(65535)) as i32;
             let smart = p.options.smart_accept(p.mode, b.ssl.is_some());
+            let ka = p.options.cli_tcpka;
             let taken = crate::reload::bind_key(&b.addr)
                 .map(|k| inherited.take(&k))
                 .unwrap_or_default();
@@ -105,14 +113,14 @@ pub fn bind_all(
                         s.set_tcp_nodelay(true)?;
                         // This configuration's backlog and defer-accept.
                         s.listen(backlog)?;
-                        set_smart_accept(&s, smart)?;
+                        set_smart_accept(&s, smart, ka)?;
                         crate::sys::set_defer_accept(&s, i32::from(b.defer_accept))?;
                         v.push(StdListener::Tcp(s.into()));
                     }
                     let actual = match v.first() {
                         Some(StdListener::Tcp(t)) => t.local_addr()?,
                         _ => {
-                            let first = tcp_socket(*a, b, backlog, smart)?;
+                            let first = tcp_socket(*a, b, backlog, (smart, ka))?;
                             // Port 0 binds (tests) must give every thread the same port.
                             let actual = first.local_addr()?.as_socket().unwrap_or(*a);
                             v.push(StdListener::Tcp(first.into()));
@@ -121,7 +129,7 @@ pub fn bind_all(
                     };
                     while v.len() < nbthread {
                         v.push(StdListener::Tcp(
-                            tcp_socket(actual, b, backlog, smart)?.into(),
+                            tcp_socket(actual, b, backlog, (smart, ka))?.into(),
                         ));
                     }
                     Ok(v)
@@ -151,7 +159,7 @@ pub fn bind_all(
                     s.set_nonblocking(true)?;
                     if s.domain()? != Domain::UNIX {
                         s.set_tcp_nodelay(true)?;
-                        set_smart_accept(&s, smart)?;
+                        set_smart_accept(&s, smart, ka)?;
                     }
                     let l = match s.domain()? {
                         Domain::UNIX => {

@@ -488,6 +488,17 @@ frontend fe\n    bind 127.0.0.1:{port}\n    http-request return status 200 conte
     assert_eq!(r.status, 200);
     assert_eq!(r.body_str(), "jailed");
     let proc_dir = format!("/proc/{}", s.pid());
+    // The readiness lines come before the workers start: wait for both of them.
+    let count = || {
+        std::fs::read_dir(format!("{proc_dir}/task"))
+            .unwrap()
+            .count()
+    };
+    wait_until(
+        "the main thread and two workers",
+        Duration::from_secs(10),
+        || count() >= 3,
+    );
     assert_eq!(
         std::fs::read_link(format!("{proc_dir}/root")).unwrap(),
         std::fs::canonicalize(root.path()).unwrap()
@@ -510,5 +521,5 @@ frontend fe\n    bind 127.0.0.1:{port}\n    http-request return status 200 conte
         assert!(ids("Groups:").is_empty(), "supplementary groups dropped");
         threads += 1;
     }
-    assert!(threads >= 3, "main thread and two workers: {threads}");
+    assert!(threads >= 3, "every thread checked: {threads}");
 }

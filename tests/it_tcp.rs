@@ -406,3 +406,73 @@ fn client_fin_timeout_bounds_a_session_the_server_half_closed() {
         "closed after only {took:?}"
     );
 }
+
+/// The kernel's timer for the established IPv4 socket whose local port is `local` and remote
+/// port `remote`, from /proc/net/tcp: 2 is the keep-alive timer (SO_KEEPALIVE on an idle
+/// connection), 0 none.
+fn tcp_timer(local: u16, remote: u16) -> Option<u32> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let port = |a: &str| u16::from_str_radix(a.rsplit(':').next().unwrap(), 16).unwrap();
+        (f[3] == "01" && port(f[1]) == local && port(f[2]) == remote)
+            .then(|| f[5].split(':').next().unwrap().parse().unwrap())
+    })
+}
+
+/// `option tcpka` (both sides), `clitcpka`, `srvtcpka`: SO_KEEPALIVE where they say, nowhere
+/// else (seen as the kernel's keep-alive timer on the idle connections).
+#[test]
+fn tcpka_options_turn_on_keepalive_probes_where_they_apply() {
+    // An echo server that records the port each connection came from.
+    let peers = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let p2 = peers.clone();
+    let backend = TcpBackend::with_handler(move |mut s, _| {
+        p2.lock().unwrap().push(s.peer_addr().unwrap().port());
+        let mut buf = [0u8; 4];
+        if s.read_exact(&mut buf).is_ok() {
+            let _ = s.write_all(&buf);
+        }
+        let _ = s.read(&mut buf);
+    });
+    let ports = [free_port(), free_port(), free_port(), free_port()];
+    let mut cfg = String::from(
+        "defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n",
+    );
+    for (i, opt) in ["tcpka", "clitcpka", "srvtcpka", "dontlognull"]
+        .iter()
+        .enumerate()
+    {
+        cfg.push_str(&format!(
+            "listen l{i}\n    bind 127.0.0.1:{}\n    option {opt}\n    server s {}\n",
+            ports[i],
+            backend.hostport()
+        ));
+    }
+    let _s = Sluice::start(&cfg);
+    let bport = backend.addr.port();
+    let mut want = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let mut c = TcpStream::connect(lo(*port)).unwrap();
+        c.write_all(b"ping").unwrap();
+        let mut buf = [0u8; 4];
+        c.read_exact(&mut buf).unwrap();
+        let client_side = c.local_addr().unwrap().port();
+        // The proxy's socket towards the client: local port = the listener's.
+        let front = tcp_timer(*port, client_side);
+        // The proxy's socket towards the server: from the port the server saw.
+        let server_peer = peers.lock().unwrap()[i];
+        let back = tcp_timer(server_peer, bport);
+        want.push((i, front, back));
+        drop(c);
+    }
+    assert_eq!(
+        want,
+        [
+            (0, Some(2), Some(2)),
+            (1, Some(2), Some(0)),
+            (2, Some(0), Some(2)),
+            (3, Some(0), Some(0)),
+        ]
+    );
+}

@@ -354,6 +354,10 @@ pub struct ProxyOptions {
     /// `option tcp-smart-connect`: the ACK that completes a server connection waits to ride
     /// on the request.
     pub tcp_smart_connect: bool,
+    /// `option clitcpka` (or `tcpka`): TCP keep-alive probes on client connections.
+    pub cli_tcpka: bool,
+    /// `option srvtcpka` (or `tcpka`): TCP keep-alive probes on server connections.
+    pub srv_tcpka: bool,
 }
 
 impl ProxyOptions {

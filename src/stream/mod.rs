@@ -646,12 +646,12 @@ async fn connect_stream(
     srv: &crate::backend::ServerState,
     addr: SocketAddr,
     timeout: Option<Duration>,
-    smart: bool,
+    opts: &crate::config::ProxyOptions,
     host: Option<&[u8]>,
     proxy_hdr: Option<&[u8]>,
 ) -> Result<(ServerStream, Option<Box<str>>), bool> {
     let started = Instant::now();
-    let mut tcp = connect_one(addr, srv.conf.source, timeout, smart).await?;
+    let mut tcp = connect_one(addr, srv.conf.source, timeout, opts).await?;
     if let Some(h) = proxy_hdr {
         // Before anything else, TLS included. A small write on a new connection: the
         // socket buffer takes it whole.
@@ -706,7 +706,7 @@ pub async fn connect_with_slot(
             slot.server_state(),
             addr,
             bp.timeouts.connect,
-            bp.options.tcp_smart_connect,
+            &bp.options,
             host,
             proxy_hdr.as_deref(),
         )
@@ -822,9 +822,11 @@ async fn connect_one(
     addr: SocketAddr,
     source: Option<SocketAddr>,
     timeout: Option<Duration>,
-    smart: bool,
+    opts: &crate::config::ProxyOptions,
 ) -> Result<TcpStream, bool> {
     // `tcp-smart-connect`: the ACK of the server's SYN-ACK leaves with the request.
+    let keepalive = opts.srv_tcpka;
+    let smart = opts.tcp_smart_connect;
     let fut = async { server_socket(addr, source, smart)?.connect(addr).await };
     let r = match timeout {
         Some(d) => match tokio::time::timeout(d, fut).await {
@@ -836,6 +838,9 @@ async fn connect_one(
     match r {
         Ok(s) => {
             let _ = s.set_nodelay(true);
+            if keepalive {
+                let _ = socket2::SockRef::from(&s).set_keepalive(true);
+            }
             Ok(s)
         }
         Err(e) => Err(e.kind() == std::io::ErrorKind::TimedOut),

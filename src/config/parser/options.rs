@@ -25,6 +25,10 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("tcplog", D | F, false),
     ("tcp-smart-accept", D | F, false),
     ("tcp-smart-connect", D | B, false),
+    // TCP keep-alive (SO_KEEPALIVE): `tcpka` sets the side(s) the section has.
+    ("tcpka", D | F | B, false),
+    ("clitcpka", D | F, false),
+    ("srvtcpka", D | B, false),
 ];
 
 /// Real HAProxy options that sluice does not implement.
@@ -32,7 +36,6 @@ const UNSUPPORTED: &[&str] = &[
     "accept-invalid-http-request",
     "accept-invalid-http-response",
     "checkcache",
-    "clitcpka",
     "contstats",
     "disable-h2-upgrade",
     "dontlog-normal",
@@ -65,9 +68,7 @@ const UNSUPPORTED: &[&str] = &[
     "splice-request",
     "splice-response",
     "spop-check",
-    "srvtcpka",
     "ssl-hello-chk",
-    "tcpka",
     "transparent",
 ];
 
@@ -128,6 +129,9 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "log-health-checks" => o.log_health_checks = false,
             "tcp-smart-accept" => o.tcp_smart_accept = Some(false),
             "tcp-smart-connect" => o.tcp_smart_connect = false,
+            "tcpka" => (o.cli_tcpka, o.srv_tcpka) = (false, false),
+            "clitcpka" => o.cli_tcpka = false,
+            "srvtcpka" => o.srv_tcpka = false,
             // As in HAProxy, `no option X` returns to the default connection mode only if X is
             // the current one (`option httpclose` + `no option http-server-close` keeps close).
             "http-server-close" | "httpclose" | "http-keep-alive" => {
@@ -192,6 +196,9 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "log-health-checks" => o.log_health_checks = true,
                 "tcp-smart-accept" => o.tcp_smart_accept = Some(true),
                 "tcp-smart-connect" => o.tcp_smart_connect = true,
+                "tcpka" => (o.cli_tcpka, o.srv_tcpka) = (true, true),
+                "clitcpka" => o.cli_tcpka = true,
+                "srvtcpka" => o.srv_tcpka = true,
                 "tcp-check" => o.check_type = super::super::CheckType::Tcp,
                 "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,
                 "httpclose" => o.http_conn_mode = HttpConnMode::Close,

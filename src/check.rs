@@ -866,34 +866,28 @@ fn apply_result(w: &Worker, p: &Proxy, pi: usize, si: usize, out: Outcome, ms: u
 pub fn apply(st: &CheckState, ok: bool) -> Option<bool> {
     let (rise, fall) = (st.rise, st.fall);
     let full = rise + fall - 1;
-    let h = st.health.load(Relaxed);
-    if ok {
-        if h >= rise {
-            st.health.store(full, Relaxed);
-            None
-        } else {
-            let n = h + 1;
-            if n >= rise {
-                st.health.store(full, Relaxed);
-                Some(true)
-            } else {
-                st.health.store(n, Relaxed);
-                None
-            }
-        }
-    } else if h >= rise {
-        let n = h - 1;
-        if n < rise {
-            st.health.store(0, Relaxed);
+    let next = |h: u32| match (ok, h >= rise) {
+        (true, true) => full,
+        (true, false) if h + 1 >= rise => full,
+        (true, false) => h + 1,
+        (false, true) if h - 1 < rise => 0,
+        (false, true) => h - 1,
+        (false, false) => 0,
+    };
+    // One atomic step: a value forced meanwhile from another thread (the CLI's or the stats
+    // page's `health down|up`) is the one this result applies to, never overwritten by a
+    // copy read before it.
+    let h = match st.health.fetch_update(Relaxed, Relaxed, |h| Some(next(h))) {
+        Ok(h) | Err(h) => h,
+    };
+    let crossed = (h >= rise) != (next(h) >= rise);
+    match (crossed, ok) {
+        (true, true) => Some(true),
+        (true, false) => {
             st.downs.fetch_add(1, Relaxed);
             Some(false)
-        } else {
-            st.health.store(n, Relaxed);
-            None
         }
-    } else {
-        st.health.store(0, Relaxed);
-        None
+        _ => None,
     }
 }
 

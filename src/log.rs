@@ -19,6 +19,27 @@ pub const LEVEL_INFO: u8 = 6;
 pub const LEVEL_NOTICE: u8 = 5;
 pub const LEVEL_ERR: u8 = 3;
 
+/// HAProxy's "potentially interesting" session: redispatched, ended by an error other than
+/// a local answer (termination state not `-` nor `L`), retried without an error, or an HTTP
+/// status of 5xx (`status` 0 outside HTTP). `option log-separate-errors` logs these at `err`,
+/// `option dontlog-normal` logs only these.
+pub fn worth_err(term: [u8; 2], retries: u32, redispatched: bool, status: i32) -> bool {
+    redispatched
+        || !matches!(term[0], b'-' | b'L')
+        || (term[0] == b'-' && retries > 0)
+        || status >= 500
+}
+
+/// The level of a traffic log line under a frontend's options; `None`: not logged
+/// (`dontlog-normal`).
+pub fn traffic_level(o: &crate::config::ProxyOptions, interesting: bool) -> Option<u8> {
+    match (interesting, o.log_separate_errors, o.dontlog_normal) {
+        (false, _, true) => None,
+        (true, true, _) => Some(LEVEL_ERR),
+        _ => Some(LEVEL_INFO),
+    }
+}
+
 pub struct Logger {
     udp: Option<UdpSocket>,
     unix: Option<UnixDatagram>,

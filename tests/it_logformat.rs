@@ -12,6 +12,7 @@ use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
+use std::time::Duration;
 
 const LOGGED: &str = "global
     log stdout format raw local0
@@ -274,5 +275,43 @@ fn ssl_binds_log_version_cipher_and_sni() {
         line,
         format!("tcp {cport} tfe~ TLSv1.3 {cipher} logs.example"),
         "{line}"
+    );
+}
+
+/// `option log-separate-errors` logs HAProxy's "interesting" sessions (5xx, errors, retries,
+/// redispatches) at `err` instead of `info`; `option dontlog-normal` logs only those. The
+/// level is read from the line (`format short` starts it with `<LEVEL>`).
+#[test]
+fn log_separate_errors_and_dontlog_normal() {
+    let ok = HttpBackend::start("ok");
+    let dead = closed_port();
+    let (p_sep, p_err) = (free_port(), free_port());
+    let cfg = format!(
+        "global\n    log stdout format short local0\n\
+defaults\n    mode http\n    log global\n    option httplog\n    retries 0\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend sep\n    bind 127.0.0.1:{p_sep}\n    option log-separate-errors\n    use_backend dead if {{ path /bad }}\n    default_backend good\n\
+frontend only_err\n    bind 127.0.0.1:{p_err}\n    option dontlog-normal\n    use_backend dead if {{ path /bad }}\n    default_backend good\n\
+backend good\n    server s {}\n\
+backend dead\n    server s 127.0.0.1:{dead}\n",
+        ok.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    assert_eq!(http_get(p_sep, "/fine").status, 200);
+    assert_eq!(http_get(p_sep, "/bad").status, 502);
+    let fine = s.wait_log_line(|l| l.contains("GET /fine "), Duration::from_secs(5));
+    assert!(fine.starts_with("<6>"), "info: {fine}");
+    let bad = s.wait_log_line(|l| l.contains("GET /bad "), Duration::from_secs(5));
+    assert!(bad.starts_with("<3>"), "err: {bad}");
+    // dontlog-normal: the error is logged (at info: no log-separate-errors), the 200 is not.
+    assert_eq!(http_get(p_err, "/quiet").status, 200);
+    assert_eq!(http_get(p_err, "/bad?loud").status, 502);
+    let loud = s.wait_log_line(|l| l.contains("GET /bad?loud "), Duration::from_secs(5));
+    assert!(
+        loud.starts_with("<6>") && loud.contains(" only_err "),
+        "{loud}"
+    );
+    assert!(
+        !s.stdout.snapshot().iter().any(|l| l.contains("/quiet")),
+        "a normal request under dontlog-normal was logged"
     );
 }

@@ -1828,8 +1828,10 @@ backend b_fresh\n    http-reuse always\n    option httpchk GET /\n\
         h_reuse,
         "checks on the pooled TLS connection shook no hands"
     );
+    // One check may straddle the snapshot (its handshake before it, its request after), and
+    // a server's checks run one at a time: at least 4 of the 5 had their own handshake.
     assert!(
-        fresh.handshakes.load(SeqCst) >= h_fresh + 5,
+        fresh.handshakes.load(SeqCst) >= h_fresh + 4,
         "one handshake per check without check-reuse-pool"
     );
     // Given back after each check: traffic finds it still.

@@ -320,6 +320,10 @@ pub struct ProxyOptions {
     /// `log-format`: replaces the `httplog`/`tcplog` line (the last of the three wins).
     pub log_format: Option<std::sync::Arc<logformat::LogFormat>>,
     pub dontlognull: bool,
+    /// `option dontlog-normal`: only the log lines [`crate::log::worth_err`] picks.
+    pub dontlog_normal: bool,
+    /// `option log-separate-errors`: those lines at level `err` instead of `info`.
+    pub log_separate_errors: bool,
     pub forwardfor: Option<ForwardFor>,
     pub http_conn_mode: HttpConnMode,
     pub abortonclose: bool,

@@ -25,7 +25,7 @@ use crate::http::{
     BodyKind, ChunkedState, HttpError, Parsed, RequestHead, ResponseHead, has_token, header_eq,
     is_hop_by_hop, parse_request, parse_response,
 };
-use crate::log::{Entry, LEVEL_INFO};
+use crate::log::Entry;
 use crate::pool::{IdleConn, Limits};
 use crate::worker::Worker;
 use std::rc::Rc;
@@ -940,10 +940,10 @@ impl<C: ClientIo> Conn<'_, C> {
             request: &txn.request_line,
             ..Default::default()
         };
-        let level = if txn.status >= 500 || txn.term[0] != b'-' {
-            crate::log::LEVEL_ERR.max(LEVEL_INFO) // HAProxy logs errors at the same level by default
-        } else {
-            LEVEL_INFO
+        let interesting =
+            crate::log::worth_err(txn.term, txn.retries, txn.redispatched, txn.status);
+        let Some(level) = crate::log::traffic_level(&fe.options, interesting) else {
+            return;
         };
         let Some(f) = &fe.options.log_format else {
             self.ctx.w.log.emit(&fe.logs, level, &e.httplog());

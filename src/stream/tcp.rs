@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::{ClientIo, ConnectError, ServerStream, SessionCtx, connect_server};
 use crate::backend::PickInput;
 use crate::histogram::Timings;
-use crate::log::{Entry, LEVEL_INFO};
+use crate::log::Entry;
 
 /// How a tunnel ended, from the client's point of view (tcplog termination state).
 #[derive(Debug, Clone, Copy, Default)]
@@ -371,6 +371,10 @@ fn log_tcp(
     if fe.logs.is_empty() || !(fe.options.tcplog || fe.options.log_format.is_some()) {
         return;
     }
+    let interesting = crate::log::worth_err(term, retries, redispatched, 0);
+    let Some(level) = crate::log::traffic_level(&fe.options, interesting) else {
+        return;
+    };
     let bname = be
         .map(|b| shared.cfg.proxies[b].name.as_str())
         .unwrap_or(fe.name.as_str());
@@ -396,7 +400,7 @@ fn log_tcp(
         ..Default::default()
     };
     let Some(f) = &fe.options.log_format else {
-        ctx.w.log.emit(&fe.logs, LEVEL_INFO, &e.tcplog());
+        ctx.w.log.emit(&fe.logs, level, &e.tcplog());
         return;
     };
     e.local = ctx.local;
@@ -419,7 +423,5 @@ fn log_tcp(
         e.srvconn = st.served.load(Relaxed);
         e.be_src = src;
     }
-    ctx.w
-        .log
-        .emit(&fe.logs, LEVEL_INFO, &ctx.w.log.custom(f, &e));
+    ctx.w.log.emit(&fe.logs, level, &ctx.w.log.custom(f, &e));
 }

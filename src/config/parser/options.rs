@@ -12,6 +12,8 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("abortonclose", D | B, false),
     ("allbackups", D | B, false),
     ("dontlognull", D | F, false),
+    ("dontlog-normal", D | F, false),
+    ("log-separate-errors", D | F, false),
     ("forwardfor", D | F | B, true),
     ("http-keep-alive", D | F | B, true),
     ("http-server-close", D | F | B, true),
@@ -38,7 +40,6 @@ const UNSUPPORTED: &[&str] = &[
     "checkcache",
     "contstats",
     "disable-h2-upgrade",
-    "dontlog-normal",
     "external-check",
     "h1-case-adjust-bogus-client",
     "h1-case-adjust-bogus-server",
@@ -53,7 +54,6 @@ const UNSUPPORTED: &[&str] = &[
     "idle-close-on-response",
     "independent-streams",
     "ldap-check",
-    "log-separate-errors",
     "logasap",
     "mysql-check",
     "nolinger",
@@ -108,6 +108,8 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "abortonclose" => o.abortonclose = false,
             "allbackups" => o.allbackups = false,
             "dontlognull" => o.dontlognull = false,
+            "dontlog-normal" => o.dontlog_normal = false,
+            "log-separate-errors" => o.log_separate_errors = false,
             "forwardfor" => o.forwardfor = None,
             "httplog" => {
                 o.httplog = false;
@@ -187,6 +189,8 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "abortonclose" => o.abortonclose = true,
                 "allbackups" => o.allbackups = true,
                 "dontlognull" => o.dontlognull = true,
+                "dontlog-normal" => o.dontlog_normal = true,
+                "log-separate-errors" => o.log_separate_errors = true,
                 "tcplog" => {
                     o.tcplog = true;
                     o.httplog = false;

@@ -64,7 +64,7 @@ fn tcp_socket(
     }
     s.listen(backlog)?;
     // After listen(), which resets the delayed-ACK state.
-    set_smart_accept(&s, smart, ka)?;
+    set_accept_options(&s, smart, ka)?;
     Ok(s)
 }
 
@@ -72,7 +72,7 @@ fn tcp_socket(
 /// its delayed-ACK mode (`TCP_QUICKACK` off, as HAProxy sets it) and `SO_KEEPALIVE`, so no
 /// connection needs a setsockopt of its own. Set both ways, since an inherited socket may
 /// carry the old process's setting.
-fn set_smart_accept(s: &Socket, smart: bool, keepalive: bool) -> io::Result<()> {
+fn set_accept_options(s: &Socket, smart: bool, keepalive: bool) -> io::Result<()> {
     s.set_keepalive(keepalive)?;
     s.set_tcp_quickack(!smart)
 }
@@ -113,7 +113,7 @@ pub fn bind_all(
                         s.set_tcp_nodelay(true)?;
                         // This configuration's backlog and defer-accept.
                         s.listen(backlog)?;
-                        set_smart_accept(&s, smart, ka)?;
+                        set_accept_options(&s, smart, ka)?;
                         crate::sys::set_defer_accept(&s, i32::from(b.defer_accept))?;
                         v.push(StdListener::Tcp(s.into()));
                     }
@@ -159,7 +159,7 @@ pub fn bind_all(
                     s.set_nonblocking(true)?;
                     if s.domain()? != Domain::UNIX {
                         s.set_tcp_nodelay(true)?;
-                        set_smart_accept(&s, smart, ka)?;
+                        set_accept_options(&s, smart, ka)?;
                     }
                     let l = match s.domain()? {
                         Domain::UNIX => {

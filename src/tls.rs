@@ -654,15 +654,8 @@ fn eval_cipher_list(
                 covered.retain(|c| c == cs);
                 continue;
             }
-            let mut unknown = false;
-            covered.retain(|c| match alias_covers(part, *c) {
-                Some(m) => m,
-                None => {
-                    unknown = true;
-                    false
-                }
-            });
-            if unknown || alias_covers(part, TLS12_ORDER[0]).is_none() {
+            // Whether a word is an alias does not depend on the suite asked about.
+            if alias_covers(part, TLS12_ORDER[0]).is_none() {
                 return Err(format!(
                     "'{kw}': cipher '{part}' is not available in sluice (rustls supports only: \
                      {}; OpenSSL aliases such as HIGH, ECDHE, AESGCM or !aNULL are understood)",
@@ -673,6 +666,7 @@ fn eval_cipher_list(
                         .join(":")
                 ));
             }
+            covered.retain(|c| alias_covers(part, *c) == Some(true));
         }
         let hit = |e: &(CipherSuite, bool), active: bool| covered.contains(&e.0) && e.1 == active;
         match op {

@@ -12,7 +12,7 @@ use super::super::{
     SendData, SendRule,
 };
 use super::proxy::Draft;
-use super::values::{arg, no_extra, parse_port, parse_range, parse_time};
+use super::values::{arg, header_name, no_extra, parse_port, parse_range, parse_time};
 use super::{KwErr, did_you_mean};
 use crate::config::tokenizer::Line;
 
@@ -65,10 +65,8 @@ fn split_old_style_headers(c: &mut HttpChk) -> Result<(), String> {
         let (name, value) = line
             .split_once(':')
             .ok_or_else(|| format!("'option httpchk': header line '{line}' has no ':'"))?;
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
-            return Err(format!("'option httpchk': invalid header name '{name}'"));
-        }
-        c.hdrs.push((name.to_string(), value.trim().to_string()));
+        let name = header_name(name).map_err(|e| format!("'option httpchk': {e}"))?;
+        c.hdrs.push((name, value.trim().to_string()));
     }
     c.body = body.to_string();
     crate::config::warn(

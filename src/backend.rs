@@ -37,6 +37,8 @@ pub struct ServerState {
     /// Whether `maint` still comes from `disabled` on the server line (no command changed
     /// the state since): HAProxy reports that as CMAINT rather than forced maintenance.
     pub config_maint: AtomicBool,
+    /// Maintenance for want of an address (`init-addr none`): ends when one is set.
+    pub rmaint: AtomicBool,
     /// Administrative drain (`set server ... state drain`): effective weight 0, no new traffic.
     pub drain: AtomicBool,
     /// Configured weight (`get weight` reports it as "initial").
@@ -358,6 +360,9 @@ pub struct PickInput<'a> {
     pub uri: &'a [u8],
     /// Value of the header named by `balance hdr(NAME)`, if present.
     pub hdr: Option<&'a [u8]>,
+    /// The server a persistence cookie names: it is taken (or queued for) instead of
+    /// balancing, even when down (`option persist` decided that already).
+    pub persist: Option<usize>,
 }
 
 /// A held server slot; released (and possibly handed to a queued request) on drop.
@@ -422,7 +427,8 @@ impl ServerState {
             weight: AtomicU32::new(s.weight),
             maxconn: AtomicU32::new(s.maxconn),
             maxqueue: s.maxqueue,
-            maint: AtomicBool::new(s.disabled),
+            maint: AtomicBool::new(s.disabled || s.unresolved),
+            rmaint: AtomicBool::new(s.unresolved),
             config_maint: AtomicBool::new(s.disabled),
             drain: AtomicBool::new(false),
             pool: PoolGauges::new(nbthread),
@@ -477,7 +483,13 @@ impl ServerState {
     /// Takes a slot if the server is usable and below its maxconn. (Usability is checked here
     /// too: a pick may run on tables a concurrent change has not been rebuilt into yet.)
     fn try_take(&self) -> bool {
-        if !self.usable() {
+        self.usable() && self.take_room()
+    }
+
+    /// Takes a slot if the server has room, whatever its state: a request a persistence
+    /// cookie sends to a server that is down (`option persist`).
+    fn take_room(&self) -> bool {
+        if self.deleted.load(Relaxed) {
             return false;
         }
         let m = self.eff_maxconn();
@@ -911,10 +923,29 @@ pub async fn acquire(
     let be = shared.backend(be_idx);
     let ht = &shared.cfg.proxies[be_idx].hash_type;
     let t = be.tables();
-    if t.is_empty() {
+    let mut persist = input.persist.filter(|_| avoid.is_none());
+    // `option persist` to a server that is down: its slot if it has room, else balancing.
+    if let Some(p) = persist
+        && !be.servers[p].usable()
+    {
+        if be.servers[p].take_room() {
+            be.took_slot(p);
+            return Ok(Slot {
+                be: shared.clone(),
+                proxy: be_idx,
+                server: p,
+                queued: Duration::ZERO,
+                released: false,
+            });
+        }
+        persist = None;
+    }
+    if t.is_empty() && persist.is_none() {
         return Err(PickError::NoServer);
     }
-    let preferred = if avoid.is_none() {
+    let preferred = if persist.is_some() {
+        persist
+    } else if avoid.is_none() {
         be.preferred(&t, input, ht)
     } else {
         None

@@ -640,7 +640,8 @@ async fn run(
             load(w.id).fetch_sub(1, Relaxed);
             return;
         }
-        if !st.enabled.load(Relaxed) {
+        // Paused, or nothing to check yet (`init-addr none`, no address set).
+        if !st.enabled.load(Relaxed) || srv.rmaint.load(Relaxed) {
             due = tokio::time::Instant::now() + cfg.inter;
             continue;
         }

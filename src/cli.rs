@@ -697,7 +697,12 @@ fn set_addr(be: &crate::backend::BackendState, s: &ServerState, args: &[&str]) -
     s.addr.store(std::sync::Arc::new(new));
     // Idle pooled connections to the old address are closed when next met.
     s.addr_gen.fetch_add(1, SeqCst);
-    let _ = be;
+    // A server that started without an address (`init-addr none`) now has one.
+    if s.rmaint.swap(false, Relaxed) && !s.config_maint.load(Relaxed) {
+        s.maint.store(false, Relaxed);
+        s.last_change.store(unix_now(), Relaxed);
+        be.changed();
+    }
     let mut msg = String::new();
     if new.ip() != old.ip() {
         msg.push_str(&format!("IP changed from '{}' to '{}'", old.ip(), new.ip()));

@@ -13,6 +13,7 @@ pub mod check;
 pub mod cli;
 pub mod cli_args;
 pub mod config;
+pub mod cookie;
 pub mod errorfile;
 pub mod handshake;
 pub mod histogram;

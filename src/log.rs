@@ -248,6 +248,11 @@ pub struct Entry<'a> {
     pub bytes: u64,
     /// Termination state, 2 chars (`--`, `CD`, `sQ`, ...).
     pub term: [u8; 2],
+    /// Its cookie letters (`--` without cookie persistence; `NI`, `VN`, ...).
+    pub cookie: [u8; 2],
+    /// Logged before the end (`option logasap`): the total time and the byte count are
+    /// lower bounds, printed with a `+`.
+    pub asap: bool,
     pub actconn: u32,
     pub feconn: u32,
     pub beconn: u32,
@@ -331,16 +336,20 @@ impl Entry<'_> {
         self.prefix(&mut out);
         let _ = write!(
             out,
-            "{}/{}/{}/{}/{} {} {} - - {}{}-- ",
+            "{}/{}/{}/{}/{}{} {} {}{} - - {}{}{}{} ",
             self.t_req,
             self.t_wait,
             self.t_connect,
             self.t_resp,
+            if self.asap { "+" } else { "" },
             self.t_active,
             self.status,
+            if self.asap { "+" } else { "" },
             self.bytes,
             self.term[0] as char,
-            self.term[1] as char
+            self.term[1] as char,
+            self.cookie[0] as char,
+            self.cookie[1] as char
         );
         self.counters(&mut out);
         out.push_str(" \"");
@@ -355,10 +364,12 @@ impl Entry<'_> {
         self.prefix(&mut out);
         let _ = write!(
             out,
-            "{}/{}/{} {} {}{} ",
+            "{}/{}/{}{} {}{} {}{} ",
             self.t_wait,
             self.t_connect,
+            if self.asap { "+" } else { "" },
             self.t_active,
+            if self.asap { "+" } else { "" },
             self.bytes,
             self.term[0] as char,
             self.term[1] as char
@@ -528,7 +539,12 @@ impl Logger {
         };
         let (method, uri, version) = request_parts(e.request);
         match v {
-            Var::BytesOut => num(out, e.bytes as i64),
+            Var::BytesOut => {
+                if e.asap {
+                    out.push('+');
+                }
+                num(out, e.bytes as i64)
+            }
             Var::BytesIn => num(out, e.bytes_in as i64),
             Var::CookieReq | Var::CookieRsp | Var::UniqueId => text(out, None),
             Var::Hostname => text(out, Some(&self.hostname)),
@@ -548,14 +564,24 @@ impl Logger {
             Var::Millis => {
                 let _ = write!(out, "{:03}", Tm::from_system(accept).micros / 1000);
             }
-            Var::Ta => num(out, e.t_active),
+            Var::Ta => {
+                if e.asap {
+                    out.push('+');
+                }
+                num(out, e.t_active)
+            }
             Var::Tc => num(out, e.t_connect),
             Var::Th => num(out, e.t_handshake),
             Var::Ti => num(out, e.t_idle),
             Var::Tq => num(out, tq),
             Var::Tr => num(out, e.t_resp),
             Var::TR => num(out, e.t_req),
-            Var::Tt => num(out, e.t_total),
+            Var::Tt => {
+                if e.asap {
+                    out.push('+');
+                }
+                num(out, e.t_total)
+            }
             Var::Tw => num(out, e.t_wait),
             Var::Td => {
                 let parts = [tq, e.t_wait, e.t_connect, e.t_resp];
@@ -625,7 +651,8 @@ impl Logger {
             Var::TermStateCookie => {
                 out.push(e.term[0] as char);
                 out.push(e.term[1] as char);
-                out.push_str("--");
+                out.push(e.cookie[0] as char);
+                out.push(e.cookie[1] as char);
             }
         }
     }
@@ -683,6 +710,7 @@ mod tests {
             status: 200,
             bytes: 150,
             term: *b"--",
+            cookie: *b"--",
             actconn: 1,
             feconn: 1,
             beconn: 1,
@@ -726,6 +754,7 @@ mod tests {
             t_total: 25,
             status: 200,
             term: *b"CD",
+            cookie: *b"--",
             retries: 1,
             redispatched: true,
             request: "GET /p?q=1 HTTP/1.1",

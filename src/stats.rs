@@ -498,7 +498,9 @@ pub fn frontend_row(shared: &Shared, idx: usize, p: &Proxy) -> Row {
 
 /// HAProxy's server status text for a server without health checks.
 pub fn server_status(s: &ServerState) -> &'static str {
-    if s.maint.load(Relaxed) {
+    if s.rmaint.load(Relaxed) && !s.config_maint.load(Relaxed) {
+        "MAINT (resolution)"
+    } else if s.maint.load(Relaxed) {
         "MAINT"
     } else if !s.up.load(Relaxed) {
         "DOWN"
@@ -558,6 +560,9 @@ pub fn server_row(
     r.set("cli_abrt", u(&c.cli_aborts));
     r.set("srv_abrt", u(&c.srv_aborts));
     r.set("addr", **s.addr.load());
+    if let Some(c) = &s.conf.cookie {
+        r.set("cookie", c);
+    }
     r.set("wrew", 0);
     r.set("connect", u(&c.connects));
     r.set("reuse", u(&c.reuses));
@@ -762,6 +767,9 @@ pub fn backend_row(shared: &Shared, idx: usize, p: &Proxy, be: &BackendState) ->
     r.set("cli_abrt", u(&c.cli_aborts));
     r.set("srv_abrt", u(&c.srv_aborts));
     r.set("algo", be.algo_name());
+    if let Some(c) = &p.cookie {
+        r.set("cookie", &c.name);
+    }
     r.set("wrew", 0);
     r.set("connect", sum(|c| &c.connects));
     r.set("reuse", sum(|c| &c.reuses));
@@ -828,9 +836,15 @@ fn server_state_line(out: &mut String, be_id: u32, p: &Proxy, s: &ServerState) {
     // srv_admin_state bits: 0x01 forced maintenance, 0x04 maintenance from the config
     // (`disabled`), 0x08 forced drain.
     let mut admin = 0u32;
+    if s.rmaint.load(Relaxed) {
+        // SRV_ADMF_RMAINT: no address yet.
+        admin |= 0x20;
+    }
     if s.maint.load(Relaxed) {
         admin |= if s.config_maint.load(Relaxed) {
             0x04
+        } else if s.rmaint.load(Relaxed) {
+            0
         } else {
             0x01
         };

@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::io::Write as _;
 use std::time::Duration;
 
 /// One frontend `fe` on a fresh port, default backend `be` with the given servers.
@@ -685,4 +686,51 @@ fn dontlognull_skips_empty_connections() {
         !lines.iter().any(|l| l.contains(&format!(":{eport} "))),
         "empty connection was logged: {lines:?}"
     );
+}
+
+/// `option logasap`: the line is written when the response head has gone to the client, with
+/// `+` before the total time and the byte count, while the body is still on its way.
+#[test]
+fn logasap_logs_when_the_head_is_sent() {
+    let gate = Gate::new();
+    let g = gate.clone();
+    let srv = TcpBackend::with_handler(move |mut s, _| {
+        let mut w = Wire::new(s.try_clone().unwrap());
+        while let Ok(Some(_)) = w.read_until(b"\r\n\r\n") {
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
+                .unwrap();
+            g.wait();
+            s.write_all(b"world").unwrap();
+        }
+    });
+    let port = free_port();
+    let cfg = format!(
+        "{}frontend fe\n    bind 127.0.0.1:{port}\n    option logasap\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        LOGGED_HTTP,
+        srv.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    c.send("GET /asap HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Logged before the body is complete: the server still holds "world".
+    let line = s.wait_log_line(|l| l.contains("/asap"), WAIT);
+    let re = regex::Regex::new(
+        r#" fe be/s1 \d+/\d+/\d+/\d+/\+\d+ 200 \+(\d+) - - ---- .* "GET /asap HTTP/1\.1"$"#,
+    )
+    .unwrap();
+    let caps = re
+        .captures(&line)
+        .unwrap_or_else(|| panic!("log line does not match: {line:?}"));
+    gate.open();
+    let r = c.read_response();
+    assert_eq!(r.body_str(), "helloworld");
+    // The bytes counted so far: the head and the 5 body bytes that came with it.
+    let bytes: usize = caps[1].parse().unwrap();
+    assert_eq!(bytes, r.raw_head.len() + 5, "{line}");
+    // One line per request: the next request's line is the only other one.
+    let r = c.get("/second");
+    assert_eq!(r.body_str(), "helloworld");
+    let lines = s.wait_log_lines(2, |l| l.contains(" fe be/s1 "), WAIT);
+    assert_eq!(lines.iter().filter(|l| l.contains("/asap")).count(), 1);
 }

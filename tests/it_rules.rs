@@ -307,6 +307,53 @@ fn redirects() {
     assert_eq!(t.a.reqs(), 0);
 }
 
+/// The proxy keyword `redirect`: evaluated after the proxy's `http-request` rules (a deny or
+/// a redirect there wins), the first matching rule answers, and a backend's own `redirect`
+/// rules apply to the requests routed to it.
+#[test]
+fn redirect_keyword_after_http_request_rules() {
+    let t = two(
+        "    redirect location /never if { path /denied }\n\
+         redirect scheme https code 301 if { hdr(host) -i www.example.net }\n\
+         redirect location /first if { path /both }\n\
+         redirect location /second if { path /both }\n\
+         redirect prefix /new drop-query if { path_beg /old }\n\
+         http-request deny status 403 if { path /denied }\n\
+         http-request redirect location /by-rule if { path /ruled }\n\
+         redirect location /by-keyword if { path /ruled }\n\
+         use_backend b if { path_beg /to-b }",
+        "",
+    );
+    let r = req(t.port, "GET /a?b=c HTTP/1.1\r\nHost: www.example.net\r\n");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://www.example.net/a?b=c"));
+    let r = http_get(t.port, "/both");
+    assert_eq!((r.status, r.header("location")), (302, Some("/first")));
+    let r = http_get(t.port, "/old/x?q=1");
+    assert_eq!((r.status, r.header("location")), (302, Some("/new/old/x")));
+    // http-request rules run first, whatever the order of the lines.
+    let r = http_get(t.port, "/ruled");
+    assert_eq!((r.status, r.header("location")), (302, Some("/by-rule")));
+    assert_eq!(http_get(t.port, "/denied").status, 403);
+    assert_eq!(t.a.reqs(), 0);
+    assert_eq!(http_get(t.port, "/served").server(), "A");
+    assert_eq!(http_get(t.port, "/to-b/x").server(), "B");
+    assert_eq!(t.a.reqs(), 1);
+}
+
+/// A backend's `redirect` rules apply after the frontend picked it.
+#[test]
+fn redirect_keyword_in_a_backend() {
+    let t = two(
+        "",
+        "    redirect location /elsewhere code 307 if { path_beg /gone }",
+    );
+    let r = http_get(t.port, "/gone/x");
+    assert_eq!((r.status, r.header("location")), (307, Some("/elsewhere")));
+    assert_eq!(http_get(t.port, "/kept").server(), "A");
+    assert_eq!(t.a.reqs(), 1);
+}
+
 #[test]
 fn http_response_header_rules() {
     let a = HttpBackend::with_handler("A", |_| {

@@ -560,3 +560,60 @@ fn stats_socket_on_an_inherited_fd() {
     assert_eq!(st.code(), Some(1));
     assert!(s.stderr.text().contains("fd@2"), "{}", s.stderr.text());
 }
+
+/// `init-addr none`: a server whose name does not resolve starts without an address, in
+/// maintenance ("MAINT (resolution)", admin state 0x20) and without checks; `set server ...
+/// addr` gives it one and puts it in service. Without `none`, the same name is a config error.
+#[test]
+fn init_addr_none_starts_unresolved_until_an_address_is_set() {
+    let b = HttpBackend::start("s1");
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let body = format!(
+        "{DEFAULTS_HTTP}    default-server init-addr last,libc,none\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+         backend be\n    server s1 no-such-host.invalid:{} check inter 100ms\n",
+        b.port()
+    );
+    let s = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{body}",
+        sock.display()
+    ));
+    assert_eq!(
+        stat_column(&sock, "be", "s1", "status"),
+        "MAINT (resolution)"
+    );
+    let state = stats_cli(&sock, "show servers state be");
+    let row: Vec<&str> = state
+        .lines()
+        .find(|l| l.contains(" s1 "))
+        .expect("s1 row")
+        .split(' ')
+        .collect();
+    assert_eq!((row[4], row[6]), ("0.0.0.0", "32"), "{state}");
+    assert_eq!(http_get(port, "/").status, 503);
+    assert_eq!(b.reqs(), 0);
+    assert!(
+        stats_cli(
+            &sock,
+            &format!("set server be/s1 addr 127.0.0.1 port {}", b.port())
+        )
+        .starts_with("IP changed from")
+    );
+    // In service (its checks start now: `UP`, or `UP 1/3` before the first one).
+    assert!(stat_column(&sock, "be", "s1", "status").starts_with("UP"));
+    assert_eq!(http_get(port, "/").server(), "s1");
+    // And its checks run against the new address.
+    wait_until("a check of s1 passed", WAIT, || {
+        stat_column(&sock, "be", "s1", "check_status") == "L4OK"
+    });
+    drop(s);
+    // Without `none`, HAProxy refuses to start; so does sluice, naming the line.
+    let (code, out) = Sluice::check(&body.replace("last,libc,none", "last,libc"));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("could not resolve address 'no-such-host.invalid'"),
+        "{out}"
+    );
+}

@@ -476,3 +476,39 @@ fn tcpka_options_turn_on_keepalive_probes_where_they_apply() {
         ]
     );
 }
+
+/// `option logasap`: the line is written once the server is connected, while the session
+/// is still open, with `+` before the total time and the bytes; none at the end.
+#[test]
+fn logasap_logs_at_connect() {
+    let srv = TcpBackend::echo();
+    let (s, port) = tcp_proxy(
+        &TCP_LOGGED.replace("option tcplog", "option tcplog\n    option logasap"),
+        "",
+        &[srv.hostport()],
+    );
+    let mut c = connect(port);
+    let cport = c.local_addr().unwrap().port();
+    c.write_all(b"ping").unwrap();
+    assert_eq!(read_exact_n(&mut c, 4), b"ping");
+    // Still connected: the line is already there.
+    let line = s.wait_log_line(|l| l.contains(&format!(":{cport} ")), WAIT);
+    let re = regex::Regex::new(r" fe be/s1 \d+/\d+/\+\d+ \+0 -- 1/1/\d+/1/0 0/0$").unwrap();
+    assert!(re.is_match(&line), "{line}");
+    drop(c);
+    // The session's end adds no second line: another session's line comes next.
+    let mut c2 = connect(port);
+    let cport2 = c2.local_addr().unwrap().port();
+    c2.write_all(b"x").unwrap();
+    assert_eq!(read_exact_n(&mut c2, 1), b"x");
+    s.wait_log_line(|l| l.contains(&format!(":{cport2} ")), WAIT);
+    let lines = s.wait_log_lines(2, |l| l.contains(" fe be/s1 "), WAIT);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!(":{cport} ")))
+            .count(),
+        1,
+        "{lines:?}"
+    );
+}

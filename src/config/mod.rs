@@ -362,6 +362,11 @@ pub struct ProxyOptions {
     pub cli_tcpka: bool,
     /// `option srvtcpka` (or `tcpka`): TCP keep-alive probes on server connections.
     pub srv_tcpka: bool,
+    /// `option persist`: a cookie naming a server that is down still sends the request there.
+    pub persist: bool,
+    /// `option logasap`: log a transaction when its response head is sent (HTTP), or its
+    /// server connection is made (TCP), not at its end.
+    pub logasap: bool,
 }
 
 impl ProxyOptions {
@@ -453,8 +458,52 @@ pub struct Proxy {
     pub errorfiles: HashMap<u16, Vec<u8>>,
     pub http_request: Vec<HttpRequestRule>,
     pub http_response: Vec<HttpResponseRule>,
+    /// `cookie NAME ...`: server persistence by a cookie (a backend setting).
+    pub cookie: Option<CookieCfg>,
+    /// `redirect ...` rules (the proxy keyword): evaluated after the proxy's `http-request`
+    /// rules and its stats page, the first matching one answers.
+    pub redirects: Vec<RedirectRule>,
     /// `stats ...`: the HTTP stats page this proxy serves (any `stats` keyword enables it).
     pub stats: Option<StatsPage>,
+}
+
+/// What sluice does with the persistence cookie (`cookie NAME [rewrite|insert|prefix]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CookieMode {
+    /// None of the three: the application sets the cookie, sluice only reads it.
+    Passive,
+    /// sluice sets the cookie in responses (`insert`).
+    Insert,
+    /// The server's `Set-Cookie: NAME=...` gets the server's cookie value (`rewrite`).
+    Rewrite,
+    /// The server's cookie value is prefixed with `SRVID~`, stripped again on requests.
+    Prefix,
+}
+
+/// `cookie NAME [rewrite|insert|prefix] [indirect] [nocache] [postonly] [preserve] [httponly]
+/// [secure] [domain D]* [maxidle T] [maxlife T] [attr V]*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CookieCfg {
+    pub name: String,
+    pub mode: CookieMode,
+    /// No cookie sent to a client that already has a valid one; with `insert`, the cookie is
+    /// also removed from requests before they reach the server.
+    pub indirect: bool,
+    /// `Cache-control: private` on cacheable responses that get an inserted cookie.
+    pub nocache: bool,
+    /// Insert only in responses to POST requests.
+    pub postonly: bool,
+    /// A server that sets the cookie itself keeps it (and sluice inserts none).
+    pub preserve: bool,
+    pub httponly: bool,
+    pub secure: bool,
+    pub domains: Vec<String>,
+    /// Seconds after its last use (`maxidle`) or its first (`maxlife`) that a cookie stops
+    /// counting; inserted cookies then carry those dates.
+    pub maxidle: Option<u32>,
+    pub maxlife: Option<u32>,
+    /// `attr V`: extra attributes appended to inserted cookies (`SameSite=Lax`).
+    pub attrs: Vec<String>,
 }
 
 /// HAProxy's default `stats uri`.
@@ -554,6 +603,11 @@ pub struct Server {
     pub check_pool_conn_name: Option<NameExpr>,
     /// `max-reuse` (`None` = unlimited).
     pub max_reuse: Option<u32>,
+    /// `cookie VALUE`: what the backend's persistence cookie holds for this server.
+    pub cookie: Option<String>,
+    /// Started without an address (`init-addr none` after the other methods failed): in
+    /// maintenance until `set server ... addr` gives it one.
+    pub unresolved: bool,
     /// `send-proxy` / `send-proxy-v2`: new connections start with a PROXY header carrying
     /// the client's addresses (and stay private to that client).
     pub send_proxy: Option<crate::send_proxy::Version>,
@@ -748,6 +802,14 @@ pub struct LogTarget {
 pub struct HttpRequestRule {
     pub origin: Origin,
     pub action: HttpRequestAction,
+    pub cond: Option<Cond>,
+}
+
+/// `redirect location|prefix|scheme TARGET [code N] [OPTIONS] [if|unless COND]`.
+#[derive(Debug, Clone)]
+pub struct RedirectRule {
+    pub origin: Origin,
+    pub redirect: Redirect,
     pub cond: Option<Cond>,
 }
 

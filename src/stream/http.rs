@@ -419,6 +419,14 @@ struct Txn {
     /// source address (`%bi`, `%bp`).
     samples: Vec<Option<Box<[u8]>>>,
     be_src: Option<std::net::SocketAddr>,
+    /// Cookie persistence: what the request's cookie said, and the response's letter.
+    cookie: crate::cookie::Seen,
+    ck_rsp: u8,
+    /// Already logged (`option logasap`: once the response head went out).
+    logged: bool,
+    /// The request's method, as cookie insertion needs it (`postonly`, `nocache`).
+    post: bool,
+    get_or_head: bool,
 }
 
 impl Txn {
@@ -440,6 +448,11 @@ impl Txn {
             request_line: String::new(),
             samples: Vec::new(),
             be_src: None,
+            cookie: crate::cookie::Seen::NONE,
+            ck_rsp: b'N',
+            logged: false,
+            post: false,
+            get_or_head: false,
         }
     }
 }
@@ -815,7 +828,9 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.request_line = String::from_utf8_lossy(l).into_owned();
         }
         let next = self.process(&head, &mut txn).await;
-        self.log(&txn);
+        if !txn.logged {
+            self.log(&txn);
+        }
         self.account(&txn);
         next
     }
@@ -888,6 +903,10 @@ impl<C: ClientIo> Conn<'_, C> {
     }
 
     fn log(&self, txn: &Txn) {
+        self.log_line(txn, false);
+    }
+
+    fn log_line(&self, txn: &Txn, asap: bool) {
         let fe = self.fe;
         if fe.logs.is_empty() || !(fe.options.httplog || fe.options.log_format.is_some()) {
             return;
@@ -938,6 +957,19 @@ impl<C: ClientIo> Conn<'_, C> {
                 .map(|b| b.queued.load(Relaxed))
                 .unwrap_or(0),
             request: &txn.request_line,
+            asap,
+            cookie: txn
+                .be
+                .and_then(|b| shared.cfg.proxies[b].cookie.as_ref())
+                .filter(|c| c.mode != crate::config::CookieMode::Passive || c.indirect)
+                .map_or(*b"--", |_| {
+                    let req = if txn.cookie.req == b'-' {
+                        b'N'
+                    } else {
+                        txn.cookie.req
+                    };
+                    [req, txn.ck_rsp]
+                }),
             ..Default::default()
         };
         let interesting =
@@ -1059,6 +1091,10 @@ impl<C: ClientIo> Conn<'_, C> {
         {
             return next;
         }
+        // The proxy's `redirect` rules come after its http-request rules and stats page.
+        if let Some(rd) = self.first_redirect(self.fe, head, src) {
+            return self.redirect_response(head, txn, rd).await;
+        }
         // use_backend / default_backend.
         let be_idx = {
             let view = ReqView {
@@ -1088,6 +1124,9 @@ impl<C: ClientIo> Conn<'_, C> {
                 && let Some(next) = self.stats_page(be_idx, head, txn, src).await
             {
                 return next;
+            }
+            if let Some(rd) = self.first_redirect(bp, head, src) {
+                return self.redirect_response(head, txn, rd).await;
             }
         }
         self.forward(head, txn, be_idx).await
@@ -1215,6 +1254,148 @@ impl<C: ClientIo> Conn<'_, C> {
         None
     }
 
+    /// Cookie persistence, request side: which server the cookie names (`txn.cookie`), and
+    /// the `Cookie` header as the server must see it (`prefix` and `insert indirect` edit it).
+    fn read_cookie(
+        &mut self,
+        ck: &crate::config::CookieCfg,
+        head: &RequestHead,
+        txn: &mut Txn,
+        be_idx: usize,
+    ) {
+        let method = head.method.of(&self.cbuf);
+        txn.post = method == b"POST";
+        txn.get_or_head = method == b"GET" || method == b"HEAD";
+        let shared = self.ctx.shared();
+        let servers = &shared.backend(be_idx).servers;
+        let candidates: Vec<crate::cookie::Candidate> = (0..servers.len())
+            .map(|i| {
+                let s = &servers[i];
+                let gone = s.deleted.load(Relaxed);
+                crate::cookie::Candidate {
+                    cookie: s.conf.cookie.as_deref().filter(|_| !gone),
+                    running: !s.maint.load(Relaxed) && s.up.load(Relaxed),
+                }
+            })
+            .collect();
+        let at: Vec<usize> = (0..self.hdrs.list.len())
+            .filter(|&i| header_eq(self.hdrs.list[i].0.get(&self.cbuf), b"cookie"))
+            .collect();
+        let mut values: Vec<Vec<u8>> = at
+            .iter()
+            .map(|&i| self.hdrs.list[i].1.get(&self.cbuf).to_vec())
+            .collect();
+        txn.cookie = crate::cookie::read_request(
+            ck,
+            &candidates,
+            shared.cfg.proxies[be_idx].options.persist,
+            &mut values,
+            crate::backend::unix_now() as u32,
+        );
+        // Edited fields replace the received ones; emptied ones go (last first, so that
+        // the indices stay right).
+        for (&i, v) in at.iter().zip(values).rev() {
+            if v.is_empty() {
+                self.hdrs.list.remove(i);
+            } else if v != self.hdrs.list[i].1.get(&self.cbuf) {
+                self.hdrs.list[i].1 = Hb::Own(v.into_boxed_slice());
+            }
+        }
+    }
+
+    /// Cookie persistence, response side: the server's `Set-Cookie` fields as the mode
+    /// wants them, and the cookie sluice inserts.
+    fn answer_cookie(
+        &mut self,
+        ck: &crate::config::CookieCfg,
+        txn: &mut Txn,
+        server: usize,
+        state: &crate::backend::ServerState,
+        status: u16,
+    ) {
+        let direct = txn.cookie.server == Some(server);
+        if txn.cookie.req == b'V' && !direct {
+            // A retry moved the request away from the server its valid cookie named.
+            txn.cookie.req = b'D';
+        }
+        let buf = &self.sbuf;
+        let set_cookies: Vec<(usize, &[u8])> = self
+            .hdrs
+            .list
+            .iter()
+            .enumerate()
+            .filter(|(_, (n, _))| header_eq(n.get(buf), b"set-cookie"))
+            .map(|(i, (_, v))| (i, v.get(buf)))
+            .collect();
+        let cacheable = ck.nocache
+            && crate::cookie::cacheable(
+                txn.get_or_head,
+                status,
+                self.hdrs.list.iter().map(|(n, v)| (n.get(buf), v.get(buf))),
+            );
+        let a = crate::cookie::answer(
+            ck,
+            &txn.cookie,
+            direct,
+            state.conf.cookie.as_deref(),
+            &set_cookies,
+            txn.post,
+            cacheable,
+            crate::backend::unix_now() as u32,
+        );
+        drop(set_cookies);
+        for (i, v) in a.replace {
+            self.hdrs.list[i].1 = Hb::Own(v.into_bytes().into_boxed_slice());
+        }
+        for &i in a.delete.iter().rev() {
+            self.hdrs.list.remove(i);
+        }
+        if let Some(v) = a.insert {
+            self.hdrs.add("set-cookie", &v);
+            if a.cache_private {
+                self.hdrs.add("cache-control", "private");
+            }
+        }
+        txn.ck_rsp = a.letter;
+    }
+
+    /// The first of `p`'s `redirect` rules whose condition holds.
+    fn first_redirect<'p>(
+        &self,
+        p: &'p Proxy,
+        head: &RequestHead,
+        src: Option<IpAddr>,
+    ) -> Option<&'p Redirect> {
+        let view = ReqView {
+            buf: &self.cbuf,
+            head,
+            hdrs: &self.hdrs,
+            src,
+            tls: self.ctx.tls.as_deref(),
+        };
+        p.redirects
+            .iter()
+            .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(&view)))
+            .map(|r| &r.redirect)
+    }
+
+    async fn redirect_response(
+        &mut self,
+        head: &RequestHead,
+        txn: &mut Txn,
+        rd: &Redirect,
+    ) -> Option<Next> {
+        let loc = redirect_location(rd, &self.cbuf, head, &self.hdrs);
+        let resp = format!(
+            "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: {}\r\ncache-control: no-cache\r\n\r\n",
+            rd.code,
+            crate::http::reason_phrase(rd.code),
+            loc
+        );
+        self.local_response(head, txn, resp.as_bytes(), rd.code, true)
+            .await
+    }
+
     async fn act_final(
         &mut self,
         head: &RequestHead,
@@ -1257,17 +1438,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 txn.term = *b"--";
                 next
             }
-            HttpRequestAction::Redirect(rd) => {
-                let loc = redirect_location(rd, &self.cbuf, head, &self.hdrs);
-                let resp = format!(
-                    "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: {}\r\ncache-control: no-cache\r\n\r\n",
-                    rd.code,
-                    crate::http::reason_phrase(rd.code),
-                    loc
-                );
-                self.local_response(head, txn, resp.as_bytes(), rd.code, true)
-                    .await
-            }
+            HttpRequestAction::Redirect(rd) => self.redirect_response(head, txn, rd).await,
             HttpRequestAction::UseService(Service::PrometheusExporter) => {
                 // Answered here like the stats page: rendering reads relaxed atomics only.
                 txn.flags.intercepted = true;
@@ -1307,10 +1478,14 @@ impl<C: ClientIo> Conn<'_, C> {
             }
             _ => Vec::new(),
         };
+        if let Some(ck) = &bp.cookie {
+            self.read_cookie(ck, head, txn, be_idx);
+        }
         let input = PickInput {
             src,
             uri: &uri_owned,
             hdr: hdr_val.as_deref(),
+            persist: txn.cookie.server,
         };
         // `option abortonclose`: a client that closes while its request waits for a server
         // slot or a connection gives up the request (HAProxy's CQ / CC).
@@ -1770,6 +1945,9 @@ impl<C: ClientIo> Conn<'_, C> {
                 }
             }
         }
+        if let Some(ck) = &bp.cookie {
+            self.answer_cookie(ck, txn, slot.server, slot.server_state(), resp.status);
+        }
         let tunnel_mode = resp.switching || (head.is_connect && (200..300).contains(&resp.status));
         let close_delim = resp.body == BodyKind::CloseDelimited && !tunnel_mode;
         // An HTTP/1.0 response with Transfer-Encoding has faulty framing (RFC 9112 §6.1): it is
@@ -1891,6 +2069,12 @@ impl<C: ClientIo> Conn<'_, C> {
             return None;
         }
         txn.bytes_out = self.out.len() as u64;
+        if self.fe.options.logasap {
+            // `option logasap`: the line goes out now, with the head's bytes and time so far
+            // (`+` marks both as lower bounds), not when the body ends.
+            self.log_line(txn, true);
+            txn.logged = true;
+        }
         while !rsp_body.done() {
             let mut short_read = false;
             if self.sbuf.is_empty() {

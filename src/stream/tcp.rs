@@ -232,6 +232,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             (0, 0),
             0,
             false,
+            false,
         );
         return;
     };
@@ -242,6 +243,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         src: ctx.peer.map(|a| a.ip()),
         uri: b"",
         hdr: None,
+        persist: None,
     };
     let mut conn = match connect_server(&ctx, be_idx, &input).await {
         Ok(c) => {
@@ -269,6 +271,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
                 (0, 0),
                 retries,
                 false,
+                false,
             );
             return;
         }
@@ -290,6 +293,24 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         client_fin: fe.timeouts.client_fin,
         server_fin: bp.timeouts.server_fin,
     };
+    if fe.options.logasap {
+        // `option logasap`: logged now that the server is connected, bytes and time as `+0`.
+        let st = conn.slot.server_state();
+        log_tcp(
+            &ctx,
+            Some(be_idx),
+            Some((conn.slot.server, be_src)),
+            &st.name,
+            tw,
+            tc,
+            start,
+            *b"--",
+            (0, 0),
+            conn.retries,
+            conn.redispatched,
+            true,
+        );
+    }
     let mut client = client;
     let end = tunnel(
         &mut client,
@@ -320,7 +341,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     let srv_idx = conn.slot.server;
     let (retries, redisp) = (conn.retries, conn.redispatched);
     drop(conn);
-    if fe.options.dontlognull && end.up == 0 && end.down == 0 {
+    if fe.options.logasap || (fe.options.dontlognull && end.up == 0 && end.down == 0) {
         return;
     }
     log_tcp(
@@ -335,6 +356,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         (end.down, end.up),
         retries,
         redisp,
+        false,
     );
 }
 
@@ -365,6 +387,7 @@ fn log_tcp(
     bytes: (u64, u64),
     retries: u32,
     redispatched: bool,
+    asap: bool,
 ) {
     let shared = ctx.shared();
     let fe = &shared.cfg.proxies[ctx.proxy];
@@ -390,6 +413,7 @@ fn log_tcp(
         t_active: start.elapsed().as_millis() as i64,
         bytes: bytes.0,
         term,
+        cookie: *b"--",
         actconn: shared.global_conns.load(Relaxed),
         feconn: fstate.cur_conns.load(Relaxed),
         beconn: be
@@ -397,6 +421,11 @@ fn log_tcp(
             .unwrap_or(0),
         retries,
         redispatched,
+        asap,
+        srvconn: match (be, srv) {
+            (Some(b), Some((s, _))) => shared.server(b, s).served.load(Relaxed),
+            _ => 0,
+        },
         ..Default::default()
     };
     let Some(f) = &fe.options.log_format else {
@@ -420,7 +449,6 @@ fn log_tcp(
     if let (Some(b), Some((s, src))) = (be, srv) {
         let st = shared.server(b, s);
         e.srv_addr = Some(**st.addr.load());
-        e.srvconn = st.served.load(Relaxed);
         e.be_src = src;
     }
     ctx.w.log.emit(&fe.logs, level, &ctx.w.log.custom(f, &e));

@@ -14,6 +14,7 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("dontlognull", D | F, false),
     ("dontlog-normal", D | F, false),
     ("log-separate-errors", D | F, false),
+    ("logasap", D | F, false),
     ("forwardfor", D | F | B, true),
     ("http-keep-alive", D | F | B, true),
     ("http-server-close", D | F | B, true),
@@ -22,6 +23,7 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("httpchk", D | B, false),
     ("httplog", D | F, true),
     ("log-health-checks", D | B, false),
+    ("persist", D | B, false),
     ("redispatch", D | B, false),
     ("tcp-check", D | B, false),
     ("tcplog", D | F, false),
@@ -54,11 +56,9 @@ const UNSUPPORTED: &[&str] = &[
     "idle-close-on-response",
     "independent-streams",
     "ldap-check",
-    "logasap",
     "mysql-check",
     "nolinger",
     "originalto",
-    "persist",
     "pgsql-check",
     "prefer-last-server",
     "redis-check",
@@ -117,6 +117,8 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             }
             "tcplog" => o.tcplog = false,
             "redispatch" => o.redispatch = false,
+            "persist" => o.persist = false,
+            "logasap" => o.logasap = false,
             // Back to plain connects only if that was the check type in force.
             "httpchk" | "tcp-check" => {
                 let t = if name == "httpchk" {
@@ -188,6 +190,8 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             match name {
                 "abortonclose" => o.abortonclose = true,
                 "allbackups" => o.allbackups = true,
+                "persist" => o.persist = true,
+                "logasap" => o.logasap = true,
                 "dontlognull" => o.dontlognull = true,
                 "dontlog-normal" => o.dontlog_normal = true,
                 "log-separate-errors" => o.log_separate_errors = true,

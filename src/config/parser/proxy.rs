@@ -6,8 +6,9 @@ use std::collections::HashMap;
 
 use super::super::acl::AclSet;
 use super::super::{
-    Balance, Cond, ConfigError, HashFunction, HashMethod, HashType, HttpReuse, LogTarget, Mode,
-    Origin, Proxy, ProxyKind, ProxyOptions, RetryOn, StatsPage, Timeouts,
+    Balance, Cond, ConfigError, CookieCfg, CookieMode, HashFunction, HashMethod, HashType,
+    HttpReuse, LogTarget, Mode, Origin, Proxy, ProxyKind, ProxyOptions, RetryOn, StatsPage,
+    Timeouts,
 };
 use super::values::{arg, no_extra, parse_range, parse_time, parse_u32};
 use super::{KwErr, did_you_mean, kind_name, logs, options, rules, server};
@@ -34,6 +35,8 @@ pub(super) struct ServerOpts {
     pub pool_conn_name: Option<crate::config::NameExpr>,
     pub check_pool_conn_name: Option<crate::config::NameExpr>,
     pub max_reuse: Option<u32>,
+    pub cookie: Option<String>,
+    pub init_addr: Option<Vec<super::server::InitAddr>>,
     pub send_proxy: Option<crate::send_proxy::Version>,
     pub source: Option<std::net::SocketAddr>,
     /// Health-check options (`check`, `inter`, `agent-check`, `track`, ...).
@@ -55,6 +58,8 @@ impl Default for ServerOpts {
             pool_conn_name: None,
             check_pool_conn_name: None,
             max_reuse: None,
+            cookie: None,
+            init_addr: None,
             send_proxy: None,
             source: None,
             chk: super::checks::ServerCheckOpts::default(),
@@ -116,6 +121,8 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         errorfiles: HashMap::new(),
         http_request: Vec::new(),
         http_response: Vec::new(),
+        redirects: Vec::new(),
+        cookie: None,
         stats: None,
     }
 }
@@ -138,6 +145,7 @@ impl Draft {
             p.balance = b.p.balance.clone();
             p.hash_type = b.p.hash_type;
             p.errorfiles = b.p.errorfiles.clone();
+            p.cookie = b.p.cookie.clone();
             // HAProxy shares the defaults' stats settings with every proxy until the proxy
             // has a `stats` line of its own (which then starts from scratch).
             p.stats = b.p.stats.clone();
@@ -273,6 +281,8 @@ impl Draft {
             opts.tcplog = true;
         }
         opts.forwardfor = None;
+        // An inherited `cookie` only applies to HTTP (an explicit one was reported above).
+        self.p.cookie = None;
         // An inherited `monitor-uri` only applies to HTTP (an explicit one was reported above).
         self.p.monitor_uri = None;
         // Likewise an inherited stats page (an explicit `stats` line was reported above).
@@ -298,6 +308,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("backlog", D | F),
     ("balance", D | B),
     ("bind", F),
+    ("cookie", D | B),
     ("default-server", D | B),
     ("default_backend", D | F),
     ("description", F | B),
@@ -322,6 +333,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("source", D | B),
     ("retry-on", D | B),
     ("rate-limit", D | F),
+    ("redirect", F | B),
     ("server", B),
     ("stats", D | F | B),
     ("timeout", D | F | B),
@@ -336,7 +348,6 @@ const UNSUPPORTED: &[&str] = &[
     "stick-store-response",
     "tcp-request",
     "tcp-response",
-    "cookie",
     "dynamic-cookie-key",
     "compression",
     "capture",
@@ -358,7 +369,6 @@ const UNSUPPORTED: &[&str] = &[
     "persist",
     "force-persist",
     "ignore-persist",
-    "redirect",
     "errorloc",
     "errorloc302",
     "errorloc303",
@@ -608,12 +618,179 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "use_backend" => rules::use_backend(d, l)?,
         "http-request" => rules::http_request(d, l)?,
         "http-response" => rules::http_response(d, l)?,
+        "redirect" => rules::redirect_rule(d, l)?,
+        "cookie" => {
+            d.p.cookie = Some(cookie(w)?);
+            d.needs_http(l, "cookie");
+        }
         "bind" => server::bind(d, l)?,
         "server" => server::server(d, l)?,
         "default-server" => server::default_server(d, l)?,
         _ => unreachable!("keyword table and handlers disagree on '{kw}'"),
     }
     Ok(())
+}
+
+/// `cookie NAME [rewrite|insert|prefix] [indirect] [nocache] [postonly] [preserve] [httponly]
+/// [secure] [domain D]* [maxidle T] [maxlife T] [attr V]*`, with HAProxy's checks.
+fn cookie(w: &[String]) -> Result<CookieCfg, String> {
+    let name = w
+        .get(1)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| "'cookie' expects <cookie_name> as argument".to_string())?;
+    if let Some(c) = name.bytes().find(|&c| !cookie_name_char(c)) {
+        return Err(format!(
+            "'cookie': character '{}' is not permitted in a cookie name",
+            c.escape_ascii()
+        ));
+    }
+    let mut c = CookieCfg {
+        name: name.clone(),
+        mode: CookieMode::Passive,
+        indirect: false,
+        nocache: false,
+        postonly: false,
+        preserve: false,
+        httponly: false,
+        secure: false,
+        domains: Vec::new(),
+        maxidle: None,
+        maxlife: None,
+        attrs: Vec::new(),
+    };
+    let mut modes = 0;
+    let mut i = 2;
+    while i < w.len() {
+        let opt = w[i].as_str();
+        let val = |what: &str| {
+            w.get(i + 1)
+                .map(String::as_str)
+                .ok_or_else(|| format!("'{opt}' expects {what} as argument"))
+        };
+        match opt {
+            "rewrite" | "insert" | "prefix" => {
+                modes += 1;
+                c.mode = match opt {
+                    "rewrite" => CookieMode::Rewrite,
+                    "insert" => CookieMode::Insert,
+                    _ => CookieMode::Prefix,
+                };
+            }
+            "indirect" => c.indirect = true,
+            "nocache" => c.nocache = true,
+            "postonly" => c.postonly = true,
+            "preserve" => c.preserve = true,
+            "httponly" => c.httponly = true,
+            "secure" => c.secure = true,
+            "domain" => {
+                let d = val("<domain>")?;
+                if let Some(ch) = d
+                    .bytes()
+                    .find(|&b| b.is_ascii_control() || b" ;,\"".contains(&b))
+                {
+                    return Err(format!(
+                        "character '{}' is not permitted in domain name '{d}'",
+                        ch.escape_ascii()
+                    ));
+                }
+                if !d[1.min(d.len())..].contains('.') {
+                    super::warn(format!(
+                        "'cookie': domain '{d}' contains no embedded dot, this configuration \
+                         may not work properly (see RFC6265#5.2.3)"
+                    ));
+                }
+                c.domains.push(d.to_string());
+                i += 1;
+            }
+            "maxidle" | "maxlife" => {
+                let what = if opt == "maxidle" {
+                    "<idletime>"
+                } else {
+                    "<lifetime>"
+                };
+                let v = cookie_secs(val(&format!("{what} in seconds"))?)?;
+                if opt == "maxidle" {
+                    c.maxidle = Some(v);
+                } else {
+                    c.maxlife = Some(v);
+                }
+                i += 1;
+            }
+            "attr" => {
+                let a = val("<value>")?;
+                if let Some(ch) = a.bytes().find(|&b| b.is_ascii_control() || b == b';') {
+                    return Err(format!(
+                        "character '{}' is not permitted in attribute value",
+                        ch.escape_ascii()
+                    ));
+                }
+                c.attrs.push(a.to_string());
+                i += 1;
+            }
+            "dynamic" => {
+                return Err(
+                    "'cookie': option 'dynamic' is not supported by sluice (give each \
+                            server its own 'cookie VALUE')"
+                        .to_string(),
+                );
+            }
+            o => {
+                return Err(format!(
+                    "'cookie' supports 'rewrite', 'insert', 'prefix', 'indirect', 'nocache', \
+                     'postonly', 'preserve', 'httponly', 'secure', 'domain', 'maxidle', \
+                     'maxlife' and 'attr' options, not '{o}'{}",
+                    did_you_mean(
+                        o,
+                        [
+                            "rewrite", "insert", "prefix", "indirect", "nocache", "postonly",
+                            "preserve", "httponly", "secure", "domain", "maxidle", "maxlife",
+                            "attr"
+                        ]
+                    )
+                ));
+            }
+        }
+        i += 1;
+    }
+    if modes > 1 {
+        return Err("cookie 'rewrite', 'insert' and 'prefix' modes are incompatible".to_string());
+    }
+    if c.mode == CookieMode::Rewrite && c.indirect {
+        return Err("cookie 'rewrite' and 'indirect' modes are incompatible".to_string());
+    }
+    if c.preserve && c.mode != CookieMode::Insert && !c.indirect {
+        return Err("cookie 'preserve' requires at least 'insert' or 'indirect'".to_string());
+    }
+    Ok(c)
+}
+
+/// A token character of RFC 6265 (what a cookie name may hold).
+pub(super) fn cookie_name_char(c: u8) -> bool {
+    c.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&c)
+}
+
+/// `maxidle` / `maxlife`: a time in seconds by default (`30m`, `4h`, `7d` too).
+fn cookie_secs(s: &str) -> Result<u32, String> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let n: u64 = s[..digits]
+        .parse()
+        .map_err(|_| format!("'{s}' is not a valid time (a number of seconds, or with a unit)"))?;
+    let per = match &s[digits..] {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        "ms" => return Ok(n.div_ceil(1000).try_into().unwrap_or(u32::MAX)),
+        u => {
+            return Err(format!(
+                "invalid unit '{u}' in time '{s}' (expected s, m, h or d, or ms)"
+            ));
+        }
+    };
+    n.checked_mul(per)
+        .and_then(|v| u32::try_from(v).ok())
+        .filter(|&v| v <= i32::MAX as u32)
+        .ok_or_else(|| format!("time '{s}' is too large"))
 }
 
 /// `timeout NAME TIME`: which timeouts each side of a proxy uses.

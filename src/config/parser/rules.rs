@@ -1,4 +1,4 @@
-//! Rule keywords: `use_backend`, `http-request` and `http-response`.
+//! Rule keywords: `use_backend`, `http-request`, `http-response` and `redirect`.
 //!
 //! Conditions (`if`/`unless`) are parsed against the ACLs declared so far in the section, as in
 //! HAProxy. Values that HAProxy reads as log-format strings are accepted only when they are
@@ -7,7 +7,7 @@
 use super::super::acl::parse_cond;
 use super::super::{
     Cond, HeaderAction, HttpRequestAction, HttpRequestRule, HttpResponseRule, Origin, Redirect,
-    RedirectKind, Service,
+    RedirectKind, RedirectRule, Service,
 };
 use super::proxy::Draft;
 use super::values::{header_name, literal_format, parse_range};
@@ -444,6 +444,23 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     d.p.http_request.push(HttpRequestRule {
         origin: origin(l),
         action,
+        cond,
+    });
+    Ok(())
+}
+
+/// `redirect location|prefix|scheme TARGET [code N] [OPTIONS] [if|unless COND]`: the proxy
+/// keyword, the same redirect as `http-request redirect`, in its own rule list.
+pub(super) fn redirect_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let (end, cond) = split_cond(d, w)?;
+    let HttpRequestAction::Redirect(redirect) = redirect(&w[1..end])? else {
+        unreachable!("redirect() builds a redirect");
+    };
+    d.needs_http(l, "redirect");
+    d.p.redirects.push(RedirectRule {
+        origin: origin(l),
+        redirect,
         cond,
     });
     Ok(())

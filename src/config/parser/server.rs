@@ -63,6 +63,8 @@ const BIND_UNSUPPORTED: &[&str] = &[
 ];
 
 const SERVER_OPTIONS: &[&str] = &[
+    "cookie",
+    "init-addr",
     "weight",
     "maxconn",
     "maxqueue",
@@ -87,12 +89,10 @@ const SERVER_OPTIONS: &[&str] = &[
 /// Real HAProxy server options that sluice does not implement.
 const SERVER_UNSUPPORTED: &[&str] = &[
     "verifyhost",
-    "cookie",
     "resolvers",
     "resolve-prefer",
     "resolve-net",
     "resolve-opts",
-    "init-addr",
     "send-proxy-v2-ssl",
     "send-proxy-v2-ssl-cn",
     "proxy-v2-options",
@@ -308,6 +308,24 @@ fn server_opts(
                 o.pool_max_conn = if v == "-1" { None } else { Some(parse_u32(v)?) };
                 i += 1;
             }
+            "cookie" => {
+                let v = val("value")?;
+                if let Some(c) = v
+                    .bytes()
+                    .find(|&c| c.is_ascii_control() || b" ;,\"\\".contains(&c))
+                {
+                    return Err(format!(
+                        "'cookie': character '{}' is not permitted in a cookie value",
+                        c.escape_ascii()
+                    ));
+                }
+                o.cookie = Some(v.to_string());
+                i += 1;
+            }
+            "init-addr" => {
+                o.init_addr = Some(init_addr(val("methods")?)?);
+                i += 1;
+            }
             "max-reuse" => {
                 let v = val("number")?;
                 o.max_reuse = if v == "-1" { None } else { Some(parse_u32(v)?) };
@@ -419,9 +437,10 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     {
         return Err(format!("server id {id} is already used by server '{}'", prev.name).into());
     }
-    let sa = server_addr(addr)?;
-    d.p.servers
-        .push(make_server(name, origin(l), sa, &o, id, &d.tls_defaults)?);
+    let (sa, unresolved) = server_addr(addr, o.init_addr.as_deref())?;
+    let mut sv = make_server(name, origin(l), sa, &o, id, &d.tls_defaults)?;
+    sv.unresolved = unresolved;
+    d.p.servers.push(sv);
     Ok(())
 }
 
@@ -442,7 +461,14 @@ pub fn dynamic_server(
         file: "stats socket".into(),
         line: 0,
     };
-    make_server(name, origin, server_addr(addr)?, &o, id, tls_defaults)
+    make_server(
+        name,
+        origin,
+        server_addr(addr, None)?.0,
+        &o,
+        id,
+        tls_defaults,
+    )
 }
 
 /// A `Server` from parsed options.
@@ -472,6 +498,8 @@ fn make_server(
         pool_conn_name: o.pool_conn_name.clone(),
         check_pool_conn_name: o.check_pool_conn_name.clone(),
         max_reuse: o.max_reuse,
+        cookie: o.cookie.clone(),
+        unresolved: false,
         send_proxy: o.send_proxy,
         source: o.source,
         check: o.chk.check_cfg(),
@@ -552,7 +580,8 @@ pub(super) fn source_addr(a: &str) -> Result<std::net::SocketAddr, String> {
     resolve_host(host, port, family)
 }
 
-fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {
+/// The host, port and address family of a server address (not yet resolved).
+fn server_host_port(a: &str) -> Result<(&str, u16, Family), String> {
     for unsupported in [
         "unix@",
         "abns@",
@@ -589,15 +618,65 @@ fn server_addr(a: &str) -> Result<std::net::SocketAddr, String> {
         ));
     }
     let port = parse_port(port, a)?;
-    resolve_host(
-        host,
-        port,
-        if family == Family::Any {
-            Family::Any
-        } else {
-            family
-        },
-    )
+    Ok((host, port, family))
+}
+
+/// How a `server` line's address becomes an IP address at start-up: `init-addr` methods
+/// tried in order (HAProxy's default is `last,libc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum InitAddr {
+    /// The address a server-state file recorded: sluice has no such file, so it never helps.
+    Last,
+    /// The system resolver.
+    Libc,
+    /// Start without an address, in maintenance, until one is set (`set server ... addr`).
+    None,
+    Ip(std::net::IpAddr),
+}
+
+/// `init-addr METHOD[,METHOD...]`.
+fn init_addr(v: &str) -> Result<Vec<InitAddr>, String> {
+    v.split(',')
+        .map(|m| match m {
+            "last" => Ok(InitAddr::Last),
+            "libc" => Ok(InitAddr::Libc),
+            "none" => Ok(InitAddr::None),
+            ip => ip.parse().map(InitAddr::Ip).map_err(|_| {
+                format!(
+                    "'init-addr': unknown method '{ip}' (expected 'last', 'libc', 'none' or \
+                     an IP address)"
+                )
+            }),
+        })
+        .collect()
+}
+
+/// A server line's address, resolved as its `init-addr` says. The flag is set when the server
+/// starts without an address (`none`).
+fn server_addr(a: &str, init: Option<&[InitAddr]>) -> Result<(std::net::SocketAddr, bool), String> {
+    let (host, port, family) = server_host_port(a)?;
+    let mut failure = None;
+    for m in init.unwrap_or(&[InitAddr::Last, InitAddr::Libc]) {
+        match m {
+            InitAddr::Last => {}
+            InitAddr::Libc => match resolve_host(host, port, family) {
+                Ok(sa) => return Ok((sa, false)),
+                Err(e) => failure = Some(e),
+            },
+            InitAddr::None => {
+                let any = if family == Family::V6 {
+                    std::net::Ipv6Addr::UNSPECIFIED.into()
+                } else {
+                    std::net::Ipv4Addr::UNSPECIFIED.into()
+                };
+                return Ok((std::net::SocketAddr::new(any, port), true));
+            }
+            &InitAddr::Ip(ip) => return Ok((std::net::SocketAddr::new(ip, port), false)),
+        }
+    }
+    Err(failure.unwrap_or_else(|| {
+        format!("could not resolve address '{host}': no 'init-addr' method applies")
+    }))
 }
 
 #[cfg(test)]
@@ -647,23 +726,67 @@ mod tests {
         assert!(bind_addr("abns@x").unwrap_err().contains("not supported"));
     }
 
+    fn server_addr_t(a: &str) -> Result<std::net::SocketAddr, String> {
+        server_addr(a, None).map(|(sa, _)| sa)
+    }
+
+    #[test]
+    fn init_addr_methods() {
+        let none = [InitAddr::None];
+        assert_eq!(
+            server_addr("no-such-host.invalid:80", Some(&none)),
+            Ok(("0.0.0.0:80".parse().unwrap(), true))
+        );
+        let m = init_addr("last,libc,none").unwrap();
+        assert_eq!(
+            server_addr("127.0.0.1:81", Some(&m)),
+            Ok(("127.0.0.1:81".parse().unwrap(), false))
+        );
+        assert_eq!(
+            server_addr("no-such-host.invalid:80", Some(&m)),
+            Ok(("0.0.0.0:80".parse().unwrap(), true))
+        );
+        let ip = init_addr("libc,10.1.2.3").unwrap();
+        assert_eq!(
+            server_addr("no-such-host.invalid:80", Some(&ip)),
+            Ok(("10.1.2.3:80".parse().unwrap(), false))
+        );
+        let e = server_addr("no-such-host.invalid:80", Some(&[InitAddr::Last])).unwrap_err();
+        assert!(e.contains("could not resolve"), "{e}");
+        assert!(
+            init_addr("libc,dns")
+                .unwrap_err()
+                .contains("unknown method 'dns'")
+        );
+        // The syntax is checked whatever the method.
+        assert!(
+            server_addr("10.0.0.1", Some(&none))
+                .unwrap_err()
+                .contains("has no port")
+        );
+    }
+
     #[test]
     fn server_addresses() {
         assert_eq!(
-            server_addr("10.0.0.1:8080"),
+            server_addr_t("10.0.0.1:8080"),
             Ok("10.0.0.1:8080".parse().unwrap())
         );
-        assert_eq!(server_addr("[::1]:80"), Ok("[::1]:80".parse().unwrap()));
+        assert_eq!(server_addr_t("[::1]:80"), Ok("[::1]:80".parse().unwrap()));
         assert_eq!(
-            server_addr("ipv4@localhost:80"),
+            server_addr_t("ipv4@localhost:80"),
             Ok("127.0.0.1:80".parse().unwrap())
         );
-        assert!(server_addr("10.0.0.1").unwrap_err().contains("has no port"));
+        assert!(
+            server_addr_t("10.0.0.1")
+                .unwrap_err()
+                .contains("has no port")
+        );
         // HAProxy's "any" address: the local host.
-        assert_eq!(server_addr(":80"), Ok("0.0.0.0:80".parse().unwrap()));
-        assert_eq!(server_addr("*:80"), Ok("0.0.0.0:80".parse().unwrap()));
-        assert_eq!(server_addr("ipv6@*:80"), Ok("[::]:80".parse().unwrap()));
-        assert!(server_addr("10.0.0.1:+1").is_err());
-        assert!(server_addr("unix@/x").is_err());
+        assert_eq!(server_addr_t(":80"), Ok("0.0.0.0:80".parse().unwrap()));
+        assert_eq!(server_addr_t("*:80"), Ok("0.0.0.0:80".parse().unwrap()));
+        assert_eq!(server_addr_t("ipv6@*:80"), Ok("[::]:80".parse().unwrap()));
+        assert!(server_addr_t("10.0.0.1:+1").is_err());
+        assert!(server_addr_t("unix@/x").is_err());
     }
 }

@@ -2906,12 +2906,12 @@ fn unsupported_haproxy_keywords() {
     for kw in [
         "stick-table type ip size 1m",
         "stick on src",
-        "cookie SRV insert",
+        "dynamic-cookie-key secret",
         "compression algo gzip",
         "tcp-request content accept",
         "capture request header Host len 20",
         "log-format-sd %ci",
-        "redirect prefix /x",
+        "force-persist if TRUE",
     ] {
         let line = format!("  {kw}");
         let name = kw.split(' ').next().unwrap();
@@ -3539,5 +3539,109 @@ fn option_redispatch_takes_haproxys_interval() {
     err1(
         &["backend b", "  option redispatch 1 2"],
         &["t.cfg:2: ", "unexpected extra argument '2'"],
+    );
+}
+
+#[test]
+fn cookie_persistence_settings() {
+    use crate::config::{CookieCfg, CookieMode};
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        "  cookie D insert",
+        "backend inherits",
+        "  server s1 127.0.0.1:80 cookie one",
+        "backend own",
+        "  cookie SRV insert indirect nocache postonly httponly secure domain .a.com domain .b.com maxidle 30m maxlife 2 attr SameSite=Lax",
+        "  option persist",
+        "  default-server cookie shared",
+        "  server s1 127.0.0.1:80",
+        "  server s2 127.0.0.1:81 cookie two",
+        "backend passive",
+        "  cookie JSESSIONID",
+        "  no option persist",
+        "  server s1 127.0.0.1:80",
+    ]);
+    let p = |name: &str| c.proxies.iter().find(|p| p.name == name).unwrap();
+    assert_eq!(p("inherits").cookie.as_ref().unwrap().name, "D");
+    assert_eq!(p("inherits").servers[0].cookie.as_deref(), Some("one"));
+    assert_eq!(
+        p("own").cookie,
+        Some(CookieCfg {
+            name: "SRV".into(),
+            mode: CookieMode::Insert,
+            indirect: true,
+            nocache: true,
+            postonly: true,
+            preserve: false,
+            httponly: true,
+            secure: true,
+            domains: vec![".a.com".into(), ".b.com".into()],
+            maxidle: Some(1800),
+            maxlife: Some(2),
+            attrs: vec!["SameSite=Lax".into()],
+        })
+    );
+    assert!(p("own").options.persist);
+    let own: Vec<_> = p("own").servers.iter().map(|s| s.cookie.clone()).collect();
+    assert_eq!(own, [Some("shared".into()), Some("two".into())]);
+    let passive = p("passive").cookie.as_ref().unwrap();
+    assert_eq!(
+        (passive.mode, passive.indirect),
+        (CookieMode::Passive, false)
+    );
+    assert!(!p("passive").options.persist);
+    // A server cookie value cannot break the header it goes into.
+    err1(
+        &["backend be", "  server s1 127.0.0.1:80 cookie a;b"],
+        &["t.cfg:2: ", "not permitted in a cookie value"],
+    );
+    // Not in a frontend (HAProxy warns and ignores it there).
+    err1(
+        &["frontend fe", "  bind :80", "  cookie SRV insert"],
+        &["t.cfg:3: ", "cookie"],
+    );
+}
+
+#[test]
+fn redirect_rules_keyword() {
+    let c = ok(&[
+        "frontend fe",
+        "  mode http",
+        "  bind :80",
+        "  redirect scheme https code 301 if !{ path_beg /.well-known/ }",
+        "  redirect prefix /new drop-query",
+        "  default_backend be",
+        "backend be",
+        "  mode http",
+        "  redirect location /x",
+        "  server s1 127.0.0.1:80",
+    ]);
+    let fe = &c.proxies[0];
+    assert_eq!(fe.redirects.len(), 2);
+    assert_eq!(fe.redirects[0].redirect.code, 301);
+    assert!(fe.redirects[0].cond.is_some());
+    assert!(fe.redirects[1].redirect.drop_query && fe.redirects[1].cond.is_none());
+    assert_eq!(c.proxies[1].redirects.len(), 1);
+    err1(
+        &["defaults", "  redirect location /x"],
+        &["t.cfg:2: ", "redirect"],
+    );
+    err1(
+        &[
+            "frontend fe",
+            "  bind :80",
+            "  redirect location /x code 200",
+        ],
+        &["t.cfg:3: ", "code 200 is not a redirect"],
+    );
+    err1(
+        &[
+            "frontend fe",
+            "  bind :80",
+            "  mode tcp",
+            "  redirect location /x",
+        ],
+        &["t.cfg:4: ", "requires 'mode http'"],
     );
 }

@@ -97,6 +97,13 @@ fn main() -> ExitCode {
                     eprintln!("[WARNING] (sluice) : config : {w}");
                 }
             }
+            if cfg.global.zero_warning && !cfg.warnings.is_empty() {
+                eprintln!(
+                    "[ALERT] (sluice) : config : Some warnings were found and 'zero-warning' is \
+                     set. Aborting."
+                );
+                return ExitCode::from(1);
+            }
             if matches!(opts.action, Action::Check) {
                 if !opts.quiet {
                     println!("Configuration file is valid");

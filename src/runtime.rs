@@ -40,18 +40,37 @@ fn pid() -> u32 {
     std::process::id()
 }
 
-/// Raises the soft fd limit to the hard one and derives the global maxconn that fits.
-fn settle_maxconn(cfg: &Config, opts: &Options, quiet: bool) -> u32 {
+/// Sets the fd limit (`ulimit-n`, else the hard limit) and derives the global maxconn that
+/// fits. Returns it and the number of warnings given; with `strict-limits`, what would be a
+/// warning is an error.
+fn settle_maxconn(cfg: &Config, opts: &Options, quiet: bool) -> Result<(u32, usize), String> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024));
+    let strict = cfg.global.strict_limits;
+    let mut warnings = 0;
     let mut limit = soft;
-    if soft < hard {
-        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => limit = hard,
-            Err(e) => eprintln!(
-                "[WARNING] ({}) : cannot raise the open-file limit from {soft} to {hard}: {e}",
-                pid()
-            ),
+    // `ulimit-n N` sets both limits to N (raising the hard one needs privileges).
+    let (want_soft, want_hard) = match cfg.global.ulimit_n {
+        Some(n) => (n, n.max(hard)),
+        None => (hard, hard),
+    };
+    if soft != want_soft {
+        match setrlimit(Resource::RLIMIT_NOFILE, want_soft, want_hard) {
+            Ok(()) => limit = want_soft,
+            Err(e) if strict => {
+                return Err(format!(
+                    "[sluice.main()] Cannot raise FD limit to {want_soft}, limit is {soft} \
+                     ({e}); 'strict-limits' makes this fatal."
+                ));
+            }
+            Err(e) => {
+                warnings += 1;
+                eprintln!(
+                    "[WARNING] ({}) : cannot set the open-file limit from {soft} to \
+                     {want_soft}: {e}",
+                    pid()
+                );
+            }
         }
     }
     // Each proxied connection needs two descriptors (client + server).
@@ -59,26 +78,34 @@ fn settle_maxconn(cfg: &Config, opts: &Options, quiet: bool) -> u32 {
         .max(1)
         .min(u32::MAX as u64) as u32;
     let wanted = opts.maxconn.or(cfg.global.maxconn);
-    match wanted {
+    let _ = quiet;
+    let maxconn = match wanted {
         Some(m) if m > fit => {
-            eprintln!(
-                "[WARNING] ({}) : maxconn {m} cannot be honoured: it needs {} file descriptors but the limit is {limit} (hard limit {hard}); using maxconn {fit}. Raise 'ulimit -n' to allow more.",
-                pid(),
+            let why = format!(
+                "maxconn {m} cannot be honoured: it needs {} file descriptors but the limit is \
+                 {limit} (hard limit {hard})",
                 2 * m as u64 + FD_RESERVE
+            );
+            if strict {
+                return Err(format!("{why}; 'strict-limits' makes this fatal."));
+            }
+            warnings += 1;
+            eprintln!(
+                "[WARNING] ({}) : {why}; using maxconn {fit}. Raise 'ulimit -n' to allow more.",
+                pid()
             );
             fit
         }
         Some(m) => m,
-        None => {
-            if !quiet {
-                // HAProxy derives it from the fd limit too.
-            }
-            fit
-        }
-    }
+        // HAProxy derives it from the fd limit too.
+        None => fit,
+    };
+    Ok((maxconn, warnings))
 }
 
-fn warn_config(cfg: &Config) {
+/// Warns about what a configuration leaves unset; returns how many warnings it gave.
+fn warn_config(cfg: &Config) -> usize {
+    let mut n = 0;
     for p in &cfg.proxies {
         let t = &p.timeouts;
         let mut missing = Vec::new();
@@ -94,6 +121,7 @@ fn warn_config(cfg: &Config) {
             }
         }
         if !missing.is_empty() {
+            n += 1;
             eprintln!(
                 "[WARNING] ({}) : config : missing timeouts for {} '{}'. | While not properly invalid, you will certainly encounter various problems | with such a configuration. To fix this, please ensure that all following | timeouts are set to a non-zero value: '{}'.",
                 pid(),
@@ -107,6 +135,7 @@ fn warn_config(cfg: &Config) {
             );
         }
     }
+    n
 }
 
 /// Runs sluice until it is stopped. Returns once every worker has exited.
@@ -120,10 +149,12 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
                 .unwrap_or(1)
         })
         .max(1);
-    if !opts.quiet {
-        warn_config(&cfg);
+    let mut warnings = if opts.quiet { 0 } else { warn_config(&cfg) };
+    let (maxconn, w) = settle_maxconn(&cfg, opts, opts.quiet)?;
+    warnings += w;
+    if cfg.global.zero_warning && warnings > 0 {
+        return Err("Some warnings were found and 'zero-warning' is set. Aborting.".into());
     }
-    let maxconn = settle_maxconn(&cfg, opts, opts.quiet);
     let cfg = Arc::new(cfg);
     let shared = Arc::new(Shared::new(cfg.clone(), maxconn, nbthread));
     // `-x`: the old process's listening sockets, taken before anything here binds (our stats

@@ -433,11 +433,18 @@ fn html(
     }
     let _ = write!(h, "<style>\n{CSS}</style></head>\n<body>\n");
     let _ = writeln!(h, "<h1>sluice</h1>");
-    let _ = writeln!(
-        h,
-        "<h2>Statistics Report for pid {pid} on {}</h2>",
-        escape(&node)
-    );
+    // As HAProxy: the node only with `stats show-node`, the description with `show-desc`.
+    let g = &shared.cfg.global;
+    let _ = write!(h, "<h2>Statistics Report for pid {pid}");
+    if let Some(n) = &page.show_node {
+        let n = n.as_deref().or(g.node.as_deref()).unwrap_or(&node);
+        let _ = write!(h, " on {}", escape(n));
+    }
+    if let Some(d) = &page.show_desc {
+        let d = d.as_deref().or(g.description.as_deref()).unwrap_or("");
+        let _ = write!(h, ": {}", escape(d));
+    }
+    h.push_str("</h2>\n");
     let _ = writeln!(
         h,
         "<hr width=\"100%\" class=\"hr\">\n<h3>&gt; General process information</h3>"

@@ -523,3 +523,54 @@ frontend fe\n    bind 127.0.0.1:{port}\n    http-request return status 200 conte
     }
     assert!(threads >= 3, "every thread checked: {threads}");
 }
+
+/// `ulimit-n` sets the open-file limit sluice runs with (and the maxconn it derives);
+/// `strict-limits` turns a maxconn that limit cannot carry into a start-up failure;
+/// `zero-warning` makes any warning fatal, `-c` included.
+#[test]
+fn ulimit_n_strict_limits_and_zero_warning() {
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let port = free_port();
+    let body = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    http-request return status 200\n"
+    );
+    let s = Sluice::start(&format!(
+        "global\n    ulimit-n 3000\n    stats socket {} level admin\n{body}",
+        sock.display()
+    ));
+    let info = stats_cli(&sock, "show info");
+    assert!(info.contains("\nUlimit-n: 3000\n"), "{info}");
+    let maxconn: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("Maxconn: "))
+        .expect("Maxconn")
+        .parse()
+        .unwrap();
+    assert!(maxconn < 1500, "derived from 3000 files: {maxconn}");
+    drop(s);
+
+    // 5000 connections need more than 3000 files: a warning, or with strict-limits a refusal.
+    let cfg = format!("global\n    ulimit-n 3000\n    maxconn 5000\n    strict-limits\n{body}");
+    let s = Sluice::builder(&cfg).spawn();
+    let status = s.wait_exit(WAIT).expect("refuses to start");
+    assert_eq!(status.code(), Some(1));
+    let err = s.stderr_text();
+    assert!(
+        err.contains("maxconn 5000 cannot be honoured") && err.contains("'strict-limits'"),
+        "{err}"
+    );
+    assert!(connect_refused(port));
+
+    // A configuration warning with zero-warning: `-c` fails.
+    let warned = format!("global\n    zero-warning\n    tune.ssl.default-dh-param 2048\n{body}");
+    let (code, out) = Sluice::check(&warned);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("'tune.ssl.default-dh-param' has no effect"),
+        "{out}"
+    );
+    assert!(out.contains("'zero-warning' is set"), "{out}");
+    let (code, out) = Sluice::check(&warned.replace("    zero-warning\n", ""));
+    assert_eq!(code, 0, "{out}");
+}

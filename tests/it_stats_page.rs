@@ -456,3 +456,41 @@ fn config_errors() {
     ));
     assert_eq!(code, 0);
 }
+
+/// `stats show-node [NAME]` and `stats show-desc [TEXT]` put the node and a description in
+/// the page's title, from the global `node` and `description` unless they name their own;
+/// the global `node` is also `show info`'s.
+#[test]
+fn show_node_and_desc_in_the_title() {
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let (p1, p2, p3) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n    node lb-eu-1\n    description Main  edge\n\
+{DEFAULTS_HTTP}listen plain\n    bind 127.0.0.1:{p1}\n    stats uri /s\n\
+listen inherited\n    bind 127.0.0.1:{p2}\n    stats uri /s\n    stats show-node\n    stats show-desc\n\
+listen own\n    bind 127.0.0.1:{p3}\n    stats uri /s\n    stats show-node edge-a\n    stats show-desc The edge, A\n",
+        sock.display()
+    );
+    let _s = Sluice::start(&cfg);
+    let title = |port| {
+        let page = http_get(port, "/s").body_str();
+        let at = page.find("<h2>").expect("h2");
+        page[at..at + page[at..].find("</h2>").unwrap()].to_string()
+    };
+    let pid = _s.pid();
+    assert_eq!(title(p1), format!("<h2>Statistics Report for pid {pid}"));
+    assert_eq!(
+        title(p2),
+        format!("<h2>Statistics Report for pid {pid} on lb-eu-1: Main edge")
+    );
+    assert_eq!(
+        title(p3),
+        format!("<h2>Statistics Report for pid {pid} on edge-a: The edge, A")
+    );
+    assert!(
+        stats_cli(&sock, "show info").contains("\nnode: lb-eu-1\n"),
+        "{}",
+        stats_cli(&sock, "show info")
+    );
+}

@@ -148,6 +148,17 @@ pub struct Global {
     pub gid: Option<u32>,
     /// `crt-base`, `ca-base`, `ssl-default-*`, `ssl-server-verify`.
     pub tls: crate::tls::TlsDefaults,
+    /// `node NAME` (default: the host name) and `description TEXT`: what the stats page's
+    /// `show-node` / `show-desc` print when they name nothing of their own.
+    pub node: Option<String>,
+    pub description: Option<String>,
+    /// `ulimit-n N`: the open-file limit to set instead of the hard limit.
+    pub ulimit_n: Option<u64>,
+    /// `strict-limits`: an open-file limit that cannot be set, or a `maxconn` it cannot
+    /// carry, stops the start-up instead of a warning.
+    pub strict_limits: bool,
+    /// `zero-warning`: any warning stops the start-up (and makes `-c` fail).
+    pub zero_warning: bool,
 }
 
 /// Privilege of a CLI socket (`level`), ordered: each level can do what the lower ones can.
@@ -198,6 +209,11 @@ impl Default for Global {
             uid: None,
             gid: None,
             tls: crate::tls::TlsDefaults::default(),
+            node: None,
+            description: None,
+            ulimit_n: None,
+            strict_limits: false,
+            zero_warning: false,
         }
     }
 }
@@ -526,6 +542,10 @@ pub struct StatsPage {
     pub scope: Vec<String>,
     pub show_legends: bool,
     pub hide_version: bool,
+    /// `stats show-node [NAME]` (`Some(None)`: the global `node`) and `stats show-desc
+    /// [TEXT]` (`Some(None)`: the global `description`): shown in the page's title.
+    pub show_node: Option<Option<String>>,
+    pub show_desc: Option<Option<String>>,
     /// `stats admin if|unless COND`.
     pub admin: Option<Cond>,
 }
@@ -540,6 +560,8 @@ impl Default for StatsPage {
             scope: Vec::new(),
             show_legends: false,
             hide_version: false,
+            show_node: None,
+            show_desc: None,
             admin: None,
         }
     }

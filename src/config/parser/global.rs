@@ -37,20 +37,23 @@ const KEYWORDS: &[&str] = &[
     "ssl-default-server-options",
     "ssl-server-verify",
     "ssl-default-bind-curves",
+    "node",
+    "description",
+    "ulimit-n",
+    "strict-limits",
+    "zero-warning",
+    "tune.ssl.default-dh-param",
 ];
 
 /// Real HAProxy global keywords that sluice does not implement.
 const UNSUPPORTED: &[&str] = &[
     "key-base",
-    "node",
-    "description",
     "log-send-hostname",
     "maxsslconn",
     "maxcomprate",
     "maxcompcpuusage",
     "maxpipes",
     "maxzlibmem",
-    "ulimit-n",
     "fd-hard-limit",
     "setenv",
     "presetenv",
@@ -61,13 +64,11 @@ const UNSUPPORTED: &[&str] = &[
     "mworker-max-reloads",
     "quiet",
     "debug",
-    "zero-warning",
     "expose-experimental-directives",
     "external-check",
     "insecure-fork-wanted",
     "insecure-setuid-wanted",
     "set-dumpable",
-    "strict-limits",
     "grace",
     "busy-polling",
     "noepoll",
@@ -168,6 +169,41 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             g.logs.push(logs::parse_target(&w[1..])?);
         }
         "cpu-map" => cpu_map(g, gx, w)?,
+        "node" => {
+            g.node = Some(arg(w, 1, "node name")?.to_string());
+            no_extra(w, 2)?;
+        }
+        // The rest of the line, as HAProxy takes it.
+        "description" => {
+            arg(w, 1, "description text")?;
+            g.description = Some(w[1..].join(" "));
+        }
+        "ulimit-n" => {
+            g.ulimit_n = Some(parse_range(
+                arg(w, 1, "number of files")?,
+                1,
+                u32::MAX as u64,
+            )?);
+            no_extra(w, 2)?;
+        }
+        "strict-limits" => {
+            no_extra(w, 1)?;
+            g.strict_limits = true;
+        }
+        "zero-warning" => {
+            no_extra(w, 1)?;
+            g.zero_warning = true;
+        }
+        // Diffie-Hellman parameters serve the DHE suites, which rustls does not have.
+        "tune.ssl.default-dh-param" => {
+            parse_range(arg(w, 1, "number of bits")?, 1024, 16384)?;
+            no_extra(w, 2)?;
+            super::warn(
+                "'tune.ssl.default-dh-param' has no effect in sluice: its TLS library has no \
+                 DHE cipher suites (ECDHE ones need no parameters)"
+                    .to_string(),
+            );
+        }
         "tune.bufsize" => {
             let v = parse_size(arg(w, 1, "size")?)?;
             if !(1024..=(1 << 30)).contains(&v) {
@@ -620,7 +656,7 @@ mod tests {
             "tune.bufsize 512",
             "tune.idle-pool.shared maybe",
             "key-base /var/empty",
-            "tune.ssl.default-dh-param 2048",
+            "tune.ssl.cachesize 20000",
             "maxcon 10",
             "nbproc 2",
         ]);

@@ -1044,6 +1044,8 @@ const STATS_KEYWORDS: &[&str] = &[
     "refresh",
     "scope",
     "show-legends",
+    "show-node",
+    "show-desc",
     "uri",
 ];
 
@@ -1062,7 +1064,7 @@ fn stats(d: &mut Draft, l: &Line) -> Result<(), String> {
             "socket" | "timeout" | "maxconn" | "bind-process" => {
                 format!("'stats {sub}' is only allowed in the 'global' section")
             }
-            "http-request" | "show-desc" | "show-node" | "show-modules" => {
+            "http-request" | "show-modules" => {
                 format!("'stats {sub}' is not supported by sluice")
             }
             _ => format!(
@@ -1102,6 +1104,12 @@ fn stats_sub(d: &Draft, st: &mut StatsPage, sub: &str, w: &[String]) -> Result<(
             no_extra(w, 2)?;
             st.show_legends = true;
         }
+        "show-node" => {
+            st.show_node = Some(w.get(2).cloned());
+            no_extra(w, 3)?;
+        }
+        // The rest of the line, as HAProxy takes it.
+        "show-desc" => st.show_desc = Some((w.len() > 2).then(|| w[2..].join(" "))),
         "uri" => {
             let uri = arg(w, 2, "URI prefix")?;
             no_extra(w, 3)?;

@@ -378,7 +378,7 @@ fn global_errors() {
         "  daemon yes",                       // 5
         "  user no-such-user-sluice",         // 6
         "  stats maxconn 10",                 // 7
-        "  tune.ssl.default-dh-param 2048",   // 8
+        "  tune.ssl.cachesize 20000",         // 8
         "  nbproc 2",                         // 9
         "  log global",                       // 10
         "  log 127.0.0.1 locl0",              // 11
@@ -436,7 +436,7 @@ fn global_errors() {
     );
     has(
         find(8),
-        &["'tune.ssl.default-dh-param'", "not supported by sluice"],
+        &["'tune.ssl.cachesize'", "not supported by sluice"],
     );
     has(
         find(9),
@@ -3644,4 +3644,41 @@ fn redirect_rules_keyword() {
         ],
         &["t.cfg:4: ", "requires 'mode http'"],
     );
+}
+
+#[test]
+fn global_node_description_and_limits() {
+    let c = ok(&[
+        "global",
+        "  node lb1",
+        "  description two words",
+        "  ulimit-n 4096",
+        "  strict-limits",
+        "  zero-warning",
+        "  tune.ssl.default-dh-param 2048",
+        "listen st",
+        "  mode http",
+        "  bind :80",
+        "  stats show-node",
+        "  stats show-desc Edge proxy",
+    ]);
+    let g = &c.global;
+    assert_eq!(g.node.as_deref(), Some("lb1"));
+    assert_eq!(g.description.as_deref(), Some("two words"));
+    assert_eq!(g.ulimit_n, Some(4096));
+    assert!(g.strict_limits && g.zero_warning);
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0].message.contains("default-dh-param"),
+        "{:?}",
+        c.warnings
+    );
+    let st = c.proxies[0].stats.as_ref().unwrap();
+    assert_eq!(st.show_node, Some(None));
+    assert_eq!(st.show_desc, Some(Some("Edge proxy".into())));
+    err1(
+        &["global", "  tune.ssl.default-dh-param 512"],
+        &["t.cfg:2: ", "out of range"],
+    );
+    err1(&["global", "  ulimit-n"], &["t.cfg:2: ", "ulimit-n"]);
 }

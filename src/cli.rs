@@ -1335,7 +1335,10 @@ pub enum CliListener {
 
 /// Binds every `stats socket` (before workers start, so errors stop start-up).
 /// Each comes with its level and whether it has `expose-fd listeners`.
-pub fn bind_all(socks: &[StatsSocket]) -> Result<Vec<(CliListener, CliLevel, bool)>, String> {
+pub fn bind_all(
+    socks: &[StatsSocket],
+    unix_bind: &crate::config::UnixBind,
+) -> Result<Vec<(CliListener, CliLevel, bool)>, String> {
     let mut out = Vec::new();
     for s in socks {
         let where_ = format!("{}:{}", s.origin.file, s.origin.line);
@@ -1353,17 +1356,12 @@ pub fn bind_all(socks: &[StatsSocket]) -> Result<Vec<(CliListener, CliLevel, boo
                         path.display()
                     )
                 })?;
-                if let Some(m) = s.mode {
-                    use std::os::unix::fs::PermissionsExt;
-                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(m)).map_err(
-                        |e| {
-                            format!(
-                                "stats socket at {where_}: cannot chmod '{}': {e}",
-                                path.display()
-                            )
-                        },
-                    )?;
-                }
+                unix_bind.apply(path, s.mode).map_err(|e| {
+                    format!(
+                        "stats socket at {where_}: cannot set the mode or owner of '{}': {e}",
+                        path.display()
+                    )
+                })?;
                 CliListener::Unix(l, Some(path.clone()))
             }
             BindAddr::Tcp(a) => CliListener::Tcp(

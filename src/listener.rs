@@ -151,6 +151,7 @@ pub fn bind_all(
                         }
                     }
                     let l = StdUnixListener::bind(path)?;
+                    cfg.global.unix_bind.apply(path, None)?;
                     l.set_nonblocking(true)?;
                     shared_copies(StdListener::Unix(l), nbthread)
                 }

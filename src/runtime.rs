@@ -198,7 +198,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
             .map_err(|e| format!("cannot keep listening sockets for 'expose-fd': {e}"))?;
         let _ = shared.exposed.set(exposed);
     }
-    let cli_listeners = crate::cli::bind_all(&cfg.global.stats_sockets)?;
+    let cli_listeners = crate::cli::bind_all(&cfg.global.stats_sockets, &cfg.global.unix_bind)?;
     if opts.debug {
         for l in &listeners {
             let p = &cfg.proxies[l.proxy];

@@ -734,3 +734,36 @@ fn logasap_logs_when_the_head_is_sent() {
     let lines = s.wait_log_lines(2, |l| l.contains(" fe be/s1 "), WAIT);
     assert_eq!(lines.iter().filter(|l| l.contains("/asap")).count(), 1);
 }
+
+/// `unix-bind prefix P mode M`: every UNIX socket (binds and stats sockets) is created under
+/// the prefix with that mode; a stats socket's own `mode` wins.
+#[test]
+fn unix_bind_prefix_and_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let b = HttpBackend::start("s1");
+    let dir = TempDir::new();
+    // HAProxy prepends the prefix as is: "/x.sock" goes to "PREFIX/x.sock".
+    let prefix = dir.path().display().to_string();
+    let cfg = format!(
+        "global\n    unix-bind prefix {prefix} mode 0640\n    stats socket /admin.sock level admin\n\
+         \x20   stats socket unix@/own.sock mode 600\n\
+         {DEFAULTS_HTTP}frontend fe\n    bind unix@/fe.sock\n    default_backend be\n{}",
+        backend_section("be", "", &[&b])
+    );
+    let _s = Sluice::start(&cfg);
+    let mode = |name: &str| {
+        std::fs::metadata(dir.join(name))
+            .unwrap_or_else(|e| panic!("{name} under the prefix: {e}"))
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode("fe.sock"), 0o640);
+    assert_eq!(mode("admin.sock"), 0o640);
+    assert_eq!(mode("own.sock"), 0o600);
+    assert!(stats_cli(&dir.join("admin.sock"), "show info").starts_with("Name: sluice"));
+    let st = std::os::unix::net::UnixStream::connect(dir.join("fe.sock")).unwrap();
+    st.set_read_timeout(Some(WAIT)).unwrap();
+    let mut c = HttpClient::from_stream(st);
+    assert_eq!(c.get("/").server(), "s1");
+}

@@ -159,6 +159,33 @@ pub struct Global {
     pub strict_limits: bool,
     /// `zero-warning`: any warning stops the start-up (and makes `-c` fail).
     pub zero_warning: bool,
+    /// `unix-bind`: defaults of every UNIX listening socket (binds and stats sockets).
+    pub unix_bind: UnixBind,
+}
+
+/// `unix-bind [prefix P] [mode M] [user U|uid N] [group G|gid N]`. The prefix is already
+/// applied to the configuration's socket paths; the rest is applied once a socket is bound
+/// (a `stats socket`'s own `mode` wins).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnixBind {
+    pub prefix: Option<String>,
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+}
+
+impl UnixBind {
+    /// Applies the mode and owner to a freshly bound socket file.
+    pub fn apply(&self, path: &std::path::Path, own_mode: Option<u32>) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        if let Some(m) = own_mode.or(self.mode) {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(m))?;
+        }
+        if self.uid.is_some() || self.gid.is_some() {
+            std::os::unix::fs::chown(path, self.uid, self.gid)?;
+        }
+        Ok(())
+    }
 }
 
 /// Privilege of a CLI socket (`level`), ordered: each level can do what the lower ones can.
@@ -214,6 +241,7 @@ impl Default for Global {
             ulimit_n: None,
             strict_limits: false,
             zero_warning: false,
+            unix_bind: UnixBind::default(),
         }
     }
 }

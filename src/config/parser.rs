@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::tokenizer::{Line, tokenize};
-use super::{Config, ConfigError, Global, Origin, ProxyKind, UseBackend, did_you_mean};
+use super::{BindAddr, Config, ConfigError, Global, Origin, ProxyKind, UseBackend, did_you_mean};
 
 use proxy::{Draft, LogEntry};
 
@@ -412,6 +412,23 @@ impl State {
         global::finish(&mut self.global, &self.gx);
         let mut proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
         checks::resolve_tracks(&mut proxies, &mut errors);
+        // `unix-bind prefix`: every UNIX socket path goes under it (HAProxy prepends it as
+        // is, before any chroot).
+        if let Some(prefix) = &self.global.unix_bind.prefix {
+            let under = |p: &mut std::path::PathBuf| {
+                *p = format!("{prefix}{}", p.display()).into();
+            };
+            for s in &mut self.global.stats_sockets {
+                if let BindAddr::Unix(p) = &mut s.addr {
+                    under(p);
+                }
+            }
+            for b in proxies.iter_mut().flat_map(|p| p.binds.iter_mut()) {
+                if let BindAddr::Unix(p) = &mut b.addr {
+                    under(p);
+                }
+            }
+        }
         if errors.is_empty() {
             return Ok(Config {
                 global: self.global,

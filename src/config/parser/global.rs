@@ -43,6 +43,7 @@ const KEYWORDS: &[&str] = &[
     "strict-limits",
     "zero-warning",
     "tune.ssl.default-dh-param",
+    "unix-bind",
 ];
 
 /// Real HAProxy global keywords that sluice does not implement.
@@ -85,7 +86,6 @@ const UNSUPPORTED: &[&str] = &[
     "h2-workaround-bogus-websocket-clients",
     "numa-cpu-mapping",
     "pp2-never-send-local",
-    "unix-bind",
     "cluster-secret",
     "thread-groups",
     "thread-group",
@@ -186,6 +186,7 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             )?);
             no_extra(w, 2)?;
         }
+        "unix-bind" => unix_bind(g, w)?,
         "strict-limits" => {
             no_extra(w, 1)?;
             g.strict_limits = true;
@@ -561,6 +562,55 @@ fn parse_set(s: &str, min: u64, max: u64, what: &str) -> Result<Vec<usize>, Stri
 }
 
 /// Checks that need the whole global section, and `cpu-map all|odd|even` expansion.
+/// `unix-bind [prefix P] [mode M] [user U] [uid N] [group G] [gid N]`.
+fn unix_bind(g: &mut Global, w: &[String]) -> Result<(), String> {
+    let u = &mut g.unix_bind;
+    if w.len() < 2 {
+        return Err("expects 'prefix', 'mode', 'user', 'uid', 'group' or 'gid'".into());
+    }
+    let mut i = 1;
+    while i < w.len() {
+        let opt = w[i].as_str();
+        let v = arg(w, i + 1, &format!("a value after '{opt}'"))?;
+        match opt {
+            "prefix" => u.prefix = Some(v.to_string()),
+            "mode" => {
+                u.mode = Some(
+                    u32::from_str_radix(v, 8)
+                        .ok()
+                        .filter(|m| *m <= 0o7777)
+                        .ok_or_else(|| format!("'mode {v}' is not an octal file mode"))?,
+                );
+            }
+            "uid" | "gid" => {
+                let n = parse_u32(v)?;
+                if opt == "uid" {
+                    u.uid = Some(n);
+                } else {
+                    u.gid = Some(n);
+                }
+            }
+            "user" => match nix::unistd::User::from_name(v) {
+                Ok(Some(x)) => u.uid = Some(x.uid.as_raw()),
+                _ => return Err(format!("cannot find user id for '{v}'")),
+            },
+            "group" => match nix::unistd::Group::from_name(v) {
+                Ok(Some(x)) => u.gid = Some(x.gid.as_raw()),
+                _ => return Err(format!("cannot find group id for '{v}'")),
+            },
+            o => {
+                return Err(format!(
+                    "unknown option '{o}' (expected 'prefix', 'mode', 'user', 'uid', 'group' or \
+                     'gid'){}",
+                    did_you_mean(o, ["prefix", "mode", "user", "uid", "group", "gid"])
+                ));
+            }
+        }
+        i += 2;
+    }
+    Ok(())
+}
+
 pub(super) fn finish(g: &mut Global, gx: &GlobalExtra) {
     // As in HAProxy, `tune.maxrewrite` (set or default) is "automatically readjusted to half
     // of bufsize if it is larger than that", whatever the order of the two keywords.

@@ -3682,3 +3682,36 @@ fn global_node_description_and_limits() {
     );
     err1(&["global", "  ulimit-n"], &["t.cfg:2: ", "ulimit-n"]);
 }
+
+#[test]
+fn unix_bind_settings() {
+    let c = ok(&[
+        "global",
+        "  unix-bind prefix /var/lib/haproxy/ mode 0400 uid 0 gid 0",
+        "  stats socket unix@admin.sock",
+        "frontend fe",
+        "  bind unix@fe.sock",
+        "  bind 127.0.0.1:80",
+    ]);
+    let u = &c.global.unix_bind;
+    assert_eq!(
+        (u.prefix.as_deref(), u.mode, u.uid, u.gid),
+        (Some("/var/lib/haproxy/"), Some(0o400), Some(0), Some(0))
+    );
+    assert_eq!(
+        c.global.stats_sockets[0].addr,
+        BindAddr::Unix("/var/lib/haproxy/admin.sock".into())
+    );
+    assert_eq!(
+        c.proxies[0].binds[0].addr,
+        BindAddr::Unix("/var/lib/haproxy/fe.sock".into())
+    );
+    err1(
+        &["global", "  unix-bind mode 0999"],
+        &["t.cfg:2: ", "not an octal file mode"],
+    );
+    err1(
+        &["global", "  unix-bind prefx /x"],
+        &["t.cfg:2: ", "did you mean 'prefix'"],
+    );
+}

@@ -190,8 +190,10 @@ pub struct Counters {
     pub req_total: AtomicU64,
     /// Times a server was picked by the load balancer (`lbtot`).
     pub lbtot: AtomicU64,
-    /// Requests denied by rules (`dreq`).
+    /// Requests denied by rules (`dreq`), `tcp-request content reject` included.
     pub denied_req: AtomicU64,
+    /// Connections refused by `tcp-request connection reject` (`dcon`).
+    pub denied_conn: AtomicU64,
     /// Invalid or timed-out requests (`ereq`).
     pub req_errors: AtomicU64,
     /// Transfers aborted by the client / by the server (`cli_abrt`, `srv_abrt`).
@@ -219,6 +221,7 @@ impl Counters {
             &self.req_total,
             &self.lbtot,
             &self.denied_req,
+            &self.denied_conn,
             &self.req_errors,
             &self.cli_aborts,
             &self.srv_aborts,

@@ -489,7 +489,7 @@ pub fn frontend_row(shared: &Shared, idx: usize, p: &Proxy) -> Row {
         r.set("cache_hits", 0);
     }
     r.set("conn_tot", u(&c.sessions_total));
-    r.set("dcon", 0);
+    r.set("dcon", u(&c.denied_conn));
     r.set("dses", 0);
     r.set("wrew", 0);
     r.set("eint", 0);

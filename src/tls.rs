@@ -2547,6 +2547,97 @@ pub fn cli_show_cert(cfg: &crate::config::Config, path: Option<&str>) -> String 
     out
 }
 
+/// A client's first bytes read as the start of a TLS connection, without a TLS library:
+/// what `tcp-request content` rules see (`req.ssl_hello_type`, `req.ssl_sni`) before the
+/// connection is passed on as it is.
+pub mod peek {
+    /// Whether `buf` holds enough to answer: not a TLS handshake record at all, or the whole
+    /// first record.
+    pub fn complete(buf: &[u8]) -> bool {
+        match buf {
+            [] => false,
+            [t, ..] if *t != 0x16 => true,
+            [_, _, _, hi, lo, ..] => buf.len() >= 5 + usize::from(u16::from_be_bytes([*hi, *lo])),
+            _ => false,
+        }
+    }
+
+    /// The type of the handshake message a handshake record starts with (1: ClientHello).
+    pub fn hello_type(buf: &[u8]) -> Option<u8> {
+        match buf {
+            [0x16, 3, _, _, _, t, ..] => Some(*t),
+            _ => None,
+        }
+    }
+
+    /// The `server_name` (host name) of a ClientHello held whole in the first record.
+    pub fn sni(buf: &[u8]) -> Option<&[u8]> {
+        let rec_len = usize::from(u16::from_be_bytes([*buf.get(3)?, *buf.get(4)?]));
+        if hello_type(buf)? != 1 {
+            return None;
+        }
+        let rec = buf.get(5..5 + rec_len)?;
+        let body_len = (usize::from(*rec.get(1)?) << 16)
+            | (usize::from(*rec.get(2)?) << 8)
+            | usize::from(*rec.get(3)?);
+        let body = rec.get(4..4 + body_len)?;
+        let mut r = Reader(body);
+        r.skip(2 + 32)?; // version, random
+        let n = usize::from(r.u8()?);
+        r.skip(n)?; // session id
+        let n = r.u16()?;
+        r.skip(n)?; // cipher suites
+        let n = usize::from(r.u8()?);
+        r.skip(n)?; // compression methods
+        let n = r.u16()?;
+        let mut ext = Reader(r.take(n)?);
+        while !ext.0.is_empty() {
+            let ty = ext.u16()?;
+            let n = ext.u16()?;
+            let data = ext.take(n)?;
+            if ty != 0 {
+                continue;
+            }
+            let mut list = Reader(data);
+            let n = list.u16()?;
+            let mut names = Reader(list.take(n)?);
+            while !names.0.is_empty() {
+                let kind = names.u8()?;
+                let n = names.u16()?;
+                let name = names.take(n)?;
+                if kind == 0 {
+                    return Some(name);
+                }
+            }
+            return None;
+        }
+        None
+    }
+
+    struct Reader<'a>(&'a [u8]);
+
+    impl<'a> Reader<'a> {
+        fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+            if self.0.len() < n {
+                return None;
+            }
+            let (a, b) = self.0.split_at(n);
+            self.0 = b;
+            Some(a)
+        }
+        fn skip(&mut self, n: usize) -> Option<()> {
+            self.take(n).map(|_| ())
+        }
+        fn u8(&mut self) -> Option<u8> {
+            self.take(1).map(|b| b[0])
+        }
+        fn u16(&mut self) -> Option<usize> {
+            self.take(2)
+                .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

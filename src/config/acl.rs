@@ -37,6 +37,11 @@ pub trait HttpView {
     fn tls(&self) -> Option<&crate::tls::TlsInfo> {
         None
     }
+    /// What a `mode tcp` client sent first, held for `tcp-request content` rules
+    /// (`req.len`, `req.ssl_hello_type`, `req.ssl_sni`); `None` elsewhere.
+    fn payload(&self) -> Option<&[u8]> {
+        None
+    }
 }
 
 /// A parsed `if`/`unless` condition, ready to evaluate.
@@ -64,6 +69,14 @@ impl Cond {
             .iter()
             .flatten()
             .any(|t| t.acl.exprs.iter().any(|e| e.fetch.is_http()))
+    }
+
+    /// Whether the condition reads the client's first data (`req.len`, `req.ssl_*`).
+    pub fn needs_payload(&self) -> bool {
+        self.groups
+            .iter()
+            .flatten()
+            .any(|t| t.acl.exprs.iter().any(|e| e.fetch.is_payload()))
     }
 
     /// `true` for `unless` conditions.
@@ -161,6 +174,13 @@ enum Fetch {
     SslCVerify,
     SslCSDn,
     SslCIDn,
+    /// `req.len`: bytes of the client's data held so far.
+    ReqLen,
+    /// `req.ssl_hello_type`: the type of the TLS handshake message the client's data starts
+    /// with (1: ClientHello).
+    ReqSslHelloType,
+    /// `req.ssl_sni`: the server name of the client's TLS ClientHello.
+    ReqSslSni,
 }
 
 fn trim_ows(mut s: &[u8]) -> &[u8] {
@@ -235,6 +255,17 @@ impl Fetch {
                 | Fetch::SslCVerify
                 | Fetch::SslCSDn
                 | Fetch::SslCIDn
+                | Fetch::ReqLen
+                | Fetch::ReqSslHelloType
+                | Fetch::ReqSslSni
+        )
+    }
+
+    /// Whether it reads the client's first data (`tcp-request content` waits for it).
+    fn is_payload(&self) -> bool {
+        matches!(
+            self,
+            Fetch::ReqLen | Fetch::ReqSslHelloType | Fetch::ReqSslSni
         )
     }
 
@@ -254,9 +285,14 @@ impl Fetch {
             | Fetch::SslFcCipher
             | Fetch::SslFcAlpn
             | Fetch::SslCSDn
-            | Fetch::SslCIDn => SmpType::Str,
+            | Fetch::SslCIDn
+            | Fetch::ReqSslSni => SmpType::Str,
             Fetch::Src | Fetch::HdrIp { .. } => SmpType::Ip,
-            Fetch::HdrCnt { .. } | Fetch::HdrVal { .. } | Fetch::SslCVerify => SmpType::Int,
+            Fetch::HdrCnt { .. }
+            | Fetch::HdrVal { .. }
+            | Fetch::SslCVerify
+            | Fetch::ReqLen
+            | Fetch::ReqSslHelloType => SmpType::Int,
         }
     }
 
@@ -311,6 +347,18 @@ impl Fetch {
                     .filter_map(|p| parse_ip(trim_ows(p)))
                     .any(|ip| f(Sample::Ip(ip)))
             }),
+            Fetch::ReqLen => match view.payload() {
+                Some(p) => f(Sample::Int(p.len() as i64)),
+                None => false,
+            },
+            Fetch::ReqSslHelloType => match view.payload().and_then(crate::tls::peek::hello_type) {
+                Some(t) => f(Sample::Int(t.into())),
+                None => false,
+            },
+            Fetch::ReqSslSni => match view.payload().and_then(crate::tls::peek::sni) {
+                Some(n) => f(Sample::Str(n)),
+                None => false,
+            },
             Fetch::SslFc => f(Sample::Bool(view.tls().is_some())),
             Fetch::SslCUsed => f(Sample::Bool(view.tls().is_some_and(|t| t.client_cert))),
             Fetch::SslCVerify => match view.tls() {
@@ -611,6 +659,12 @@ const CRITERIA: &[&str] = &[
     "ssl_c_verify",
     "ssl_c_s_dn",
     "ssl_c_i_dn",
+    "req.len",
+    "req_len",
+    "req.ssl_hello_type",
+    "req_ssl_hello_type",
+    "req.ssl_sni",
+    "req_ssl_sni",
 ];
 
 /// Sample fetches HAProxy has that sluice does not evaluate (yet).
@@ -651,14 +705,10 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
     "req.body",
     "req.cook",
     "req.cook_cnt",
-    "req.len",
     "req.payload",
     "req.rdp_cookie",
-    "req.ssl_hello_type",
-    "req.ssl_sni",
     "req.ssl_ver",
     "req.ver",
-    "req_ssl_sni",
     "req_ver",
     "res.hdr",
     "sc0_conn_rate",
@@ -795,6 +845,9 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "ssl_c_verify" => no_args(Fetch::SslCVerify)?,
         "ssl_c_s_dn" => no_args(Fetch::SslCSDn)?,
         "ssl_c_i_dn" => no_args(Fetch::SslCIDn)?,
+        "req.len" | "req_len" => no_args(Fetch::ReqLen)?,
+        "req.ssl_hello_type" | "req_ssl_hello_type" => no_args(Fetch::ReqSslHelloType)?,
+        "req.ssl_sni" | "req_ssl_sni" => no_args(Fetch::ReqSslSni)?,
         _ => {
             if UNSUPPORTED_FETCHES.contains(&name)
                 || UNSUPPORTED_FETCHES
@@ -1544,8 +1597,8 @@ mod tests {
             "unknown ACL criterion 'pth_beg' (did you mean 'path_beg'?)"
         );
         assert_eq!(
-            expr_err("req.ssl_sni"),
-            "ACL criterion 'req.ssl_sni' is not supported by sluice"
+            expr_err("req.ssl_ver"),
+            "ACL criterion 'req.ssl_ver' is not supported by sluice"
         );
         assert_eq!(
             expr_err("cook_beg(a) x"),

@@ -504,6 +504,12 @@ pub struct Proxy {
     pub http_response: Vec<HttpResponseRule>,
     /// `cookie NAME ...`: server persistence by a cookie (a backend setting).
     pub cookie: Option<CookieCfg>,
+    /// `tcp-request connection accept|reject [COND]`: evaluated when a client connects.
+    pub tcp_connection: Vec<TcpRequestRule>,
+    /// `tcp-request content accept|reject [COND]` (`mode tcp`): evaluated on what the
+    /// client sent first, waiting up to `tcp-request inspect-delay` for it.
+    pub tcp_content: Vec<TcpRequestRule>,
+    pub inspect_delay: Option<std::time::Duration>,
     /// `redirect ...` rules (the proxy keyword): evaluated after the proxy's `http-request`
     /// rules and its stats page, the first matching one answers.
     pub redirects: Vec<RedirectRule>,
@@ -852,6 +858,15 @@ pub struct LogTarget {
 pub struct HttpRequestRule {
     pub origin: Origin,
     pub action: HttpRequestAction,
+    pub cond: Option<Cond>,
+}
+
+/// `tcp-request connection|content accept|reject [if|unless COND]`.
+#[derive(Debug, Clone)]
+pub struct TcpRequestRule {
+    pub origin: Origin,
+    /// `accept` (true) stops the evaluation and lets the session go on; `reject` closes it.
+    pub accept: bool,
     pub cond: Option<Cond>,
 }
 

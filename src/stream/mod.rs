@@ -51,6 +51,28 @@ pub async fn serve(
         }
         Client::Unix(_) => None,
     };
+    // `tcp-request connection` rules (and, in `mode http`, `tcp-request content` rules,
+    // which can only read the source there): a reject closes the connection at once,
+    // unlogged, as in HAProxy.
+    for (rules, content) in [(&p.tcp_connection, false), (&p.tcp_content, true)] {
+        if rules.is_empty() || (content && p.mode == Mode::Tcp) {
+            continue;
+        }
+        let view = http::SrcView(peer.map(|a| a.ip()), None);
+        let first = rules
+            .iter()
+            .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(&view)));
+        if first.is_some_and(|r| !r.accept) {
+            let c = &fe.counters;
+            let n = if content {
+                &c.denied_req
+            } else {
+                &c.denied_conn
+            };
+            n.fetch_add(1, Relaxed);
+            return;
+        }
+    }
     let log_format = p
         .options
         .log_format

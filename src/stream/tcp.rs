@@ -219,7 +219,39 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     let fc = &shared.proxies[ctx.proxy].fe.counters;
     fc.sessions_total.fetch_add(1, Relaxed);
     fc.req_total.fetch_add(1, Relaxed);
-    let Some(be_idx) = select_backend(&ctx) else {
+    // `tcp-request content`: the client's first data, when rules read it, then the
+    // frontend's rules, the backend choice, and the backend's rules.
+    let mut client = client;
+    let held = match fe.inspect_delay {
+        Some(d) if wants_payload(&shared, fe) => {
+            inspect(&mut client, d, shared.cfg.global.bufsize).await
+        }
+        _ => Vec::new(),
+    };
+    let view = TcpView {
+        src: ctx.peer.map(|a| a.ip()),
+        tls: ctx.tls.as_deref(),
+        payload: &held,
+    };
+    if !content_allows(fe, &view) {
+        fc.denied_req.fetch_add(1, Relaxed);
+        log_tcp(
+            &ctx,
+            None,
+            None,
+            "<NOSRV>",
+            -1,
+            -1,
+            start,
+            *b"PR",
+            (0, 0),
+            0,
+            false,
+            false,
+        );
+        return;
+    }
+    let Some(be_idx) = select_backend(&ctx, &held) else {
         log_tcp(
             &ctx,
             None,
@@ -239,6 +271,24 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     let bp = &shared.cfg.proxies[be_idx];
     let bc = &shared.backend(be_idx).counters;
     bc.sessions_total.fetch_add(1, Relaxed);
+    if be_idx != ctx.proxy && !content_allows(bp, &view) {
+        bc.denied_req.fetch_add(1, Relaxed);
+        log_tcp(
+            &ctx,
+            Some(be_idx),
+            None,
+            "<NOSRV>",
+            -1,
+            -1,
+            start,
+            *b"PR",
+            (0, 0),
+            0,
+            false,
+            false,
+        );
+        return;
+    }
     let input = PickInput {
         src: ctx.peer.map(|a| a.ip()),
         uri: b"",
@@ -311,11 +361,10 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             true,
         );
     }
-    let mut client = client;
     let end = tunnel(
         &mut client,
         &mut conn.stream,
-        b"",
+        &held,
         b"",
         t,
         shared.cfg.global.bufsize,
@@ -360,10 +409,89 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     );
 }
 
-/// `use_backend` rules evaluated on what a TCP session has (its source), then the default.
-fn select_backend(ctx: &SessionCtx) -> Option<usize> {
+/// What a TCP session offers to rules: its source, its TLS handshake on an `ssl` bind, and
+/// the client's first data held by `tcp-request content` inspection.
+struct TcpView<'a> {
+    src: Option<std::net::IpAddr>,
+    tls: Option<&'a crate::tls::TlsInfo>,
+    payload: &'a [u8],
+}
+
+impl crate::config::HttpView for TcpView<'_> {
+    fn method(&self) -> &[u8] {
+        b""
+    }
+    fn uri(&self) -> &[u8] {
+        b""
+    }
+    fn for_each_header(&self, _: &[u8], _: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        false
+    }
+    fn src(&self) -> Option<std::net::IpAddr> {
+        self.src
+    }
+    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
+        self.tls
+    }
+    fn payload(&self) -> Option<&[u8]> {
+        Some(self.payload)
+    }
+}
+
+/// `tcp-request content` rules of `p`: `false` when one rejects the session.
+fn content_allows(p: &crate::config::Proxy, view: &TcpView) -> bool {
+    p.tcp_content
+        .iter()
+        .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(view)))
+        .is_none_or(|r| r.accept)
+}
+
+/// Whether rules of `fe`, or of a backend it may pick, read the client's first data.
+fn wants_payload(shared: &crate::backend::Shared, fe: &crate::config::Proxy) -> bool {
+    let needs = |p: &crate::config::Proxy| {
+        p.tcp_content
+            .iter()
+            .any(|r| r.cond.as_ref().is_some_and(|c| c.needs_payload()))
+    };
+    needs(fe)
+        || fe
+            .use_backends
+            .iter()
+            .any(|u| u.cond.as_ref().is_some_and(|c| c.needs_payload()))
+        || fe
+            .use_backends
+            .iter()
+            .map(|u| u.backend)
+            .chain(fe.default_backend)
+            .any(|b| needs(&shared.cfg.proxies[b]))
+}
+
+/// `tcp-request inspect-delay`: reads the client's first data until it can be judged (a
+/// whole first TLS record, or anything that is not TLS), the buffer is full, the client
+/// stops sending, or the delay ends.
+async fn inspect<C: ClientIo>(client: &mut C, delay: std::time::Duration, max: usize) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut held = Vec::new();
+    let deadline = tokio::time::Instant::now() + delay;
+    let mut chunk = vec![0u8; 4096];
+    while !crate::tls::peek::complete(&held) && held.len() < max {
+        match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => held.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+    }
+    held
+}
+
+/// `use_backend` rules evaluated on what a TCP session has (its source, its first data),
+/// then the default.
+fn select_backend(ctx: &SessionCtx, payload: &[u8]) -> Option<usize> {
     let p = &ctx.shared().cfg.proxies[ctx.proxy];
-    let view = crate::stream::http::SrcView(ctx.peer.map(|a| a.ip()), ctx.tls.as_deref());
+    let view = TcpView {
+        src: ctx.peer.map(|a| a.ip()),
+        tls: ctx.tls.as_deref(),
+        payload,
+    };
     for ub in &p.use_backends {
         if ub.cond.as_ref().is_none_or(|c| c.eval(&view)) {
             return Some(ub.backend);

@@ -122,6 +122,9 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         http_request: Vec::new(),
         http_response: Vec::new(),
         redirects: Vec::new(),
+        tcp_connection: Vec::new(),
+        tcp_content: Vec::new(),
+        inspect_delay: None,
         cookie: None,
         stats: None,
     }
@@ -237,6 +240,22 @@ impl Draft {
         }
         self.p.servers = servers;
         if self.p.mode == Mode::Http {
+            for r in &self.p.tcp_content {
+                if r.cond.as_ref().is_some_and(|c| c.needs_payload()) {
+                    errors.push(ConfigError {
+                        file: r.origin.file.clone(),
+                        line: r.origin.line,
+                        message: format!(
+                            "'tcp-request content' in {}: in 'mode http' sluice evaluates these \
+                             rules when the connection opens, so they cannot read its data \
+                             ('req.len', 'req.ssl_*' need 'mode tcp')",
+                            self.describe()
+                        ),
+                    });
+                }
+            }
+        }
+        if self.p.mode == Mode::Http {
             // HTTP/1.1 only: never advertise h2 (see tls::BindTls::http1_only).
             for b in &mut self.p.binds {
                 if let Some(t) = &b.ssl {
@@ -334,6 +353,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("retry-on", D | B),
     ("rate-limit", D | F),
     ("redirect", F | B),
+    ("tcp-request", F | B),
     ("server", B),
     ("stats", D | F | B),
     ("timeout", D | F | B),
@@ -346,7 +366,6 @@ const UNSUPPORTED: &[&str] = &[
     "stick",
     "stick-store-request",
     "stick-store-response",
-    "tcp-request",
     "tcp-response",
     "dynamic-cookie-key",
     "compression",
@@ -619,6 +638,7 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "http-request" => rules::http_request(d, l)?,
         "http-response" => rules::http_response(d, l)?,
         "redirect" => rules::redirect_rule(d, l)?,
+        "tcp-request" => rules::tcp_request(d, l)?,
         "cookie" => {
             d.p.cookie = Some(cookie(w)?);
             d.needs_http(l, "cookie");

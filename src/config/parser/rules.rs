@@ -1,4 +1,5 @@
-//! Rule keywords: `use_backend`, `http-request`, `http-response` and `redirect`.
+//! Rule keywords: `use_backend`, `http-request`, `http-response`, `redirect` and
+//! `tcp-request`.
 //!
 //! Conditions (`if`/`unless`) are parsed against the ACLs declared so far in the section, as in
 //! HAProxy. Values that HAProxy reads as log-format strings are accepted only when they are
@@ -7,7 +8,7 @@
 use super::super::acl::parse_cond;
 use super::super::{
     Cond, HeaderAction, HttpRequestAction, HttpRequestRule, HttpResponseRule, Origin, Redirect,
-    RedirectKind, RedirectRule, Service,
+    RedirectKind, RedirectRule, Service, TcpRequestRule,
 };
 use super::proxy::Draft;
 use super::values::{header_name, literal_format, parse_range};
@@ -463,6 +464,83 @@ pub(super) fn redirect_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         redirect,
         cond,
     });
+    Ok(())
+}
+
+/// `tcp-request connection|content accept|reject [if|unless COND]` and `tcp-request
+/// inspect-delay TIME`.
+pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    use super::proxy::{F, allowed};
+    let w = &l.words;
+    let kinds = "'connection', 'content' or 'inspect-delay'";
+    let Some(kind) = w.get(1).map(String::as_str) else {
+        return Err(format!("expects {kinds}").into());
+    };
+    match kind {
+        "inspect-delay" => {
+            let t = super::values::parse_time(super::values::arg(w, 2, "a delay")?)?;
+            super::values::no_extra(w, 3)?;
+            d.p.inspect_delay = Some(t);
+            return Ok(());
+        }
+        "connection" | "content" => {}
+        "session" => {
+            return Err("'tcp-request session' rules are not supported by sluice"
+                .to_string()
+                .into());
+        }
+        k => {
+            return Err(format!(
+                "unknown rule type '{k}' (expected {kinds}){}",
+                did_you_mean(k, ["connection", "content", "inspect-delay"])
+            )
+            .into());
+        }
+    }
+    if kind == "connection" && !allowed(d, F) {
+        return Err(
+            "'tcp-request connection' rules only apply to frontends (and listen)"
+                .to_string()
+                .into(),
+        );
+    }
+    let Some(action) = w.get(2).map(String::as_str) else {
+        return Err(format!("'tcp-request {kind}' expects 'accept' or 'reject'").into());
+    };
+    let accept = match action {
+        "accept" => true,
+        "reject" => false,
+        a => {
+            return Err(format!(
+                "action '{a}' of 'tcp-request {kind}' is not supported by sluice (supported: \
+                 accept, reject){}",
+                did_you_mean(a, ["accept", "reject"])
+            )
+            .into());
+        }
+    };
+    let (end, cond) = split_cond(d, w)?;
+    if end != 3 {
+        return Err(format!("unexpected argument '{}' after '{action}'", w[3]).into());
+    }
+    if kind == "connection" && cond.as_ref().is_some_and(|c| c.needs_payload()) {
+        return Err(
+            "'tcp-request connection' rules cannot inspect the client's data (use \
+                    'tcp-request content')"
+                .to_string()
+                .into(),
+        );
+    }
+    let rule = TcpRequestRule {
+        origin: origin(l),
+        accept,
+        cond,
+    };
+    if kind == "connection" {
+        d.p.tcp_connection.push(rule);
+    } else {
+        d.p.tcp_content.push(rule);
+    }
     Ok(())
 }
 

@@ -1,0 +1,175 @@
+//! `tcp-request connection|content accept|reject` and `tcp-request inspect-delay`, with
+//! `req.ssl_hello_type`, `req.ssl_sni` and `req.len`: TLS passthrough routed by SNI, as
+//! HAProxy users write it, with real sockets on both sides.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+
+/// A TLS 1.2-style ClientHello record offering one cipher suite and, if given, an SNI.
+fn client_hello(sni: Option<&str>) -> Vec<u8> {
+    let mut ext = Vec::new();
+    if let Some(name) = sni {
+        let n = name.len() as u16;
+        ext.extend_from_slice(&[0, 0]); // server_name
+        ext.extend_from_slice(&(n + 5).to_be_bytes());
+        ext.extend_from_slice(&(n + 3).to_be_bytes());
+        ext.push(0); // host_name
+        ext.extend_from_slice(&n.to_be_bytes());
+        ext.extend_from_slice(name.as_bytes());
+    }
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&[7u8; 32]); // random
+    body.push(0); // session id
+    body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
+    body.extend_from_slice(&[1, 0]); // null compression
+    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+    body.extend_from_slice(&ext);
+    let mut hs = vec![1, 0];
+    hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    hs.extend_from_slice(&body);
+    let mut rec = vec![0x16, 3, 1];
+    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
+}
+
+/// A server that records the first bytes each connection sends, then answers its name.
+struct Recorder {
+    b: TcpBackend,
+    seen: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+fn recorder(name: &'static str) -> Recorder {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let b = TcpBackend::with_handler(move |mut s, _| {
+        let mut buf = vec![0u8; 4096];
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        if let Ok(n) = s.read(&mut buf) {
+            s2.lock().unwrap().push(buf[..n].to_vec());
+            let _ = s.write_all(name.as_bytes());
+        }
+    });
+    Recorder { b, seen }
+}
+
+fn send(port: u16, data: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(data).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    out
+}
+
+const TCP_LOGGED: &str = "global
+    log stdout format raw local0
+defaults
+    mode tcp
+    log global
+    option tcplog
+    timeout connect 2s
+    timeout client 10s
+    timeout server 10s
+";
+
+#[test]
+fn tls_passthrough_routed_by_sni() {
+    let (a, b) = (recorder("A"), recorder("B"));
+    let port = free_port();
+    let cfg = format!(
+        "{TCP_LOGGED}frontend fe\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 5s\n\
+         \x20   tcp-request content accept if {{ req_ssl_hello_type 1 }}\n\
+         \x20   tcp-request content reject\n\
+         \x20   use_backend a if {{ req.ssl_sni -i a.example.com }}\n    default_backend b\n\
+         backend a\n    server a {}\nbackend b\n    server b {}\n",
+        a.b.hostport(),
+        b.b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    // The ClientHello goes to the server its SNI names, byte for byte.
+    let hello = client_hello(Some("A.example.com"));
+    assert_eq!(send(port, &hello), b"A");
+    assert_eq!(a.seen.lock().unwrap().as_slice(), &[hello]);
+    assert_eq!(send(port, &client_hello(Some("other.example"))), b"B");
+    assert_eq!(send(port, &client_hello(None)), b"B");
+    // A ClientHello sent in two pieces is waited for.
+    let hello = client_hello(Some("a.example.com"));
+    let mut c = TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(&hello[..7]).unwrap();
+    c.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    c.write_all(&hello[7..]).unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert_eq!(got, b"A");
+    assert_eq!(a.seen.lock().unwrap().last().unwrap(), &hello);
+    // Not TLS: rejected, logged PR, no server sees it.
+    let before = a.b.conns() + b.b.conns();
+    assert_eq!(send(port, b"GET / HTTP/1.0\r\n\r\n"), b"");
+    let line = s.wait_log_line(|l| l.contains(" PR "), WAIT);
+    assert!(line.contains(" fe fe/<NOSRV> "), "{line}");
+    assert_eq!(a.b.conns() + b.b.conns(), before);
+}
+
+#[test]
+fn backend_content_rules_and_connection_rules() {
+    let a = recorder("A");
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let (p1, p2) = (free_port(), free_port());
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{TCP_LOGGED}\
+         frontend open\n    bind 127.0.0.1:{p1}\n    tcp-request inspect-delay 2s\n\
+         \x20   default_backend guarded\n\
+         frontend closed\n    bind 127.0.0.1:{p2}\n    tcp-request connection reject if {{ src 127.0.0.0/8 }}\n\
+         \x20   default_backend guarded\n\
+         backend guarded\n    tcp-request content reject if {{ req.len lt 4 }}\n    server a {}\n",
+        sock.display(),
+        a.b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    assert_eq!(send(p1, b"long enough"), b"A");
+    assert_eq!(send(p1, b"ab"), b"");
+    assert_eq!(a.seen.lock().unwrap().len(), 1);
+    assert_eq!(stat_column(&sock, "guarded", "BACKEND", "dreq"), "1");
+    // Refused as it connects, before any byte.
+    let mut c = TcpStream::connect(lo(p2)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    let mut b = [0u8; 1];
+    assert!(matches!(c.read(&mut b), Ok(0) | Err(_)));
+    assert_eq!(stat_column(&sock, "closed", "FRONTEND", "dcon"), "1");
+    assert_eq!(a.b.conns(), 1);
+}
+
+#[test]
+fn config_checks() {
+    let (code, out) = Sluice::check(
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\n\
+         frontend fe\n    bind 127.0.0.1:1\n    tcp-request content accept if { req_ssl_hello_type 1 }\n\
+         \x20   tcp-request content track-sc0 src\n    tcp-request session accept\n\
+         backend be\n    tcp-request connection reject\n    server s 127.0.0.1:1\n",
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(":8: 'tcp-request content' in frontend 'fe': in 'mode http'"),
+        "{out}"
+    );
+    assert!(
+        out.contains(":9: ") && out.contains("action 'track-sc0'"),
+        "{out}"
+    );
+    assert!(
+        out.contains(":10: ") && out.contains("'tcp-request session' rules are not supported"),
+        "{out}"
+    );
+    assert!(
+        out.contains(":12: ") && out.contains("only apply to frontends"),
+        "{out}"
+    );
+}

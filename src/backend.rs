@@ -39,6 +39,8 @@ pub struct ServerState {
     pub config_maint: AtomicBool,
     /// Maintenance for want of an address (`init-addr none`): ends when one is set.
     pub rmaint: AtomicBool,
+    /// `minconn` with the backend's `fullconn`: a maxconn that grows with the backend's load.
+    pub dynamic: DynMaxconn,
     /// Administrative drain (`set server ... state drain`): effective weight 0, no new traffic.
     pub drain: AtomicBool,
     /// Configured weight (`get weight` reports it as "initial").
@@ -68,6 +70,34 @@ pub struct ServerState {
     pub deleted: AtomicBool,
     /// Latency histograms of the requests this server answered, one block per worker thread.
     pub timers: crate::histogram::Timers,
+}
+
+/// HAProxy's dynamic maxconn (`minconn` on the server, `fullconn` on its backend): below
+/// `fullconn` backend connections, a server accepts `max(minconn, maxconn * load / fullconn)`
+/// at once, so that a lightly loaded backend keeps its servers' queues short.
+#[derive(Debug, Default)]
+pub struct DynMaxconn {
+    /// 0: not dynamic (`maxconn` as is).
+    pub minconn: u32,
+    pub fullconn: u32,
+    /// The backend's load as HAProxy counts it (`beconn`): its requests holding a slot and
+    /// those queued (shared with its [`BackendState::cur_conns`] and `queued`).
+    pub be_conns: Arc<AtomicU32>,
+    pub be_queued: Arc<AtomicU32>,
+}
+
+impl DynMaxconn {
+    fn limit(&self, maxconn: u32) -> u32 {
+        if self.minconn == 0 || maxconn == 0 || self.minconn >= maxconn || self.fullconn == 0 {
+            return maxconn;
+        }
+        let load = self.be_conns.load(Relaxed) + self.be_queued.load(Relaxed);
+        if load >= self.fullconn {
+            return maxconn;
+        }
+        let scaled = (u64::from(load) * u64::from(maxconn) / u64::from(self.fullconn)) as u32;
+        scaled.max(self.minconn).max(1)
+    }
 }
 
 /// A server's connection pool state across all threads: what `show pools` and the stats
@@ -304,12 +334,15 @@ pub struct BackendState {
     /// leastconn's starting point (roundrobin counts its turns in its `Tables`).
     rr_cursor: AtomicU64,
     /// Requests queued at backend or server level (fast check before taking the lock).
-    pub queued: AtomicU32,
+    pub queued: Arc<AtomicU32>,
     queue: Mutex<Queue>,
     pub queue_timeout: Option<Duration>,
     pub counters: Counters,
-    /// Slots held right now by requests of this backend, and the most ever (`scur`, `smax`).
-    pub cur_conns: AtomicU32,
+    /// Slots held right now by requests of this backend, and the most ever (`scur`, `smax`);
+    /// its servers' dynamic maxconn reads it too.
+    pub cur_conns: Arc<AtomicU32>,
+    /// `fullconn` in force (0: no server has `minconn`).
+    pub fullconn: u32,
     pub max_conns: AtomicU32,
     /// Highest number of requests queued without a server (`qmax`).
     pub max_queued: AtomicU32,
@@ -417,7 +450,7 @@ pub fn unix_now() -> u64 {
 }
 
 impl ServerState {
-    pub fn from_config(s: &Server, puid: u32, nbthread: usize) -> ServerState {
+    pub fn from_config(s: &Server, puid: u32, nbthread: usize, dynamic: DynMaxconn) -> ServerState {
         if s.send_proxy.is_some() {
             crate::send_proxy::IN_USE.store(true, Relaxed);
         }
@@ -430,6 +463,7 @@ impl ServerState {
             weight: AtomicU32::new(s.weight),
             maxconn: AtomicU32::new(s.maxconn),
             maxqueue: s.maxqueue,
+            dynamic,
             maint: AtomicBool::new(s.disabled || s.unresolved),
             rmaint: AtomicBool::new(s.unresolved),
             config_maint: AtomicBool::new(s.disabled),
@@ -468,9 +502,10 @@ impl ServerState {
         }
     }
 
-    /// Effective maxconn (0 = unlimited): `maxconn`, scaled down during `slowstart`.
+    /// Effective maxconn (0 = unlimited): `maxconn` (or its dynamic share, `minconn`),
+    /// scaled down during `slowstart`.
     pub fn eff_maxconn(&self) -> u32 {
-        let m = self.maxconn.load(Relaxed);
+        let m = self.dynamic.limit(self.maxconn.load(Relaxed));
         match self.health.ss_pct.load(Relaxed) {
             0 => m,
             _ if m == 0 => 0,
@@ -539,8 +574,18 @@ impl BackendState {
     fn from_config(idx: usize, p: &Proxy, nbthread: usize) -> BackendState {
         let ids = assign_ids(&p.servers.iter().map(|s| s.id).collect::<Vec<_>>());
         let servers = Servers(boxcar::Vec::new());
+        let cur_conns = Arc::new(AtomicU32::new(0));
+        let queued = Arc::new(AtomicU32::new(0));
         for (s, id) in p.servers.iter().zip(ids) {
-            servers.0.push(ServerState::from_config(s, id, nbthread));
+            let dynamic = DynMaxconn {
+                minconn: s.minconn.unwrap_or(0),
+                fullconn: p.fullconn.unwrap_or(0),
+                be_conns: cur_conns.clone(),
+                be_queued: queued.clone(),
+            };
+            servers
+                .0
+                .push(ServerState::from_config(s, id, nbthread, dynamic));
         }
         let be = BackendState {
             proxy_idx: idx,
@@ -551,11 +596,12 @@ impl BackendState {
             active: ArcSwap::from_pointee(Tables::default()),
             backup: ArcSwap::from_pointee(Tables::default()),
             rr_cursor: AtomicU64::new(0),
-            queued: AtomicU32::new(0),
+            queued,
             queue: Mutex::new(Queue::default()),
             queue_timeout: p.timeouts.queue.or(p.timeouts.connect),
             counters: Counters::default(),
-            cur_conns: AtomicU32::new(0),
+            cur_conns,
+            fullconn: p.fullconn.unwrap_or(0),
             max_conns: AtomicU32::new(0),
             max_queued: AtomicU32::new(0),
             last_change: AtomicU64::new(unix_now()),
@@ -1110,7 +1156,13 @@ impl BackendState {
             }
             None => (1..).find(|n| !live().any(|s| s.puid == *n)).unwrap_or(1),
         };
-        let st = ServerState::from_config(&conf, puid, self.nbthread);
+        let dynamic = DynMaxconn {
+            minconn: conf.minconn.unwrap_or(0),
+            fullconn: self.fullconn,
+            be_conns: self.cur_conns.clone(),
+            be_queued: self.queued.clone(),
+        };
+        let st = ServerState::from_config(&conf, puid, self.nbthread, dynamic);
         if let Some(ck) = &st.check {
             ck.enabled.store(false, Relaxed);
         }

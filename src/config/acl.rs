@@ -406,6 +406,13 @@ impl SampleFetch {
                 "unknown {WHAT} '{name}' ('_{default_m}' forms are ACL matches, not fetches)"
             ));
         }
+        if fetch.is_payload() {
+            let (name, _) = split_criterion(word, WHAT)?;
+            return Err(format!(
+                "{WHAT} '{name}' is not supported by sluice in log formats (it reads the \
+                 client's first data, which 'tcp-request content' rules see)"
+            ));
+        }
         Ok(SampleFetch {
             fetch,
             text: word.into(),

@@ -408,6 +408,9 @@ pub struct ProxyOptions {
     pub srv_tcpka: bool,
     /// `option persist`: a cookie naming a server that is down still sends the request there.
     pub persist: bool,
+    /// `option prefer-last-server`: a client connection's next request goes to the server
+    /// its previous one used, while that server is usable and has room.
+    pub prefer_last_server: bool,
     /// `option logasap`: log a transaction when its response head is sent (HTTP), or its
     /// server connection is made (TCP), not at its end.
     pub logasap: bool,
@@ -504,6 +507,10 @@ pub struct Proxy {
     pub http_response: Vec<HttpResponseRule>,
     /// `cookie NAME ...`: server persistence by a cookie (a backend setting).
     pub cookie: Option<CookieCfg>,
+    /// `fullconn N`: the backend load at which `minconn` servers reach their `maxconn`
+    /// (default, when a server has `minconn`: 10 % of the maxconn of the frontends that can
+    /// route to it, as HAProxy).
+    pub fullconn: Option<u32>,
     /// `tcp-request connection accept|reject [COND]`: evaluated when a client connects.
     pub tcp_connection: Vec<TcpRequestRule>,
     /// `tcp-request content accept|reject [COND]` (`mode tcp`): evaluated on what the
@@ -661,6 +668,8 @@ pub struct Server {
     pub max_reuse: Option<u32>,
     /// `cookie VALUE`: what the backend's persistence cookie holds for this server.
     pub cookie: Option<String>,
+    /// `minconn N`: the least of the dynamic maxconn (with the backend's `fullconn`).
+    pub minconn: Option<u32>,
     /// Started without an address (`init-addr none` after the other methods failed): in
     /// maintenance until `set server ... addr` gives it one.
     pub unresolved: bool,

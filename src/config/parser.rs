@@ -412,6 +412,26 @@ impl State {
         global::finish(&mut self.global, &self.gx);
         let mut proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
         checks::resolve_tracks(&mut proxies, &mut errors);
+        // `fullconn` left unset where a server has `minconn`: 10 % of the maxconn of the
+        // frontends that can route to the backend, as HAProxy (a frontend without maxconn
+        // counts the global one, else HAProxy's 2000).
+        for b in 0..proxies.len() {
+            if proxies[b].fullconn.is_some()
+                || proxies[b].servers.iter().all(|s| s.minconn.is_none())
+            {
+                continue;
+            }
+            let sum: u64 = proxies
+                .iter()
+                .filter(|f| {
+                    f.kind.has_frontend()
+                        && (f.default_backend == Some(b)
+                            || f.use_backends.iter().any(|u| u.backend == b))
+                })
+                .map(|f| u64::from(f.maxconn.or(self.global.maxconn).unwrap_or(2000)))
+                .sum();
+            proxies[b].fullconn = Some(sum.div_ceil(10).clamp(1, u64::from(u32::MAX)) as u32);
+        }
         // `unix-bind prefix`: every UNIX socket path goes under it (HAProxy prepends it as
         // is, before any chroot).
         if let Some(prefix) = &self.global.unix_bind.prefix {

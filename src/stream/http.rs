@@ -480,6 +480,8 @@ struct Conn<'a, C> {
     cbuf: BytesMut,
     sbuf: BytesMut,
     kept: Option<Kept>,
+    /// The backend and server of the last request forwarded (`option prefer-last-server`).
+    last_server: Option<(usize, usize)>,
     /// Set by `exchange` when a reused server connection failed before any response byte:
     /// the slot to replay the request with.
     replay: Option<Slot>,
@@ -556,6 +558,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         cbuf: BytesMut::new(),
         sbuf: BytesMut::new(),
         kept: None,
+        last_server: None,
         replay: None,
         first: true,
         hdrs: Headers::default(),
@@ -1481,11 +1484,23 @@ impl<C: ClientIo> Conn<'_, C> {
         if let Some(ck) = &bp.cookie {
             self.read_cookie(ck, head, txn, be_idx);
         }
+        // `option prefer-last-server`: the server this connection's previous request used,
+        // while usable with room (not for hashing algorithms, which already stick).
+        let last = self
+            .last_server
+            .filter(|&(b, _)| bp.options.prefer_last_server && b == be_idx)
+            .filter(|_| !bp.balance.hashes_request())
+            .map(|(_, s)| s)
+            .filter(|&s| {
+                let st = shared.server(be_idx, s);
+                let m = st.eff_maxconn();
+                st.usable() && (m == 0 || st.served.load(Relaxed) < m)
+            });
         let input = PickInput {
             src,
             uri: &uri_owned,
             hdr: hdr_val.as_deref(),
-            persist: txn.cookie.server,
+            persist: txn.cookie.server.or(last),
         };
         // `option abortonclose`: a client that closes while its request waits for a server
         // slot or a connection gives up the request (HAProxy's CQ / CC).
@@ -1624,6 +1639,7 @@ impl<C: ClientIo> Conn<'_, C> {
             },
         };
         txn.server = Some(slot.server);
+        self.last_server = Some((be_idx, slot.server));
         self.ctx
             .w
             .session_server(self.ctx.key, Some((be_idx, slot.server)));

@@ -24,6 +24,7 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("httplog", D | F, true),
     ("log-health-checks", D | B, false),
     ("persist", D | B, false),
+    ("prefer-last-server", D | B, false),
     ("redispatch", D | B, false),
     ("tcp-check", D | B, false),
     ("tcplog", D | F, false),
@@ -60,7 +61,6 @@ const UNSUPPORTED: &[&str] = &[
     "nolinger",
     "originalto",
     "pgsql-check",
-    "prefer-last-server",
     "redis-check",
     "smtpchk",
     "socket-stats",
@@ -118,6 +118,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "tcplog" => o.tcplog = false,
             "redispatch" => o.redispatch = false,
             "persist" => o.persist = false,
+            "prefer-last-server" => o.prefer_last_server = false,
             "logasap" => o.logasap = false,
             // Back to plain connects only if that was the check type in force.
             "httpchk" | "tcp-check" => {
@@ -191,6 +192,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "abortonclose" => o.abortonclose = true,
                 "allbackups" => o.allbackups = true,
                 "persist" => o.persist = true,
+                "prefer-last-server" => o.prefer_last_server = true,
                 "logasap" => o.logasap = true,
                 "dontlognull" => o.dontlognull = true,
                 "dontlog-normal" => o.dontlog_normal = true,

@@ -37,6 +37,7 @@ pub(super) struct ServerOpts {
     pub max_reuse: Option<u32>,
     pub cookie: Option<String>,
     pub init_addr: Option<Vec<super::server::InitAddr>>,
+    pub minconn: Option<u32>,
     pub send_proxy: Option<crate::send_proxy::Version>,
     pub source: Option<std::net::SocketAddr>,
     /// Health-check options (`check`, `inter`, `agent-check`, `track`, ...).
@@ -60,6 +61,7 @@ impl Default for ServerOpts {
             max_reuse: None,
             cookie: None,
             init_addr: None,
+            minconn: None,
             send_proxy: None,
             source: None,
             chk: super::checks::ServerCheckOpts::default(),
@@ -126,6 +128,7 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         tcp_content: Vec::new(),
         inspect_delay: None,
         cookie: None,
+        fullconn: None,
         stats: None,
     }
 }
@@ -149,6 +152,7 @@ impl Draft {
             p.hash_type = b.p.hash_type;
             p.errorfiles = b.p.errorfiles.clone();
             p.cookie = b.p.cookie.clone();
+            p.fullconn = b.p.fullconn;
             // HAProxy shares the defaults' stats settings with every proxy until the proxy
             // has a `stats` line of its own (which then starts from scratch).
             p.stats = b.p.stats.clone();
@@ -334,6 +338,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("enabled", D | F | B),
     ("errorfile", D | F | B),
     ("hash-type", D | B),
+    ("fullconn", D | B),
     ("http-request", F | B),
     ("http-reuse", D | B),
     ("http-check", D | B),
@@ -379,7 +384,6 @@ const UNSUPPORTED: &[&str] = &[
     "unique-id-format",
     "unique-id-header",
     "dispatch",
-    "fullconn",
     "hash-balance-factor",
     "hash-key",
     "server-template",
@@ -637,6 +641,11 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "use_backend" => rules::use_backend(d, l)?,
         "http-request" => rules::http_request(d, l)?,
         "http-response" => rules::http_response(d, l)?,
+        "fullconn" => {
+            d.p.fullconn =
+                Some(parse_range(arg(w, 1, "number of connections")?, 1, u32::MAX as u64)? as u32);
+            no_extra(w, 2)?;
+        }
         "redirect" => rules::redirect_rule(d, l)?,
         "tcp-request" => rules::tcp_request(d, l)?,
         "cookie" => {

@@ -64,6 +64,7 @@ const BIND_UNSUPPORTED: &[&str] = &[
 
 const SERVER_OPTIONS: &[&str] = &[
     "cookie",
+    "minconn",
     "init-addr",
     "weight",
     "maxconn",
@@ -117,7 +118,6 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "client-sigalgs",
     "shard",
     "log-proto",
-    "minconn",
     "non-stick",
     "stick",
     "set-proxy-v2-tlv-fmt",
@@ -322,6 +322,10 @@ fn server_opts(
                 o.cookie = Some(v.to_string());
                 i += 1;
             }
+            "minconn" => {
+                o.minconn = Some(parse_u32(val("number")?)?);
+                i += 1;
+            }
             "init-addr" => {
                 o.init_addr = Some(init_addr(val("methods")?)?);
                 i += 1;
@@ -499,6 +503,7 @@ fn make_server(
         check_pool_conn_name: o.check_pool_conn_name.clone(),
         max_reuse: o.max_reuse,
         cookie: o.cookie.clone(),
+        minconn: o.minconn,
         unresolved: false,
         send_proxy: o.send_proxy,
         source: o.source,

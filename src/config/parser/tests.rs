@@ -2908,7 +2908,7 @@ fn unsupported_haproxy_keywords() {
         "stick on src",
         "dynamic-cookie-key secret",
         "compression algo gzip",
-        "tcp-request content accept",
+        "tcp-response content accept",
         "capture request header Host len 20",
         "log-format-sd %ci",
         "force-persist if TRUE",
@@ -3714,4 +3714,33 @@ fn unix_bind_settings() {
         &["global", "  unix-bind prefx /x"],
         &["t.cfg:2: ", "did you mean 'prefix'"],
     );
+}
+
+#[test]
+fn minconn_and_fullconn() {
+    let c = ok(&[
+        "global",
+        "  maxconn 3000",
+        "frontend a",
+        "  bind :80",
+        "  maxconn 1000",
+        "  default_backend dyn",
+        "frontend b",
+        "  bind :81",
+        "  use_backend dyn if TRUE",
+        "  default_backend fixed",
+        "backend dyn",
+        "  server s1 127.0.0.1:80 minconn 10 maxconn 100",
+        "backend fixed",
+        "  option prefer-last-server",
+        "  fullconn 50",
+        "  server s1 127.0.0.1:80",
+    ]);
+    let p = |n: &str| c.proxies.iter().find(|p| p.name == n).unwrap();
+    // 10 % of 1000 + 3000 (frontend b counts the global maxconn).
+    assert_eq!(p("dyn").fullconn, Some(400));
+    assert_eq!(p("dyn").servers[0].minconn, Some(10));
+    assert_eq!(p("fixed").fullconn, Some(50));
+    assert!(p("fixed").options.prefer_last_server);
+    assert!(!p("dyn").options.prefer_last_server);
 }

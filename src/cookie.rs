@@ -449,18 +449,8 @@ mod tests {
 
     fn cfg(mode: CookieMode) -> CookieCfg {
         CookieCfg {
-            name: "SRV".into(),
             mode,
-            indirect: false,
-            nocache: false,
-            postonly: false,
-            preserve: false,
-            httponly: false,
-            secure: false,
-            domains: Vec::new(),
-            maxidle: None,
-            maxlife: None,
-            attrs: Vec::new(),
+            ..CookieCfg::new("SRV")
         }
     }
 

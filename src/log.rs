@@ -496,7 +496,7 @@ impl Logger {
                             fetched.clear();
                             // Evaluated at log time: only the source address and TLS state are left.
                             let view =
-                                crate::stream::http::SrcView(e.client.map(|a| a.ip()), e.tls);
+                                crate::stream::http::SrcView(e.client.map(|a| a.ip()), e.tls, None);
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])
                         }
                     };

@@ -15,17 +15,6 @@ const TCP_DEFAULTS: &str = "defaults
     timeout server 10s
 ";
 
-const TCP_LOGGED: &str = "global
-    log stdout format raw local0
-defaults
-    mode tcp
-    log global
-    option tcplog
-    timeout connect 2s
-    timeout client 10s
-    timeout server 10s
-";
-
 fn tcp_proxy(defaults: &str, extra: &str, servers: &[String]) -> (Sluice, u16) {
     let port = free_port();
     let mut cfg = format!(
@@ -178,7 +167,7 @@ fn tcplog_line_after_close() {
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest);
     });
-    let (s, port) = tcp_proxy(TCP_LOGGED, "", &[srv.hostport()]);
+    let (s, port) = tcp_proxy(LOGGED_TCP, "", &[srv.hostport()]);
     let mut c = connect(port);
     let cport = c.local_addr().unwrap().port();
     c.write_all(b"hello").unwrap();
@@ -208,7 +197,7 @@ fn tcplog_line_after_close() {
 #[test]
 fn refused_server_closes_the_client_and_logs_sc() {
     let dead = closed_port();
-    let (s, port) = tcp_proxy(TCP_LOGGED, "    retries 1", &[format!("127.0.0.1:{dead}")]);
+    let (s, port) = tcp_proxy(LOGGED_TCP, "    retries 1", &[format!("127.0.0.1:{dead}")]);
     let mut c = connect(port);
     let cport = c.local_addr().unwrap().port();
     let _ = c.write_all(b"anyone?");
@@ -483,7 +472,7 @@ fn tcpka_options_turn_on_keepalive_probes_where_they_apply() {
 fn logasap_logs_at_connect() {
     let srv = TcpBackend::echo();
     let (s, port) = tcp_proxy(
-        &TCP_LOGGED.replace("option tcplog", "option tcplog\n    option logasap"),
+        &LOGGED_TCP.replace("option tcplog", "option tcplog\n    option logasap"),
         "",
         &[srv.hostport()],
     );

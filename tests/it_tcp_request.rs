@@ -66,23 +66,12 @@ fn send(port: u16, data: &[u8]) -> Vec<u8> {
     out
 }
 
-const TCP_LOGGED: &str = "global
-    log stdout format raw local0
-defaults
-    mode tcp
-    log global
-    option tcplog
-    timeout connect 2s
-    timeout client 10s
-    timeout server 10s
-";
-
 #[test]
 fn tls_passthrough_routed_by_sni() {
     let (a, b) = (recorder("A"), recorder("B"));
     let port = free_port();
     let cfg = format!(
-        "{TCP_LOGGED}frontend fe\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 5s\n\
+        "{LOGGED_TCP}frontend fe\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 5s\n\
          \x20   tcp-request content accept if {{ req_ssl_hello_type 1 }}\n\
          \x20   tcp-request content reject\n\
          \x20   use_backend a if {{ req.ssl_sni -i a.example.com }}\n    default_backend b\n\
@@ -124,7 +113,7 @@ fn backend_content_rules_and_connection_rules() {
     let sock = dir.join("admin.sock");
     let (p1, p2) = (free_port(), free_port());
     let cfg = format!(
-        "global\n    stats socket {} level admin\n{TCP_LOGGED}\
+        "global\n    stats socket {} level admin\n{LOGGED_TCP}\
          frontend open\n    bind 127.0.0.1:{p1}\n    tcp-request inspect-delay 2s\n\
          \x20   default_backend guarded\n\
          frontend closed\n    bind 127.0.0.1:{p2}\n    tcp-request connection reject if {{ src 127.0.0.0/8 }}\n\

@@ -563,6 +563,26 @@ pub struct CookieCfg {
     pub attrs: Vec<String>,
 }
 
+impl CookieCfg {
+    /// `cookie NAME` alone: passive, no option.
+    pub fn new(name: &str) -> CookieCfg {
+        CookieCfg {
+            name: name.to_string(),
+            mode: CookieMode::Passive,
+            indirect: false,
+            nocache: false,
+            postonly: false,
+            preserve: false,
+            httponly: false,
+            secure: false,
+            domains: Vec::new(),
+            maxidle: None,
+            maxlife: None,
+            attrs: Vec::new(),
+        }
+    }
+}
+
 /// HAProxy's default `stats uri`.
 pub const DEFAULT_STATS_URI: &str = "/haproxy?stats";
 /// HAProxy's default `stats realm`.

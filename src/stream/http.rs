@@ -31,7 +31,13 @@ use crate::worker::Worker;
 use std::rc::Rc;
 
 /// `HttpView` for contexts that only know the client address (`mode tcp`).
-pub struct SrcView<'a>(pub Option<IpAddr>, pub Option<&'a crate::tls::TlsInfo>);
+/// What rules see outside an HTTP request: the client's address, its TLS handshake on an
+/// `ssl` bind, and in `mode tcp` the first data `tcp-request content` inspection held.
+pub struct SrcView<'a>(
+    pub Option<IpAddr>,
+    pub Option<&'a crate::tls::TlsInfo>,
+    pub Option<&'a [u8]>,
+);
 
 impl HttpView for SrcView<'_> {
     fn method(&self) -> &[u8] {
@@ -48,6 +54,9 @@ impl HttpView for SrcView<'_> {
     }
     fn tls(&self) -> Option<&crate::tls::TlsInfo> {
         self.1
+    }
+    fn payload(&self) -> Option<&[u8]> {
+        self.2
     }
 }
 
@@ -810,13 +819,7 @@ impl<C: ClientIo> Conn<'_, C> {
         {
             // The request is gone by log time: its samples are taken now, as it arrived.
             self.hdrs.load(&head.headers);
-            let view = ReqView {
-                buf: &self.cbuf,
-                head: &head,
-                hdrs: &self.hdrs,
-                src: self.ctx.peer.map(|a| a.ip()),
-                tls: self.ctx.tls.as_deref(),
-            };
+            let view = self.req_view(&head, self.ctx.peer.map(|a| a.ip()));
             txn.samples = vec![None; f.req_fetches];
             let mut v = Vec::new();
             for (fetch, slot) in f.fetches() {
@@ -1100,13 +1103,7 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         // use_backend / default_backend.
         let be_idx = {
-            let view = ReqView {
-                buf: &self.cbuf,
-                head,
-                hdrs: &self.hdrs,
-                src,
-                tls: self.ctx.tls.as_deref(),
-            };
+            let view = self.req_view(head, src);
             self.fe
                 .use_backends
                 .iter()
@@ -1151,15 +1148,10 @@ impl<C: ClientIo> Conn<'_, C> {
         let rest = rest.to_vec();
         txn.flags.intercepted = true;
         let auth = self.hdrs.first(&self.cbuf, b"authorization");
-        let admin = page.admin.as_ref().is_some_and(|c| {
-            c.eval(&ReqView {
-                buf: &self.cbuf,
-                head,
-                hdrs: &self.hdrs,
-                src,
-                tls: self.ctx.tls.as_deref(),
-            })
-        });
+        let admin = page
+            .admin
+            .as_ref()
+            .is_some_and(|c| c.eval(&self.req_view(head, src)));
         let (status, resp) = if !sp::authorized(page, auth) {
             (401, sp::unauthorized(page, head.is_head))
         } else if head.method.of(&self.cbuf) == b"POST" {
@@ -1238,13 +1230,7 @@ impl<C: ClientIo> Conn<'_, C> {
         for rule in &p.http_request {
             let ok = match &rule.cond {
                 None => true,
-                Some(c) => c.eval(&ReqView {
-                    buf: &self.cbuf,
-                    head,
-                    hdrs: &self.hdrs,
-                    src,
-                    tls: self.ctx.tls.as_deref(),
-                }),
+                Some(c) => c.eval(&self.req_view(head, src)),
             };
             if !ok {
                 continue;
@@ -1362,6 +1348,17 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.ck_rsp = a.letter;
     }
 
+    /// The request as rules see it.
+    fn req_view<'v>(&'v self, head: &'v RequestHead, src: Option<IpAddr>) -> ReqView<'v> {
+        ReqView {
+            buf: &self.cbuf,
+            head,
+            hdrs: &self.hdrs,
+            src,
+            tls: self.ctx.tls.as_deref(),
+        }
+    }
+
     /// The first of `p`'s `redirect` rules whose condition holds.
     fn first_redirect<'p>(
         &self,
@@ -1369,13 +1366,7 @@ impl<C: ClientIo> Conn<'_, C> {
         head: &RequestHead,
         src: Option<IpAddr>,
     ) -> Option<&'p Redirect> {
-        let view = ReqView {
-            buf: &self.cbuf,
-            head,
-            hdrs: &self.hdrs,
-            src,
-            tls: self.ctx.tls.as_deref(),
-        };
+        let view = self.req_view(head, src);
         p.redirects
             .iter()
             .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(&view)))

@@ -58,7 +58,7 @@ pub async fn serve(
         if rules.is_empty() || (content && p.mode == Mode::Tcp) {
             continue;
         }
-        let view = http::SrcView(peer.map(|a| a.ip()), None);
+        let view = http::SrcView(peer.map(|a| a.ip()), None, None);
         let first = rules
             .iter()
             .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(&view)));

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::http::SrcView;
 use super::{ClientIo, ConnectError, ServerStream, SessionCtx, connect_server};
 use crate::backend::PickInput;
 use crate::histogram::Timings;
@@ -228,44 +229,14 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         }
         _ => Vec::new(),
     };
-    let view = TcpView {
-        src: ctx.peer.map(|a| a.ip()),
-        tls: ctx.tls.as_deref(),
-        payload: &held,
-    };
+    let view = SrcView(ctx.peer.map(|a| a.ip()), ctx.tls.as_deref(), Some(&held));
     if !content_allows(fe, &view) {
         fc.denied_req.fetch_add(1, Relaxed);
-        log_tcp(
-            &ctx,
-            None,
-            None,
-            "<NOSRV>",
-            -1,
-            -1,
-            start,
-            *b"PR",
-            (0, 0),
-            0,
-            false,
-            false,
-        );
+        log_refused(&ctx, None, start, *b"PR");
         return;
     }
     let Some(be_idx) = select_backend(&ctx, &held) else {
-        log_tcp(
-            &ctx,
-            None,
-            None,
-            "<NOSRV>",
-            -1,
-            -1,
-            start,
-            *b"SC",
-            (0, 0),
-            0,
-            false,
-            false,
-        );
+        log_refused(&ctx, None, start, *b"SC");
         return;
     };
     let bp = &shared.cfg.proxies[be_idx];
@@ -273,20 +244,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     bc.sessions_total.fetch_add(1, Relaxed);
     if be_idx != ctx.proxy && !content_allows(bp, &view) {
         bc.denied_req.fetch_add(1, Relaxed);
-        log_tcp(
-            &ctx,
-            Some(be_idx),
-            None,
-            "<NOSRV>",
-            -1,
-            -1,
-            start,
-            *b"PR",
-            (0, 0),
-            0,
-            false,
-            false,
-        );
+        log_refused(&ctx, Some(be_idx), start, *b"PR");
         return;
     }
     let input = PickInput {
@@ -409,37 +367,8 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     );
 }
 
-/// What a TCP session offers to rules: its source, its TLS handshake on an `ssl` bind, and
-/// the client's first data held by `tcp-request content` inspection.
-struct TcpView<'a> {
-    src: Option<std::net::IpAddr>,
-    tls: Option<&'a crate::tls::TlsInfo>,
-    payload: &'a [u8],
-}
-
-impl crate::config::HttpView for TcpView<'_> {
-    fn method(&self) -> &[u8] {
-        b""
-    }
-    fn uri(&self) -> &[u8] {
-        b""
-    }
-    fn for_each_header(&self, _: &[u8], _: &mut dyn FnMut(&[u8]) -> bool) -> bool {
-        false
-    }
-    fn src(&self) -> Option<std::net::IpAddr> {
-        self.src
-    }
-    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
-        self.tls
-    }
-    fn payload(&self) -> Option<&[u8]> {
-        Some(self.payload)
-    }
-}
-
 /// `tcp-request content` rules of `p`: `false` when one rejects the session.
-fn content_allows(p: &crate::config::Proxy, view: &TcpView) -> bool {
+fn content_allows(p: &crate::config::Proxy, view: &SrcView) -> bool {
     p.tcp_content
         .iter()
         .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(view)))
@@ -487,17 +416,32 @@ async fn inspect<C: ClientIo>(client: &mut C, delay: std::time::Duration, max: u
 /// then the default.
 fn select_backend(ctx: &SessionCtx, payload: &[u8]) -> Option<usize> {
     let p = &ctx.shared().cfg.proxies[ctx.proxy];
-    let view = TcpView {
-        src: ctx.peer.map(|a| a.ip()),
-        tls: ctx.tls.as_deref(),
-        payload,
-    };
+    let view = SrcView(ctx.peer.map(|a| a.ip()), ctx.tls.as_deref(), Some(payload));
     for ub in &p.use_backends {
         if ub.cond.as_ref().is_none_or(|c| c.eval(&view)) {
             return Some(ub.backend);
         }
     }
     p.default_backend
+}
+
+/// Logs a session that ended before any server was tried (a `tcp-request content` reject,
+/// no backend).
+fn log_refused(ctx: &SessionCtx, be: Option<usize>, start: Instant, term: [u8; 2]) {
+    log_tcp(
+        ctx,
+        be,
+        None,
+        "<NOSRV>",
+        -1,
+        -1,
+        start,
+        term,
+        (0, 0),
+        0,
+        false,
+        false,
+    );
 }
 
 /// Logs a finished TCP session. `srv`: the server's index and, when a format prints it, the

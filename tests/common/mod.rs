@@ -1705,6 +1705,18 @@ defaults
     timeout server 10s
 ";
 
+/// `global` + `defaults` for `mode tcp` with `option tcplog` lines on stdout.
+pub const LOGGED_TCP: &str = "global
+    log stdout format raw local0
+defaults
+    mode tcp
+    log global
+    option tcplog
+    timeout connect 2s
+    timeout client 10s
+    timeout server 10s
+";
+
 /// A `backend NAME` section with the given backends as servers s1, s2, ...
 pub fn backend_section(name: &str, extra: &str, servers: &[&HttpBackend]) -> String {
     let mut s = format!("backend {name}\n{extra}");

@@ -673,20 +673,7 @@ fn cookie(w: &[String]) -> Result<CookieCfg, String> {
             c.escape_ascii()
         ));
     }
-    let mut c = CookieCfg {
-        name: name.clone(),
-        mode: CookieMode::Passive,
-        indirect: false,
-        nocache: false,
-        postonly: false,
-        preserve: false,
-        httponly: false,
-        secure: false,
-        domains: Vec::new(),
-        maxidle: None,
-        maxlife: None,
-        attrs: Vec::new(),
-    };
+    let mut c = CookieCfg::new(name);
     let mut modes = 0;
     let mut i = 2;
     while i < w.len() {

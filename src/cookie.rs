@@ -115,9 +115,9 @@ fn trim(v: &[u8], mut s: usize, mut e: usize) -> (usize, usize) {
 /// Reads the persistence cookie from the request's `Cookie` header values and rewrites them
 /// as the mode requires. `cookies` holds each `Cookie` field's value; an edited one is
 /// replaced in place, one left empty is to be removed. `now` is the Unix time in seconds.
-pub fn read_request(
+pub fn read_request<'s>(
     cfg: &CookieCfg,
-    servers: &[Candidate],
+    servers: (usize, &dyn Fn(usize) -> Candidate<'s>),
     persist: bool,
     cookies: &mut [Vec<u8>],
     now: u32,
@@ -164,9 +164,9 @@ pub fn read_request(
 }
 
 /// The verdict on the first persistence cookie: `value[..id_len]` is the server id.
-fn judge(
+fn judge<'s>(
     cfg: &CookieCfg,
-    servers: &[Candidate],
+    servers: (usize, &dyn Fn(usize) -> Candidate<'s>),
     persist: bool,
     value: &[u8],
     id_len: usize,
@@ -207,7 +207,8 @@ fn judge(
         return seen;
     }
     // The first running server with this value; else a stopped one under `option persist`.
-    for (i, s) in servers.iter().enumerate() {
+    let (n, server) = servers;
+    for (i, s) in (0..n).map(|i| (i, server(i))) {
         if s.cookie.map(str::as_bytes) != Some(id) {
             continue;
         }
@@ -473,7 +474,12 @@ mod tests {
 
     fn read(c: &CookieCfg, persist: bool, hdrs: &[&str], now: u32) -> (Seen, Vec<String>) {
         let mut v: Vec<Vec<u8>> = hdrs.iter().map(|h| h.as_bytes().to_vec()).collect();
-        let seen = read_request(c, &servers(), persist, &mut v, now);
+        let all = servers();
+        let pick = |i: usize| Candidate {
+            cookie: all[i].cookie,
+            running: all[i].running,
+        };
+        let seen = read_request(c, (all.len(), &pick), persist, &mut v, now);
         let v = v
             .into_iter()
             .map(|b| String::from_utf8(b).unwrap())
@@ -614,57 +620,23 @@ mod tests {
             ..Seen::NONE
         };
         let sc: &[(usize, &[u8])] = &[(3, b"SRV=app; Path=/x"), (5, b"other=1")];
-        let a = answer(
-            &cfg(CookieMode::Rewrite),
-            &none,
-            false,
-            Some("s1"),
-            sc,
-            false,
-            false,
-            0,
-        );
+        // A GET without a cookie, answered by server s1 (cookie value "s1").
+        let first_visit = |c: &CookieCfg| answer(c, &none, false, Some("s1"), sc, false, false, 0);
+        let a = first_visit(&cfg(CookieMode::Rewrite));
         assert_eq!(
             (a.replace, a.letter),
             (vec![(3, "SRV=s1; Path=/x".into())], b'R')
         );
-        let a = answer(
-            &cfg(CookieMode::Prefix),
-            &none,
-            false,
-            Some("s1"),
-            sc,
-            false,
-            false,
-            0,
-        );
+        let a = first_visit(&cfg(CookieMode::Prefix));
         assert_eq!(a.replace, vec![(3, "SRV=s1~app; Path=/x".into())]);
-        let a = answer(
-            &cfg(CookieMode::Insert),
-            &none,
-            false,
-            Some("s1"),
-            sc,
-            false,
-            false,
-            0,
-        );
+        let a = first_visit(&cfg(CookieMode::Insert));
         assert_eq!((a.delete, a.letter), (vec![3], b'I'));
         assert!(a.insert.is_some());
         let mut p = cfg(CookieMode::Insert);
         p.preserve = true;
-        let a = answer(&p, &none, false, Some("s1"), sc, false, false, 0);
+        let a = first_visit(&p);
         assert_eq!((a.delete.len(), a.insert, a.letter), (0, None, b'P'));
-        let a = answer(
-            &cfg(CookieMode::Passive),
-            &none,
-            false,
-            Some("s1"),
-            sc,
-            false,
-            false,
-            0,
-        );
+        let a = first_visit(&cfg(CookieMode::Passive));
         assert_eq!((a.replace.len(), a.letter), (0, b'P'));
     }
 

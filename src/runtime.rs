@@ -43,7 +43,7 @@ fn pid() -> u32 {
 /// Sets the fd limit (`ulimit-n`, else the hard limit) and derives the global maxconn that
 /// fits. Returns it and the number of warnings given; with `strict-limits`, what would be a
 /// warning is an error.
-fn settle_maxconn(cfg: &Config, opts: &Options, quiet: bool) -> Result<(u32, usize), String> {
+fn settle_maxconn(cfg: &Config, opts: &Options) -> Result<(u32, usize), String> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024));
     let strict = cfg.global.strict_limits;
@@ -78,7 +78,6 @@ fn settle_maxconn(cfg: &Config, opts: &Options, quiet: bool) -> Result<(u32, usi
         .max(1)
         .min(u32::MAX as u64) as u32;
     let wanted = opts.maxconn.or(cfg.global.maxconn);
-    let _ = quiet;
     let maxconn = match wanted {
         Some(m) if m > fit => {
             let why = format!(
@@ -150,7 +149,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         })
         .max(1);
     let mut warnings = if opts.quiet { 0 } else { warn_config(&cfg) };
-    let (maxconn, w) = settle_maxconn(&cfg, opts, opts.quiet)?;
+    let (maxconn, w) = settle_maxconn(&cfg, opts)?;
     warnings += w;
     if cfg.global.zero_warning && warnings > 0 {
         return Err("Some warnings were found and 'zero-warning' is set. Aborting.".into());

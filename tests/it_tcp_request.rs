@@ -91,8 +91,8 @@ fn tls_passthrough_routed_by_sni() {
     let mut c = TcpStream::connect(lo(port)).unwrap();
     c.set_read_timeout(Some(WAIT)).unwrap();
     c.write_all(&hello[..7]).unwrap();
-    c.flush().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    // sluice has read the first piece (and waits for the rest) before the rest is sent.
+    wait_consumed(&c);
     c.write_all(&hello[7..]).unwrap();
     let mut got = Vec::new();
     let _ = c.read_to_end(&mut got);

@@ -1257,16 +1257,15 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.get_or_head = method == b"GET" || method == b"HEAD";
         let shared = self.ctx.shared();
         let servers = &shared.backend(be_idx).servers;
-        let candidates: Vec<crate::cookie::Candidate> = (0..servers.len())
-            .map(|i| {
-                let s = &servers[i];
-                let gone = s.deleted.load(Relaxed);
-                crate::cookie::Candidate {
-                    cookie: s.conf.cookie.as_deref().filter(|_| !gone),
-                    running: !s.maint.load(Relaxed) && s.up.load(Relaxed),
-                }
-            })
-            .collect();
+        // Read in place: no per-request copy of the server list.
+        let candidate = |i: usize| {
+            let s = &servers[i];
+            let gone = s.deleted.load(Relaxed);
+            crate::cookie::Candidate {
+                cookie: s.conf.cookie.as_deref().filter(|_| !gone),
+                running: !s.maint.load(Relaxed) && s.up.load(Relaxed),
+            }
+        };
         let at: Vec<usize> = (0..self.hdrs.list.len())
             .filter(|&i| header_eq(self.hdrs.list[i].0.get(&self.cbuf), b"cookie"))
             .collect();
@@ -1276,7 +1275,7 @@ impl<C: ClientIo> Conn<'_, C> {
             .collect();
         txn.cookie = crate::cookie::read_request(
             ck,
-            &candidates,
+            (servers.len(), &candidate),
             shared.cfg.proxies[be_idx].options.persist,
             &mut values,
             crate::backend::unix_now() as u32,

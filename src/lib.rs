@@ -12,6 +12,7 @@ pub mod backend;
 pub mod check;
 pub mod cli;
 pub mod cli_args;
+pub mod compression;
 pub mod config;
 pub mod cookie;
 pub mod errorfile;

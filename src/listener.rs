@@ -45,7 +45,7 @@ fn tcp_socket(
     addr: SocketAddr,
     b: &Bind,
     backlog: i32,
-    (smart, ka): (bool, bool),
+    (smart, ka, nolinger): (bool, bool, bool),
 ) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
@@ -58,22 +58,28 @@ fn tcp_socket(
     // Accepted sockets inherit it (Linux copies the listener's TCP options), so no
     // connection ever waits on Nagle and none costs a setsockopt of its own.
     s.set_tcp_nodelay(true)?;
+    if let Some(dev) = &b.interface {
+        s.bind_device(Some(dev.as_bytes()))?;
+    }
     s.bind(&addr.into())?;
     if b.defer_accept {
         crate::sys::set_defer_accept(&s, 1)?;
     }
     s.listen(backlog)?;
     // After listen(), which resets the delayed-ACK state.
-    set_accept_options(&s, smart, ka)?;
+    set_accept_options(&s, smart, ka, nolinger)?;
     Ok(s)
 }
 
-/// `tcp-smart-accept` and `option clitcpka` on a listening socket: accepted sockets inherit
-/// its delayed-ACK mode (`TCP_QUICKACK` off, as HAProxy sets it) and `SO_KEEPALIVE`, so no
+/// `tcp-smart-accept`, `option clitcpka` and `option nolinger` on a listening socket: accepted
+/// sockets inherit its delayed-ACK mode (`TCP_QUICKACK` off, as HAProxy sets it), `SO_KEEPALIVE`
+/// and `SO_LINGER`, so no
 /// connection needs a setsockopt of its own. Set both ways, since an inherited socket may
 /// carry the old process's setting.
-fn set_accept_options(s: &Socket, smart: bool, keepalive: bool) -> io::Result<()> {
+fn set_accept_options(s: &Socket, smart: bool, keepalive: bool, nolinger: bool) -> io::Result<()> {
     s.set_keepalive(keepalive)?;
+    // `option nolinger`: accepted sockets close with a reset and leave no FIN_WAIT/TIME_WAIT.
+    s.set_linger(nolinger.then_some(std::time::Duration::ZERO))?;
     s.set_tcp_quickack(!smart)
 }
 
@@ -99,6 +105,7 @@ pub fn bind_all(
                     .unwrap_or_else(|| p.maxconn.unwrap_or(1024).min(65535)) as i32;
             let smart = p.options.smart_accept(p.mode, b.ssl.is_some());
             let ka = p.options.cli_tcpka;
+            let nolinger = p.options.nolinger;
             let taken = crate::reload::bind_key(&b.addr)
                 .map(|k| inherited.take(&k))
                 .unwrap_or_default();
@@ -113,14 +120,14 @@ pub fn bind_all(
                         s.set_tcp_nodelay(true)?;
                         // This configuration's backlog and defer-accept.
                         s.listen(backlog)?;
-                        set_accept_options(&s, smart, ka)?;
+                        set_accept_options(&s, smart, ka, nolinger)?;
                         crate::sys::set_defer_accept(&s, i32::from(b.defer_accept))?;
                         v.push(StdListener::Tcp(s.into()));
                     }
                     let actual = match v.first() {
                         Some(StdListener::Tcp(t)) => t.local_addr()?,
                         _ => {
-                            let first = tcp_socket(*a, b, backlog, (smart, ka))?;
+                            let first = tcp_socket(*a, b, backlog, (smart, ka, nolinger))?;
                             // Port 0 binds (tests) must give every thread the same port.
                             let actual = first.local_addr()?.as_socket().unwrap_or(*a);
                             v.push(StdListener::Tcp(first.into()));
@@ -129,7 +136,7 @@ pub fn bind_all(
                     };
                     while v.len() < nbthread {
                         v.push(StdListener::Tcp(
-                            tcp_socket(actual, b, backlog, (smart, ka))?.into(),
+                            tcp_socket(actual, b, backlog, (smart, ka, nolinger))?.into(),
                         ));
                     }
                     Ok(v)
@@ -160,7 +167,7 @@ pub fn bind_all(
                     s.set_nonblocking(true)?;
                     if s.domain()? != Domain::UNIX {
                         s.set_tcp_nodelay(true)?;
-                        set_accept_options(&s, smart, ka)?;
+                        set_accept_options(&s, smart, ka, nolinger)?;
                     }
                     let l = match s.domain()? {
                         Domain::UNIX => {

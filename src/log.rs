@@ -473,6 +473,29 @@ impl Logger {
     /// Renders a `log-format` line.
     pub fn custom(&self, f: &CustomFormat, e: &Entry<'_>) -> String {
         let mut out = String::with_capacity(192);
+        self.render(f, e, None, &mut out);
+        out
+    }
+
+    /// Renders a format on a request being processed (a header value, a redirect target):
+    /// every `%[fetch]` reads `view` now, variables read what `e` knows so far.
+    pub fn render_now(
+        &self,
+        f: &CustomFormat,
+        e: &Entry<'_>,
+        view: &dyn crate::config::HttpView,
+        out: &mut String,
+    ) {
+        self.render(f, e, Some(view), out)
+    }
+
+    fn render(
+        &self,
+        f: &CustomFormat,
+        e: &Entry<'_>,
+        live: Option<&dyn crate::config::HttpView>,
+        out: &mut String,
+    ) {
         let accept = e.accept_time.unwrap_or_else(SystemTime::now);
         let req_time = e.req_time.unwrap_or(accept);
         // HAProxy prints no space at the start, after a space, or after an empty item.
@@ -482,7 +505,11 @@ impl Logger {
             let before = out.len();
             match n {
                 Node::Text(t) => out.push_str(t),
-                Node::Sep => {
+                Node::Sep(n) if live.is_some() => {
+                    out.extend(std::iter::repeat_n(' ', *n as usize));
+                    continue;
+                }
+                Node::Sep(_) => {
                     if !last_space {
                         out.push(' ');
                         last_space = true;
@@ -490,25 +517,46 @@ impl Logger {
                     continue;
                 }
                 Node::Fetch { fetch, flags, slot } => {
-                    let v = match slot {
-                        Some(s) => e.samples.get(*s).and_then(|v| v.as_deref()),
-                        None => {
+                    let v = match (live, slot) {
+                        (Some(view), _) => {
+                            // In a header value HAProxy neither quotes a sample nor prints
+                            // `-` for a missing one.
+                            fetched.clear();
+                            if fetch.write(view, &mut fetched) && !fetched.is_empty() {
+                                let fl = Flags {
+                                    quote: false,
+                                    ..*flags
+                                };
+                                put_text(out, Some(&fetched), fl);
+                            }
+                            continue;
+                        }
+                        (None, Some(s)) => e.samples.get(*s).and_then(|v| v.as_deref()),
+                        (None, None) => {
                             fetched.clear();
                             // Evaluated at log time: only the source address and TLS state are left.
-                            let view =
-                                crate::stream::http::SrcView(e.client.map(|a| a.ip()), e.tls, None);
+                            let view = crate::stream::http::SrcView(
+                                e.client.map(|a| a.ip()),
+                                e.tls,
+                                None,
+                                crate::config::acl::Sess {
+                                    peer: e.client,
+                                    local: e.local,
+                                    frontend: e.frontend,
+                                    backend: e.backend,
+                                },
+                            );
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])
                         }
                     };
-                    put_text(&mut out, v, *flags);
+                    put_text(out, v, *flags);
                 }
-                Node::Var(v, fl) => self.var(&mut out, *v, *fl, e, accept, req_time),
+                Node::Var(v, fl) => self.var(out, *v, *fl, e, accept, req_time),
             }
             if out.len() != before {
                 last_space = false;
             }
         }
-        out
     }
 
     fn var(

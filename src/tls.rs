@@ -344,6 +344,16 @@ const CIPHERS_UNAVAILABLE: &[&str] = &[
     "CAMELLIA256-SHA",
     "TLS_AES_128_CCM_SHA256",
     "TLS_AES_128_CCM_8_SHA256",
+    // Legacy suites old configurations still list (OpenSSL 3 has them compiled out, or
+    // disabled at the default security level, and skips them likewise).
+    "RC4-SHA",
+    "RC4-MD5",
+    "ECDHE-RSA-RC4-SHA",
+    "ECDHE-ECDSA-RC4-SHA",
+    "DES-CBC-SHA",
+    "EDH-RSA-DES-CBC-SHA",
+    "IDEA-CBC-SHA",
+    "SEED-SHA",
 ];
 
 /// OpenSSL's names of the key-exchange groups rustls (aws-lc-rs) implements.

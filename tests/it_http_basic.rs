@@ -767,3 +767,124 @@ fn unix_bind_prefix_and_mode() {
     let mut c = HttpClient::from_stream(st);
     assert_eq!(c.get("/").server(), "s1");
 }
+
+/// `option nolinger`: in a frontend, sluice's close of a client connection is a reset; in a
+/// backend, its close of a server connection is. Without it, both are orderly (FIN).
+#[test]
+fn nolinger_closes_with_a_reset() {
+    // Each server connection reports how its end looked once sluice closed it.
+    let (tx, rx) = std::sync::mpsc::channel::<&'static str>();
+    let tx = std::sync::Mutex::new(tx);
+    let srv = TcpBackend::with_handler(move |mut s, _| {
+        use std::io::Read as _;
+        let mut head = Vec::new();
+        let mut b = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&b[..n]),
+            }
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+        let end = match s.read(&mut b) {
+            Ok(0) => "eof",
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => "reset",
+            _ => "other",
+        };
+        let _ = tx.lock().unwrap().send(end);
+    });
+    let (p1, p2) = (free_port(), free_port());
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend quiet\n    bind 127.0.0.1:{p1}\n    option nolinger\n\
+         default_backend rst\n\
+         frontend plain\n    bind 127.0.0.1:{p2}\n    default_backend fin\n\
+         backend rst\n    option nolinger\n    option http-server-close\n    server s {a}\n\
+         backend fin\n    option http-server-close\n    server s {a}\n",
+        a = srv.addr
+    );
+    let _s = Sluice::start(&cfg);
+    for (port, want) in [(p1, "reset"), (p2, "eof")] {
+        let mut c = HttpClient::connect(port);
+        let r = c.request("GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        assert_eq!((r.status, r.body_str().as_str()), (200, "ok"));
+        let client_end = c.wait_closed(WAIT);
+        let server_end = rx.recv_timeout(WAIT).expect("server connection end");
+        match want {
+            "reset" => assert!(
+                matches!(client_end, Closed::Reset),
+                "client: {client_end:?}"
+            ),
+            _ => assert!(matches!(client_end, Closed::Eof), "client: {client_end:?}"),
+        }
+        assert_eq!(server_end, want, "server side of port {port}");
+    }
+}
+
+/// A server address without a port (or with `+N`/`-N`) connects to the port the client
+/// connected to (plus N), as HAProxy's port mapping; such connections are not pooled for
+/// other clients, and a checked one needs its own `port`.
+#[test]
+fn port_mapped_servers_follow_the_client_port() {
+    // Servers on 127.0.0.2, on the frontend's port numbers (the frontend is on 127.0.0.1).
+    let (p1, p2) = (free_port(), free_port());
+    let bind2 = |p: u16| std::net::TcpListener::bind(("127.0.0.2", p)).expect("bind 127.0.0.2");
+    let same = HttpBackend::from_listener("same", bind2(p1));
+    let next = HttpBackend::from_listener("next", bind2(p2 + 1));
+    let check_target = HttpBackend::start("chk");
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{p1}\n    default_backend mapped\n\
+         frontend fe2\n    bind 127.0.0.1:{p2}\n    default_backend offset\n\
+         backend mapped\n    option httpchk GET /health\n\
+         server s 127.0.0.2 check addr 127.0.0.1 port {cport} inter 200ms\n\
+         backend offset\n    server s 127.0.0.2:+1\n",
+        cport = check_target.port()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(p1);
+    assert_eq!(c.get("/a").server(), "same");
+    assert_eq!(c.get("/b").server(), "same");
+    assert_eq!(http_get(p2, "/").server(), "next", "port + 1");
+    assert_eq!((same.reqs(), next.reqs()), (2, 1));
+    // The check went to its own port.
+    let r = check_target.wait_requests(1, WAIT);
+    assert_eq!(r[0].target, "/health");
+    drop(s);
+
+    let (code, err) = Sluice::check(&format!(
+        "{DEFAULTS_HTTP}backend b\n    server s 127.0.0.2 check\n"
+    ));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("server 's' has neither service port nor check port"),
+        "{err}"
+    );
+}
+
+/// `bind ... interface NAME` binds the listener to a device (`SO_BINDTODEVICE`): on `lo` it
+/// serves loopback clients; a device that does not exist is a start-up error naming the bind.
+#[test]
+fn bind_interface() {
+    let a = HttpBackend::start("A");
+    let port = free_port();
+    let cfg = |dev: &str| {
+        format!(
+            "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port} interface {dev}\n    default_backend be\n\
+             backend be\n    server a {}\n",
+            a.hostport()
+        )
+    };
+    let s = Sluice::start(&cfg("lo"));
+    assert_eq!(http_get(port, "/").server(), "A");
+    drop(s);
+    let bad = Sluice::builder(&cfg("nosuchdev0")).spawn();
+    let st = bad
+        .wait_exit(WAIT)
+        .expect("sluice must exit when it cannot bind");
+    assert!(!st.success());
+    let err = bad.stderr_text();
+    assert!(
+        err.contains("Starting frontend fe: cannot bind socket")
+            && err.contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+}

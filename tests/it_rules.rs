@@ -417,3 +417,118 @@ fn rule_processing_is_logged_with_the_backend() {
     assert!(line.contains(" fe b/B "), "{line}");
     assert_eq!(t.b.reqs(), 1);
 }
+
+/// Header values are log-format strings, as in HAProxy: `%[fetch]` and `%var` are evaluated
+/// on each request. Checked against HAProxy 2.6's output for the same rules: a missing
+/// sample prints nothing (not `-`), spaces are kept, `+Q` quotes variables only.
+#[test]
+fn header_values_are_log_formats() {
+    let t = two(
+        "    http-request set-header X-Src %[src]\n\
+         http-request set-header X-Client \"%ci:%[src_port]\"\n\
+         http-request set-header X-Dst %[dst]:%[dst_port]\n\
+         http-request set-header X-Fe \"%[fe_name] %f %b\"\n\
+         http-request set-header X-Base %[base]\n\
+         http-request set-header X-Q \"%[query]|%[url_param(id)]|%[cook(sid)]\"\n\
+         http-request set-header X-Missing \"[%[req.hdr(nope)]]\"\n\
+         http-request set-header X-Spaces \"a  b %{+Q}ci %{+Q}[src]\"\n\
+         http-request set-header X-Pct 100%%\n\
+         http-request set-header X-Line \"%HM %HP\"",
+        "    http-request set-header X-Be %[be_name]\n\
+         http-response set-header X-Served-By \"%s/%[be_name]/%ST\"",
+    );
+    let mut c = HttpClient::connect(t.port);
+    let cport = c.local_port();
+    let r = c.request(
+        "GET /p/q?a=1&id=42 HTTP/1.1\r\nHost: h.example\r\nCookie: x=1; sid=abc\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-served-by"), Some("A/a/200"));
+    let q = t.a.last_request();
+    let h = |n: &str| q.header(n).map(str::to_string);
+    let port = t.port;
+    assert_eq!(h("x-src").as_deref(), Some("127.0.0.1"));
+    assert_eq!(h("x-client"), Some(format!("127.0.0.1:{cport}")));
+    assert_eq!(h("x-dst"), Some(format!("127.0.0.1:{port}")));
+    assert_eq!(
+        h("x-fe").as_deref(),
+        Some("fe fe fe"),
+        "before switching, %b is the frontend"
+    );
+    assert_eq!(h("x-be").as_deref(), Some("a"));
+    assert_eq!(h("x-base").as_deref(), Some("h.example/p/q"));
+    assert_eq!(h("x-q").as_deref(), Some("a=1&id=42|42|abc"));
+    assert_eq!(h("x-missing").as_deref(), Some("[]"));
+    assert_eq!(
+        h("x-spaces").as_deref(),
+        Some("a  b \"127.0.0.1\" 127.0.0.1")
+    );
+    assert_eq!(h("x-pct").as_deref(), Some("100%"));
+    assert_eq!(h("x-line").as_deref(), Some("GET /p/q"));
+}
+
+/// A redirect target is a log-format too (`https://%[hdr(host)]%[capture.req.uri]`), and
+/// the new connection fetches work in conditions.
+#[test]
+fn redirect_formats_and_connection_fetches() {
+    let a = HttpBackend::start("A");
+    let b = HttpBackend::start("B");
+    let (p1, p2) = (free_port(), free_port());
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{p1}\n    bind 127.0.0.1:{p2}\n\
+         http-request redirect location https://%[hdr(host)]%[capture.req.uri] code 301 if {{ path_beg /secure }}\n\
+         redirect prefix http://%[req.hdr(host)]/v2 if {{ path_beg /v1 }}\n\
+         acl on_p2 dst_port {p2}\n\
+         acl proxied url_ip 10.0.0.0/8\n\
+         use_backend b if on_p2\n    use_backend b if proxied\n\
+         use_backend b if {{ cook_beg(grp) beta }}\n\
+         use_backend b if {{ urlp(v) 2 }}\n\
+         default_backend a\n\
+         backend a\n    server A {}\nbackend b\n    server B {}\n",
+        a.hostport(),
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let r = req(
+        p1,
+        "GET /secure/x?y=1 HTTP/1.1\r\nHost: www.example.org\r\n",
+    );
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.header("location"),
+        Some("https://www.example.org/secure/x?y=1")
+    );
+    let r = req(p1, "GET /v1/items HTTP/1.1\r\nHost: h\r\n");
+    assert_eq!(
+        (r.status, r.header("location")),
+        (302, Some("http://h/v2/v1/items"))
+    );
+    assert_eq!(http_get(p1, "/").server(), "A");
+    assert_eq!(
+        http_get(p2, "/").server(),
+        "B",
+        "dst_port picks by listening port"
+    );
+    assert_eq!(
+        req(
+            p1,
+            "GET http://10.1.2.3:8080/x HTTP/1.1\r\nHost: 10.1.2.3:8080\r\n"
+        )
+        .server(),
+        "B"
+    );
+    assert_eq!(
+        req(
+            p1,
+            "GET http://192.168.1.1/x HTTP/1.1\r\nHost: 192.168.1.1\r\n"
+        )
+        .server(),
+        "A"
+    );
+    assert_eq!(
+        req(p1, "GET / HTTP/1.1\r\nHost: h\r\nCookie: grp=beta-7\r\n").server(),
+        "B"
+    );
+    assert_eq!(http_get(p1, "/?v=2").server(), "B");
+    assert_eq!(http_get(p1, "/?v=3").server(), "A");
+}

@@ -213,13 +213,19 @@ fn send_proxy_and_source_errors() {
         ),
         ("backend be", "source localhost", "is not an IP address"),
         ("backend be", "source", "address"),
-        ("frontend fe", "source 127.0.0.1", "not allowed in frontend"),
     ] {
         let (code, err) =
             Sluice::check(&format!("defaults\n    mode http\n{section}\n    {line}\n"));
         assert_ne!(code, 0, "{line}");
         assert!(err.contains(":4") && err.contains(want), "{line}: {err}");
     }
+    // In a frontend it means nothing: ignored with HAProxy's warning.
+    let (code, err) = Sluice::check("defaults\n    mode http\nfrontend fe\n    source 127.0.0.1\n");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(":4: 'source' ignored because frontend 'fe' has no backend capability"),
+        "{err}"
+    );
     let (code, err) = Sluice::check(
         "defaults\n    mode http\n    source 127.0.0.1:0\nbackend be\n    server s1 127.0.0.1:1\n",
     );

@@ -6,15 +6,18 @@
 //! Supported criteria: `path`, `url` (with the `_beg`, `_end`, `_sub`, `_reg`, `_dir`, `_dom`
 //! and `_len` suffixes), `hdr(NAME)` / `req.hdr(NAME)` (same suffixes; comma-separated values
 //! are matched one by one), `fhdr(NAME)` (whole lines), `hdr_cnt(NAME)`, `hdr_val(NAME)`,
-//! `hdr_ip(NAME)`, `method`, `src`, `req.proto_http`, `always_true`, `always_false`, and the
+//! `hdr_ip(NAME)`, `method`, `src`, `src_port`, `dst`, `dst_port`, `fe_name`, `be_name`,
+//! `base`, `query`, `url_ip`, `url_port`, `url_param(NAME)`, `cook(NAME)`, `req.proto_http`,
+//! `always_true`, `always_false`, the TLS and `tcp-request content` fetches, and the
 //! predefined ACLs HAProxy defines that can be evaluated from an [`HttpView`].
 //! Flags: `-i`, `-n`, `-m str|beg|end|sub|reg|dir|dom|len|found|ip|int|bool`, `--`.
 //!
 //! Evaluation never allocates: samples are borrowed from the view and compared in place.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use regex::bytes::{Regex, RegexBuilder};
 
@@ -42,7 +45,27 @@ pub trait HttpView {
     fn payload(&self) -> Option<&[u8]> {
         None
     }
+    /// The session's addresses and proxy names (`dst`, `src_port`, `fe_name`, `be_name`).
+    fn sess(&self) -> Sess<'_> {
+        Sess::default()
+    }
 }
+
+/// What a view knows of its session beyond the request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sess<'a> {
+    pub peer: Option<SocketAddr>,
+    /// The address the client connected to; present only while [`LOCAL_ADDR_USED`] says a
+    /// rule or format reads it (it costs a `getsockname` per connection).
+    pub local: Option<SocketAddr>,
+    pub frontend: &'a str,
+    /// The backend, or the frontend before a backend is chosen (as HAProxy's `be_name`).
+    pub backend: &'a str,
+}
+
+/// Set when a configuration reads the address a client connected to (`dst`, `dst_port`,
+/// `%fi`, `%fp`): sessions then take it at accept.
+pub static LOCAL_ADDR_USED: AtomicBool = AtomicBool::new(false);
 
 /// A parsed `if`/`unless` condition, ready to evaluate.
 #[derive(Debug, Clone)]
@@ -145,6 +168,28 @@ enum Fetch {
     Url,
     Method,
     Src,
+    /// `src_port`, `dst`, `dst_port`: the connection's ports and local address.
+    SrcPort,
+    Dst,
+    DstPort,
+    /// `fe_name`, `be_name`.
+    FeName,
+    BeName,
+    /// `base`: the `Host` header followed by the path.
+    Base,
+    /// `query`: the query string, without the `?`.
+    Query,
+    /// `url_ip`, `url_port`: the address of an absolute-form request target.
+    UrlIp,
+    UrlPort,
+    /// `url_param(NAME)` / `urlp(NAME)`: values of a query-string parameter.
+    UrlParam {
+        name: Box<[u8]>,
+    },
+    /// `cook(NAME)` / `req.cook(NAME)`: values of a request cookie.
+    Cook {
+        name: Box<[u8]>,
+    },
     /// Header values; `split`: comma-separated values are separate samples (`hdr`), else
     /// each field line is one sample (`fhdr`).
     Hdr {
@@ -214,6 +259,40 @@ fn uri_path(uri: &[u8]) -> Option<&[u8]> {
     Some(&rest[..end])
 }
 
+/// The host and port of an absolute-form request target (`http://10.0.0.1:8080/x`); the port
+/// defaults to 80. `None` for origin form.
+fn url_authority(uri: &[u8]) -> Option<(&[u8], u16)> {
+    let pos = uri.windows(3).position(|w| w == b"://")?;
+    if uri[..pos].contains(&b'/') {
+        return None;
+    }
+    let after = &uri[pos + 3..];
+    let end = after
+        .iter()
+        .position(|&c| matches!(c, b'/' | b'?' | b'#'))
+        .unwrap_or(after.len());
+    let auth = &after[..end];
+    // Credentials before '@' are not the host.
+    let auth = match auth.iter().rposition(|&c| c == b'@') {
+        Some(at) => &auth[at + 1..],
+        None => auth,
+    };
+    let (host, port) = if let Some(rest) = auth.strip_prefix(b"[") {
+        let close = rest.iter().position(|&c| c == b']')?;
+        (&rest[..close], rest[close + 1..].strip_prefix(b":"))
+    } else {
+        match auth.iter().position(|&c| c == b':') {
+            Some(c) => (&auth[..c], Some(&auth[c + 1..])),
+            None => (auth, None),
+        }
+    };
+    let port = match port {
+        None | Some(b"") => 80,
+        Some(p) => std::str::from_utf8(p).ok()?.parse().ok()?,
+    };
+    Some((host, port))
+}
+
 /// Integer value of a header, as HAProxy's `hdr_val` (leading sign and digits).
 fn parse_int(s: &[u8]) -> Option<i64> {
     let (neg, digits) = match s {
@@ -246,6 +325,11 @@ impl Fetch {
             Fetch::AlwaysTrue
                 | Fetch::AlwaysFalse
                 | Fetch::Src
+                | Fetch::SrcPort
+                | Fetch::Dst
+                | Fetch::DstPort
+                | Fetch::FeName
+                | Fetch::BeName
                 | Fetch::SslFc
                 | Fetch::SslFcSni
                 | Fetch::SslFcProtocol
@@ -279,6 +363,12 @@ impl Fetch {
             Fetch::Path
             | Fetch::Url
             | Fetch::Method
+            | Fetch::FeName
+            | Fetch::BeName
+            | Fetch::Base
+            | Fetch::Query
+            | Fetch::UrlParam { .. }
+            | Fetch::Cook { .. }
             | Fetch::Hdr { .. }
             | Fetch::SslFcSni
             | Fetch::SslFcProtocol
@@ -287,8 +377,11 @@ impl Fetch {
             | Fetch::SslCSDn
             | Fetch::SslCIDn
             | Fetch::ReqSslSni => SmpType::Str,
-            Fetch::Src | Fetch::HdrIp { .. } => SmpType::Ip,
-            Fetch::HdrCnt { .. }
+            Fetch::Src | Fetch::Dst | Fetch::UrlIp | Fetch::HdrIp { .. } => SmpType::Ip,
+            Fetch::SrcPort
+            | Fetch::DstPort
+            | Fetch::UrlPort
+            | Fetch::HdrCnt { .. }
             | Fetch::HdrVal { .. }
             | Fetch::SslCVerify
             | Fetch::ReqLen
@@ -318,6 +411,92 @@ impl Fetch {
                 Some(ip) => f(Sample::Ip(ip)),
                 None => false,
             },
+            Fetch::SrcPort => match view.sess().peer {
+                Some(a) => f(Sample::Int(a.port().into())),
+                None => false,
+            },
+            Fetch::Dst => match view.sess().local {
+                Some(a) => f(Sample::Ip(a.ip())),
+                None => false,
+            },
+            Fetch::DstPort => match view.sess().local {
+                Some(a) => f(Sample::Int(a.port().into())),
+                None => false,
+            },
+            Fetch::FeName | Fetch::BeName => {
+                let s = view.sess();
+                let n = if matches!(self, Fetch::FeName) {
+                    s.frontend
+                } else {
+                    s.backend
+                };
+                !n.is_empty() && f(Sample::Str(n.as_bytes()))
+            }
+            Fetch::Base => {
+                let Some(p) = uri_path(view.uri()) else {
+                    return false;
+                };
+                // The first Host field, then the path: built on the stack (no allocation on
+                // the evaluation path); longer than the buffer, no sample.
+                let mut buf = [0u8; 1024];
+                let mut len = 0;
+                view.for_each_header(b"host", &mut |h| {
+                    let h = trim_ows(h);
+                    if h.len() <= buf.len() {
+                        buf[..h.len()].copy_from_slice(h);
+                        len = h.len();
+                    }
+                    true
+                });
+                if len + p.len() > buf.len() {
+                    return false;
+                }
+                buf[len..len + p.len()].copy_from_slice(p);
+                f(Sample::Str(&buf[..len + p.len()]))
+            }
+            Fetch::Query => {
+                let u = view.uri();
+                match u.iter().position(|&c| c == b'?') {
+                    Some(q) => f(Sample::Str(&u[q + 1..])),
+                    None => false,
+                }
+            }
+            Fetch::UrlIp | Fetch::UrlPort => {
+                let Some((host, port)) = url_authority(view.uri()) else {
+                    return false;
+                };
+                if matches!(self, Fetch::UrlIp) {
+                    match parse_ip(host) {
+                        Some(ip) => f(Sample::Ip(ip)),
+                        None => false,
+                    }
+                } else {
+                    f(Sample::Int(port.into()))
+                }
+            }
+            Fetch::UrlParam { name } => {
+                let u = view.uri();
+                let Some(q) = u.iter().position(|&c| c == b'?') else {
+                    return false;
+                };
+                u[q + 1..].split(|&c| c == b'&').any(|kv| {
+                    let (k, v) = match kv.iter().position(|&c| c == b'=') {
+                        Some(e) => (&kv[..e], &kv[e + 1..]),
+                        None => (kv, &b""[..]),
+                    };
+                    k == &name[..] && f(Sample::Str(v))
+                })
+            }
+            Fetch::Cook { name } => view.for_each_header(b"cookie", &mut |v| {
+                v.split(|&c| c == b';').any(|kv| {
+                    let kv = trim_ows(kv);
+                    let (k, v) = match kv.iter().position(|&c| c == b'=') {
+                        Some(e) => (trim_ows(&kv[..e]), trim_ows(&kv[e + 1..])),
+                        None => (kv, &b""[..]),
+                    };
+                    k == &name[..] && f(Sample::Str(v))
+                })
+            }),
             Fetch::Hdr { name, split } => view.for_each_header(name, &mut |v| {
                 if *split {
                     v.split(|&c| c == b',').any(|p| f(Sample::Str(trim_ows(p))))
@@ -672,45 +851,45 @@ const CRITERIA: &[&str] = &[
     "req_ssl_hello_type",
     "req.ssl_sni",
     "req_ssl_sni",
+    "src_port",
+    "dst",
+    "dst_port",
+    "fe_name",
+    "be_name",
+    "base",
+    "base_beg",
+    "base_end",
+    "base_sub",
+    "base_reg",
+    "base_dir",
+    "base_dom",
+    "base_len",
+    "query",
+    "capture.req.uri",
+    "capture.req.method",
+    "url_ip",
+    "url_port",
+    "url_param",
+    "urlp",
+    "cook",
+    "req.cook",
 ];
 
 /// Sample fetches HAProxy has that sluice does not evaluate (yet).
 const UNSUPPORTED_FETCHES: &[&str] = &[
-    "base",
     "base32",
-    "base_beg",
-    "base_dir",
-    "base_dom",
-    "base_end",
-    "base_len",
-    "base_reg",
-    "base_sub",
     "be_id",
-    "be_name",
     "capture.req.hdr",
-    "capture.req.method",
-    "capture.req.uri",
-    "cook",
-    "cook_beg",
     "cook_cnt",
-    "cook_end",
-    "cook_len",
-    "cook_reg",
-    "cook_sub",
     "cook_val",
-    "dst",
     "dst_conn",
-    "dst_port",
     "fe_id",
-    "fe_name",
     "http_auth",
     "http_auth_group",
     "http_first_req",
     "nbsrv",
-    "query",
     "rand",
     "req.body",
-    "req.cook",
     "req.cook_cnt",
     "req.payload",
     "req.rdp_cookie",
@@ -722,13 +901,8 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
     "sc0_http_req_rate",
     "src_conn_rate",
     "src_http_req_rate",
-    "src_port",
     "srv_id",
     "status",
-    "url_ip",
-    "url_param",
-    "url_port",
-    "urlp",
     "urlp_val",
     "var",
 ];
@@ -789,12 +963,35 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         }
         Ok(a.to_ascii_lowercase().into_bytes().into_boxed_slice())
     };
+    // A case-sensitive name argument (`url_param(id)`, `cook(SID)`).
+    let plain_arg = || -> Result<Box<[u8]>, String> {
+        match args.map(str::trim) {
+            Some(a) if !a.is_empty() && !a.contains(',') => Ok(a.as_bytes().into()),
+            Some(a) if a.contains(',') => Err(format!(
+                "the optional arguments of '{name}' are not supported by sluice (in '{word}')"
+            )),
+            _ => Err(format!(
+                "{what} '{name}' requires a name, as in '{name}(id)'"
+            )),
+        }
+    };
     // Suffixes on path/url/hdr.
     let (base, suffix) = match name.rsplit_once('_') {
         Some((b, s))
             if matches!(
                 b,
-                "path" | "url" | "hdr" | "req.hdr" | "fhdr" | "req.fhdr" | "ssl_fc_sni"
+                "path"
+                    | "url"
+                    | "base"
+                    | "hdr"
+                    | "req.hdr"
+                    | "fhdr"
+                    | "req.fhdr"
+                    | "ssl_fc_sni"
+                    | "cook"
+                    | "req.cook"
+                    | "url_param"
+                    | "urlp"
             ) && matches!(s, "beg" | "end" | "sub" | "reg" | "dir" | "dom" | "len") =>
         {
             (b, Some(s))
@@ -825,6 +1022,25 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "url" => no_args(Fetch::Url)?,
         "method" => no_args(Fetch::Method)?,
         "src" => no_args(Fetch::Src)?,
+        "src_port" => no_args(Fetch::SrcPort)?,
+        "dst" | "dst_port" => {
+            LOCAL_ADDR_USED.store(true, Relaxed);
+            no_args(if base == "dst" {
+                Fetch::Dst
+            } else {
+                Fetch::DstPort
+            })?
+        }
+        "fe_name" => no_args(Fetch::FeName)?,
+        "be_name" => no_args(Fetch::BeName)?,
+        "base" => no_args(Fetch::Base)?,
+        "query" => no_args(Fetch::Query)?,
+        "capture.req.uri" => no_args(Fetch::Url)?,
+        "capture.req.method" => no_args(Fetch::Method)?,
+        "url_ip" => no_args(Fetch::UrlIp)?,
+        "url_port" => no_args(Fetch::UrlPort)?,
+        "url_param" | "urlp" => Fetch::UrlParam { name: plain_arg()? },
+        "cook" | "req.cook" => Fetch::Cook { name: plain_arg()? },
         "hdr" | "req.hdr" => Fetch::Hdr {
             name: hdr_name()?,
             split: true,
@@ -1608,9 +1824,10 @@ mod tests {
             "ACL criterion 'req.ssl_ver' is not supported by sluice"
         );
         assert_eq!(
-            expr_err("cook_beg(a) x"),
-            "ACL criterion 'cook_beg' is not supported by sluice"
+            expr_err("res.hdr_beg(a) x"),
+            "ACL criterion 'res.hdr_beg' is not supported by sluice"
         );
+        assert!(parse_expr(&ws("cook_beg(a) x")).is_ok());
         assert!(expr_err("path,lower /a").contains("converters are not supported"));
         assert!(expr_err("hdr /a").contains("requires a header name"));
         assert!(expr_err("hdr(host,1) a").contains("occurrence argument"));

@@ -177,9 +177,10 @@ const VARS: &[(&str, Var, bool)] = &[
 #[derive(Debug, Clone)]
 pub enum Node {
     Text(Box<str>),
-    /// One or more unescaped spaces: a single space, and none right after another separator
-    /// or an item that printed nothing (HAProxy merges them).
-    Sep,
+    /// This many unescaped spaces. A log line prints a single space, and none right after
+    /// another separator or an item that printed nothing (HAProxy merges them); a header
+    /// value keeps them all, as HAProxy does.
+    Sep(u32),
     Var(Var, Flags),
     /// `%[fetch]`. `slot`: fetches that read the HTTP request are taken when its head arrives
     /// (the request is gone by log time) into this slot of the transaction's samples.
@@ -269,8 +270,9 @@ pub fn parse(s: &str, origin: super::Origin) -> Result<LogFormat, String> {
         let c = b[i];
         if c == b' ' {
             flush(&mut text, &mut f.nodes);
-            if !matches!(f.nodes.last(), Some(Node::Sep)) {
-                f.nodes.push(Node::Sep);
+            match f.nodes.last_mut() {
+                Some(Node::Sep(n)) => *n += 1,
+                _ => f.nodes.push(Node::Sep(1)),
             }
             i += 1;
             continue;
@@ -399,15 +401,15 @@ mod tests {
         assert!(matches!(n[0], Node::Var(Var::ClientIp, fl) if fl == d));
         assert!(matches!(&n[1], Node::Text(t) if &**t == ":"));
         assert!(matches!(n[2], Node::Var(Var::ClientPort, _)));
-        assert!(matches!(n[3], Node::Sep));
+        assert!(matches!(n[3], Node::Sep(2)));
         assert!(matches!(&n[4], Node::Text(t) if &**t == "["));
         assert!(matches!(n[5], Node::Var(Var::Date, _)));
         assert!(matches!(&n[6], Node::Text(t) if &**t == "]"));
-        assert!(matches!(n[7], Node::Sep));
+        assert!(matches!(n[7], Node::Sep(1)));
         assert!(matches!(n[8], Node::Var(Var::Request, fl) if fl == q));
-        assert!(matches!(n[9], Node::Sep));
+        assert!(matches!(n[9], Node::Sep(1)));
         assert!(matches!(&n[10], Node::Text(t) if &**t == "%"));
-        assert!(matches!(n[11], Node::Sep));
+        assert!(matches!(n[11], Node::Sep(1)));
         assert!(matches!(&n[12], Node::Text(t) if &**t == "x"));
         assert!(matches!(n[13], Node::Fetch { slot: None, .. }));
         assert_eq!(n.len(), 14);

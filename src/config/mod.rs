@@ -406,6 +406,9 @@ pub struct ProxyOptions {
     pub cli_tcpka: bool,
     /// `option srvtcpka` (or `tcpka`): TCP keep-alive probes on server connections.
     pub srv_tcpka: bool,
+    /// `option nolinger`: this proxy's side of a connection (clients in a frontend, servers
+    /// in a backend) closes with a reset (`SO_LINGER` 0), freeing the socket at once.
+    pub nolinger: bool,
     /// `option persist`: a cookie naming a server that is down still sends the request there.
     pub persist: bool,
     /// `option prefer-last-server`: a client connection's next request goes to the server
@@ -507,6 +510,8 @@ pub struct Proxy {
     pub http_response: Vec<HttpResponseRule>,
     /// `cookie NAME ...`: server persistence by a cookie (a backend setting).
     pub cookie: Option<CookieCfg>,
+    /// `compression algo|type|offload`.
+    pub compression: Option<crate::compression::CompressionCfg>,
     /// `fullconn N`: the backend load at which `minconn` servers reach their `maxconn`
     /// (default, when a server has `minconn`: 10 % of the maxconn of the frontends that can
     /// route to it, as HAProxy).
@@ -654,6 +659,9 @@ pub struct Bind {
     pub defer_accept: bool,
     pub v4v6: bool,
     pub v6only: bool,
+    /// `interface NAME`: the socket receives only what arrives on that network interface
+    /// (`SO_BINDTODEVICE`).
+    pub interface: Option<String>,
     /// `ssl` and its options, certificates loaded (`None`: plain TCP).
     pub ssl: Option<std::sync::Arc<crate::tls::BindTls>>,
 }
@@ -696,6 +704,9 @@ pub struct Server {
     /// `send-proxy` / `send-proxy-v2`: new connections start with a PROXY header carrying
     /// the client's addresses (and stay private to that client).
     pub send_proxy: Option<crate::send_proxy::Version>,
+    /// Port mapping (an address without a port, or `:+N` / `:-N`): connections go to the port
+    /// the client connected to plus this offset, and `addr`'s port is 0.
+    pub port_map: Option<i32>,
     /// `source ADDR[:PORT]`: the local address connections to the server are made from.
     pub source: Option<SocketAddr>,
     /// `check` (with its timings), `None` without it.
@@ -709,6 +720,32 @@ pub struct Server {
     /// The TLS options of the line as written, kept so that TLS settings can be built for
     /// checks alone once the proxy is known (`tcp-check connect ssl` on a plain server).
     pub tls_opts: crate::tls::ServerTlsOpts,
+}
+
+impl Server {
+    /// Whether its connections belong to one client and are never pooled for others: they
+    /// carry that client's address (`send-proxy*`) or go to the port it connected to.
+    pub fn private_conns(&self) -> bool {
+        self.send_proxy.is_some() || self.port_map.is_some()
+    }
+
+    /// The address to connect to for a client that connected to `local`: the server's own, or
+    /// with its port mapped. A mapping without a local address, or out of range, gives port 0,
+    /// which no connection reaches.
+    pub fn target(
+        &self,
+        addr: std::net::SocketAddr,
+        local: Option<std::net::SocketAddr>,
+    ) -> std::net::SocketAddr {
+        match self.port_map {
+            None => addr,
+            Some(off) => {
+                let p = local.map_or(0, |l| i32::from(l.port()) + off);
+                let port = u16::try_from(p).unwrap_or(0);
+                std::net::SocketAddr::new(addr.ip(), port)
+            }
+        }
+    }
 }
 
 /// A naming expression (`pool-conn-name`): the subset of HAProxy's sample expressions sluice
@@ -914,13 +951,65 @@ pub struct HttpResponseRule {
     pub cond: Option<Cond>,
 }
 
-/// Header edits shared by `http-request` and `http-response`. Values are literal strings (the
-/// log-format `%[...]` expressions of HAProxy are refused by the parser for now).
+/// A string HAProxy reads as a log-format (header values, redirect targets): literal text
+/// (no `%` but `%%`), kept as is so that the common case costs nothing per request, or a
+/// compiled format evaluated on each request.
+#[derive(Debug, Clone)]
+pub enum LfValue {
+    Lit(String),
+    Fmt {
+        text: Box<str>,
+        format: Box<logformat::LogFormat>,
+    },
+}
+
+impl LfValue {
+    /// The text as configured (`%%` unescaped for literals).
+    pub fn text(&self) -> &str {
+        match self {
+            LfValue::Lit(s) => s,
+            LfValue::Fmt { text, .. } => text,
+        }
+    }
+}
+
+impl PartialEq for LfValue {
+    fn eq(&self, o: &LfValue) -> bool {
+        matches!(self, LfValue::Lit(_)) == matches!(o, LfValue::Lit(_)) && self.text() == o.text()
+    }
+}
+
+impl Eq for LfValue {}
+
+impl Default for LfValue {
+    fn default() -> LfValue {
+        LfValue::Lit(String::new())
+    }
+}
+
+impl From<&str> for LfValue {
+    fn from(s: &str) -> LfValue {
+        LfValue::Lit(s.to_string())
+    }
+}
+
+/// Header edits shared by `http-request` and `http-response`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderAction {
-    SetHeader { name: String, value: String },
-    AddHeader { name: String, value: String },
+    SetHeader { name: String, value: LfValue },
+    AddHeader { name: String, value: LfValue },
     DelHeader { name: String },
+}
+
+impl HeaderAction {
+    pub fn value(&self) -> Option<&LfValue> {
+        match self {
+            HeaderAction::SetHeader { value, .. } | HeaderAction::AddHeader { value, .. } => {
+                Some(value)
+            }
+            HeaderAction::DelHeader { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -966,7 +1055,7 @@ pub enum RedirectKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Redirect {
     pub kind: RedirectKind,
-    pub target: String,
+    pub target: LfValue,
     /// 301, 302 (default), 303, 307 or 308.
     pub code: u16,
     pub drop_query: bool,

@@ -134,6 +134,16 @@ impl ChunkedState {
     ///
     /// Errors have status 400 (the engine maps them to 502 for responses).
     pub fn feed(&mut self, data: &[u8]) -> Result<(usize, bool), HttpError> {
+        self.feed_with(data, |_| {})
+    }
+
+    /// [`feed`](Self::feed), calling `on_data` with each span of chunk data (the decoded
+    /// payload) as it is passed: what response compression reads.
+    pub fn feed_with(
+        &mut self,
+        data: &[u8],
+        mut on_data: impl FnMut(&[u8]),
+    ) -> Result<(usize, bool), HttpError> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -145,6 +155,7 @@ impl ChunkedState {
                     // Fast path: skip chunk data in bulk.
                     let avail = (data.len() - i) as u64;
                     let n = self.remaining.min(avail);
+                    on_data(&data[i..i + n as usize]);
                     i += n as usize;
                     self.remaining -= n;
                     if self.remaining == 0 {

@@ -957,3 +957,28 @@ fn content_length_rewrite_is_flagged_for_lists_repeats_and_beside_te() {
     );
     assert_eq!((r.cl_rewrite, r.cl_value), (true, Some(5)));
 }
+
+#[test]
+fn chunked_feed_with_yields_the_payload() {
+    let body = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\n\r\nNEXT";
+    // Fed whole and fed byte by byte, the spans make the decoded payload.
+    for step in [body.len(), 1, 3] {
+        let mut st = ChunkedState::new();
+        let mut payload = Vec::new();
+        let mut used = 0;
+        let mut done = false;
+        for piece in body.chunks(step) {
+            if done {
+                break;
+            }
+            let (n, d) = st
+                .feed_with(piece, |p| payload.extend_from_slice(p))
+                .unwrap();
+            used += n;
+            done = d;
+        }
+        assert!(done);
+        assert_eq!(used, body.len() - 4, "step {step}");
+        assert_eq!(payload, b"hello, world", "step {step}");
+    }
+}

@@ -16,8 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::tcp::{TunnelTimeouts, tunnel};
 use super::{ClientIo, ConnectError, ServerStream, SessionCtx, connect_with_slot};
 use crate::backend::{self, PickInput, Slot};
+use crate::config::acl::Sess;
 use crate::config::{
-    HeaderAction, HttpConnMode, HttpRequestAction, HttpReuse, HttpView, Proxy, Redirect,
+    HeaderAction, HttpConnMode, HttpRequestAction, HttpReuse, HttpView, LfValue, Proxy, Redirect,
     RedirectKind, Service,
 };
 use crate::histogram::Timings;
@@ -37,6 +38,7 @@ pub struct SrcView<'a>(
     pub Option<IpAddr>,
     pub Option<&'a crate::tls::TlsInfo>,
     pub Option<&'a [u8]>,
+    pub Sess<'a>,
 );
 
 impl HttpView for SrcView<'_> {
@@ -57,6 +59,9 @@ impl HttpView for SrcView<'_> {
     }
     fn payload(&self) -> Option<&[u8]> {
         self.2
+    }
+    fn sess(&self) -> Sess<'_> {
+        self.3
     }
 }
 
@@ -89,13 +94,20 @@ impl Headers {
             .extend(spans.iter().map(|h| (Hb::In(h.name), Hb::In(h.value))));
     }
 
+    /// Applies an action whose value is literal.
     fn apply(&mut self, buf: &[u8], a: &HeaderAction) {
+        let v = a.value().map_or("", LfValue::text);
+        self.apply_value(buf, a, v);
+    }
+
+    /// Applies an action with its value already evaluated.
+    fn apply_value(&mut self, buf: &[u8], a: &HeaderAction, value: &str) {
         match a {
-            HeaderAction::SetHeader { name, value } => {
+            HeaderAction::SetHeader { name, .. } => {
                 self.del(buf, name.as_bytes());
                 self.add(name, value);
             }
-            HeaderAction::AddHeader { name, value } => self.add(name, value),
+            HeaderAction::AddHeader { name, .. } => self.add(name, value),
             HeaderAction::DelHeader { name } => self.del(buf, name.as_bytes()),
         }
     }
@@ -193,6 +205,7 @@ struct ReqView<'a> {
     hdrs: &'a Headers,
     src: Option<IpAddr>,
     tls: Option<&'a crate::tls::TlsInfo>,
+    sess: Sess<'a>,
 }
 
 impl HttpView for ReqView<'_> {
@@ -216,6 +229,9 @@ impl HttpView for ReqView<'_> {
     fn tls(&self) -> Option<&crate::tls::TlsInfo> {
         self.tls
     }
+    fn sess(&self) -> Sess<'_> {
+        self.sess
+    }
 }
 
 /// A response as `http-response` rules see it (request-only fetches see the request).
@@ -224,6 +240,7 @@ struct RspView<'a> {
     hdrs: &'a Headers,
     src: Option<IpAddr>,
     tls: Option<&'a crate::tls::TlsInfo>,
+    sess: Sess<'a>,
 }
 
 impl HttpView for RspView<'_> {
@@ -246,6 +263,9 @@ impl HttpView for RspView<'_> {
     }
     fn tls(&self) -> Option<&crate::tls::TlsInfo> {
         self.tls
+    }
+    fn sess(&self) -> Sess<'_> {
+        self.sess
     }
 }
 
@@ -436,6 +456,8 @@ struct Txn {
     /// The request's method, as cookie insertion needs it (`postonly`, `nocache`).
     post: bool,
     get_or_head: bool,
+    /// `compression`: the algorithm the request accepts, if the proxies compress.
+    comp: Option<crate::compression::Algo>,
 }
 
 impl Txn {
@@ -462,6 +484,7 @@ impl Txn {
             logged: false,
             post: false,
             get_or_head: false,
+            comp: None,
         }
     }
 }
@@ -1088,8 +1111,8 @@ impl<C: ClientIo> Conn<'_, C> {
             self.hdrs.keep_first(&self.cbuf, b"host");
         }
         // Frontend http-request rules.
-        if let Some(r) = self.run_request_rules(self.fe, head, src) {
-            return self.act_final(head, txn, r).await;
+        if let Some(r) = self.run_request_rules(self.fe, head, src, txn) {
+            return self.act_final(self.fe, head, txn, r).await;
         }
         // The stats page, after the proxy's http-request rules as in HAProxy.
         if self.fe.stats.is_some()
@@ -1099,7 +1122,7 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         // The proxy's `redirect` rules come after its http-request rules and stats page.
         if let Some(rd) = self.first_redirect(self.fe, head, src) {
-            return self.redirect_response(head, txn, rd).await;
+            return self.redirect_response(self.fe, head, txn, rd).await;
         }
         // use_backend / default_backend.
         let be_idx = {
@@ -1117,8 +1140,8 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.be = Some(be_idx);
         let bp = &shared.cfg.proxies[be_idx];
         if be_idx != self.ctx.proxy {
-            if let Some(r) = self.run_request_rules(bp, head, src) {
-                return self.act_final(head, txn, r).await;
+            if let Some(r) = self.run_request_rules(bp, head, src, txn) {
+                return self.act_final(bp, head, txn, r).await;
             }
             if bp.stats.is_some()
                 && let Some(next) = self.stats_page(be_idx, head, txn, src).await
@@ -1126,7 +1149,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 return next;
             }
             if let Some(rd) = self.first_redirect(bp, head, src) {
-                return self.redirect_response(head, txn, rd).await;
+                return self.redirect_response(bp, head, txn, rd).await;
             }
         }
         self.forward(head, txn, be_idx).await
@@ -1226,21 +1249,94 @@ impl<C: ClientIo> Conn<'_, C> {
         p: &'p Proxy,
         head: &RequestHead,
         src: Option<IpAddr>,
+        txn: &Txn,
     ) -> Option<&'p HttpRequestAction> {
         for rule in &p.http_request {
             let ok = match &rule.cond {
                 None => true,
-                Some(c) => c.eval(&self.req_view(head, src)),
+                Some(c) => c.eval(&self.proxy_view(p, head, src)),
             };
             if !ok {
                 continue;
             }
             match &rule.action {
-                HttpRequestAction::Header(a) => self.hdrs.apply(&self.cbuf, a),
+                HttpRequestAction::Header(a) => match a.value() {
+                    Some(LfValue::Fmt { format, .. }) => {
+                        let v = self.render_on_request(p, head, src, txn, format);
+                        self.hdrs.apply_value(&self.cbuf, a, &v);
+                    }
+                    _ => self.hdrs.apply(&self.cbuf, a),
+                },
                 other => return Some(other),
             }
         }
         None
+    }
+
+    /// The request as the rules of proxy `p` see it (`be_name` is `p`'s name).
+    fn proxy_view<'v>(
+        &'v self,
+        p: &'v Proxy,
+        head: &'v RequestHead,
+        src: Option<IpAddr>,
+    ) -> ReqView<'v> {
+        let mut v = self.req_view(head, src);
+        v.sess.backend = &p.name;
+        v
+    }
+
+    /// Evaluates a log-format value (a header value, a redirect target) on the request now,
+    /// as the rules of proxy `p` see it.
+    fn render_on_request(
+        &self,
+        p: &Proxy,
+        head: &RequestHead,
+        src: Option<IpAddr>,
+        txn: &Txn,
+        f: &crate::config::logformat::LogFormat,
+    ) -> String {
+        let mut e = self.now_entry(&p.name, txn);
+        // The request line (`%r`, `%HM`, ...) is kept for logging only when a log needs it.
+        let line = String::from_utf8_lossy(crate::http::start_line(&self.cbuf[..head.head_len]));
+        if e.request.is_empty() {
+            e.request = &line;
+        }
+        let mut out = String::new();
+        self.ctx
+            .w
+            .log
+            .render_now(f, &e, &self.proxy_view(p, head, src), &mut out);
+        out
+    }
+
+    /// What a log-format evaluated before the end of the transaction knows of it.
+    fn now_entry<'e>(&'e self, backend: &'e str, txn: &'e Txn) -> Entry<'e> {
+        let ctx = self.ctx;
+        Entry {
+            client: ctx.peer,
+            accept_time: Some(ctx.accepted_at),
+            frontend: &self.fe.name,
+            backend,
+            server: "<NOSRV>",
+            t_req: txn.t_req,
+            t_wait: -1,
+            t_connect: -1,
+            t_resp: -1,
+            t_active: -1,
+            t_total: -1,
+            status: -1,
+            request: &txn.request_line,
+            local: ctx.local,
+            tls: ctx.tls.as_deref(),
+            t_handshake: if self.first { ctx.t_handshake } else { 0 },
+            bytes_in: txn.bytes_in,
+            req_count: ctx.shared().proxies[ctx.proxy]
+                .fe
+                .counters
+                .req_total
+                .load(Relaxed),
+            ..Default::default()
+        }
     }
 
     /// Cookie persistence, request side: which server the cookie names (`txn.cookie`), and
@@ -1355,6 +1451,12 @@ impl<C: ClientIo> Conn<'_, C> {
             hdrs: &self.hdrs,
             src,
             tls: self.ctx.tls.as_deref(),
+            sess: Sess {
+                peer: self.ctx.peer,
+                local: self.ctx.local,
+                frontend: &self.fe.name,
+                backend: &self.fe.name,
+            },
         }
     }
 
@@ -1365,7 +1467,7 @@ impl<C: ClientIo> Conn<'_, C> {
         head: &RequestHead,
         src: Option<IpAddr>,
     ) -> Option<&'p Redirect> {
-        let view = self.req_view(head, src);
+        let view = self.proxy_view(p, head, src);
         p.redirects
             .iter()
             .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(&view)))
@@ -1374,11 +1476,19 @@ impl<C: ClientIo> Conn<'_, C> {
 
     async fn redirect_response(
         &mut self,
+        p: &Proxy,
         head: &RequestHead,
         txn: &mut Txn,
         rd: &Redirect,
     ) -> Option<Next> {
-        let loc = redirect_location(rd, &self.cbuf, head, &self.hdrs);
+        let target = match &rd.target {
+            LfValue::Lit(t) => std::borrow::Cow::Borrowed(t.as_str()),
+            LfValue::Fmt { format, .. } => {
+                let src = self.ctx.peer.map(|a| a.ip());
+                std::borrow::Cow::Owned(self.render_on_request(p, head, src, txn, format))
+            }
+        };
+        let loc = redirect_location(rd, &target, &self.cbuf, head, &self.hdrs);
         let resp = format!(
             "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: {}\r\ncache-control: no-cache\r\n\r\n",
             rd.code,
@@ -1391,6 +1501,7 @@ impl<C: ClientIo> Conn<'_, C> {
 
     async fn act_final(
         &mut self,
+        p: &Proxy,
         head: &RequestHead,
         txn: &mut Txn,
         a: &HttpRequestAction,
@@ -1431,7 +1542,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 txn.term = *b"--";
                 next
             }
-            HttpRequestAction::Redirect(rd) => self.redirect_response(head, txn, rd).await,
+            HttpRequestAction::Redirect(rd) => self.redirect_response(p, head, txn, rd).await,
             HttpRequestAction::UseService(Service::PrometheusExporter) => {
                 // Answered here like the stats page: rendering reads relaxed atomics only.
                 txn.flags.intercepted = true;
@@ -1517,9 +1628,10 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.timings.queue = Some(slot.queued);
         // A server connection: this client's private one (`http-reuse never`), an idle one
         // from the thread's pool as `http-reuse` allows, or a new one.
-        // A server sent the client's address in a PROXY header (`send-proxy*`): its
-        // connections carry that client and stay private to it, as under `never`.
-        let reuse = if shared.server(be_idx, slot.server).conf.send_proxy.is_some() {
+        // A server sent the client's address in a PROXY header (`send-proxy*`), or reached on
+        // the port the client connected to (port mapping): its connections belong to that
+        // client and stay private to it, as under `never`.
+        let reuse = if shared.server(be_idx, slot.server).conf.private_conns() {
             HttpReuse::Never
         } else {
             bp.options.http_reuse
@@ -1609,7 +1721,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     txn.retries = sc.retries;
                     txn.redispatched = sc.redispatched;
                     // (A redispatch may have gone to a server that sends a PROXY header.)
-                    private = sc.slot.server_state().conf.send_proxy.is_some();
+                    private = sc.slot.server_state().conf.private_conns();
                     if reuse != HttpReuse::Never && !private {
                         pool.opened((be_idx, sc.slot.server, name), &sc.slot.server_state().pool);
                     }
@@ -1637,6 +1749,7 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.be_src = stream.tcp().and_then(|s| s.local_addr().ok());
         }
 
+        self.choose_compression(txn, bp);
         // Serialise the request head.
         self.build_request_head(head, bp, src, server_ka);
         // Coalesce the head with the body bytes already received.
@@ -1716,7 +1829,7 @@ impl<C: ClientIo> Conn<'_, C> {
                         .w
                         .session_server(self.ctx.key, Some((be_idx, server)));
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
-                    let private = sc.slot.server_state().conf.send_proxy.is_some();
+                    let private = sc.slot.server_state().conf.private_conns();
                     let reuse = if private { HttpReuse::Never } else { reuse };
                     conn = ServerSide {
                         stream: sc.stream,
@@ -1938,16 +2051,32 @@ impl<C: ClientIo> Conn<'_, C> {
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
         for p in &rule_sets[..n_sets] {
             for rule in &p.http_response {
-                let ok = rule.cond.as_ref().is_none_or(|c| {
-                    c.eval(&RspView {
-                        buf: &self.sbuf,
-                        hdrs: &self.hdrs,
-                        src,
-                        tls: self.ctx.tls.as_deref(),
-                    })
-                });
-                if ok {
-                    self.hdrs.apply(&self.sbuf, &rule.action);
+                let view = RspView {
+                    buf: &self.sbuf,
+                    hdrs: &self.hdrs,
+                    src,
+                    tls: self.ctx.tls.as_deref(),
+                    sess: Sess {
+                        peer: self.ctx.peer,
+                        local: self.ctx.local,
+                        frontend: &self.fe.name,
+                        backend: &bp.name,
+                    },
+                };
+                if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {
+                    continue;
+                }
+                match rule.action.value() {
+                    Some(LfValue::Fmt { format, .. }) => {
+                        let mut e = self.now_entry(&bp.name, txn);
+                        e.server = &slot.server_state().name;
+                        e.srv_addr = Some(**slot.server_state().addr.load());
+                        e.status = resp.status.into();
+                        let mut v = String::new();
+                        self.ctx.w.log.render_now(format, &e, &view, &mut v);
+                        self.hdrs.apply_value(&self.sbuf, &rule.action, &v);
+                    }
+                    _ => self.hdrs.apply(&self.sbuf, &rule.action),
                 }
             }
         }
@@ -1955,6 +2084,7 @@ impl<C: ClientIo> Conn<'_, C> {
             self.answer_cookie(ck, txn, slot.server, slot.server_state(), resp.status);
         }
         let tunnel_mode = resp.switching || (head.is_connect && (200..300).contains(&resp.status));
+        let mut encoder = self.start_compression(txn, bp, head, &resp, tunnel_mode);
         let close_delim = resp.body == BodyKind::CloseDelimited && !tunnel_mode;
         // An HTTP/1.0 response with Transfer-Encoding has faulty framing (RFC 9112 §6.1): it is
         // forwarded as received, and the client is told to close, as the server closes.
@@ -2036,7 +2166,13 @@ impl<C: ClientIo> Conn<'_, C> {
 
         // Response body.
         let mut rsp_body = BodyTracker::new(resp.body, false);
-        let n = match rsp_body.take(&self.sbuf) {
+        // The payload of a response being compressed (reused for each piece).
+        let mut plain = Vec::new();
+        let taken = match &encoder {
+            None => rsp_body.take(&self.sbuf),
+            Some(_) => rsp_body.take_payload(&self.sbuf, &mut plain),
+        };
+        let n = match taken {
             Ok(n) => n,
             Err(_) => {
                 // Bad framing in what came with the head: nothing of the response has reached
@@ -2047,7 +2183,17 @@ impl<C: ClientIo> Conn<'_, C> {
                 return self.error_response_after_head(txn, 502).await;
             }
         };
-        self.out.extend_from_slice(&self.sbuf[..n]);
+        match &mut encoder {
+            None => self.out.extend_from_slice(&self.sbuf[..n]),
+            Some(enc) => {
+                enc.push(&plain, &mut self.out);
+                if rsp_body.done()
+                    && let Some(enc) = encoder.take()
+                {
+                    enc.finish(&mut self.out);
+                }
+            }
+        }
         self.sbuf.advance(n);
         // The last response of a connection closed right after it, with nothing unread from
         // the client: its end waits in the socket (`MSG_MORE`) for the close, which sends it
@@ -2055,7 +2201,9 @@ impl<C: ClientIo> Conn<'_, C> {
         // (12 -> 10 with wrk and the bench origin). The close follows at once: no await
         // between the two. Not with unread input (a request body not read to its end): that
         // close is a reset, which would discard a response still in the socket.
-        let fin_follows = !client_keep && req_body.done() && self.cbuf.is_empty();
+        // Not under `option nolinger`, whose close is a reset that would discard it.
+        let fin_follows =
+            !client_keep && req_body.done() && self.cbuf.is_empty() && !self.fe.options.nolinger;
         let w = if rsp_body.done() && !fin_follows {
             if self.ctx.w.active.get() > 1 {
                 // A whole response in hand goes out after the other connections ready in
@@ -2111,7 +2259,12 @@ impl<C: ClientIo> Conn<'_, C> {
                     }
                 }
             }
-            let n = match rsp_body.take(&self.sbuf) {
+            plain.clear();
+            let taken = match &encoder {
+                None => rsp_body.take(&self.sbuf),
+                Some(_) => rsp_body.take_payload(&self.sbuf, &mut plain),
+            };
+            let n = match taken {
                 Ok(n) => n,
                 Err(_) => {
                     txn.term = *b"SD";
@@ -2125,7 +2278,20 @@ impl<C: ClientIo> Conn<'_, C> {
                 // responses from nginx waited 40 ms for their last 4 KiB.
                 stream.quick_ack();
             }
-            let piece = &self.sbuf[..n];
+            let piece = match &mut encoder {
+                None => &self.sbuf[..n],
+                Some(enc) => {
+                    self.out.clear();
+                    enc.push(&plain, &mut self.out);
+                    if rsp_body.done()
+                        && let Some(enc) = encoder.take()
+                    {
+                        enc.finish(&mut self.out);
+                    }
+                    &self.out[..]
+                }
+            };
+            let sent = piece.len();
             let w = if rsp_body.done() && !fin_follows {
                 super::with_timeout(t_client, self.client.send(piece)).await
             } else {
@@ -2142,7 +2308,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     return None;
                 }
             }
-            txn.bytes_out += n as u64;
+            txn.bytes_out += sent as u64;
             self.sbuf.advance(n);
         }
         slot.server_state()
@@ -2173,6 +2339,84 @@ impl<C: ClientIo> Conn<'_, C> {
         } else {
             None
         }
+    }
+
+    /// `compression`, request side: the algorithm the request accepts (`txn.comp`); under
+    /// `compression offload`, the server is not told the client accepts any.
+    fn choose_compression(&mut self, txn: &mut Txn, bp: &Proxy) {
+        use crate::compression::{Algo, Effective, choose};
+        txn.comp = None;
+        let Some(eff) = Effective::of(bp.compression.as_ref(), self.fe.compression.as_ref()) else {
+            return;
+        };
+        let buf = &self.cbuf;
+        let accept = self
+            .hdrs
+            .list
+            .iter()
+            .filter(|(n, _)| header_eq(n.get(buf), b"accept-encoding"))
+            .map(|(_, v)| v.get(buf));
+        let algo = choose(eff.algos, accept, self.hdrs.first(buf, b"user-agent"));
+        if eff.offload && algo.is_some_and(|a| a != Algo::Identity) {
+            self.hdrs.del(buf, b"accept-encoding");
+        }
+        txn.comp = algo;
+    }
+
+    /// `compression`, response side: whether this response is compressed (HAProxy's rules,
+    /// [`crate::compression::may_compress`]) and, if so, its headers edited as HAProxy edits
+    /// them and the encoder for its body.
+    fn start_compression(
+        &mut self,
+        txn: &Txn,
+        bp: &Proxy,
+        head: &RequestHead,
+        resp: &ResponseHead,
+        tunnel: bool,
+    ) -> Option<crate::compression::Encoder> {
+        use crate::compression::{Effective, Encoder, Response, etag_valid, may_compress};
+        let algo = txn.comp?;
+        let eff = Effective::of(bp.compression.as_ref(), self.fe.compression.as_ref())?;
+        let buf = &self.sbuf;
+        let list = &self.hdrs.list;
+        let named = |name: &'static [u8]| {
+            list.iter()
+                .filter(move |(n, _)| header_eq(n.get(buf), name))
+                .map(|(_, v)| v.get(buf))
+        };
+        let mut etags = named(b"etag");
+        let etag_ok = match (etags.next(), etags.next()) {
+            (None, _) => true,
+            (Some(e), None) => etag_valid(e),
+            _ => false,
+        };
+        let r = Response {
+            status: resp.status,
+            http11: head.version_minor == 1 && resp.version_minor == 1,
+            head_request: head.is_head,
+            framed_body: !tunnel && matches!(resp.body, BodyKind::Length(_) | BodyKind::Chunked),
+            content_encoding: named(b"content-encoding").next().is_some(),
+            no_transform: named(b"cache-control").any(|v| has_token(v, b"no-transform")),
+            etag_ok,
+            content_type: named(b"content-type").next(),
+        };
+        if !may_compress(eff.types, &r) {
+            return None;
+        }
+        let enc = Encoder::new(algo)?;
+        if let Some(i) = list
+            .iter()
+            .position(|(n, _)| header_eq(n.get(buf), b"etag"))
+            && let Some(weak) = crate::compression::weaken_etag(list[i].1.get(buf))
+        {
+            self.hdrs.list[i].1 = Hb::Own(weak.into_boxed_slice());
+        }
+        self.hdrs.del(&self.sbuf, b"content-length");
+        self.hdrs.del(&self.sbuf, b"transfer-encoding");
+        self.hdrs.add("transfer-encoding", "chunked");
+        self.hdrs.add("vary", "Accept-Encoding");
+        self.hdrs.add("content-encoding", algo.token());
+        Some(enc)
     }
 
     /// Request line + edited headers + forwarding headers + connection management.
@@ -2245,7 +2489,13 @@ fn effective_mode(fe: &Proxy, be: &Proxy) -> HttpConnMode {
     }
 }
 
-fn redirect_location(rd: &Redirect, buf: &[u8], head: &RequestHead, hdrs: &Headers) -> String {
+fn redirect_location(
+    rd: &Redirect,
+    target: &str,
+    buf: &[u8],
+    head: &RequestHead,
+    hdrs: &Headers,
+) -> String {
     let uri = head.uri.of(buf);
     let path_q = {
         let p = crate::http::path_of(uri);
@@ -2263,9 +2513,9 @@ fn redirect_location(rd: &Redirect, buf: &[u8], head: &RequestHead, hdrs: &Heade
     }
     let rest = String::from_utf8_lossy(&rest);
     match rd.kind {
-        RedirectKind::Location => rd.target.clone(),
+        RedirectKind::Location => target.to_string(),
         RedirectKind::Prefix => {
-            let t = rd.target.trim_end_matches('/');
+            let t = target.trim_end_matches('/');
             format!("{t}{rest}")
         }
         RedirectKind::Scheme => {
@@ -2273,7 +2523,7 @@ fn redirect_location(rd: &Redirect, buf: &[u8], head: &RequestHead, hdrs: &Heade
                 .first(buf, b"host")
                 .map(|h| String::from_utf8_lossy(h).into_owned())
                 .unwrap_or_default();
-            format!("{}://{}{}", rd.target, host, rest)
+            format!("{target}://{host}{rest}")
         }
     }
 }
@@ -2314,6 +2564,20 @@ impl BodyTracker {
 
     /// How many bytes at the front of `data` belong to the body.
     fn take(&mut self, data: &[u8]) -> Result<usize, HttpError> {
+        self.take_with(data, |_| {})
+    }
+
+    /// [`take`](Self::take), appending the payload those bytes carry (without chunked
+    /// framing) to `payload`.
+    fn take_payload(&mut self, data: &[u8], payload: &mut Vec<u8>) -> Result<usize, HttpError> {
+        self.take_with(data, |p| payload.extend_from_slice(p))
+    }
+
+    fn take_with(
+        &mut self,
+        data: &[u8],
+        mut on_data: impl FnMut(&[u8]),
+    ) -> Result<usize, HttpError> {
         if self.finished {
             return Ok(0);
         }
@@ -2323,15 +2587,19 @@ impl BodyTracker {
                 let n = (data.len() as u64).min(self.remaining) as usize;
                 self.remaining -= n as u64;
                 self.finished = self.remaining == 0;
+                on_data(&data[..n]);
                 Ok(n)
             }
             BodyKind::Chunked => {
                 let st = self.chunked.as_mut().expect("chunked state");
-                let (n, done) = st.feed(data)?;
+                let (n, done) = st.feed_with(data, on_data)?;
                 self.finished = done;
                 Ok(n)
             }
-            BodyKind::CloseDelimited => Ok(data.len()),
+            BodyKind::CloseDelimited => {
+                on_data(data);
+                Ok(data.len())
+            }
         }
     }
 }

@@ -51,6 +51,27 @@ pub async fn serve(
         }
         Client::Unix(_) => None,
     };
+    let log_format = p
+        .options
+        .log_format
+        .as_deref()
+        .filter(|_| !p.logs.is_empty());
+    // The default log line ("Connect from A to B"), logged now.
+    let connect_line =
+        !p.options.httplog && !p.options.tcplog && log_format.is_none() && !p.logs.is_empty();
+    // getsockname() only when a log line, a rule (`dst`) or a PROXY header to a server may
+    // need it: it is a syscall per connection.
+    let local = match &client {
+        Client::Tcp(s, _)
+            if connect_line
+                || log_format.is_some_and(|f| f.needs_local)
+                || crate::send_proxy::IN_USE.load(Relaxed)
+                || crate::config::acl::LOCAL_ADDR_USED.load(Relaxed) =>
+        {
+            s.local_addr().ok()
+        }
+        _ => None,
+    };
     // `tcp-request connection` rules (and, in `mode http`, `tcp-request content` rules,
     // which can only read the source there): a reject closes the connection at once,
     // unlogged, as in HAProxy.
@@ -58,7 +79,13 @@ pub async fn serve(
         if rules.is_empty() || (content && p.mode == Mode::Tcp) {
             continue;
         }
-        let view = http::SrcView(peer.map(|a| a.ip()), None, None);
+        let sess = crate::config::acl::Sess {
+            peer,
+            local,
+            frontend: &p.name,
+            backend: &p.name,
+        };
+        let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
         let first = rules
             .iter()
             .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(&view)));
@@ -73,26 +100,6 @@ pub async fn serve(
             return;
         }
     }
-    let log_format = p
-        .options
-        .log_format
-        .as_deref()
-        .filter(|_| !p.logs.is_empty());
-    // The default log line ("Connect from A to B"), logged now.
-    let connect_line =
-        !p.options.httplog && !p.options.tcplog && log_format.is_none() && !p.logs.is_empty();
-    // getsockname() only when a log line or a PROXY header to a server may need it: it is
-    // a syscall per connection.
-    let local = match &client {
-        Client::Tcp(s, _)
-            if connect_line
-                || log_format.is_some_and(|f| f.needs_local)
-                || crate::send_proxy::IN_USE.load(Relaxed) =>
-        {
-            s.local_addr().ok()
-        }
-        _ => None,
-    };
     if connect_line {
         let line = crate::log::connect_line(peer, local, &p.name, p.mode == Mode::Http);
         w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);
@@ -351,6 +358,17 @@ pub struct SessionCtx {
 impl SessionCtx {
     pub fn shared(&self) -> &Arc<Shared> {
         &self.w.shared
+    }
+
+    /// What rules see of the session (before a backend is chosen: `be_name` is the frontend).
+    pub fn sess(&self) -> crate::config::acl::Sess<'_> {
+        let name = &self.shared().cfg.proxies[self.proxy].name;
+        crate::config::acl::Sess {
+            peer: self.peer,
+            local: self.local,
+            frontend: name,
+            backend: name,
+        }
     }
 }
 
@@ -716,7 +734,10 @@ pub async fn connect_with_slot(
     let mut attempt = 0u32;
     let mut redispatched = false;
     loop {
-        let addr = **slot.server_state().addr.load();
+        let addr = slot
+            .server_state()
+            .conf
+            .target(**slot.server_state().addr.load(), ctx.local);
         let started = Instant::now();
         slot.server_state().counters.connects.fetch_add(1, Relaxed);
         let proxy_hdr = slot
@@ -862,6 +883,11 @@ async fn connect_one(
             let _ = s.set_nodelay(true);
             if keepalive {
                 let _ = socket2::SockRef::from(&s).set_keepalive(true);
+            }
+            if opts.nolinger {
+                // A zero linger time never blocks the close (tokio's warning is about
+                // non-zero ones).
+                let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
             }
             Ok(s)
         }

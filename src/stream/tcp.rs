@@ -229,7 +229,12 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         }
         _ => Vec::new(),
     };
-    let view = SrcView(ctx.peer.map(|a| a.ip()), ctx.tls.as_deref(), Some(&held));
+    let view = SrcView(
+        ctx.peer.map(|a| a.ip()),
+        ctx.tls.as_deref(),
+        Some(&held),
+        ctx.sess(),
+    );
     if !content_allows(fe, &view) {
         fc.denied_req.fetch_add(1, Relaxed);
         log_refused(&ctx, None, start, *b"PR");
@@ -416,7 +421,12 @@ async fn inspect<C: ClientIo>(client: &mut C, delay: std::time::Duration, max: u
 /// then the default.
 fn select_backend(ctx: &SessionCtx, payload: &[u8]) -> Option<usize> {
     let p = &ctx.shared().cfg.proxies[ctx.proxy];
-    let view = SrcView(ctx.peer.map(|a| a.ip()), ctx.tls.as_deref(), Some(payload));
+    let view = SrcView(
+        ctx.peer.map(|a| a.ip()),
+        ctx.tls.as_deref(),
+        Some(payload),
+        ctx.sess(),
+    );
     for ub in &p.use_backends {
         if ub.cond.as_ref().is_none_or(|c| c.eval(&view)) {
             return Some(ub.backend);

@@ -34,6 +34,7 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("tcpka", D | F | B, false),
     ("clitcpka", D | F, false),
     ("srvtcpka", D | B, false),
+    ("nolinger", D | F | B, false),
 ];
 
 /// Real HAProxy options that sluice does not implement.
@@ -58,7 +59,6 @@ const UNSUPPORTED: &[&str] = &[
     "independent-streams",
     "ldap-check",
     "mysql-check",
-    "nolinger",
     "originalto",
     "pgsql-check",
     "redis-check",
@@ -91,12 +91,22 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
         return Err(format!("unknown option '{name}'{hint}").into());
     };
     if !allowed(d, mask) {
-        let side = if mask & F == 0 {
-            "a frontend (it has no server side)"
+        // Every option is allowed in `defaults`: this is a frontend or a backend without the
+        // side the option acts on. Ignored with HAProxy's warning.
+        let msg = if matches!(name, "httplog" | "tcplog") {
+            format!(
+                "{} : '{prefix} {name}' directive is ignored in backends.",
+                d.describe()
+            )
         } else {
-            "a backend (it has no client side)"
+            format!(
+                "'{name}' ignored because {} has no {} capability.",
+                d.describe(),
+                super::proxy::missing_side(d)
+            )
         };
-        return Err(format!("'{prefix} {name}' cannot be used in {side}").into());
+        crate::config::parser::warn(msg);
+        return Ok(());
     }
     if http && !negate {
         d.needs_http(l, &format!("option {name}"));
@@ -137,6 +147,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "tcpka" => (o.cli_tcpka, o.srv_tcpka) = (false, false),
             "clitcpka" => o.cli_tcpka = false,
             "srvtcpka" => o.srv_tcpka = false,
+            "nolinger" => o.nolinger = false,
             // As in HAProxy, `no option X` returns to the default connection mode only if X is
             // the current one (`option httpclose` + `no option http-server-close` keeps close).
             "http-server-close" | "httpclose" | "http-keep-alive" => {
@@ -209,6 +220,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "tcpka" => (o.cli_tcpka, o.srv_tcpka) = (true, true),
                 "clitcpka" => o.cli_tcpka = true,
                 "srvtcpka" => o.srv_tcpka = true,
+                "nolinger" => o.nolinger = true,
                 "tcp-check" => o.check_type = super::super::CheckType::Tcp,
                 "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,
                 "httpclose" => o.http_conn_mode = HttpConnMode::Close,

@@ -128,6 +128,7 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         tcp_content: Vec::new(),
         inspect_delay: None,
         cookie: None,
+        compression: None,
         fullconn: None,
         stats: None,
     }
@@ -304,8 +305,10 @@ impl Draft {
             opts.tcplog = true;
         }
         opts.forwardfor = None;
-        // An inherited `cookie` only applies to HTTP (an explicit one was reported above).
+        // An inherited `cookie` or `compression` only applies to HTTP (an explicit one was
+        // reported above).
         self.p.cookie = None;
+        self.p.compression = None;
         // An inherited `monitor-uri` only applies to HTTP (an explicit one was reported above).
         self.p.monitor_uri = None;
         // Likewise an inherited stats page (an explicit `stats` line was reported above).
@@ -331,6 +334,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("backlog", D | F),
     ("balance", D | B),
     ("bind", F),
+    ("compression", D | F | B),
     ("cookie", D | B),
     ("default-server", D | B),
     ("default_backend", D | F),
@@ -373,7 +377,6 @@ const UNSUPPORTED: &[&str] = &[
     "stick-store-response",
     "tcp-response",
     "dynamic-cookie-key",
-    "compression",
     "capture",
     "http-after-response",
     "http-error",
@@ -451,6 +454,15 @@ fn allowed_list(mask: u8) -> String {
 }
 
 /// Whether `mask` allows the current section.
+/// The side a frontend or backend lacks, named as HAProxy's warnings name it.
+pub(super) fn missing_side(d: &Draft) -> &'static str {
+    if d.p.kind == ProxyKind::Frontend {
+        "backend"
+    } else {
+        "frontend"
+    }
+}
+
 pub(super) fn allowed(d: &Draft, mask: u8) -> bool {
     if d.is_defaults {
         return mask & D != 0;
@@ -486,11 +498,26 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         )));
     };
     if !allowed(d, mask) {
-        return Err(KwErr::Full(format!(
-            "keyword '{kw}' is not allowed in {} (only in {} sections)",
+        // As HAProxy: in a proxy without the side a keyword acts on, it is ignored with a
+        // warning (`server` lines excepted); in `defaults` it is an error.
+        if d.is_defaults || matches!(kw, "server" | "default-server") {
+            return Err(KwErr::Full(format!(
+                "keyword '{kw}' is not allowed in {} (only in {} sections)",
+                d.describe(),
+                allowed_list(mask)
+            )));
+        }
+        let hint = if kw == "maxconn" {
+            " Maybe you want 'fullconn' instead ?"
+        } else {
+            ""
+        };
+        crate::config::parser::warn(format!(
+            "'{kw}' ignored because {} has no {} capability.{hint}",
             d.describe(),
-            allowed_list(mask)
-        )));
+            missing_side(d)
+        ));
+        return Ok(());
     }
     match kw {
         "acl" => d.acls.add(&w[1..])?,
@@ -652,10 +679,65 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             d.p.cookie = Some(cookie(w)?);
             d.needs_http(l, "cookie");
         }
+        "compression" => {
+            compression(d.p.compression.get_or_insert_with(Default::default), w)?;
+            d.needs_http(l, "compression");
+        }
         "bind" => server::bind(d, l)?,
         "server" => server::server(d, l)?,
         "default-server" => server::default_server(d, l)?,
         _ => unreachable!("keyword table and handlers disagree on '{kw}'"),
+    }
+    Ok(())
+}
+
+/// `compression algo NAME... | type MIME... | offload`: each `algo` and `type` line adds to
+/// its list, as in HAProxy.
+fn compression(c: &mut crate::compression::CompressionCfg, w: &[String]) -> Result<(), String> {
+    use crate::compression::Algo;
+    let what = arg(w, 1, "'algo', 'type' or 'offload'")?;
+    match what {
+        "algo" => {
+            if w.len() < 3 {
+                return Err("'compression algo' expects at least one algorithm".into());
+            }
+            for name in &w[2..] {
+                let Some(&(_, a)) = Algo::ALL.iter().find(|(n, _)| n == name) else {
+                    return Err(format!(
+                        "unknown compression algorithm '{name}' (supported: identity, \
+                         deflate, raw-deflate, gzip){}",
+                        did_you_mean(name, Algo::ALL.iter().map(|(n, _)| *n))
+                    ));
+                };
+                if !c.algos.contains(&a) {
+                    c.algos.push(a);
+                }
+            }
+        }
+        "type" => {
+            if w.len() < 3 {
+                return Err("'compression type' expects at least one MIME type".into());
+            }
+            c.types.extend(w[2..].iter().cloned());
+        }
+        "offload" => {
+            no_extra(w, 2)?;
+            c.offload = true;
+        }
+        "algo-req" | "algo-res" | "type-req" | "type-res" | "direction" | "minsize-req"
+        | "minsize-res" => {
+            return Err(format!(
+                "'compression {what}' is not supported by sluice (HAProxy 2.6 has only \
+                 'algo', 'type' and 'offload')"
+            ));
+        }
+        o => {
+            return Err(format!(
+                "unknown 'compression' argument '{o}' (expected 'algo', 'type' or \
+                 'offload'){}",
+                did_you_mean(o, ["algo", "type", "offload"])
+            ));
+        }
     }
     Ok(())
 }
@@ -835,12 +917,14 @@ fn timeout(d: &mut Draft, w: &[String]) -> Result<(), String> {
         ));
     };
     if !allowed(d, mask) {
-        let side = if d.p.kind == ProxyKind::Frontend {
-            "a frontend (it has no server side)"
-        } else {
-            "a backend (it has no client side)"
-        };
-        return Err(format!("'timeout {name}' cannot be used in {side}"));
+        // `defaults` accepts every timeout, so this is a frontend or a backend: ignored with
+        // a warning, as in HAProxy.
+        crate::config::parser::warn(format!(
+            "'timeout {name}' will be ignored because {} has no {} capability",
+            d.describe(),
+            missing_side(d)
+        ));
+        return Ok(());
     }
     let t = parse_time(arg(w, 2, "time value")?)?;
     no_extra(w, 3)?;

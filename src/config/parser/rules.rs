@@ -11,7 +11,7 @@ use super::super::{
     RedirectKind, RedirectRule, Service, TcpRequestRule,
 };
 use super::proxy::Draft;
-use super::values::{header_name, literal_format, parse_range};
+use super::values::{header_name, lf_value, literal_format, parse_range};
 use super::{KwErr, did_you_mean};
 use crate::config::tokenizer::Line;
 
@@ -166,11 +166,11 @@ fn header_action(action: &str, args: &[String]) -> Result<HeaderAction, String> 
         "del-header" => HeaderAction::DelHeader { name },
         "set-header" => HeaderAction::SetHeader {
             name,
-            value: literal_format(&args[1])?,
+            value: lf_value(&args[1])?,
         },
         _ => HeaderAction::AddHeader {
             name,
-            value: literal_format(&args[1])?,
+            value: lf_value(&args[1])?,
         },
     })
 }
@@ -390,7 +390,7 @@ fn redirect(args: &[String]) -> Result<HttpRequestAction, String> {
         return Err("'redirect' expects 'location', 'prefix' or 'scheme'".into());
     };
     rd.kind = kind;
-    rd.target = literal_format(&target)?;
+    rd.target = lf_value(&target)?;
     Ok(HttpRequestAction::Redirect(rd))
 }
 

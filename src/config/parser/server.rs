@@ -14,6 +14,7 @@ const BIND_OPTIONS: &[&str] = &[
     "maxconn",
     "backlog",
     "defer-accept",
+    "interface",
     "v4v6",
     "v6only",
 ];
@@ -30,7 +31,6 @@ const BIND_UNSUPPORTED: &[&str] = &[
     "accept-proxy",
     "accept-netscaler-cip",
     "transparent",
-    "interface",
     "tfo",
     "mss",
     "namespace",
@@ -147,6 +147,7 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         defer_accept: false,
         v4v6: false,
         v6only: false,
+        interface: None,
         ssl: None,
     };
     let mut tls = crate::tls::BindTlsOpts::default();
@@ -167,6 +168,10 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                 i += 1;
             }
             "defer-accept" => proto.defer_accept = true,
+            "interface" => {
+                proto.interface = Some(arg(w, i + 1, "name after 'interface'")?.to_string());
+                i += 1;
+            }
             "v4v6" => proto.v4v6 = true,
             "v6only" => proto.v6only = true,
             _ if crate::tls::BIND_TLS_OPTIONS.contains(&opt) => {
@@ -441,9 +446,10 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     {
         return Err(format!("server id {id} is already used by server '{}'", prev.name).into());
     }
-    let (sa, unresolved) = server_addr(addr, o.init_addr.as_deref())?;
-    let mut sv = make_server(name, origin(l), sa, &o, id, &d.tls_defaults)?;
-    sv.unresolved = unresolved;
+    let sa = server_addr(addr, o.init_addr.as_deref())?;
+    let mut sv = make_server(name, origin(l), sa.addr, &o, id, &d.tls_defaults)?;
+    sv.unresolved = sa.unresolved;
+    sv.port_map = sa.port_map;
     d.p.servers.push(sv);
     Ok(())
 }
@@ -465,14 +471,10 @@ pub fn dynamic_server(
         file: "stats socket".into(),
         line: 0,
     };
-    make_server(
-        name,
-        origin,
-        server_addr(addr, None)?.0,
-        &o,
-        id,
-        tls_defaults,
-    )
+    let sa = server_addr(addr, None)?;
+    let mut sv = make_server(name, origin, sa.addr, &o, id, tls_defaults)?;
+    sv.port_map = sa.port_map;
+    Ok(sv)
 }
 
 /// A `Server` from parsed options.
@@ -505,6 +507,7 @@ fn make_server(
         cookie: o.cookie.clone(),
         minconn: o.minconn,
         unresolved: false,
+        port_map: None,
         send_proxy: o.send_proxy,
         source: o.source,
         check: o.chk.check_cfg(),
@@ -548,6 +551,19 @@ pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), Strin
             _ => None,
         })
     };
+    // A mapped port depends on each client: a check needs a port of its own (HAProxy's
+    // alert, with its wording).
+    if s.port_map.is_some()
+        && chk.port.is_none()
+        && !(matches!(rules.first(), Some(CheckRule::Connect(_)))
+            && connects().all(|c| c.port.is_some()))
+    {
+        return Err(format!(
+            "server '{}' has neither service port nor check port (give the check one with \
+             'port N')",
+            s.name
+        ));
+    }
     if let Some(proto) = chk.proto
         && p.options.check_type != CheckType::Http
     {
@@ -585,8 +601,10 @@ pub(super) fn source_addr(a: &str) -> Result<std::net::SocketAddr, String> {
     resolve_host(host, port, family)
 }
 
-/// The host, port and address family of a server address (not yet resolved).
-fn server_host_port(a: &str) -> Result<(&str, u16, Family), String> {
+/// The host, port and address family of a server address (not yet resolved), and its port
+/// mapping: without a port (`10.0.0.1`), or with `+N`/`-N`, the port is the one the client
+/// connected to, plus N (HAProxy's port mapping); the port returned is then 0.
+fn server_host_port(a: &str) -> Result<(&str, u16, Family, Option<i32>), String> {
     for unsupported in [
         "unix@",
         "abns@",
@@ -612,18 +630,28 @@ fn server_host_port(a: &str) -> Result<(&str, u16, Family), String> {
         h => h,
     };
     let Some(port) = port.filter(|p| !p.is_empty()) else {
-        return Err(format!(
-            "server address '{a}' has no port: HAProxy then connects to the port the client \
-             connected to, which sluice does not support yet; give the port"
-        ));
+        crate::config::acl::LOCAL_ADDR_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+        return Ok((host, 0, family, Some(0)));
     };
-    if port.starts_with('+') || port.starts_with('-') || port.contains('-') {
+    if let Some(off) = port.strip_prefix('+').or(port.strip_prefix('-')) {
+        let n = off
+            .parse::<u16>()
+            .map_err(|_| format!("invalid port offset '{port}' in server address '{a}'"))?;
+        let n = if port.starts_with('-') {
+            -i32::from(n)
+        } else {
+            i32::from(n)
+        };
+        crate::config::acl::LOCAL_ADDR_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+        return Ok((host, 0, family, Some(n)));
+    }
+    if port.contains('-') {
         return Err(format!(
-            "server address '{a}': relative ports and port ranges are not supported by sluice"
+            "server address '{a}': port ranges are not supported by sluice"
         ));
     }
     let port = parse_port(port, a)?;
-    Ok((host, port, family))
+    Ok((host, port, family, None))
 }
 
 /// How a `server` line's address becomes an IP address at start-up: `init-addr` methods
@@ -656,10 +684,31 @@ fn init_addr(v: &str) -> Result<Vec<InitAddr>, String> {
         .collect()
 }
 
-/// A server line's address, resolved as its `init-addr` says. The flag is set when the server
-/// starts without an address (`none`).
-fn server_addr(a: &str, init: Option<&[InitAddr]>) -> Result<(std::net::SocketAddr, bool), String> {
-    let (host, port, family) = server_host_port(a)?;
+/// A server line's address, resolved as its `init-addr` says, and its port mapping
+/// ([`server_host_port`]). The flag is set when the server starts without an address (`none`).
+fn server_addr(a: &str, init: Option<&[InitAddr]>) -> Result<ServerAddr, String> {
+    let (host, port, family, map) = server_host_port(a)?;
+    let (sa, unresolved) = resolve_server(host, port, family, init)?;
+    Ok(ServerAddr {
+        addr: sa,
+        unresolved,
+        port_map: map,
+    })
+}
+
+/// What a server line's address gives.
+pub(super) struct ServerAddr {
+    addr: std::net::SocketAddr,
+    unresolved: bool,
+    port_map: Option<i32>,
+}
+
+fn resolve_server(
+    host: &str,
+    port: u16,
+    family: Family,
+    init: Option<&[InitAddr]>,
+) -> Result<(std::net::SocketAddr, bool), String> {
     let mut failure = None;
     for m in init.unwrap_or(&[InitAddr::Last, InitAddr::Libc]) {
         match m {
@@ -732,31 +781,35 @@ mod tests {
     }
 
     fn server_addr_t(a: &str) -> Result<std::net::SocketAddr, String> {
-        server_addr(a, None).map(|(sa, _)| sa)
+        server_addr(a, None).map(|sa| sa.addr)
+    }
+
+    fn addr_flag(a: &str, init: &[InitAddr]) -> Result<(std::net::SocketAddr, bool), String> {
+        server_addr(a, Some(init)).map(|sa| (sa.addr, sa.unresolved))
     }
 
     #[test]
     fn init_addr_methods() {
         let none = [InitAddr::None];
         assert_eq!(
-            server_addr("no-such-host.invalid:80", Some(&none)),
+            addr_flag("no-such-host.invalid:80", &none),
             Ok(("0.0.0.0:80".parse().unwrap(), true))
         );
         let m = init_addr("last,libc,none").unwrap();
         assert_eq!(
-            server_addr("127.0.0.1:81", Some(&m)),
+            addr_flag("127.0.0.1:81", &m),
             Ok(("127.0.0.1:81".parse().unwrap(), false))
         );
         assert_eq!(
-            server_addr("no-such-host.invalid:80", Some(&m)),
+            addr_flag("no-such-host.invalid:80", &m),
             Ok(("0.0.0.0:80".parse().unwrap(), true))
         );
         let ip = init_addr("libc,10.1.2.3").unwrap();
         assert_eq!(
-            server_addr("no-such-host.invalid:80", Some(&ip)),
+            addr_flag("no-such-host.invalid:80", &ip),
             Ok(("10.1.2.3:80".parse().unwrap(), false))
         );
-        let e = server_addr("no-such-host.invalid:80", Some(&[InitAddr::Last])).unwrap_err();
+        let e = addr_flag("no-such-host.invalid:80", &[InitAddr::Last]).unwrap_err();
         assert!(e.contains("could not resolve"), "{e}");
         assert!(
             init_addr("libc,dns")
@@ -765,9 +818,9 @@ mod tests {
         );
         // The syntax is checked whatever the method.
         assert!(
-            server_addr("10.0.0.1", Some(&none))
+            addr_flag("10.0.0.1:x", &none)
                 .unwrap_err()
-                .contains("has no port")
+                .contains("invalid port")
         );
     }
 
@@ -782,16 +835,22 @@ mod tests {
             server_addr_t("ipv4@localhost:80"),
             Ok("127.0.0.1:80".parse().unwrap())
         );
-        assert!(
-            server_addr_t("10.0.0.1")
-                .unwrap_err()
-                .contains("has no port")
-        );
         // HAProxy's "any" address: the local host.
         assert_eq!(server_addr_t(":80"), Ok("0.0.0.0:80".parse().unwrap()));
         assert_eq!(server_addr_t("*:80"), Ok("0.0.0.0:80".parse().unwrap()));
         assert_eq!(server_addr_t("ipv6@*:80"), Ok("[::]:80".parse().unwrap()));
-        assert!(server_addr_t("10.0.0.1:+1").is_err());
         assert!(server_addr_t("unix@/x").is_err());
+        // Port mapping: no port, `+N`, `-N` (the port is the client's destination port).
+        let map = |a: &str| server_addr(a, None).map(|sa| (sa.addr.port(), sa.port_map));
+        assert_eq!(map("10.0.0.1"), Ok((0, Some(0))));
+        assert_eq!(map("10.0.0.1:+1"), Ok((0, Some(1))));
+        assert_eq!(map("10.0.0.1:-1000"), Ok((0, Some(-1000))));
+        assert_eq!(map("10.0.0.1:80"), Ok((80, None)));
+        assert!(
+            map("10.0.0.1:+x")
+                .unwrap_err()
+                .contains("invalid port offset")
+        );
+        assert!(map("10.0.0.1:80-90").unwrap_err().contains("port ranges"));
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::load;
 use crate::config::{
     Balance, Bind, BindAddr, Config, ConfigError, CpuMap, HashFunction, HashMethod, HashType,
-    HeaderAction, HttpConnMode, HttpRequestAction, HttpView, LogDest, LogFormat, LogTarget, Mode,
-    Proxy, ProxyKind, Redirect, RedirectKind,
+    HeaderAction, HttpConnMode, HttpRequestAction, HttpView, LfValue, LogDest, LogFormat,
+    LogTarget, Mode, Proxy, ProxyKind, Redirect, RedirectKind,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -60,6 +60,11 @@ fn error_at(e: &[String], line: usize) -> &str {
     e.iter()
         .find(|m| m.starts_with(&prefix))
         .unwrap_or_else(|| panic!("no error at line {line}: {e:#?}"))
+}
+
+/// The warnings of a loaded configuration, rendered as `file:line: message`.
+fn warnings(c: &Config) -> Vec<String> {
+    c.warnings.iter().map(ToString::to_string).collect()
 }
 
 fn has(msg: &str, parts: &[&str]) {
@@ -385,7 +390,7 @@ fn global_errors() {
         "  log 127.0.0.1 format iso local0",  // 12
         "  log 127.0.0.1 len 10 local0",      // 13
         "  tune.idle-pool.shared maybe",      // 14
-        "  hard-stop-after 1m30s",            // 15
+        "  hard-stop-after 1q30s",            // 15
         "  hard-stop-after 30d",              // 16
         "  tune.bufsize 512",                 // 17
         "  cpu-map 2/1 0",                    // 18
@@ -959,6 +964,7 @@ fn bind_addresses() {
             defer_accept: false,
             v4v6: false,
             v6only: false,
+            interface: None,
             ssl: None,
         }
     );
@@ -1012,10 +1018,8 @@ fn bind_errors() {
         "  bind :80,",               // 17
         "  bind udp@:53",            // 18
         "  bind unix@",              // 19
-        "backend be",                // 20
-        "  bind :80",                // 21
     ]);
-    assert_eq!(e.len(), 19, "{e:#?}");
+    assert_eq!(e.len(), 18, "{e:#?}");
     let find = |line: usize| error_at(&e, line);
     for line in 2..=19 {
         has(find(line), &["'bind' in frontend 'fe': "]);
@@ -1041,13 +1045,13 @@ fn bind_errors() {
     has(find(17), &["empty bind address"]);
     has(find(18), &["'udp@' addresses are not supported by sluice"]);
     has(find(19), &["missing socket path"]);
-    has(
-        find(21),
-        &[
-            "keyword 'bind' is not allowed in backend 'be'",
-            "(only in frontend and listen sections)",
-        ],
+    // In a backend, ignored with a warning as in HAProxy.
+    let c = ok(&["backend be", "  bind :80"]);
+    assert_eq!(
+        warnings(&c),
+        ["t.cfg:2: 'bind' ignored because backend 'be' has no frontend capability."]
     );
+    assert!(px(&c, "be").binds.is_empty());
 }
 
 #[test]
@@ -1073,14 +1077,14 @@ fn maxconn_backlog_retries() {
         "  maxconn -1",          // 2
         "  backlog 1e3",         // 3
         "  maxconn 99999999999", // 4
-        "  retries 3",           // 5
+        "  retries 3",           // 5  wrong side: a warning (below)
         "backend be",            // 6
-        "  maxconn 10",          // 7
-        "  backlog 10",          // 8
+        "  maxconn 10",          // 7  wrong side: a warning (below)
+        "  backlog 10",          // 8  wrong side: a warning (below)
         "  retries x",           // 9
         "  retries",             // 10
     ]);
-    assert_eq!(e.len(), 8, "{e:#?}");
+    assert_eq!(e.len(), 5, "{e:#?}");
     has(
         &e[0],
         &[
@@ -1101,40 +1105,38 @@ fn maxconn_backlog_retries() {
     has(
         &e[3],
         &[
-            "t.cfg:5: ",
-            "keyword 'retries' is not allowed in frontend 'fe'",
-            "defaults, backend and listen",
-        ],
-    );
-    has(
-        &e[4],
-        &[
-            "t.cfg:7: ",
-            "keyword 'maxconn' is not allowed in backend 'be'",
-        ],
-    );
-    has(
-        &e[5],
-        &[
-            "t.cfg:8: ",
-            "keyword 'backlog' is not allowed in backend 'be'",
-        ],
-    );
-    has(
-        &e[6],
-        &[
             "t.cfg:9: ",
             "'retries' in backend 'be'",
             "'x' is not a valid number",
         ],
     );
     has(
-        &e[7],
+        &e[4],
         &[
             "t.cfg:10: ",
             "'retries' in backend 'be': missing number of retries",
         ],
     );
+    // On the side a proxy lacks, HAProxy ignores them with a warning.
+    let c = ok(&[
+        "frontend fe",  // 1
+        "  bind :80",   // 2
+        "  retries 3",  // 3
+        "backend be",   // 4
+        "  maxconn 10", // 5
+        "  backlog 10", // 6
+    ]);
+    assert_eq!(
+        warnings(&c),
+        [
+            "t.cfg:3: 'retries' ignored because frontend 'fe' has no backend capability.",
+            "t.cfg:5: 'maxconn' ignored because backend 'be' has no frontend capability. \
+             Maybe you want 'fullconn' instead ?",
+            "t.cfg:6: 'backlog' ignored because backend 'be' has no frontend capability.",
+        ]
+    );
+    let be = px(&c, "be");
+    assert_eq!((be.maxconn, be.backlog), (None, None));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1203,85 +1205,76 @@ fn every_timeout_and_unit() {
 fn timeout_errors() {
     let e = errs(&[
         "frontend fe",             // 1
-        "  timeout server 1s",     // 2
-        "  timeout connect 1s",    // 3
-        "  timeout queue 1s",      // 4
+        "  timeout server 1s",     // 2  wrong side: a warning (below)
+        "  timeout connect 1s",    // 3  wrong side: a warning (below)
+        "  timeout queue 1s",      // 4  wrong side: a warning (below)
         "  timeout clinet 1s",     // 5
         "  timeout tarpit 1s",     // 6
         "  timeout client",        // 7
-        "  timeout client 1m30s",  // 8
+        "  timeout client 1q30s",  // 8
         "  timeout client 10x",    // 9
         "  timeout client 25d",    // 10
         "  timeout client -1",     // 11
         "  timeout",               // 12
         "  timeout client 1s 2s",  // 13
         "backend be",              // 14
-        "  timeout client 1s",     // 15
-        "  timeout client-fin 1s", // 16
+        "  timeout client 1s",     // 15 wrong side: a warning (below)
+        "  timeout client-fin 1s", // 16 wrong side: a warning (below)
         "  timeout connect 1.5s",  // 17
     ]);
-    assert_eq!(e.len(), 15, "{e:#?}");
+    assert_eq!(e.len(), 10, "{e:#?}");
     has(
         &e[0],
         &[
-            "t.cfg:2: ",
-            "'timeout' in frontend 'fe'",
-            "'timeout server' cannot be used in a frontend",
-        ],
-    );
-    has(
-        &e[1],
-        &[
-            "t.cfg:3: ",
-            "'timeout connect' cannot be used in a frontend",
-        ],
-    );
-    has(
-        &e[2],
-        &["t.cfg:4: ", "'timeout queue' cannot be used in a frontend"],
-    );
-    has(
-        &e[3],
-        &[
             "t.cfg:5: ",
+            "'timeout' in frontend 'fe'",
             "unknown timeout 'clinet'",
             "(did you mean 'client'?)",
         ],
     );
     has(
-        &e[4],
+        &e[1],
         &["t.cfg:6: ", "'timeout tarpit' is not supported by sluice"],
     );
-    has(&e[5], &["t.cfg:7: ", "missing time value"]);
-    has(&e[6], &["t.cfg:8: ", "only one unit is allowed"]);
-    has(&e[7], &["t.cfg:9: ", "invalid unit 'x'"]);
-    has(&e[8], &["t.cfg:10: ", "too large"]);
-    has(&e[9], &["t.cfg:11: ", "'-1' is not a valid time"]);
-    has(&e[10], &["t.cfg:12: ", "missing timeout name"]);
-    has(&e[11], &["t.cfg:13: ", "unexpected extra argument '2s'"]);
+    has(&e[2], &["t.cfg:7: ", "missing time value"]);
+    has(&e[3], &["t.cfg:8: ", "only one unit is allowed"]);
+    has(&e[4], &["t.cfg:9: ", "invalid unit 'x'"]);
+    has(&e[5], &["t.cfg:10: ", "too large"]);
+    has(&e[6], &["t.cfg:11: ", "'-1' is not a valid time"]);
+    has(&e[7], &["t.cfg:12: ", "missing timeout name"]);
+    has(&e[8], &["t.cfg:13: ", "unexpected extra argument '2s'"]);
     has(
-        &e[12],
-        &[
-            "t.cfg:15: ",
-            "'timeout' in backend 'be'",
-            "'timeout client' cannot be used in a backend",
-        ],
-    );
-    has(
-        &e[13],
-        &[
-            "t.cfg:16: ",
-            "'timeout client-fin' cannot be used in a backend",
-        ],
-    );
-    has(
-        &e[14],
+        &e[9],
         &[
             "t.cfg:17: ",
             "'timeout' in backend 'be'",
             "invalid unit '.5s'",
         ],
     );
+    // A timeout for the side a proxy lacks is ignored with HAProxy's warning.
+    let c = ok(&[
+        "frontend fe",             // 1
+        "  bind :80",              // 2
+        "  timeout server 1s",     // 3
+        "  timeout connect 1s",    // 4
+        "  timeout queue 1s",      // 5
+        "backend be",              // 6
+        "  timeout client 1s",     // 7
+        "  timeout client-fin 1s", // 8
+    ]);
+    assert_eq!(
+        warnings(&c),
+        [
+            "t.cfg:3: 'timeout server' will be ignored because frontend 'fe' has no backend capability",
+            "t.cfg:4: 'timeout connect' will be ignored because frontend 'fe' has no backend capability",
+            "t.cfg:5: 'timeout queue' will be ignored because frontend 'fe' has no backend capability",
+            "t.cfg:7: 'timeout client' will be ignored because backend 'be' has no frontend capability",
+            "t.cfg:8: 'timeout client-fin' will be ignored because backend 'be' has no frontend capability",
+        ]
+    );
+    let (fe, be) = (&px(&c, "fe").timeouts, &px(&c, "be").timeouts);
+    assert_eq!((fe.server, fe.connect, fe.queue), (None, None, None));
+    assert_eq!((be.client, be.client_fin), (None, None));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1366,11 +1359,11 @@ fn use_backend_errors() {
         "  use_backend api if",           // 12
         "frontend fe2",                   // 13
         "backend api",                    // 14
-        "  use_backend api",              // 15 wrong section
-        "  default_backend api",          // 16 wrong section
+        "  use_backend api",              // 15 wrong side: a warning (below)
+        "  default_backend api",          // 16 wrong side: a warning (below)
         "  acl x path /",                 // 17 fine
     ]);
-    assert_eq!(e.len(), 11, "{e:#?}");
+    assert_eq!(e.len(), 9, "{e:#?}");
     has(
         &e[0],
         &[
@@ -1423,20 +1416,22 @@ fn use_backend_errors() {
         ],
     );
     has(&e[8], &["t.cfg:12: ", "missing condition after 'if'"]);
-    has(
-        &e[9],
-        &[
-            "t.cfg:15: ",
-            "keyword 'use_backend' is not allowed in backend 'api'",
-        ],
+    // In a backend, HAProxy ignores them with a warning.
+    let c = ok(&[
+        "backend api",           // 1
+        "  use_backend api",     // 2
+        "  default_backend api", // 3
+        "  acl x path /",        // 4
+    ]);
+    assert_eq!(
+        warnings(&c),
+        [
+            "t.cfg:2: 'use_backend' ignored because backend 'api' has no frontend capability.",
+            "t.cfg:3: 'default_backend' ignored because backend 'api' has no frontend capability.",
+        ]
     );
-    has(
-        &e[10],
-        &[
-            "t.cfg:16: ",
-            "keyword 'default_backend' is not allowed in backend 'api'",
-        ],
-    );
+    let api = px(&c, "api");
+    assert!(api.use_backends.is_empty() && api.default_backend.is_none());
 }
 
 #[test]
@@ -1656,9 +1651,9 @@ fn server_errors() {
         "  server s2 10.0.0.2:80 ssl sni foo(x)", // 3
         "  server s3 10.0.0.3:80 wieght 2",       // 4
         "  server s4 10.0.0.4:80 weight 257",     // 5
-        "  server s5 10.0.0.5",                   // 6
+        "  server s5 10.0.0.5:80-90",             // 6
         "  server s6 unix@/run/app.sock",         // 7
-        "  server s7 10.0.0.7:+1",                // 8
+        "  server s7 10.0.0.7:+x",                // 8
         "  server s8 10.0.0.8:80 id 5",           // 9
         "  server s9 10.0.0.9:80 id 5",           // 10
         "  server s8 10.0.0.10:80",               // 11
@@ -1667,7 +1662,7 @@ fn server_errors() {
         "  default-server id 3",                  // 14
         "  default-server check-via-socks4",      // 15
         "  server s11 10.0.0.11:80 maxconn",      // 16
-        "  server s12 :",                         // 17
+        "  server s12 10.0.0.12:0",               // 17
         "  server s13 10.0.0.13:80 id 0",         // 18
         "frontend fe",                            // 19
         "  server s 10.0.0.1:80",                 // 20
@@ -1693,13 +1688,16 @@ fn server_errors() {
     );
     has(
         find(6),
-        &["server address '10.0.0.5' has no port", "not support"],
+        &[
+            "server address '10.0.0.5:80-90'",
+            "port ranges are not supported",
+        ],
     );
     has(
         find(7),
         &["only TCP (IPv4/IPv6) servers are supported by sluice"],
     );
-    has(find(8), &["relative ports", "not supported by sluice"]);
+    has(find(8), &["invalid port offset '+x'"]);
     has(find(10), &["server id 5 is already used by server 's8'"]);
     has(find(11), &["server 's8' is already defined at t.cfg:9"]);
     has(find(12), &["missing server address"]);
@@ -1719,7 +1717,7 @@ fn server_errors() {
         ],
     );
     has(find(16), &["missing number after 'maxconn'"]);
-    has(find(17), &["server address ':' has no port"]);
+    has(find(17), &["invalid port '0'"]);
     has(find(18), &["'0' is out of range"]);
     has(
         find(20),
@@ -1836,10 +1834,8 @@ fn balance_errors() {
         "  balance uri len",                 // 13
         "  balance roundrobin extra",        // 14
         "  balance",                         // 15
-        "frontend fe",                       // 16
-        "  balance roundrobin",              // 17
     ]);
-    assert_eq!(e.len(), 14, "{e:#?}");
+    assert_eq!(e.len(), 13, "{e:#?}");
     has(
         &e[0],
         &[
@@ -1887,13 +1883,13 @@ fn balance_errors() {
     has(&e[10], &["t.cfg:13: ", "missing value after 'len'"]);
     has(&e[11], &["t.cfg:14: ", "unexpected extra argument 'extra'"]);
     has(&e[12], &["t.cfg:15: ", "missing load-balancing algorithm"]);
-    has(
-        &e[13],
-        &[
-            "t.cfg:17: ",
-            "keyword 'balance' is not allowed in frontend 'fe'",
-        ],
+    // In a frontend, HAProxy ignores it with a warning.
+    let c = ok(&["frontend fe", "  bind :80", "  balance source"]);
+    assert_eq!(
+        warnings(&c),
+        ["t.cfg:3: 'balance' ignored because frontend 'fe' has no backend capability."]
     );
+    assert_eq!(px(&c, "fe").balance, Balance::RoundRobin);
 }
 
 #[test]
@@ -1980,10 +1976,8 @@ fn hash_types() {
         "  hash-type consistent none",
         "  hash-type map-based sdbm djb2",
         "  hash-type",
-        "frontend fe",
-        "  hash-type consistent",
     ]);
-    assert_eq!(e.len(), 6, "{e:#?}");
+    assert_eq!(e.len(), 5, "{e:#?}");
     has(
         &e[0],
         &[
@@ -2003,13 +1997,13 @@ fn hash_types() {
     );
     has(&e[3], &["t.cfg:5: ", "unexpected argument 'djb2'"]);
     has(&e[4], &["t.cfg:6: ", "missing hash method"]);
-    has(
-        &e[5],
-        &[
-            "t.cfg:8: ",
-            "keyword 'hash-type' is not allowed in frontend 'fe'",
-        ],
+    // In a frontend, HAProxy ignores it with a warning.
+    let c = ok(&["frontend fe", "  bind :80", "  hash-type consistent djb2"]);
+    assert_eq!(
+        warnings(&c),
+        ["t.cfg:3: 'hash-type' ignored because frontend 'fe' has no backend capability."]
     );
+    assert_eq!(px(&c, "fe").hash_type, HashType::default());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2186,10 +2180,10 @@ fn option_errors() {
         "frontend fe",                           // 1
         "  mode http",                           // 2
         "  bind :80",                            // 3
-        "  option httpchk GET /",                // 4
+        "  option httpchk GET /",                // 4 backend-only: a warning (below)
         "  option httplgo",                      // 5
         "  option forceclose",                   // 6
-        "  option redispatch",                   // 7 backend-only
+        "  option redispatch",                   // 7 backend-only: a warning (below)
         "  option forwardfor header bad:name",   // 8
         "  option forwardfor except not-a-net",  // 9
         "  option forwardfor expect 10.0.0.0/8", // 10
@@ -2200,20 +2194,13 @@ fn option_errors() {
         "  no stats",                            // 15
         "  no",                                  // 16
         "backend be",                            // 17
-        "  option dontlognull",                  // 18 frontend-only
-        "  option tcplog",                       // 19 frontend-only
+        "  option dontlognull",                  // 18 frontend-only: a warning (below)
+        "  option tcplog",                       // 19 frontend-only: a warning (below)
         "  option http-tunnel",                  // 20
     ]);
-    assert_eq!(e.len(), 16, "{e:#?}");
+    assert_eq!(e.len(), 12, "{e:#?}");
     has(
         &e[0],
-        &[
-            "t.cfg:4: ",
-            "'option httpchk' cannot be used in a frontend (it has no server side)",
-        ],
-    );
-    has(
-        &e[1],
         &[
             "t.cfg:5: ",
             "'option' in frontend 'fe'",
@@ -2222,7 +2209,7 @@ fn option_errors() {
         ],
     );
     has(
-        &e[2],
+        &e[1],
         &[
             "t.cfg:6: ",
             "unknown option 'forceclose'",
@@ -2230,19 +2217,12 @@ fn option_errors() {
         ],
     );
     has(
-        &e[3],
-        &[
-            "t.cfg:7: ",
-            "'option redispatch' cannot be used in a frontend",
-        ],
-    );
-    has(
-        &e[4],
+        &e[2],
         &["t.cfg:8: ", "'bad:name' is not a valid header name"],
     );
-    has(&e[5], &["t.cfg:9: ", "not-a-net"]);
+    has(&e[3], &["t.cfg:9: ", "not-a-net"]);
     has(
-        &e[6],
+        &e[4],
         &[
             "t.cfg:10: ",
             "unknown 'option forwardfor' argument 'expect'",
@@ -2250,19 +2230,19 @@ fn option_errors() {
         ],
     );
     has(
-        &e[7],
+        &e[5],
         &["t.cfg:11: ", "unexpected argument 'json' (expected 'clf')"],
     );
-    has(&e[8], &["t.cfg:12: ", "unexpected extra argument 'yes'"]);
+    has(&e[6], &["t.cfg:12: ", "unexpected extra argument 'yes'"]);
     has(
-        &e[9],
+        &e[7],
         &[
             "t.cfg:13: ",
             "'option' in frontend 'fe': missing option name",
         ],
     );
     has(
-        &e[10],
+        &e[8],
         &[
             "t.cfg:14: ",
             "'no' in frontend 'fe'",
@@ -2270,34 +2250,48 @@ fn option_errors() {
         ],
     );
     has(
-        &e[11],
+        &e[9],
         &[
             "t.cfg:15: ",
             "'no stats'",
             "'no' only applies to 'option' and 'log'",
         ],
     );
-    has(&e[12], &["t.cfg:16: ", "missing keyword after 'no'"]);
+    has(&e[10], &["t.cfg:16: ", "missing keyword after 'no'"]);
     has(
-        &e[13],
-        &[
-            "t.cfg:18: ",
-            "'option' in backend 'be'",
-            "'option dontlognull' cannot be used in a backend",
-        ],
-    );
-    has(
-        &e[14],
-        &["t.cfg:19: ", "'option tcplog' cannot be used in a backend"],
-    );
-    has(
-        &e[15],
+        &e[11],
         &[
             "t.cfg:20: ",
+            "'option' in backend 'be'",
             "unknown option 'http-tunnel'",
             "removed in HAProxy 2.1",
         ],
     );
+    // An option for the side a proxy lacks is ignored with HAProxy's warning.
+    let c = ok(&[
+        "frontend fe",            // 1
+        "  mode http",            // 2
+        "  bind :80",             // 3
+        "  option httpchk GET /", // 4
+        "  option redispatch",    // 5
+        "backend be",             // 6
+        "  option dontlognull",   // 7
+        "  option tcplog",        // 8
+        "  option httplog",       // 9
+    ]);
+    assert_eq!(
+        warnings(&c),
+        [
+            "t.cfg:4: 'httpchk' ignored because frontend 'fe' has no backend capability.",
+            "t.cfg:5: 'redispatch' ignored because frontend 'fe' has no backend capability.",
+            "t.cfg:7: 'dontlognull' ignored because backend 'be' has no frontend capability.",
+            "t.cfg:8: backend 'be' : 'option tcplog' directive is ignored in backends.",
+            "t.cfg:9: backend 'be' : 'option httplog' directive is ignored in backends.",
+        ]
+    );
+    let (fe, be) = (&px(&c, "fe").options, &px(&c, "be").options);
+    assert!(fe.httpchk.is_none() && !fe.redispatch);
+    assert!(!be.dontlognull && !be.tcplog && !be.httplog);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2678,7 +2672,7 @@ fn http_rule_errors() {
         "frontend fe",                                                       // 1
         "  mode http",                                                       // 2
         "  bind :80",                                                        // 3
-        "  http-request set-header X-Src %[src]",                            // 4
+        "  http-request set-header X-A 50%",                                 // 4
         "  http-request set-hedaer X-A b",                                   // 5
         "  http-request tarpit",                                             // 6
         "  http-request",                                                    // 7
@@ -2711,7 +2705,10 @@ fn http_rule_errors() {
     }
     has(
         find(4),
-        &["log-format expressions are not supported by sluice"],
+        &[
+            "'%' at offset 2 is not followed by a variable name",
+            "(write '%%' for a literal '%')",
+        ],
     );
     has(
         find(5),
@@ -2755,6 +2752,20 @@ fn http_rule_errors() {
         &["'del-header ... -m' matching methods are not supported by sluice"],
     );
     has(find(25), &["cannot read file '/nonexistent/sluice/body'"]);
+    // A log-format expression in a header value is accepted (compiled, not literal).
+    let c = ok(&[
+        "frontend fe",
+        "  mode http",
+        "  bind :80",
+        "  http-request set-header X-Src %[src]",
+    ]);
+    let HttpRequestAction::Header(h) = &px(&c, "fe").http_request[0].action else {
+        panic!("not a header action");
+    };
+    assert!(
+        matches!(h.value(), Some(LfValue::Fmt { text, .. }) if &**text == "%[src]"),
+        "{h:?}"
+    );
 }
 
 #[test]
@@ -2907,7 +2918,6 @@ fn unsupported_haproxy_keywords() {
         "stick-table type ip size 1m",
         "stick on src",
         "dynamic-cookie-key secret",
-        "compression algo gzip",
         "tcp-response content accept",
         "capture request header Host len 20",
         "log-format-sd %ci",
@@ -2951,18 +2961,18 @@ fn keywords_in_the_wrong_section() {
         "  use_backend be",       // 4
         "frontend fe",            // 5
         "  server s 10.0.0.1:80", // 6
-        "  balance roundrobin",   // 7
-        "  retries 2",            // 8
+        "  balance roundrobin",   // 7  wrong side: a warning (below)
+        "  retries 2",            // 8  wrong side: a warning (below)
         "  default_backend be",   // 9
         "backend be",             // 10
-        "  bind :80",             // 11
-        "  monitor-uri /x",       // 12
-        "  option httplog",       // 13
+        "  bind :80",             // 11 wrong side: a warning (below)
+        "  monitor-uri /x",       // 12 wrong side: a warning (below)
+        "  option httplog",       // 13 wrong side: a warning (below)
         "global",                 // 14
         "  mode http",            // 15
         "  bind :80",             // 16
     ]);
-    assert_eq!(e.len(), 11, "{e:#?}");
+    assert_eq!(e.len(), 6, "{e:#?}");
     has(
         &e[0],
         &[
@@ -2995,46 +3005,37 @@ fn keywords_in_the_wrong_section() {
     );
     has(
         &e[4],
-        &[
-            "t.cfg:7: ",
-            "keyword 'balance' is not allowed in frontend 'fe'",
-            "(only in defaults, backend and listen sections)",
-        ],
-    );
-    has(
-        &e[5],
-        &[
-            "t.cfg:8: ",
-            "keyword 'retries' is not allowed in frontend 'fe'",
-        ],
-    );
-    has(
-        &e[6],
-        &[
-            "t.cfg:11: ",
-            "keyword 'bind' is not allowed in backend 'be'",
-        ],
-    );
-    has(
-        &e[7],
-        &[
-            "t.cfg:12: ",
-            "keyword 'monitor-uri' is not allowed in backend 'be'",
-            "(only in defaults, frontend and listen sections)",
-        ],
-    );
-    has(
-        &e[8],
-        &["t.cfg:13: ", "'option httplog' cannot be used in a backend"],
-    );
-    has(
-        &e[9],
         &["t.cfg:15: ", "unknown keyword 'mode' in 'global' section"],
     );
     has(
-        &e[10],
+        &e[5],
         &["t.cfg:16: ", "unknown keyword 'bind' in 'global' section"],
     );
+    // In a frontend or a backend, a keyword for the side it lacks is ignored with HAProxy's
+    // warning (`server` above excepted).
+    let c = ok(&[
+        "frontend fe",          // 1
+        "  bind :80",           // 2
+        "  balance roundrobin", // 3
+        "  retries 2",          // 4
+        "  default_backend be", // 5
+        "backend be",           // 6
+        "  bind :80",           // 7
+        "  monitor-uri /x",     // 8
+        "  option httplog",     // 9
+    ]);
+    assert_eq!(
+        warnings(&c),
+        [
+            "t.cfg:3: 'balance' ignored because frontend 'fe' has no backend capability.",
+            "t.cfg:4: 'retries' ignored because frontend 'fe' has no backend capability.",
+            "t.cfg:7: 'bind' ignored because backend 'be' has no frontend capability.",
+            "t.cfg:8: 'monitor-uri' ignored because backend 'be' has no frontend capability.",
+            "t.cfg:9: backend 'be' : 'option httplog' directive is ignored in backends.",
+        ]
+    );
+    let be = px(&c, "be");
+    assert!(be.binds.is_empty() && be.monitor_uri.is_none() && !be.options.httplog);
 }
 
 #[test]
@@ -3083,13 +3084,13 @@ fn all_errors_are_reported_in_file_and_line_order() {
             (
                 "first.cfg".into(),
                 cfg(&[
-                    "frontend fe",           // 1
-                    "  bind :80",            // 2
-                    "  use_backend nowhere", // 3  resolution
-                    "  http-request deny",   // 4  end-of-section (mode tcp)
-                    "  balance roundrobin",  // 5  wrong section
-                    "backend dup",           // 6
-                    "backend dup",           // 7  duplicate
+                    "frontend fe",            // 1
+                    "  bind :80",             // 2
+                    "  use_backend nowhere",  // 3  resolution
+                    "  http-request deny",    // 4  end-of-section (mode tcp)
+                    "  server s 10.0.0.1:80", // 5  wrong section
+                    "backend dup",            // 6
+                    "backend dup",            // 7  duplicate
                 ]),
             ),
             (
@@ -3408,7 +3409,7 @@ fn log_format_sections_inheritance_and_last_wins() {
         f.nodes[..],
         [
             Node::Var(Var::Backend, _),
-            Node::Sep,
+            Node::Sep(_),
             Node::Var(Var::Server, _)
         ]
     ));
@@ -3445,7 +3446,7 @@ fn log_format_errors() {
         "  log-format 50%",            // 12
         "  log-format %[path_beg]",    // 13
         "backend be",                  // 14
-        "  log-format %ci",            // 15
+        "  log-format %ci",            // 15 wrong side: a warning (below)
         "frontend tcpfe",              // 16
         "  mode tcp",                  // 17
         "  bind :81",                  // 18
@@ -3478,20 +3479,20 @@ fn log_format_errors() {
     has(find(12), &["not followed by a variable name", "'%%'"]);
     has(find(13), &["unknown sample fetch 'path_beg'"]);
     has(
-        find(15),
-        &[
-            "keyword 'log-format' is not allowed in backend 'be'",
-            "defaults, frontend and listen",
-        ],
-    );
-    has(
         find(19),
         &[
             "'log-format' of frontend 'tcpfe'",
             "'%r' is reserved for HTTP mode",
         ],
     );
-    assert_eq!(e.len(), 11, "{e:#?}");
+    assert_eq!(e.len(), 10, "{e:#?}");
+    // In a backend, HAProxy ignores it with a warning.
+    let c = ok(&["backend be", "  log-format %ci"]);
+    assert_eq!(
+        warnings(&c),
+        ["t.cfg:2: 'log-format' ignored because backend 'be' has no frontend capability."]
+    );
+    assert!(px(&c, "be").options.log_format.is_none());
     // An HTTP format inherited by a tcp proxy is reported at the line that wrote it.
     err1(
         &[
@@ -3596,11 +3597,13 @@ fn cookie_persistence_settings() {
         &["backend be", "  server s1 127.0.0.1:80 cookie a;b"],
         &["t.cfg:2: ", "not permitted in a cookie value"],
     );
-    // Not in a frontend (HAProxy warns and ignores it there).
-    err1(
-        &["frontend fe", "  bind :80", "  cookie SRV insert"],
-        &["t.cfg:3: ", "cookie"],
+    // Not in a frontend: HAProxy warns and ignores it there.
+    let c = ok(&["frontend fe", "  bind :80", "  cookie SRV insert"]);
+    assert_eq!(
+        warnings(&c),
+        ["t.cfg:3: 'cookie' ignored because frontend 'fe' has no backend capability."]
     );
+    assert!(px(&c, "fe").cookie.is_none());
 }
 
 #[test]

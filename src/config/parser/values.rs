@@ -55,21 +55,33 @@ pub(super) fn parse_time(s: &str) -> Result<Duration, String> {
     let n: u64 = s[..digits]
         .parse()
         .map_err(|_| format!("time '{s}' is too large"))?;
-    let unit = &s[digits..];
-    let us_per = match unit {
-        "us" => 1u64,
-        "" | "ms" => 1_000,
-        "s" => 1_000_000,
-        "m" => 60_000_000,
-        "h" => 3_600_000_000,
-        "d" => 86_400_000_000,
-        _ => {
-            return Err(format!(
-                "invalid unit '{unit}' in time '{s}' (expected us, ms, s, m, h or d; only one \
-                 unit is allowed)"
-            ));
-        }
+    let rest = &s[digits..];
+    const UNITS: [(&str, u64); 6] = [
+        ("us", 1),
+        ("ms", 1_000),
+        ("s", 1_000_000),
+        ("m", 60_000_000),
+        ("h", 3_600_000_000),
+        ("d", 86_400_000_000),
+    ];
+    let (unit, us_per) = if rest.is_empty() {
+        ("", 1_000)
+    } else if let Some(&(u, per)) = UNITS.iter().find(|(u, _)| rest.starts_with(u)) {
+        (u, per)
+    } else {
+        return Err(format!(
+            "invalid unit '{rest}' in time '{s}' (expected us, ms, s, m, h or d; only one unit \
+             is allowed)"
+        ));
     };
+    if let Some(c) = rest[unit.len()..].chars().next() {
+        // HAProxy 2.6 takes the first unit and warns (`1h30m` is one hour).
+        super::super::parser::warn(format!(
+            "unexpected character '{c}' after the timer value '{s}', only \
+             (us=microseconds,ms=milliseconds,s=seconds,m=minutes,h=hours,d=days) are \
+             supported. This will be reported as an error in next versions."
+        ));
+    }
     let us = n
         .checked_mul(us_per)
         .filter(|&us| us <= (i32::MAX as u64) * 1000)
@@ -121,6 +133,22 @@ pub(super) fn literal_format(s: &str) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// A log-format string where HAProxy takes one (header values, redirect targets): literal
+/// when it holds no expression, else compiled.
+pub(super) fn lf_value(s: &str) -> Result<crate::config::LfValue, String> {
+    if let Ok(lit) = literal_format(s) {
+        return Ok(crate::config::LfValue::Lit(lit));
+    }
+    let format = crate::config::logformat::parse(s, crate::config::Origin::default())?;
+    if format.needs_local {
+        crate::config::acl::LOCAL_ADDR_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(crate::config::LfValue::Fmt {
+        text: s.into(),
+        format: Box::new(format),
+    })
 }
 
 /// Validates an HTTP header field name (an RFC 9110 token).
@@ -256,7 +284,16 @@ mod tests {
         assert_eq!(parse_time("1d"), Ok(Duration::from_secs(86400)));
         assert_eq!(parse_time("250us"), Ok(Duration::from_micros(250)));
         assert_eq!(parse_time("10ms"), Ok(Duration::from_millis(10)));
-        assert!(parse_time("1m30s").unwrap_err().contains("only one unit"));
+        // HAProxy 2.6: the first unit counts, with a warning.
+        let _ = crate::config::parser::take_warnings();
+        assert_eq!(parse_time("1m30s"), Ok(Duration::from_secs(60)));
+        let w = crate::config::parser::take_warnings();
+        assert!(
+            w.len() == 1 && w[0].contains("unexpected character '3'"),
+            "{w:?}"
+        );
+        assert_eq!(parse_time("5mss"), Ok(Duration::from_millis(5)));
+        assert!(parse_time("5x").unwrap_err().contains("only one unit"));
         assert!(parse_time("s").is_err());
         assert!(parse_time("-5").is_err());
         assert!(parse_time("25d").unwrap_err().contains("too large"));

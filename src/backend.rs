@@ -222,6 +222,8 @@ pub struct Counters {
     pub lbtot: AtomicU64,
     /// Requests denied by rules (`dreq`), `tcp-request content reject` included.
     pub denied_req: AtomicU64,
+    /// Responses denied by `http-response deny` (`dresp`).
+    pub denied_resp: AtomicU64,
     /// Connections refused by `tcp-request connection reject` (`dcon`).
     pub denied_conn: AtomicU64,
     /// Invalid or timed-out requests (`ereq`).
@@ -251,6 +253,7 @@ impl Counters {
             &self.req_total,
             &self.lbtot,
             &self.denied_req,
+            &self.denied_resp,
             &self.denied_conn,
             &self.req_errors,
             &self.cli_aborts,

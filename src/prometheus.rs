@@ -282,6 +282,12 @@ const FRONTEND: &[Metric] = &[
         Read::Col("dreq"),
     ),
     m(
+        "haproxy_frontend_responses_denied_total",
+        Counter,
+        "Responses denied by http-response rules.",
+        Read::Col("dresp"),
+    ),
+    m(
         "haproxy_frontend_request_errors_total",
         Counter,
         "Invalid or timed-out requests.",
@@ -367,6 +373,12 @@ const BACKEND: &[Metric] = &[
         Counter,
         "Requests denied by http-request rules.",
         Read::Col("dreq"),
+    ),
+    m(
+        "haproxy_backend_responses_denied_total",
+        Counter,
+        "Responses denied by http-response rules.",
+        Read::Col("dresp"),
     ),
     m(
         "haproxy_backend_connection_errors_total",
@@ -556,6 +568,12 @@ const SERVER: &[Metric] = &[
         Counter,
         "Bytes received from the server.",
         Read::Col("bout"),
+    ),
+    m(
+        "haproxy_server_responses_denied_total",
+        Counter,
+        "Responses denied by http-response rules.",
+        Read::Col("dresp"),
     ),
     m(
         "haproxy_server_connection_errors_total",

@@ -452,7 +452,7 @@ fn traffic_counters(r: &mut Row, c: &Counters) {
     r.set("bin", u(&c.bytes_in));
     r.set("bout", u(&c.bytes_out));
     r.set("dreq", u(&c.denied_req));
-    r.set("dresp", 0);
+    r.set("dresp", u(&c.denied_resp));
 }
 
 /// The FRONTEND row of proxy `idx`.
@@ -537,7 +537,7 @@ pub fn server_row(
     r.set("stot", u(&c.sessions_total));
     r.set("bin", u(&c.bytes_in));
     r.set("bout", u(&c.bytes_out));
-    r.set("dresp", 0);
+    r.set("dresp", u(&c.denied_resp));
     r.set("econ", u(&c.conn_errors));
     r.set("eresp", u(&c.resp_errors));
     r.set("wretr", u(&c.retries));

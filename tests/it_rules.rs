@@ -532,3 +532,86 @@ fn redirect_formats_and_connection_fetches() {
     assert_eq!(http_get(p1, "/?v=2").server(), "B");
     assert_eq!(http_get(p1, "/?v=3").server(), "A");
 }
+
+/// `http-response deny`: the server's answer is replaced by the status's error page (502 by
+/// default) or the rule's own reply, logged `PH` with no response time, counted in `dresp`;
+/// `status` and `res.hdr()` read the response.
+#[test]
+fn http_response_deny_replaces_the_answer() {
+    let srv = HttpBackend::with_handler("A", |r| {
+        if r.target.contains("404") {
+            Reply::status(404, "A", "missing")
+        } else if r.target.contains("secret") {
+            Reply::Full {
+                status: 200,
+                headers: vec![("X-Bad".into(), "1".into())],
+                body: b"secret".to_vec(),
+            }
+        } else {
+            Reply::named("A")
+        }
+    });
+    let dir = TempDir::new();
+    let sock = dir.join("stats.sock");
+    let port = free_port();
+    let global = LOGGED_HTTP.replacen(
+        "global\n",
+        &format!("global\n    stats socket {}\n", sock.display()),
+        1,
+    );
+    let cfg = format!(
+        "{global}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+         backend be\n    http-response deny if {{ status 404 }}\n\
+         http-response deny deny_status 403 content-type text/plain string nope hdr X-A b if {{ res.hdr(x-bad) -m found }}\n\
+         http-response set-header X-Seen yes\n    server s1 {}\n",
+        srv.hostport()
+    );
+    let s = Sluice::start(&cfg);
+
+    let mut c = HttpClient::connect(port);
+    let r = c.request("GET /404 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("X-Server"), None, "nothing of the server's answer");
+    assert!(r.conn_close(), "an error page ends the connection");
+    let line = s.wait_log_line(|l| l.contains("/404"), WAIT);
+    assert!(line.contains(" 502 ") && line.contains(" PH-- "), "{line}");
+    assert!(line.contains("/-1/"), "no response time: {line}");
+
+    let mut c = HttpClient::connect(port);
+    let r = c.request("GET /secret HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!((r.status, r.body_str().as_str()), (403, "nope"));
+    assert_eq!(r.header("X-A"), Some("b"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("X-Seen"), None, "rules after the deny do not run");
+    let line = s.wait_log_line(|l| l.contains("/secret"), WAIT);
+    assert!(line.contains(" 403 ") && line.contains(" PH-- "), "{line}");
+
+    // Other answers pass, and the connection stays usable.
+    let mut c = HttpClient::connect(port);
+    for _ in 0..2 {
+        let r = c.request("GET /ok HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!((r.status, r.body_str().as_str()), (200, "A"));
+        assert_eq!(r.header("X-Seen"), Some("yes"));
+    }
+    assert_eq!(stat_column(&sock, "be", "s1", "dresp"), "2");
+    assert_eq!(stat_column(&sock, "be", "BACKEND", "dresp"), "2");
+    assert_eq!(stat_column(&sock, "fe", "FRONTEND", "dresp"), "2");
+}
+
+#[test]
+fn response_samples_only_in_http_response_rules() {
+    for line in [
+        "http-request deny if { status 404 }",
+        "use_backend be if { res.hdr(x) -m found }",
+        "redirect location /x if { shdr(x) y }",
+    ] {
+        let (code, err) = Sluice::check(&format!(
+            "{DEFAULTS_HTTP}frontend fe\n    bind :8080\n    {line}\n    default_backend be\nbackend be\n    server s 127.0.0.1:1\n"
+        ));
+        assert_ne!(code, 0, "{line}");
+        assert!(
+            err.contains("which only 'http-response' rules see"),
+            "{line}: {err}"
+        );
+    }
+}

@@ -49,6 +49,11 @@ pub trait HttpView {
     fn sess(&self) -> Sess<'_> {
         Sess::default()
     }
+    /// The response's status, for `http-response` rules; `None` while there is no response
+    /// (then [`HttpView::for_each_header`] is the request's).
+    fn status(&self) -> Option<u16> {
+        None
+    }
 }
 
 /// What a view knows of its session beyond the request.
@@ -92,6 +97,14 @@ impl Cond {
             .iter()
             .flatten()
             .any(|t| t.acl.exprs.iter().any(|e| e.fetch.is_http()))
+    }
+
+    /// Whether the condition reads the response (`status`, `res.hdr`, `shdr`).
+    pub fn uses_response(&self) -> bool {
+        self.groups
+            .iter()
+            .flatten()
+            .any(|t| t.acl.exprs.iter().any(|e| e.fetch.is_response()))
     }
 
     /// Whether the condition reads the client's first data (`req.len`, `req.ssl_*`).
@@ -226,6 +239,10 @@ enum Fetch {
     ReqSslHelloType,
     /// `req.ssl_sni`: the server name of the client's TLS ClientHello.
     ReqSslSni,
+    /// `status`: the response's status code.
+    Status,
+    /// A response fetch (`res.hdr`, `shdr`, ...): the inner header fetch, on a response only.
+    Res(Box<Fetch>),
 }
 
 fn trim_ows(mut s: &[u8]) -> &[u8] {
@@ -345,6 +362,12 @@ impl Fetch {
         )
     }
 
+    /// Whether it reads the response (`status`, `res.hdr`), which only `http-response` rules
+    /// see.
+    fn is_response(&self) -> bool {
+        matches!(self, Fetch::Status | Fetch::Res(_))
+    }
+
     /// Whether it reads the client's first data (`tcp-request content` waits for it).
     fn is_payload(&self) -> bool {
         matches!(
@@ -355,6 +378,8 @@ impl Fetch {
 
     fn out_type(&self) -> SmpType {
         match self {
+            Fetch::Res(inner) => inner.out_type(),
+            Fetch::Status => SmpType::Int,
             Fetch::AlwaysTrue
             | Fetch::AlwaysFalse
             | Fetch::ProtoHttp
@@ -538,6 +563,8 @@ impl Fetch {
                 Some(n) => f(Sample::Str(n)),
                 None => false,
             },
+            Fetch::Status => view.status().is_some_and(|s| f(Sample::Int(s.into()))),
+            Fetch::Res(inner) => view.status().is_some() && inner.for_each(view, f),
             Fetch::SslFc => f(Sample::Bool(view.tls().is_some())),
             Fetch::SslCUsed => f(Sample::Bool(view.tls().is_some_and(|t| t.client_cert))),
             Fetch::SslCVerify => match view.tls() {
@@ -583,6 +610,13 @@ impl SampleFetch {
             let (name, _) = split_criterion(word, WHAT)?;
             return Err(format!(
                 "unknown {WHAT} '{name}' ('_{default_m}' forms are ACL matches, not fetches)"
+            ));
+        }
+        if fetch.is_response() {
+            let (name, _) = split_criterion(word, WHAT)?;
+            return Err(format!(
+                "{WHAT} '{name}' is not supported by sluice in log formats (it reads the \
+                 response; '%ST' logs the status)"
             ));
         }
         if fetch.is_payload() {
@@ -873,6 +907,23 @@ const CRITERIA: &[&str] = &[
     "urlp",
     "cook",
     "req.cook",
+    "status",
+    "res.hdr",
+    "res.fhdr",
+    "res.hdr_cnt",
+    "res.fhdr_cnt",
+    "res.hdr_val",
+    "res.hdr_ip",
+    "shdr",
+    "shdr_beg",
+    "shdr_end",
+    "shdr_sub",
+    "shdr_reg",
+    "shdr_dir",
+    "shdr_dom",
+    "shdr_len",
+    "shdr_cnt",
+    "shdr_val",
 ];
 
 /// Sample fetches HAProxy has that sluice does not evaluate (yet).
@@ -896,13 +947,11 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
     "req.ssl_ver",
     "req.ver",
     "req_ver",
-    "res.hdr",
     "sc0_conn_rate",
     "sc0_http_req_rate",
     "src_conn_rate",
     "src_http_req_rate",
     "srv_id",
-    "status",
     "urlp_val",
     "var",
 ];
@@ -985,6 +1034,7 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
                     | "base"
                     | "hdr"
                     | "req.hdr"
+                    | "shdr"
                     | "fhdr"
                     | "req.fhdr"
                     | "ssl_fc_sni"
@@ -1059,6 +1109,25 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         },
         "hdr_val" | "req.hdr_val" => Fetch::HdrVal { name: hdr_name()? },
         "hdr_ip" | "req.hdr_ip" => Fetch::HdrIp { name: hdr_name()? },
+        "status" => no_args(Fetch::Status)?,
+        "res.hdr" | "shdr" => Fetch::Res(Box::new(Fetch::Hdr {
+            name: hdr_name()?,
+            split: true,
+        })),
+        "res.fhdr" => Fetch::Res(Box::new(Fetch::Hdr {
+            name: hdr_name()?,
+            split: false,
+        })),
+        "res.hdr_cnt" | "shdr_cnt" => Fetch::Res(Box::new(Fetch::HdrCnt {
+            name: hdr_name()?,
+            split: true,
+        })),
+        "res.fhdr_cnt" => Fetch::Res(Box::new(Fetch::HdrCnt {
+            name: hdr_name()?,
+            split: false,
+        })),
+        "res.hdr_val" | "shdr_val" => Fetch::Res(Box::new(Fetch::HdrVal { name: hdr_name()? })),
+        "res.hdr_ip" => Fetch::Res(Box::new(Fetch::HdrIp { name: hdr_name()? })),
         "ssl_fc" => no_args(Fetch::SslFc)?,
         "ssl_fc_sni" => no_args(Fetch::SslFcSni)?,
         "ssl_fc_protocol" => no_args(Fetch::SslFcProtocol)?,
@@ -1823,9 +1892,9 @@ mod tests {
             expr_err("req.ssl_ver"),
             "ACL criterion 'req.ssl_ver' is not supported by sluice"
         );
-        assert_eq!(
-            expr_err("res.hdr_beg(a) x"),
-            "ACL criterion 'res.hdr_beg' is not supported by sluice"
+        assert!(
+            expr_err("res.hdr_beg(a) x").starts_with("unknown ACL criterion 'res.hdr_beg'"),
+            "HAProxy spells it shdr_beg"
         );
         assert!(parse_expr(&ws("cook_beg(a) x")).is_ok());
         assert!(expr_err("path,lower /a").contains("converters are not supported"));

@@ -947,8 +947,62 @@ pub struct RedirectRule {
 #[derive(Debug, Clone)]
 pub struct HttpResponseRule {
     pub origin: Origin,
-    pub action: HeaderAction,
+    pub action: HttpResponseAction,
     pub cond: Option<Cond>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpResponseAction {
+    Header(HeaderAction),
+    /// `deny [deny_status N] [REPLY]` (default 502): the server's response is dropped with its
+    /// connection, and the client gets the status's error page or the reply.
+    Deny(Deny),
+}
+
+/// `deny`'s answer: the status's error page (`errorfile` or built-in), or a reply of its own
+/// when the rule gives `content-type`/`string`/`file`/`hdr`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deny {
+    pub status: u16,
+    pub reply: Option<Reply>,
+}
+
+/// A response sluice writes itself (`http-request return`, `deny` with a body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Reply {
+    /// The whole response; the body is left out for a HEAD request, and `connection: close`
+    /// added when the connection ends after it.
+    pub fn render(&self, head_request: bool, close: bool) -> Vec<u8> {
+        use std::fmt::Write as _;
+        let mut r = format!(
+            "HTTP/1.1 {} {}\r\ncontent-length: {}\r\n",
+            self.status,
+            crate::http::reason_phrase(self.status),
+            self.body.len()
+        );
+        if let Some(ct) = &self.content_type {
+            let _ = write!(r, "content-type: {ct}\r\n");
+        }
+        for (n, v) in &self.headers {
+            let _ = write!(r, "{n}: {v}\r\n");
+        }
+        if close {
+            r.push_str("connection: close\r\n");
+        }
+        r.push_str("\r\n");
+        let mut bytes = r.into_bytes();
+        if !head_request {
+            bytes.extend_from_slice(&self.body);
+        }
+        bytes
+    }
 }
 
 /// A string HAProxy reads as a log-format (header values, redirect targets): literal text
@@ -1015,17 +1069,10 @@ impl HeaderAction {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HttpRequestAction {
     Header(HeaderAction),
-    /// `deny [deny_status N]` (default 403).
-    Deny {
-        status: u16,
-    },
+    /// `deny [deny_status N] [REPLY]` (default 403).
+    Deny(Deny),
     /// `return [status N] [content-type T] [string S | file F] [hdr N V]...` (default 200).
-    Return {
-        status: u16,
-        content_type: Option<String>,
-        body: Vec<u8>,
-        headers: Vec<(String, String)>,
-    },
+    Return(Reply),
     Redirect(Redirect),
     /// `use-service NAME`: sluice answers the request itself with a built-in service.
     UseService(Service),

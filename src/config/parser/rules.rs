@@ -7,8 +7,8 @@
 
 use super::super::acl::parse_cond;
 use super::super::{
-    Cond, HeaderAction, HttpRequestAction, HttpRequestRule, HttpResponseRule, Origin, Redirect,
-    RedirectKind, RedirectRule, Service, TcpRequestRule,
+    Cond, Deny, HeaderAction, HttpRequestAction, HttpRequestRule, HttpResponseAction,
+    HttpResponseRule, Origin, Redirect, RedirectKind, RedirectRule, Reply, Service, TcpRequestRule,
 };
 use super::proxy::Draft;
 use super::values::{header_name, lf_value, literal_format, parse_range};
@@ -26,7 +26,7 @@ const REQUEST_ACTIONS: &[&str] = &[
     "use-service",
 ];
 /// `http-response` actions sluice implements.
-const RESPONSE_ACTIONS: &[&str] = &["set-header", "add-header", "del-header"];
+const RESPONSE_ACTIONS: &[&str] = &["set-header", "add-header", "del-header", "deny"];
 /// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
 const UNSUPPORTED_ACTIONS: &[&str] = &[
     "allow",
@@ -89,12 +89,21 @@ fn origin(l: &Line) -> Origin {
     }
 }
 
-/// Splits `words` at the first `if`/`unless`: (action words, condition).
+/// Splits `words` at the first `if`/`unless`: (action words, condition). Only `http-response`
+/// rules see a response (`status`, `res.hdr`).
 fn split_cond(d: &Draft, words: &[String]) -> Result<(usize, Option<Cond>), String> {
-    match words.iter().position(|w| w == "if" || w == "unless") {
-        None => Ok((words.len(), None)),
-        Some(i) => Ok((i, Some(parse_cond(&words[i..], &d.acls)?))),
+    let r = match words.iter().position(|w| w == "if" || w == "unless") {
+        None => (words.len(), None),
+        Some(i) => (i, Some(parse_cond(&words[i..], &d.acls)?)),
+    };
+    if words[0] != "http-response" && r.1.as_ref().is_some_and(Cond::uses_response) {
+        return Err(
+            "the condition reads the response ('status', 'res.hdr', 'shdr', ...), \
+                    which only 'http-response' rules see"
+                .to_string(),
+        );
     }
+    Ok(r)
 }
 
 /// `use_backend NAME [if|unless COND]`.
@@ -130,8 +139,8 @@ pub(super) fn use_backend(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     Ok(())
 }
 
-fn action_error(kw: &str, action: &str, known: &[&str]) -> KwErr {
-    if UNSUPPORTED_ACTIONS.contains(&action) || (kw == "http-response" && action == "deny") {
+fn action_error(action: &str, known: &[&str]) -> KwErr {
+    if UNSUPPORTED_ACTIONS.contains(&action) {
         KwErr::Reason(format!("action '{action}' is not supported by sluice"))
     } else {
         KwErr::Reason(format!(
@@ -182,52 +191,47 @@ fn status_arg(args: &[String], i: usize, what: &str, lo: u64, hi: u64) -> Result
     Ok(parse_range(v, lo, hi)? as u16)
 }
 
-/// `deny [deny_status|status N]` (`status` is HAProxy 2.2+'s spelling).
-fn deny(args: &[String]) -> Result<HttpRequestAction, String> {
-    let mut status = 403;
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            k @ ("deny_status" | "status") => {
-                status = status_arg(args, i, k, 200, 599)?;
-                i += 2;
-            }
-            a @ ("content-type" | "string" | "lf-string" | "file" | "lf-file" | "errorfile"
-            | "errorfiles" | "default-errorfiles" | "hdr") => {
-                return Err(format!(
-                    "'deny': '{a}' is not supported by sluice (a deny answers the status's \
-                     error page, 'errorfile' replaces it; 'http-request return' sends a body of \
-                     your choice)"
-                ));
-            }
-            a => {
-                return Err(format!(
-                    "'deny': unsupported argument '{a}' (sluice supports 'status N' / \
-                     'deny_status N'){}",
-                    did_you_mean(a, ["deny_status", "status"])
-                ));
-            }
-        }
-    }
-    Ok(HttpRequestAction::Deny { status })
+/// `deny [deny_status|status N] [REPLY]` (`status` is HAProxy 2.2+'s spelling): without
+/// reply options, the status's error page.
+fn deny(args: &[String], default_status: u16) -> Result<Deny, String> {
+    let reply = reply("deny", args, default_status)?;
+    let page_only =
+        reply.content_type.is_none() && reply.body.is_empty() && reply.headers.is_empty();
+    Ok(Deny {
+        status: reply.status,
+        reply: (!page_only).then_some(reply),
+    })
 }
 
-/// `return [status N] [content-type T] [string S | lf-string S | file F] [hdr N V]...`.
-fn return_action(args: &[String]) -> Result<HttpRequestAction, String> {
-    let mut status = 200;
+/// The reply of `return` and `deny`: `[status N] [content-type T] [string S | lf-string S |
+/// file F | lf-file F] [hdr N V]...` (`deny` also spells the status `deny_status`).
+fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, String> {
+    let mut status = default_status;
     let mut content_type = None;
     let mut body: Option<Vec<u8>> = None;
     let mut headers = Vec::new();
     let mut i = 0;
-    let need = |i: usize, what: &str| -> Result<&String, String> {
+    let need = |i: usize, a: &str| -> Result<&String, String> {
         args.get(i + 1)
-            .ok_or_else(|| format!("'return': '{what}' expects an argument"))
+            .ok_or_else(|| format!("'{what}': '{a}' expects an argument"))
     };
+    let mut known = vec![
+        "status",
+        "content-type",
+        "string",
+        "lf-string",
+        "file",
+        "lf-file",
+        "hdr",
+    ];
+    if what == "deny" {
+        known.push("deny_status");
+    }
     while i < args.len() {
         let a = args[i].as_str();
         match a {
-            "status" => {
-                status = status_arg(args, i, "status", 200, 599)?;
+            "status" | "deny_status" if known.contains(&a) => {
+                status = status_arg(args, i, a, 200, 599)?;
                 i += 2;
             }
             "content-type" => {
@@ -236,9 +240,10 @@ fn return_action(args: &[String]) -> Result<HttpRequestAction, String> {
             }
             "string" | "lf-string" | "file" | "lf-file" => {
                 if body.is_some() {
-                    return Err("'return': only one of 'string', 'lf-string', 'file' and \
-                                'lf-file' may be given"
-                        .into());
+                    return Err(format!(
+                        "'{what}': only one of 'string', 'lf-string', 'file' and 'lf-file' may \
+                         be given"
+                    ));
                 }
                 let v = need(i, a)?;
                 body = Some(match a {
@@ -246,7 +251,7 @@ fn return_action(args: &[String]) -> Result<HttpRequestAction, String> {
                     "lf-string" => literal_format(v)?.into_bytes(),
                     _ => {
                         let b = std::fs::read(v)
-                            .map_err(|e| format!("'return': cannot read file '{v}': {e}"))?;
+                            .map_err(|e| format!("'{what}': cannot read file '{v}': {e}"))?;
                         if a == "lf-file" {
                             literal_format(&String::from_utf8_lossy(&b))?.into_bytes()
                         } else {
@@ -258,7 +263,7 @@ fn return_action(args: &[String]) -> Result<HttpRequestAction, String> {
             }
             "hdr" => {
                 let (Some(n), Some(v)) = (args.get(i + 1), args.get(i + 2)) else {
-                    return Err("'return': 'hdr' expects a header name and a value".into());
+                    return Err(format!("'{what}': 'hdr' expects a header name and a value"));
                 };
                 let n = header_name(n)?;
                 let lower = n.to_ascii_lowercase();
@@ -267,44 +272,40 @@ fn return_action(args: &[String]) -> Result<HttpRequestAction, String> {
                     "content-length" | "content-type" | "transfer-encoding" | "connection"
                 ) {
                     return Err(format!(
-                        "'return': header '{n}' cannot be set with 'hdr' (sluice sets it)"
+                        "'{what}': header '{n}' cannot be set with 'hdr' (sluice sets it)"
                     ));
                 }
                 headers.push((n, literal_format(v)?));
                 i += 3;
             }
             "default-errorfiles" | "errorfile" | "errorfiles" => {
-                return Err(format!("'return': '{a}' is not supported by sluice"));
+                return Err(format!(
+                    "'{what}': '{a}' is not supported by sluice ('errorfile' in the proxy \
+                     replaces a status's error page)"
+                ));
             }
             _ => {
                 return Err(format!(
-                    "'return': unknown argument '{a}'{}",
-                    did_you_mean(
-                        a,
-                        [
-                            "status",
-                            "content-type",
-                            "string",
-                            "lf-string",
-                            "file",
-                            "lf-file",
-                            "hdr"
-                        ]
-                    )
+                    "'{what}': unknown argument '{a}'{}",
+                    did_you_mean(a, known.iter().copied())
                 ));
             }
         }
     }
     if body.is_some() && content_type.is_none() {
-        return Err("'return': a 'content-type' is required with a body".into());
+        return Err(format!(
+            "'{what}': a 'content-type' is required with a body"
+        ));
     }
     if content_type.is_some() && body.is_none() {
-        return Err("'return': 'content-type' given without 'string' or 'file'".into());
+        return Err(format!(
+            "'{what}': 'content-type' given without 'string' or 'file'"
+        ));
     }
     if body.is_some() && matches!(status, 204 | 304) {
-        return Err(format!("'return': status {status} cannot have a body"));
+        return Err(format!("'{what}': status {status} cannot have a body"));
     }
-    Ok(HttpRequestAction::Return {
+    Ok(Reply {
         status,
         content_type,
         body: body.unwrap_or_default(),
@@ -430,13 +431,13 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         return Err(format!("missing action (one of {})", REQUEST_ACTIONS.join(", ")).into());
     };
     if !REQUEST_ACTIONS.contains(&action) {
-        return Err(action_error("http-request", action, REQUEST_ACTIONS));
+        return Err(action_error(action, REQUEST_ACTIONS));
     }
     let (end, cond) = split_cond(d, w)?;
     let args = &w[2..end];
     let action = match action {
-        "deny" => deny(args)?,
-        "return" => return_action(args)?,
+        "deny" => HttpRequestAction::Deny(deny(args, 403)?),
+        "return" => HttpRequestAction::Return(reply("return", args, 200)?),
         "redirect" => redirect(args)?,
         "use-service" => use_service(args)?,
         a => HttpRequestAction::Header(header_action(a, args)?),
@@ -551,10 +552,13 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         return Err(format!("missing action (one of {})", RESPONSE_ACTIONS.join(", ")).into());
     };
     if !RESPONSE_ACTIONS.contains(&action) {
-        return Err(action_error("http-response", action, RESPONSE_ACTIONS));
+        return Err(action_error(action, RESPONSE_ACTIONS));
     }
     let (end, cond) = split_cond(d, w)?;
-    let action = header_action(action, &w[2..end])?;
+    let action = match action {
+        "deny" => HttpResponseAction::Deny(deny(&w[2..end], 502)?),
+        a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
+    };
     d.needs_http(l, "http-response");
     d.p.http_response.push(HttpResponseRule {
         origin: origin(l),

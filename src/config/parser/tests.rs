@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use super::load;
 use crate::config::{
-    Balance, Bind, BindAddr, Config, ConfigError, CpuMap, HashFunction, HashMethod, HashType,
-    HeaderAction, HttpConnMode, HttpRequestAction, HttpView, LfValue, LogDest, LogFormat,
-    LogTarget, Mode, Proxy, ProxyKind, Redirect, RedirectKind,
+    Balance, Bind, BindAddr, Config, ConfigError, CpuMap, Deny, HashFunction, HashMethod, HashType,
+    HeaderAction, HttpConnMode, HttpRequestAction, HttpResponseAction, HttpView, LfValue, LogDest,
+    LogFormat, LogTarget, Mode, Proxy, ProxyKind, Redirect, RedirectKind, Reply,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -2556,27 +2556,36 @@ fn http_request_rules() {
     );
     assert_eq!(
         *r[3],
-        HttpRequestAction::Deny { status: 403 },
+        HttpRequestAction::Deny(Deny {
+            status: 403,
+            reply: None
+        }),
         "default deny status"
     );
-    assert_eq!(*r[4], HttpRequestAction::Deny { status: 429 });
+    assert_eq!(
+        *r[4],
+        HttpRequestAction::Deny(Deny {
+            status: 429,
+            reply: None
+        })
+    );
     assert_eq!(
         *r[5],
-        HttpRequestAction::Return {
+        HttpRequestAction::Return(Reply {
             status: 200,
             content_type: None,
             body: Vec::new(),
             headers: Vec::new()
-        }
+        })
     );
     assert_eq!(
         *r[6],
-        HttpRequestAction::Return {
+        HttpRequestAction::Return(Reply {
             status: 503,
             content_type: Some("text/plain".into()),
             body: b"gone fishing".to_vec(),
             headers: vec![("X-A".into(), "b".into())]
-        }
+        })
     );
     assert_eq!(
         *r[7],
@@ -2629,21 +2638,21 @@ fn http_request_rules() {
     assert!(rules[4].cond.as_ref().unwrap().is_unless());
     assert!(!rules[9].cond.as_ref().unwrap().eval(&bad));
 
-    let resp: Vec<&HeaderAction> = fe.http_response.iter().map(|r| &r.action).collect();
+    let resp: Vec<&HttpResponseAction> = fe.http_response.iter().map(|r| &r.action).collect();
     assert_eq!(
         resp,
         [
-            &HeaderAction::SetHeader {
+            &HttpResponseAction::Header(HeaderAction::SetHeader {
                 name: "X-Server".into(),
                 value: "sluice".into()
-            },
-            &HeaderAction::AddHeader {
+            }),
+            &HttpResponseAction::Header(HeaderAction::AddHeader {
                 name: "Cache-Control".into(),
                 value: "no-cache".into()
-            },
-            &HeaderAction::DelHeader {
+            }),
+            &HttpResponseAction::Header(HeaderAction::DelHeader {
                 name: "Server".into()
-            },
+            }),
         ]
     );
     assert!(fe.http_response[2].cond.is_some());
@@ -2656,12 +2665,55 @@ fn http_request_rules() {
     );
     let c = ok(&["backend be", "  mode http", &line]);
     match &px(&c, "be").http_request[0].action {
-        HttpRequestAction::Return { status, body, .. } => {
+        HttpRequestAction::Return(Reply { status, body, .. }) => {
             assert_eq!(
                 (*status, body.as_slice()),
                 (503, &b"<h1>maintenance</h1>"[..])
             );
         }
+        a => panic!("{a:?}"),
+    }
+
+    // `http-response deny`: 502 by default; `deny_status` and a reply of its own, as in
+    // `return`.
+    let c = ok(&[
+        "backend be",
+        "  mode http",
+        "  http-response deny if { status 404 }",
+        "  http-response deny deny_status 403 content-type text/plain string nope hdr X-A b",
+        "  http-request deny status 429 content-type text/plain string slow",
+    ]);
+    let be = px(&c, "be");
+    assert_eq!(
+        be.http_response[0].action,
+        HttpResponseAction::Deny(Deny {
+            status: 502,
+            reply: None
+        })
+    );
+    let nope = Reply {
+        status: 403,
+        content_type: Some("text/plain".into()),
+        body: b"nope".to_vec(),
+        headers: vec![("X-A".into(), "b".into())],
+    };
+    assert_eq!(
+        be.http_response[1].action,
+        HttpResponseAction::Deny(Deny {
+            status: 403,
+            reply: Some(nope.clone())
+        })
+    );
+    assert_eq!(
+        String::from_utf8(nope.render(false, true)).unwrap(),
+        "HTTP/1.1 403 Forbidden\r\ncontent-length: 4\r\ncontent-type: text/plain\r\n\
+         X-A: b\r\nconnection: close\r\n\r\nnope"
+    );
+    match &be.http_request[0].action {
+        HttpRequestAction::Deny(Deny {
+            status: 429,
+            reply: Some(r),
+        }) => assert_eq!(r.body, b"slow"),
         a => panic!("{a:?}"),
     }
 }
@@ -2689,7 +2741,7 @@ fn http_rule_errors() {
         "  http-request redirect to /x",                                     // 18
         "  http-request redirect location",                                  // 19
         "  http-request redirect location /x set-cookie a=b",                // 20
-        "  http-response deny",                                              // 21
+        "  http-response set-status 503",                                    // 21
         "  http-response return status 200",                                 // 22
         "  http-response set-header X-A",                                    // 23
         "  http-request del-header X-A -m beg",                              // 24
@@ -2723,7 +2775,10 @@ fn http_rule_errors() {
     has(find(9), &["unexpected argument 'c'", "quote values"]);
     has(find(10), &["'Bad:Name' is not a valid header name"]);
     has(find(11), &["'99' is out of range (expected 200 to 599)"]);
-    has(find(12), &["'deny': 'string' is not supported by sluice"]);
+    has(
+        find(12),
+        &["'deny': a 'content-type' is required with a body"],
+    );
     has(find(13), &["a 'content-type' is required with a body"]);
     has(find(14), &["status 204 cannot have a body"]);
     has(
@@ -2741,7 +2796,10 @@ fn http_rule_errors() {
         find(20),
         &["option 'set-cookie' is not supported by sluice"],
     );
-    has(find(21), &["action 'deny' is not supported by sluice"]);
+    has(
+        find(21),
+        &["action 'set-status' is not supported by sluice"],
+    );
     has(find(22), &["unknown action 'return'"]);
     has(
         find(23),

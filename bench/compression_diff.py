@@ -27,8 +27,9 @@ What it does:
     records the Accept-Encoding it received for each request (?id=N);
   * writes one config with a frontend per compression setup (algorithms in the
     frontend only, in the backend only, in both; with and without `type`; with
-    `offload`; raw-deflate, identity, the order of the algorithms), checks it
-    with -c on both proxies and runs it on both (different ports);
+    `offload`; raw-deflate, identity, the order of the algorithms; inherited
+    from a `defaults` section), checks it with -c on both proxies and runs it
+    on both (different ports);
   * sends the same corpus of requests to both (HTTP/1.1 and 1.0, GET and HEAD,
     Accept-Encoding gzip / deflate / q-values / * / q=0 / br / none / a few
     edge forms, old "Mozilla/4" user agents), one connection per request;
@@ -319,31 +320,45 @@ FRONTENDS = [
     ("identity", ["compression algo identity"], "be_plain"),
     ("gz_identity", ["compression algo gzip identity"], "be_plain"),
     ("none", [], "be_plain"),
+    # after a second `defaults` with compression lines (see DEFAULTS2): inherited by the
+    # frontend and by its backend; `offload` in defaults is ignored by HAProxy (a warning)
+    ("dflt", [], "be_dflt"),
+    ("dflt_add", ["compression algo deflate"], "be_dflt"),
 ]
+AFTER_DEFAULTS2 = {"dflt", "dflt_add", "be_dflt"}
+DEFAULTS2 = ["compression algo gzip", "compression type text/html application/json", "compression offload"]
 BACKENDS = {
     "be_plain": [],
     "be_gzdef": ["compression algo gzip deflate"],
     "be_gz": ["compression algo gzip"],
     "be_gz_json": ["compression algo gzip", "compression type application/json"],
     "be_gz_off": ["compression algo gzip deflate", "compression offload"],
+    "be_dflt": [],
 }
 
 
 def make_config(ports, origin_port):
-    out = ["global", "    maxconn 2000", "",
-           "defaults", "    mode http", "    timeout connect 2s", "    timeout client 10s",
-           "    timeout server 10s", "    timeout http-request 5s", ""]
-    for name, lines, be in FRONTENDS:
-        out.append("frontend f_%s" % name)
-        out.append("    bind %s:%d" % (HOST, ports[name]))
-        out += ["    " + l for l in lines]
-        out.append("    default_backend %s" % be)
-        out.append("")
-    for be, lines in BACKENDS.items():
-        out.append("backend %s" % be)
-        out += ["    " + l for l in lines]
-        out.append("    server s1 %s:%d" % (HOST, origin_port))
-        out.append("")
+    dflt = ["defaults", "    mode http", "    timeout connect 2s", "    timeout client 10s",
+            "    timeout server 10s", "    timeout http-request 5s"]
+    out = ["global", "    maxconn 2000", ""] + dflt + [""]
+    for second in (False, True):
+        if second:
+            out += dflt + ["    " + l for l in DEFAULTS2] + [""]
+        for name, lines, be in FRONTENDS:
+            if (name in AFTER_DEFAULTS2) != second:
+                continue
+            out.append("frontend f_%s" % name)
+            out.append("    bind %s:%d" % (HOST, ports[name]))
+            out += ["    " + l for l in lines]
+            out.append("    default_backend %s" % be)
+            out.append("")
+        for be, lines in BACKENDS.items():
+            if (be in AFTER_DEFAULTS2) != second:
+                continue
+            out.append("backend %s" % be)
+            out += ["    " + l for l in lines]
+            out.append("    server s1 %s:%d" % (HOST, origin_port))
+            out.append("")
     return "\n".join(out)
 
 
@@ -657,7 +672,7 @@ class Case:
         return (h + "\r\n").encode("latin1")
 
     def describe(self):
-        return self.request().decode("latin1").replace("\r\n", "\\r\\n ")
+        return self.request().decode("latin1").replace("?id=0 ", "?id=N ").replace("\r\n", "\\r\\n ")
 
 
 def corpus():

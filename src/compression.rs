@@ -3,9 +3,9 @@
 //! headers change) and the encoder that turns a response's payload into a compressed, chunked
 //! body. It must not do I/O: the HTTP stream feeds it payload bytes and sends what it returns.
 //!
-//! A compressed response is flushed at the end of every piece the server sent (as HAProxy
-//! flushes at the end of each block it forwards), so a streamed response is not held back
-//! waiting for more input; the encoder exists only while such a response is in flight.
+//! A compressed response is flushed at the end of every piece the server sent, so a streamed
+//! response is not held back waiting for more input (HAProxy holds back part of a piece until
+//! the next one); the encoder exists only while such a response is in flight.
 
 use std::io::Write as _;
 
@@ -15,7 +15,8 @@ use flate2::write::{DeflateEncoder, GzEncoder, ZlibEncoder};
 /// A `compression algo` name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algo {
-    /// No transformation (HAProxy's debugging algorithm): responses pass unchanged.
+    /// No transformation of the payload (HAProxy's debugging algorithm); the response is still
+    /// re-framed as a compressed one would be (chunked, `Vary`, weak ETag), as HAProxy does.
     Identity,
     /// zlib-wrapped deflate (`Content-Encoding: deflate`, RFC 9110 §8.4.1.2).
     Deflate,
@@ -113,12 +114,13 @@ fn qvalue(s: &[u8]) -> u32 {
 /// The algorithm for a request: among the configured ones, the one its `Accept-Encoding`
 /// values weight highest (the first on a tie; `*` means the last configured); `None` when
 /// none is accepted, or for a user agent known to mishandle compression. `identity`, when
-/// configured, is the fallback.
+/// configured, is the fallback; the flag says whether the header chose (only then does
+/// `offload` remove it, as in HAProxy).
 pub fn choose<'h>(
     algos: &[Algo],
     accept_encoding: impl Iterator<Item = &'h [u8]>,
     user_agent: Option<&[u8]>,
-) -> Option<Algo> {
+) -> Option<(Algo, bool)> {
     if user_agent.is_some_and(broken_agent) {
         return None;
     }
@@ -150,8 +152,11 @@ pub fn choose<'h>(
             }
         }
     }
-    best.map(|(_, a)| a)
-        .or_else(|| algos.contains(&Algo::Identity).then_some(Algo::Identity))
+    best.map(|(_, a)| (a, true)).or_else(|| {
+        algos
+            .contains(&Algo::Identity)
+            .then_some((Algo::Identity, false))
+    })
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {
@@ -220,6 +225,7 @@ pub fn weaken_etag(v: &[u8]) -> Option<Vec<u8>> {
 }
 
 enum Inner {
+    Identity(Vec<u8>),
     Gzip(GzEncoder<Vec<u8>>),
     Zlib(ZlibEncoder<Vec<u8>>),
     Raw(DeflateEncoder<Vec<u8>>),
@@ -232,19 +238,19 @@ pub struct Encoder(Inner);
 const LEVEL: u32 = 1;
 
 impl Encoder {
-    /// `None` for `identity`, which leaves the body as it is.
-    pub fn new(algo: Algo) -> Option<Encoder> {
+    pub fn new(algo: Algo) -> Encoder {
         let level = Compression::new(LEVEL);
-        Some(Encoder(match algo {
-            Algo::Identity => return None,
+        Encoder(match algo {
+            Algo::Identity => Inner::Identity(Vec::new()),
             Algo::Gzip => Inner::Gzip(GzEncoder::new(Vec::new(), level)),
             Algo::Deflate => Inner::Zlib(ZlibEncoder::new(Vec::new(), level)),
             Algo::RawDeflate => Inner::Raw(DeflateEncoder::new(Vec::new(), level)),
-        }))
+        })
     }
 
     fn sink(&mut self) -> &mut Vec<u8> {
         match &mut self.0 {
+            Inner::Identity(v) => v,
             Inner::Gzip(e) => e.get_mut(),
             Inner::Zlib(e) => e.get_mut(),
             Inner::Raw(e) => e.get_mut(),
@@ -255,6 +261,10 @@ impl Encoder {
     /// a `Vec` cannot fail.
     pub fn push(&mut self, data: &[u8], out: &mut Vec<u8>) {
         let _ = match &mut self.0 {
+            Inner::Identity(_) => {
+                chunk(out, data);
+                return;
+            }
             Inner::Gzip(e) => e.write_all(data).and_then(|_| e.flush()),
             Inner::Zlib(e) => e.write_all(data).and_then(|_| e.flush()),
             Inner::Raw(e) => e.write_all(data).and_then(|_| e.flush()),
@@ -264,16 +274,20 @@ impl Encoder {
         produced.clear();
     }
 
-    /// Ends the stream (the format's trailer), then the chunked body.
-    pub fn finish(self, out: &mut Vec<u8>) {
+    /// Ends the stream (the format's trailer), then the chunked body with the response's
+    /// trailer fields (`trailers`: field lines with their CRLF).
+    pub fn finish(self, trailers: &[u8], out: &mut Vec<u8>) {
         let rest = match self.0 {
+            Inner::Identity(v) => Ok(v),
             Inner::Gzip(e) => e.finish(),
             Inner::Zlib(e) => e.finish(),
             Inner::Raw(e) => e.finish(),
         }
         .unwrap_or_default();
         chunk(out, &rest);
-        out.extend_from_slice(b"0\r\n\r\n");
+        out.extend_from_slice(b"0\r\n");
+        out.extend_from_slice(trailers);
+        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -292,7 +306,7 @@ mod tests {
     use std::io::Read as _;
 
     fn pick(algos: &[Algo], ae: &[&str]) -> Option<Algo> {
-        choose(algos, ae.iter().map(|s| s.as_bytes()), None)
+        choose(algos, ae.iter().map(|s| s.as_bytes()), None).map(|(a, _)| a)
     }
 
     #[test]
@@ -317,19 +331,17 @@ mod tests {
         assert_eq!(pick(&[Deflate, Gzip], &["*"]), Some(Gzip));
         assert_eq!(pick(&[RawDeflate], &["deflate"]), Some(RawDeflate));
         assert_eq!(pick(&[Gzip, Identity], &["br"]), Some(Identity));
+        let by = |ae: &str| choose(&[Gzip, Identity], [ae.as_bytes()].into_iter(), None);
+        assert_eq!(by("br"), Some((Identity, false)), "a fallback");
+        assert_eq!(by("*"), Some((Identity, true)), "chosen by the header");
         assert_eq!(pick(&gd, &["GZIP ; q=1.0"]), Some(Gzip));
         let old = b"Mozilla/4.0 (compatible; MSIE 5.5; Windows 98)";
-        assert_eq!(choose(&gd, [&b"gzip"[..]].into_iter(), Some(old)), None);
+        let ua = |agent: &[u8]| choose(&gd, [&b"gzip"[..]].into_iter(), Some(agent));
+        assert_eq!(ua(old), None);
         let ie7 = b"Mozilla/4.0 (compatible; MSIE 7.0; Windows NT 6.0)";
-        assert_eq!(
-            choose(&gd, [&b"gzip"[..]].into_iter(), Some(ie7)),
-            Some(Gzip)
-        );
+        assert_eq!(ua(ie7), Some((Gzip, true)));
         let modern = b"Mozilla/5.0 (X11; Linux x86_64)";
-        assert_eq!(
-            choose(&gd, [&b"gzip"[..]].into_iter(), Some(modern)),
-            Some(Gzip)
-        );
+        assert_eq!(ua(modern), Some((Gzip, true)));
         assert_eq!(qvalue(b"0.125"), 125);
         assert_eq!(qvalue(b"1"), 1000);
     }
@@ -395,14 +407,14 @@ mod tests {
             .flat_map(|i| format!("line {i} of a compressible body\n").into_bytes())
             .collect();
         for algo in [Algo::Gzip, Algo::Deflate, Algo::RawDeflate] {
-            let mut e = Encoder::new(algo).unwrap();
+            let mut e = Encoder::new(algo);
             let mut out = Vec::new();
             for piece in text.chunks(7000) {
                 let before = out.len();
                 e.push(piece, &mut out);
                 assert!(out.len() > before, "{algo:?}: each piece is flushed");
             }
-            e.finish(&mut out);
+            e.finish(b"", &mut out);
             let z = unchunk(&out);
             assert!(z.len() < text.len() / 4, "{algo:?}: {} bytes", z.len());
             let mut plain = Vec::new();
@@ -414,10 +426,15 @@ mod tests {
             .unwrap();
             assert_eq!(plain, text, "{algo:?}");
         }
-        assert!(Encoder::new(Algo::Identity).is_none());
+        // identity: the payload re-chunked as it is; trailers follow the last chunk.
+        let mut e = Encoder::new(Algo::Identity);
+        let mut out = Vec::new();
+        e.push(b"abc", &mut out);
+        e.finish(b"X-T: 1\r\n", &mut out);
+        assert_eq!(out, b"3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n");
         // An empty body is still a valid stream.
         let mut out = Vec::new();
-        Encoder::new(Algo::Gzip).unwrap().finish(&mut out);
+        Encoder::new(Algo::Gzip).finish(b"", &mut out);
         let mut plain = Vec::new();
         flate2::read::GzDecoder::new(&unchunk(&out)[..])
             .read_to_end(&mut plain)

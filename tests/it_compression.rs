@@ -16,8 +16,8 @@ fn page() -> Vec<u8> {
 }
 
 /// Serves `page()` as `text/html` (or what the path asks for): `/chunked` in chunked framing,
-/// `/pdf` as a PDF, `/etag` with a strong ETag, `/nt` with `no-transform`, `/br` already
-/// encoded, `/404` as a 404. Records the `Accept-Encoding` it was sent.
+/// (`/chunked-trailer` with a trailer field), `/pdf` as a PDF, `/etag` with a strong ETag, `/nt`
+/// with `no-transform`, `/br` already encoded, `/404` as a 404, `/empty` with no body. Records the `Accept-Encoding` it was sent.
 fn origin() -> HttpBackend {
     HttpBackend::with_handler("origin", |r| {
         let body = page();
@@ -31,8 +31,19 @@ fn origin() -> HttpBackend {
                 raw.extend_from_slice(c);
                 raw.extend_from_slice(b"\r\n");
             }
-            raw.extend_from_slice(b"0\r\n\r\n");
+            raw.extend_from_slice(b"0\r\n");
+            if t.ends_with("trailer") {
+                raw.extend_from_slice(b"X-Sum: 42\r\n");
+            }
+            raw.extend_from_slice(b"\r\n");
             return Reply::Raw(raw);
+        }
+        if t == "/empty" {
+            return Reply::Full {
+                status: 200,
+                headers: vec![("Content-Type".into(), "text/html".into())],
+                body: Vec::new(),
+            };
         }
         let mut headers = vec![(
             "Content-Type".to_string(),
@@ -152,6 +163,12 @@ fn responses_that_are_not_compressed() {
             "{path}: passed as it came"
         );
     }
+    // An empty body announced by its length is left alone (as HAProxy does).
+    let r = get(&mut c, "/empty", "gzip");
+    assert_eq!(
+        (r.header("content-encoding"), r.header("content-length")),
+        (None, Some("0"))
+    );
     // HEAD, and an HTTP/1.0 client (which cannot read a chunked body), get no compression.
     let r = c.request("HEAD / HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n");
     assert_eq!(r.header("content-encoding"), None);
@@ -208,4 +225,69 @@ fn compression_config_errors() {
         err.contains(":4: 'compression' in frontend 'fe': requires 'mode http'"),
         "{err}"
     );
+}
+
+#[test]
+fn trailers_follow_a_compressed_body() {
+    let srv = origin();
+    let (_s, port) = start("    compression algo gzip", "", &srv);
+    let mut c = HttpClient::connect(port);
+    for _ in 0..2 {
+        let r = get(&mut c, "/chunked-trailer", "gzip");
+        assert_eq!(decode(&r), page());
+        assert_eq!(r.trailers, [("X-Sum".to_string(), "42".to_string())]);
+    }
+}
+
+/// `compression` in `defaults` applies to the proxies after it; `offload` there is ignored
+/// with HAProxy's warning.
+#[test]
+fn compression_from_defaults() {
+    let srv = origin();
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}    compression algo gzip\n    compression offload\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+         backend be\n    server s {}\n",
+        srv.hostport()
+    );
+    let (code, err) = Sluice::check(&cfg);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(":7: 'compression' : 'offload' ignored in 'defaults' section."),
+        "{err}"
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    let r = get(&mut c, "/", "gzip");
+    assert_eq!(decode(&r), page());
+    assert_eq!(
+        srv.last_request().header("accept-encoding"),
+        Some("gzip"),
+        "no offload"
+    );
+}
+
+/// `identity` transforms nothing but frames the response as a compressed one (chunked, `Vary`,
+/// weak ETag, no `Content-Encoding`), and `offload` then still hides `Accept-Encoding`, as in
+/// HAProxy 2.6.
+#[test]
+fn identity_reframes_without_encoding() {
+    let srv = origin();
+    let (_s, port) = start(
+        "    compression algo identity\n    compression offload",
+        "",
+        &srv,
+    );
+    let mut c = HttpClient::connect(port);
+    for _ in 0..2 {
+        let r = get(&mut c, "/etag", "*");
+        assert_eq!(r.header("content-encoding"), None);
+        assert_eq!(r.header("content-length"), None);
+        assert!(r.chunked);
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+        assert_eq!(r.header("etag"), Some("W/\"v1\""));
+        assert_eq!(r.body, page());
+        assert_eq!(srv.last_request().header("accept-encoding"), None);
+    }
 }

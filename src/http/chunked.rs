@@ -142,7 +142,19 @@ impl ChunkedState {
     pub fn feed_with(
         &mut self,
         data: &[u8],
+        on_data: impl FnMut(&[u8]),
+    ) -> Result<(usize, bool), HttpError> {
+        self.feed_parts(data, on_data, |_| {})
+    }
+
+    /// [`feed_with`](Self::feed_with), also calling `on_trailer` with the bytes of each trailer
+    /// field line (name, value and CRLF; a bare LF is passed as CRLF), so that a re-framed
+    /// body can carry them on.
+    pub fn feed_parts(
+        &mut self,
+        data: &[u8],
         mut on_data: impl FnMut(&[u8]),
+        mut on_trailer: impl FnMut(&[u8]),
     ) -> Result<(usize, bool), HttpError> {
         if let Some(e) = self.error {
             return Err(e);
@@ -165,9 +177,16 @@ impl ChunkedState {
                 _ => {
                     let b = data[i];
                     i += 1;
+                    let before = self.st;
                     if let Err(e) = self.step(b) {
                         self.error = Some(e);
                         return Err(e);
+                    }
+                    match before {
+                        St::TrailerValue if b == b'\n' => on_trailer(b"\r\n"),
+                        St::TrailerName | St::TrailerValue | St::TrailerLf => on_trailer(&[b]),
+                        St::TrailerStart if self.st == St::TrailerName => on_trailer(&[b]),
+                        _ => {}
                     }
                 }
             }

@@ -960,11 +960,13 @@ fn content_length_rewrite_is_flagged_for_lists_repeats_and_beside_te() {
 
 #[test]
 fn chunked_feed_with_yields_the_payload() {
-    let body = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\n\r\nNEXT";
-    // Fed whole and fed byte by byte, the spans make the decoded payload.
+    let body = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\nT2:y\n\r\nNEXT";
+    // Fed whole and fed byte by byte, the spans make the decoded payload, and the trailer
+    // lines come out with CRLF endings.
     for step in [body.len(), 1, 3] {
         let mut st = ChunkedState::new();
         let mut payload = Vec::new();
+        let mut trailers = Vec::new();
         let mut used = 0;
         let mut done = false;
         for piece in body.chunks(step) {
@@ -972,7 +974,11 @@ fn chunked_feed_with_yields_the_payload() {
                 break;
             }
             let (n, d) = st
-                .feed_with(piece, |p| payload.extend_from_slice(p))
+                .feed_parts(
+                    piece,
+                    |p| payload.extend_from_slice(p),
+                    |t| trailers.extend_from_slice(t),
+                )
                 .unwrap();
             used += n;
             done = d;
@@ -980,5 +986,6 @@ fn chunked_feed_with_yields_the_payload() {
         assert!(done);
         assert_eq!(used, body.len() - 4, "step {step}");
         assert_eq!(payload, b"hello, world", "step {step}");
+        assert_eq!(trailers, b"Trailer: x\r\nT2:y\r\n", "step {step}");
     }
 }

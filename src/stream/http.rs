@@ -2190,11 +2190,13 @@ impl<C: ClientIo> Conn<'_, C> {
 
         // Response body.
         let mut rsp_body = BodyTracker::new(resp.body, false);
-        // The payload of a response being compressed (reused for each piece).
+        // The payload of a response being compressed (reused for each piece), and its
+        // trailer fields, which follow the compressed body.
         let mut plain = Vec::new();
+        let mut trailers = Vec::new();
         let taken = match &encoder {
             None => rsp_body.take(&self.sbuf),
-            Some(_) => rsp_body.take_payload(&self.sbuf, &mut plain),
+            Some(_) => rsp_body.take_payload(&self.sbuf, &mut plain, &mut trailers),
         };
         let n = match taken {
             Ok(n) => n,
@@ -2214,7 +2216,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 if rsp_body.done()
                     && let Some(enc) = encoder.take()
                 {
-                    enc.finish(&mut self.out);
+                    enc.finish(&trailers, &mut self.out);
                 }
             }
         }
@@ -2286,7 +2288,7 @@ impl<C: ClientIo> Conn<'_, C> {
             plain.clear();
             let taken = match &encoder {
                 None => rsp_body.take(&self.sbuf),
-                Some(_) => rsp_body.take_payload(&self.sbuf, &mut plain),
+                Some(_) => rsp_body.take_payload(&self.sbuf, &mut plain, &mut trailers),
             };
             let n = match taken {
                 Ok(n) => n,
@@ -2310,7 +2312,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     if rsp_body.done()
                         && let Some(enc) = encoder.take()
                     {
-                        enc.finish(&mut self.out);
+                        enc.finish(&trailers, &mut self.out);
                     }
                     &self.out[..]
                 }
@@ -2368,7 +2370,7 @@ impl<C: ClientIo> Conn<'_, C> {
     /// `compression`, request side: the algorithm the request accepts (`txn.comp`); under
     /// `compression offload`, the server is not told the client accepts any.
     fn choose_compression(&mut self, txn: &mut Txn, bp: &Proxy) {
-        use crate::compression::{Algo, Effective, choose};
+        use crate::compression::{Effective, choose};
         txn.comp = None;
         let Some(eff) = Effective::of(bp.compression.as_ref(), self.fe.compression.as_ref()) else {
             return;
@@ -2380,11 +2382,11 @@ impl<C: ClientIo> Conn<'_, C> {
             .iter()
             .filter(|(n, _)| header_eq(n.get(buf), b"accept-encoding"))
             .map(|(_, v)| v.get(buf));
-        let algo = choose(eff.algos, accept, self.hdrs.first(buf, b"user-agent"));
-        if eff.offload && algo.is_some_and(|a| a != Algo::Identity) {
+        let chosen = choose(eff.algos, accept, self.hdrs.first(buf, b"user-agent"));
+        if eff.offload && chosen.is_some_and(|(_, by_header)| by_header) {
             self.hdrs.del(buf, b"accept-encoding");
         }
-        txn.comp = algo;
+        txn.comp = chosen.map(|(a, _)| a);
     }
 
     /// `compression`, response side: whether this response is compressed (HAProxy's rules,
@@ -2418,7 +2420,8 @@ impl<C: ClientIo> Conn<'_, C> {
             status: resp.status,
             http11: head.version_minor == 1 && resp.version_minor == 1,
             head_request: head.is_head,
-            framed_body: !tunnel && matches!(resp.body, BodyKind::Length(_) | BodyKind::Chunked),
+            // HAProxy leaves an empty body alone when its length says so (not when chunked).
+            framed_body: !tunnel && matches!(resp.body, BodyKind::Length(1..) | BodyKind::Chunked),
             content_encoding: named(b"content-encoding").next().is_some(),
             no_transform: named(b"cache-control").any(|v| has_token(v, b"no-transform")),
             etag_ok,
@@ -2427,7 +2430,7 @@ impl<C: ClientIo> Conn<'_, C> {
         if !may_compress(eff.types, &r) {
             return None;
         }
-        let enc = Encoder::new(algo)?;
+        let enc = Encoder::new(algo);
         if let Some(i) = list
             .iter()
             .position(|(n, _)| header_eq(n.get(buf), b"etag"))
@@ -2439,7 +2442,9 @@ impl<C: ClientIo> Conn<'_, C> {
         self.hdrs.del(&self.sbuf, b"transfer-encoding");
         self.hdrs.add("transfer-encoding", "chunked");
         self.hdrs.add("vary", "Accept-Encoding");
-        self.hdrs.add("content-encoding", algo.token());
+        if algo != crate::compression::Algo::Identity {
+            self.hdrs.add("content-encoding", algo.token());
+        }
         Some(enc)
     }
 
@@ -2588,19 +2593,29 @@ impl BodyTracker {
 
     /// How many bytes at the front of `data` belong to the body.
     fn take(&mut self, data: &[u8]) -> Result<usize, HttpError> {
-        self.take_with(data, |_| {})
+        self.take_with(data, |_| {}, |_| {})
     }
 
     /// [`take`](Self::take), appending the payload those bytes carry (without chunked
-    /// framing) to `payload`.
-    fn take_payload(&mut self, data: &[u8], payload: &mut Vec<u8>) -> Result<usize, HttpError> {
-        self.take_with(data, |p| payload.extend_from_slice(p))
+    /// framing) to `payload`, and trailer field lines to `trailers`.
+    fn take_payload(
+        &mut self,
+        data: &[u8],
+        payload: &mut Vec<u8>,
+        trailers: &mut Vec<u8>,
+    ) -> Result<usize, HttpError> {
+        self.take_with(
+            data,
+            |p| payload.extend_from_slice(p),
+            |t| trailers.extend_from_slice(t),
+        )
     }
 
     fn take_with(
         &mut self,
         data: &[u8],
         mut on_data: impl FnMut(&[u8]),
+        on_trailer: impl FnMut(&[u8]),
     ) -> Result<usize, HttpError> {
         if self.finished {
             return Ok(0);
@@ -2616,7 +2631,7 @@ impl BodyTracker {
             }
             BodyKind::Chunked => {
                 let st = self.chunked.as_mut().expect("chunked state");
-                let (n, done) = st.feed_with(data, on_data)?;
+                let (n, done) = st.feed_parts(data, on_data, on_trailer)?;
                 self.finished = done;
                 Ok(n)
             }

@@ -153,6 +153,8 @@ impl Draft {
             p.hash_type = b.p.hash_type;
             p.errorfiles = b.p.errorfiles.clone();
             p.cookie = b.p.cookie.clone();
+            // A proxy's own `compression algo|type` lines add to the inherited lists.
+            p.compression = b.p.compression.clone();
             p.fullconn = b.p.fullconn;
             // HAProxy shares the defaults' stats settings with every proxy until the proxy
             // has a `stats` line of its own (which then starts from scratch).
@@ -680,7 +682,12 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             d.needs_http(l, "cookie");
         }
         "compression" => {
-            compression(d.p.compression.get_or_insert_with(Default::default), w)?;
+            let in_defaults = d.is_defaults;
+            compression(
+                d.p.compression.get_or_insert_with(Default::default),
+                w,
+                in_defaults,
+            )?;
             d.needs_http(l, "compression");
         }
         "bind" => server::bind(d, l)?,
@@ -693,7 +700,11 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
 
 /// `compression algo NAME... | type MIME... | offload`: each `algo` and `type` line adds to
 /// its list, as in HAProxy.
-fn compression(c: &mut crate::compression::CompressionCfg, w: &[String]) -> Result<(), String> {
+fn compression(
+    c: &mut crate::compression::CompressionCfg,
+    w: &[String],
+    in_defaults: bool,
+) -> Result<(), String> {
     use crate::compression::Algo;
     let what = arg(w, 1, "'algo', 'type' or 'offload'")?;
     match what {
@@ -722,7 +733,12 @@ fn compression(c: &mut crate::compression::CompressionCfg, w: &[String]) -> Resu
         }
         "offload" => {
             no_extra(w, 2)?;
-            c.offload = true;
+            if in_defaults {
+                // HAProxy 2.6 ignores it there (with this warning).
+                super::warn("'compression' : 'offload' ignored in 'defaults' section.".into());
+            } else {
+                c.offload = true;
+            }
         }
         "algo-req" | "algo-res" | "type-req" | "type-res" | "direction" | "minsize-req"
         | "minsize-res" => {

@@ -1356,7 +1356,7 @@ pub fn bind_all(
                         path.display()
                     )
                 })?;
-                unix_bind.apply(path, s.mode).map_err(|e| {
+                unix_bind.apply(path, [s.mode, s.uid, s.gid]).map_err(|e| {
                     format!(
                         "stats socket at {where_}: cannot set the mode or owner of '{}': {e}",
                         path.display()

@@ -65,6 +65,9 @@ fn tcp_socket(
     if b.defer_accept {
         crate::sys::set_defer_accept(&s, 1)?;
     }
+    if b.tfo {
+        crate::sys::set_fastopen(&s, backlog)?;
+    }
     s.listen(backlog)?;
     // After listen(), which resets the delayed-ACK state.
     set_accept_options(&s, smart, ka, nolinger)?;
@@ -122,6 +125,9 @@ pub fn bind_all(
                         s.listen(backlog)?;
                         set_accept_options(&s, smart, ka, nolinger)?;
                         crate::sys::set_defer_accept(&s, i32::from(b.defer_accept))?;
+                        if b.tfo {
+                            crate::sys::set_fastopen(&s, backlog)?;
+                        }
                         v.push(StdListener::Tcp(s.into()));
                     }
                     let actual = match v.first() {
@@ -158,7 +164,7 @@ pub fn bind_all(
                         }
                     }
                     let l = StdUnixListener::bind(path)?;
-                    cfg.global.unix_bind.apply(path, None)?;
+                    cfg.global.unix_bind.apply(path, [None; 3])?;
                     l.set_nonblocking(true)?;
                     shared_copies(StdListener::Unix(l), nbthread)
                 }

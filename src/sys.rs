@@ -50,15 +50,26 @@ pub fn adopt_listening_fd(fd: i32) -> io::Result<socket2::Socket> {
 
 /// `bind ... defer-accept`: TCP_DEFER_ACCEPT, so accept() returns only once data arrived.
 pub fn set_defer_accept(sock: &socket2::Socket, secs: i32) -> io::Result<()> {
+    set_tcp_int(sock, libc::TCP_DEFER_ACCEPT, secs)
+}
+
+/// `bind ... tfo`: TCP_FASTOPEN on a listening socket, with the queue of pending Fast Open
+/// requests `qlen` long (HAProxy gives the listener's backlog). Whether clients' data in the
+/// SYN is accepted also depends on the kernel's `net.ipv4.tcp_fastopen`.
+pub fn set_fastopen(sock: &socket2::Socket, qlen: i32) -> io::Result<()> {
+    set_tcp_int(sock, libc::TCP_FASTOPEN, qlen)
+}
+
+/// An `int` option at the IPPROTO_TCP level, which socket2 does not wrap.
+fn set_tcp_int(sock: &socket2::Socket, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let v: libc::c_int = secs;
     // SAFETY: `v` is a valid c_int on our stack and its exact size is passed; the descriptor
     // is owned by `sock`, which outlives the call.
     let rc = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
+            opt,
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )

@@ -398,7 +398,7 @@ defaults
     default-server weight 10 maxconn 100
 
 frontend www
-    bind 127.0.0.1:18100 name plain maxconn 100 backlog 64 defer-accept
+    bind 127.0.0.1:18100 name plain maxconn 100 backlog 64 defer-accept tfo
     bind unix@@DIR@/www.sock
     maxconn 200
     backlog 128

@@ -736,7 +736,7 @@ fn logasap_logs_when_the_head_is_sent() {
 }
 
 /// `unix-bind prefix P mode M`: every UNIX socket (binds and stats sockets) is created under
-/// the prefix with that mode; a stats socket's own `mode` wins.
+/// the prefix with that mode; a stats socket's own `mode`, `uid` and `gid` win.
 #[test]
 fn unix_bind_prefix_and_mode() {
     use std::os::unix::fs::PermissionsExt;
@@ -744,9 +744,12 @@ fn unix_bind_prefix_and_mode() {
     let dir = TempDir::new();
     // HAProxy prepends the prefix as is: "/x.sock" goes to "PREFIX/x.sock".
     let prefix = dir.path().display().to_string();
+    // A stats socket's own owner and group (only root may give a file away).
+    let root = nix::unistd::geteuid().is_root();
+    let chown = if root { " uid 65534 gid 65534" } else { "" };
     let cfg = format!(
         "global\n    unix-bind prefix {prefix} mode 0640\n    stats socket /admin.sock level admin\n\
-         \x20   stats socket unix@/own.sock mode 600\n\
+         \x20   stats socket unix@/own.sock mode 600{chown}\n\
          {DEFAULTS_HTTP}frontend fe\n    bind unix@/fe.sock\n    default_backend be\n{}",
         backend_section("be", "", &[&b])
     );
@@ -761,6 +764,13 @@ fn unix_bind_prefix_and_mode() {
     assert_eq!(mode("fe.sock"), 0o640);
     assert_eq!(mode("admin.sock"), 0o640);
     assert_eq!(mode("own.sock"), 0o600);
+    use std::os::unix::fs::MetadataExt;
+    let own = std::fs::metadata(dir.join("own.sock")).unwrap();
+    let admin = std::fs::metadata(dir.join("admin.sock")).unwrap();
+    if root {
+        assert_eq!((own.uid(), own.gid()), (65534, 65534));
+    }
+    assert_eq!(admin.uid(), nix::unistd::geteuid().as_raw());
     assert!(stats_cli(&dir.join("admin.sock"), "show info").starts_with("Name: sluice"));
     let st = std::os::unix::net::UnixStream::connect(dir.join("fe.sock")).unwrap();
     st.set_read_timeout(Some(WAIT)).unwrap();
@@ -887,4 +897,18 @@ fn bind_interface() {
             && err.contains(&format!("127.0.0.1:{port}")),
         "{err}"
     );
+}
+
+/// `bind ... tfo`: the listening socket takes TCP_FASTOPEN (a failure would stop the start)
+/// and serves as any other.
+#[test]
+fn bind_with_tfo_serves() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port} tfo\n    default_backend be\n{}",
+        backend_section("be", "", &[&b])
+    );
+    let _s = Sluice::start(&cfg);
+    assert_eq!(http_get(port, "/").server(), "s1");
 }

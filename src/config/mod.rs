@@ -175,14 +175,17 @@ pub struct UnixBind {
 }
 
 impl UnixBind {
-    /// Applies the mode and owner to a freshly bound socket file.
-    pub fn apply(&self, path: &std::path::Path, own_mode: Option<u32>) -> std::io::Result<()> {
+    /// Applies the mode and owner to a freshly bound socket file; a socket's own settings
+    /// (`own`: a `stats socket`'s `mode`, `uid`, `gid`) win.
+    pub fn apply(&self, path: &std::path::Path, own: [Option<u32>; 3]) -> std::io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
-        if let Some(m) = own_mode.or(self.mode) {
+        let [mode, uid, gid] = own;
+        if let Some(m) = mode.or(self.mode) {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(m))?;
         }
-        if self.uid.is_some() || self.gid.is_some() {
-            std::os::unix::fs::chown(path, self.uid, self.gid)?;
+        let (uid, gid) = (uid.or(self.uid), gid.or(self.gid));
+        if uid.is_some() || gid.is_some() {
+            std::os::unix::fs::chown(path, uid, gid)?;
         }
         Ok(())
     }
@@ -204,8 +207,10 @@ pub struct StatsSocket {
     pub origin: Origin,
     /// Default `operator`, as in HAProxy.
     pub level: CliLevel,
-    /// `mode` of a UNIX socket file.
+    /// `mode`, `uid`/`user` and `gid`/`group` of a UNIX socket file.
     pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
     /// `expose-fd listeners`: a new process may take the listening sockets (`-x`).
     pub expose_fd: bool,
 }
@@ -300,6 +305,9 @@ pub struct Timeouts {
     pub client_fin: Option<Duration>,
     pub server_fin: Option<Duration>,
     pub check: Option<Duration>,
+    /// `timeout tarpit`: kept for what it means in HAProxy, the hold time of `tarpit` rules,
+    /// which alone use it; sluice has no `tarpit` action (it is refused), so nothing reads it.
+    pub tarpit: Option<Duration>,
 }
 
 /// `option forwardfor [except NET] [header NAME] [if-none]`.
@@ -657,6 +665,8 @@ pub struct Bind {
     pub maxconn: Option<u32>,
     pub backlog: Option<u32>,
     pub defer_accept: bool,
+    /// `tfo`: TCP Fast Open on the listening socket.
+    pub tfo: bool,
     pub v4v6: bool,
     pub v6only: bool,
     /// `interface NAME`: the socket receives only what arrives on that network interface

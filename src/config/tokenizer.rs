@@ -12,7 +12,16 @@ pub struct Line {
 }
 
 /// Features `feature(NAME)` reports as present.
-const FEATURES: &[&str] = &["THREAD", "REUSEPORT", "LINUX_TPROXY", "PCRE2_JIT_LIKE"];
+/// `OPENSSL` (configurations test it before `ssl` binds; sluice's TLS is rustls) and `ZLIB`
+/// (before `compression`) are reported for what they guard.
+const FEATURES: &[&str] = &[
+    "THREAD",
+    "REUSEPORT",
+    "LINUX_TPROXY",
+    "PCRE2_JIT_LIKE",
+    "OPENSSL",
+    "ZLIB",
+];
 
 /// Splits one line into words. Errors: unmatched quote, bad escape, bad variable syntax.
 pub fn split_line(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<String>, String> {
@@ -561,7 +570,8 @@ mod tests {
         assert!(t("version_atleast(2.4) && version_before(2.10)"));
         assert!(!t("version_atleast(2.7)"));
         assert!(t("feature(THREAD)"));
-        assert!(!t("feature(OPENSSL)"));
+        assert!(t("feature(OPENSSL)") && t("feature(ZLIB)"));
+        assert!(!t("feature(LUA)"));
         assert!(t("!defined(NOPE) && (0 || 1)"));
         assert!(!t("0"));
         assert!(

@@ -407,6 +407,8 @@ fn stats(g: &mut Global, l: &Line) -> Result<(), KwErr> {
                 },
                 level: CliLevel::Operator,
                 mode: None,
+                uid: None,
+                gid: None,
                 expose_fd: false,
             };
             let mut i = 3;
@@ -456,10 +458,23 @@ fn stats(g: &mut Global, l: &Line) -> Result<(), KwErr> {
                         }
                         sock.expose_fd = true;
                     }
+                    o @ ("uid" | "gid" | "user" | "group") => {
+                        if !matches!(sock.addr, BindAddr::Unix(_)) {
+                            return Err(format!("'{o}' only applies to UNIX socket paths").into());
+                        }
+                        let (is_uid, id) =
+                            owner(o, arg(w, i + 1, &format!("a value after '{o}'"))?)?;
+                        if is_uid {
+                            sock.uid = Some(id);
+                        } else {
+                            sock.gid = Some(id);
+                        }
+                    }
                     x => {
                         return Err(format!(
                             "'stats socket' option '{x}' is not supported by sluice (supported: \
-                             'level', 'mode', 'expose-fd listeners')"
+                             'level', 'mode', 'user', 'uid', 'group', 'gid', 'expose-fd \
+                             listeners')"
                         )
                         .into());
                     }
@@ -563,6 +578,22 @@ fn parse_set(s: &str, min: u64, max: u64, what: &str) -> Result<Vec<usize>, Stri
 
 /// Checks that need the whole global section, and `cpu-map all|odd|even` expansion.
 /// `unix-bind [prefix P] [mode M] [user U] [uid N] [group G] [gid N]`.
+/// `uid N`, `gid N`, `user NAME` or `group NAME` of a UNIX socket: (is a user id, the id).
+fn owner(opt: &str, v: &str) -> Result<(bool, u32), String> {
+    Ok(match opt {
+        "uid" => (true, parse_u32(v)?),
+        "gid" => (false, parse_u32(v)?),
+        "user" => match nix::unistd::User::from_name(v) {
+            Ok(Some(x)) => (true, x.uid.as_raw()),
+            _ => return Err(format!("cannot find user id for '{v}'")),
+        },
+        _ => match nix::unistd::Group::from_name(v) {
+            Ok(Some(x)) => (false, x.gid.as_raw()),
+            _ => return Err(format!("cannot find group id for '{v}'")),
+        },
+    })
+}
+
 fn unix_bind(g: &mut Global, w: &[String]) -> Result<(), String> {
     let u = &mut g.unix_bind;
     if w.len() < 2 {
@@ -582,22 +613,14 @@ fn unix_bind(g: &mut Global, w: &[String]) -> Result<(), String> {
                         .ok_or_else(|| format!("'mode {v}' is not an octal file mode"))?,
                 );
             }
-            "uid" | "gid" => {
-                let n = parse_u32(v)?;
-                if opt == "uid" {
-                    u.uid = Some(n);
+            "uid" | "gid" | "user" | "group" => {
+                let (is_uid, id) = owner(opt, v)?;
+                if is_uid {
+                    u.uid = Some(id);
                 } else {
-                    u.gid = Some(n);
+                    u.gid = Some(id);
                 }
             }
-            "user" => match nix::unistd::User::from_name(v) {
-                Ok(Some(x)) => u.uid = Some(x.uid.as_raw()),
-                _ => return Err(format!("cannot find user id for '{v}'")),
-            },
-            "group" => match nix::unistd::Group::from_name(v) {
-                Ok(Some(x)) => u.gid = Some(x.gid.as_raw()),
-                _ => return Err(format!("cannot find group id for '{v}'")),
-            },
             o => {
                 return Err(format!(
                     "unknown option '{o}' (expected 'prefix', 'mode', 'user', 'uid', 'group' or \
@@ -812,6 +835,23 @@ mod tests {
         let (g, e) = run(&["stats socket /x level admin expose-fd listeners"]);
         assert!(e.is_empty(), "{e:?}");
         assert!(g.stats_sockets[0].expose_fd);
+        // Owner and group, by name or by id (root is 0 on every system).
+        let (g, e) = run(&["stats socket /x user root gid 0 mode 660"]);
+        assert!(e.is_empty(), "{e:?}");
+        let s = &g.stats_sockets[0];
+        assert_eq!((s.uid, s.gid, s.mode), (Some(0), Some(0), Some(0o660)));
+        let (_, e) = run(&[
+            "stats socket /x user no-such-user-here",
+            "stats socket 127.0.0.1:3 uid 0",
+        ]);
+        assert!(
+            e[0].contains("cannot find user id for 'no-such-user-here'"),
+            "{e:?}"
+        );
+        assert!(
+            e[1].contains("'uid' only applies to UNIX socket paths"),
+            "{e:?}"
+        );
     }
 
     #[test]

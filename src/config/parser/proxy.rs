@@ -919,14 +919,12 @@ const TIMEOUTS: &[(&str, u8)] = &[
     ("queue", D | B),
     ("tunnel", D | B),
     ("check", D | B),
+    ("tarpit", D | F | B),
 ];
 
 fn timeout(d: &mut Draft, w: &[String]) -> Result<(), String> {
     let name = arg(w, 1, "timeout name")?;
     let Some(&(_, mask)) = TIMEOUTS.iter().find(|(n, _)| *n == name) else {
-        if name == "tarpit" {
-            return Err("'timeout tarpit' is not supported by sluice".into());
-        }
         return Err(format!(
             "unknown timeout '{name}'{}",
             did_you_mean(name, TIMEOUTS.iter().map(|(n, _)| *n))
@@ -957,6 +955,7 @@ fn timeout(d: &mut Draft, w: &[String]) -> Result<(), String> {
         "http-keep-alive" => tm.http_keep_alive = v,
         "queue" => tm.queue = v,
         "tunnel" => tm.tunnel = v,
+        "tarpit" => tm.tarpit = v,
         _ => tm.check = v,
     }
     Ok(())

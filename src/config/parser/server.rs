@@ -31,7 +31,6 @@ const BIND_UNSUPPORTED: &[&str] = &[
     "accept-proxy",
     "accept-netscaler-cip",
     "transparent",
-    "tfo",
     "mss",
     "namespace",
     "process",
@@ -145,6 +144,7 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         maxconn: None,
         backlog: None,
         defer_accept: false,
+        tfo: false,
         v4v6: false,
         v6only: false,
         interface: None,
@@ -168,6 +168,7 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                 i += 1;
             }
             "defer-accept" => proto.defer_accept = true,
+            "tfo" => proto.tfo = true,
             "interface" => {
                 proto.interface = Some(arg(w, i + 1, "name after 'interface'")?.to_string());
                 i += 1;

@@ -962,6 +962,7 @@ fn bind_addresses() {
             maxconn: None,
             backlog: None,
             defer_accept: false,
+            tfo: false,
             v4v6: false,
             v6only: false,
             interface: None,
@@ -974,7 +975,7 @@ fn bind_addresses() {
 fn bind_options() {
     let c = ok(&[
         "listen li",
-        "  bind :80 name web maxconn 100 backlog 50 defer-accept",
+        "  bind :80 name web maxconn 100 backlog 50 defer-accept tfo",
         "  bind [::]:81 v4v6",
         "  bind [::]:82 v6only name v6",
         "  bind :83,:84 name pair",
@@ -985,6 +986,7 @@ fn bind_options() {
         (b[0].maxconn, b[0].backlog, b[0].defer_accept),
         (Some(100), Some(50), true)
     );
+    assert!(b[0].tfo && !b[1].tfo);
     assert!(b[1].v4v6 && !b[1].v6only);
     assert!(b[2].v6only && !b[2].v4v6);
     assert_eq!(b[2].name.as_deref(), Some("v6"));
@@ -1189,6 +1191,7 @@ fn every_timeout_and_unit() {
         "  timeout client-fin 1s",
         "  timeout http-request 1s",
         "  timeout http-keep-alive 1s",
+        "  timeout tarpit 1s",
         "backend be",
         "  timeout connect 1s",
         "  timeout server 1s",
@@ -1209,7 +1212,7 @@ fn timeout_errors() {
         "  timeout connect 1s",    // 3  wrong side: a warning (below)
         "  timeout queue 1s",      // 4  wrong side: a warning (below)
         "  timeout clinet 1s",     // 5
-        "  timeout tarpit 1s",     // 6
+        "  timeout tarpit 1x",     // 6
         "  timeout client",        // 7
         "  timeout client 1q30s",  // 8
         "  timeout client 10x",    // 9
@@ -1234,7 +1237,11 @@ fn timeout_errors() {
     );
     has(
         &e[1],
-        &["t.cfg:6: ", "'timeout tarpit' is not supported by sluice"],
+        &[
+            "t.cfg:6: ",
+            "'timeout' in frontend 'fe'",
+            "invalid unit 'x'",
+        ],
     );
     has(&e[2], &["t.cfg:7: ", "missing time value"]);
     has(&e[3], &["t.cfg:8: ", "only one unit is allowed"]);

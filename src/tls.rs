@@ -2582,6 +2582,32 @@ pub mod peek {
 
     /// The `server_name` (host name) of a ClientHello held whole in the first record.
     pub fn sni(buf: &[u8]) -> Option<&[u8]> {
+        let mut list = Reader(extension(buf, 0)?);
+        let n = list.u16()?;
+        let mut names = Reader(list.take(n)?);
+        while !names.0.is_empty() {
+            let kind = names.u8()?;
+            let n = names.u16()?;
+            let name = names.take(n)?;
+            if kind == 0 {
+                return Some(name);
+            }
+        }
+        None
+    }
+
+    /// The first protocol of the ALPN extension of a ClientHello held whole in the first
+    /// record (`req.ssl_alpn`).
+    pub fn alpn(buf: &[u8]) -> Option<&[u8]> {
+        let mut list = Reader(extension(buf, 16)?);
+        let n = list.u16()?;
+        let mut names = Reader(list.take(n)?);
+        let n = usize::from(names.u8()?);
+        names.take(n)
+    }
+
+    /// The data of extension `want` of a ClientHello held whole in the first record.
+    fn extension(buf: &[u8], want: usize) -> Option<&[u8]> {
         let rec_len = usize::from(u16::from_be_bytes([*buf.get(3)?, *buf.get(4)?]));
         if hello_type(buf)? != 1 {
             return None;
@@ -2605,21 +2631,9 @@ pub mod peek {
             let ty = ext.u16()?;
             let n = ext.u16()?;
             let data = ext.take(n)?;
-            if ty != 0 {
-                continue;
+            if ty == want {
+                return Some(data);
             }
-            let mut list = Reader(data);
-            let n = list.u16()?;
-            let mut names = Reader(list.take(n)?);
-            while !names.0.is_empty() {
-                let kind = names.u8()?;
-                let n = names.u16()?;
-                let name = names.take(n)?;
-                if kind == 0 {
-                    return Some(name);
-                }
-            }
-            return None;
         }
         None
     }

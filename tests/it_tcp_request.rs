@@ -11,7 +11,22 @@ use std::sync::{Arc, Mutex};
 
 /// A TLS 1.2-style ClientHello record offering one cipher suite and, if given, an SNI.
 fn client_hello(sni: Option<&str>) -> Vec<u8> {
+    client_hello_alpn(sni, &[])
+}
+
+/// [`client_hello`] with an ALPN extension listing `alpn` (none when empty).
+fn client_hello_alpn(sni: Option<&str>, alpn: &[&str]) -> Vec<u8> {
     let mut ext = Vec::new();
+    if !alpn.is_empty() {
+        let list: Vec<u8> = alpn
+            .iter()
+            .flat_map(|p| [&[p.len() as u8][..], p.as_bytes()].concat())
+            .collect();
+        ext.extend_from_slice(&[0, 16]); // application_layer_protocol_negotiation
+        ext.extend_from_slice(&(list.len() as u16 + 2).to_be_bytes());
+        ext.extend_from_slice(&(list.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&list);
+    }
     if let Some(name) = sni {
         let n = name.len() as u16;
         ext.extend_from_slice(&[0, 0]); // server_name
@@ -104,6 +119,31 @@ fn tls_passthrough_routed_by_sni() {
     let line = s.wait_log_line(|l| l.contains(" PR "), WAIT);
     assert!(line.contains(" fe fe/<NOSRV> "), "{line}");
     assert_eq!(a.b.conns() + b.b.conns(), before);
+}
+
+/// `req.ssl_alpn`: the first protocol the ClientHello offers (ACME's TLS-ALPN-01 challenge
+/// routed to its own server, as HAProxy's documentation shows it).
+#[test]
+fn tls_passthrough_routed_by_alpn() {
+    let (acme, web) = (recorder("ACME"), recorder("WEB"));
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_TCP}frontend fe\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 5s\n\
+         \x20   tcp-request content accept if {{ req_ssl_hello_type 1 }}\n\
+         \x20   use_backend acme if {{ req.ssl_alpn acme-tls/1 }}\n    default_backend web\n\
+         backend acme\n    server a {}\nbackend web\n    server w {}\n",
+        acme.b.hostport(),
+        web.b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let hello = client_hello_alpn(Some("x.example"), &["acme-tls/1"]);
+    assert_eq!(send(port, &hello), b"ACME");
+    assert_eq!(acme.seen.lock().unwrap().as_slice(), &[hello]);
+    assert_eq!(
+        send(port, &client_hello_alpn(None, &["h2", "http/1.1"])),
+        b"WEB"
+    );
+    assert_eq!(send(port, &client_hello(None)), b"WEB");
 }
 
 #[test]

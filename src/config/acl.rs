@@ -239,6 +239,8 @@ enum Fetch {
     ReqSslHelloType,
     /// `req.ssl_sni`: the server name of the client's TLS ClientHello.
     ReqSslSni,
+    /// `req.ssl_alpn`: the first protocol of the client's TLS ClientHello's ALPN list.
+    ReqSslAlpn,
     /// `status`: the response's status code.
     Status,
     /// A response fetch (`res.hdr`, `shdr`, ...): the inner header fetch, on a response only.
@@ -359,6 +361,7 @@ impl Fetch {
                 | Fetch::ReqLen
                 | Fetch::ReqSslHelloType
                 | Fetch::ReqSslSni
+                | Fetch::ReqSslAlpn
         )
     }
 
@@ -372,7 +375,7 @@ impl Fetch {
     fn is_payload(&self) -> bool {
         matches!(
             self,
-            Fetch::ReqLen | Fetch::ReqSslHelloType | Fetch::ReqSslSni
+            Fetch::ReqLen | Fetch::ReqSslHelloType | Fetch::ReqSslSni | Fetch::ReqSslAlpn
         )
     }
 
@@ -401,7 +404,8 @@ impl Fetch {
             | Fetch::SslFcAlpn
             | Fetch::SslCSDn
             | Fetch::SslCIDn
-            | Fetch::ReqSslSni => SmpType::Str,
+            | Fetch::ReqSslSni
+            | Fetch::ReqSslAlpn => SmpType::Str,
             Fetch::Src | Fetch::Dst | Fetch::UrlIp | Fetch::HdrIp { .. } => SmpType::Ip,
             Fetch::SrcPort
             | Fetch::DstPort
@@ -560,6 +564,10 @@ impl Fetch {
                 None => false,
             },
             Fetch::ReqSslSni => match view.payload().and_then(crate::tls::peek::sni) {
+                Some(n) => f(Sample::Str(n)),
+                None => false,
+            },
+            Fetch::ReqSslAlpn => match view.payload().and_then(crate::tls::peek::alpn) {
                 Some(n) => f(Sample::Str(n)),
                 None => false,
             },
@@ -885,6 +893,7 @@ const CRITERIA: &[&str] = &[
     "req_ssl_hello_type",
     "req.ssl_sni",
     "req_ssl_sni",
+    "req.ssl_alpn",
     "src_port",
     "dst",
     "dst_port",
@@ -1140,6 +1149,7 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "req.len" | "req_len" => no_args(Fetch::ReqLen)?,
         "req.ssl_hello_type" | "req_ssl_hello_type" => no_args(Fetch::ReqSslHelloType)?,
         "req.ssl_sni" | "req_ssl_sni" => no_args(Fetch::ReqSslSni)?,
+        "req.ssl_alpn" => no_args(Fetch::ReqSslAlpn)?,
         _ => {
             if UNSUPPORTED_FETCHES.contains(&name)
                 || UNSUPPORTED_FETCHES

@@ -88,6 +88,11 @@ impl Status {
         Status::L7Sts,
     ];
 
+    /// The result named by its `check_status` code (`ok-status L6OK`, ...).
+    pub fn by_code(code: &str) -> Option<Status> {
+        Status::RESULTS.into_iter().find(|s| s.code() == code)
+    }
+
     fn from_u8(v: u8) -> Status {
         match v {
             1 => Status::L4Ok,
@@ -340,6 +345,9 @@ enum Why<'a> {
         code: u16,
         desc: &'a str,
         ms: Option<u64>,
+        /// `option log-health-checks` logged the check itself: the state line then gives no
+        /// reason, as in HAProxy.
+        logged: bool,
     },
     /// `track`: the state of `be/srv`.
     Via(&'a str),
@@ -829,11 +837,12 @@ fn apply_result(w: &Worker, p: &Proxy, pi: usize, si: usize, out: Outcome, ms: u
     }
     let before = st.health.load(Relaxed);
     apply(st, out.status.ok());
-    let why = Why::Check {
+    let mut why = Why::Check {
         status: out.status,
         code: out.code,
         desc: &out.desc,
         ms: Some(ms),
+        logged: false,
     };
     // NOLB follows the conditional pass of `disable-on-404`; any other pass clears it.
     if out.status.ok() && st.up() {
@@ -855,11 +864,16 @@ fn apply_result(w: &Worker, p: &Proxy, pi: usize, si: usize, out: Outcome, ms: u
             }
         }
     }
-    // HAProxy reports a check when its status or the health counter changed.
+    // HAProxy reports a check when its status or the health counter changed, before the
+    // state change it may cause.
     let report = prev != out.status as u8 || before != st.health.load(Relaxed);
-    if !update_state(w, pi, si, &why) && report && p.options.log_health_checks {
+    if report && p.options.log_health_checks {
         log_check(w, p, srv, st, &why);
+        if let Why::Check { logged, .. } = &mut why {
+            *logged = true;
+        }
     }
+    update_state(w, pi, si, &why);
 }
 
 /// HAProxy's health counter update; returns `Some(true)` when the counter just crossed to UP,
@@ -932,38 +946,48 @@ fn update_state(w: &Worker, pi: usize, si: usize, why: &Why) -> bool {
     }
     let be = shared.backend(pi);
     be.changed();
-    let line = match why {
+    let how = match why {
+        Why::Check { logged: true, .. } => String::new(),
         Why::Check { status, .. } => format!(
-            "Server {}/{} is {}, reason: {}{}{}. {}",
-            p.name,
-            srv.name,
-            if up { "UP" } else { "DOWN" },
+            ", reason: {}{}{}",
             status.reason(),
             info_text(why),
-            duration_text(why),
-            counts(w, pi, up),
+            duration_text(why)
         ),
-        Why::Via(t) => format!(
-            "Server {}/{} is {} via {t}. {}",
-            p.name,
-            srv.name,
-            if up { "UP" } else { "DOWN" },
-            counts(w, pi, up),
-        ),
-        Why::Cli => format!(
-            "Server {}/{} is {}, changed from CLI. {}",
-            p.name,
-            srv.name,
-            if up { "UP" } else { "DOWN" },
-            counts(w, pi, up),
-        ),
+        Why::Via(t) => format!(" via {t}"),
+        Why::Cli => ", changed from CLI".to_string(),
     };
+    // HAProxy's tail: the sessions on the server and its queue (sluice moves no queued
+    // request when a server goes down: the backend's queue serves every server).
+    let (served, queued) = (srv.served.load(Relaxed), srv.queued.load(Relaxed));
+    let sessions = if up {
+        format!("0 sessions requeued, {queued} total in queue.")
+    } else {
+        format!("{served} sessions active, 0 requeued, {queued} remaining in queue.")
+    };
+    let line = format!(
+        "Server {}/{} is {}{how}. {} {sessions}",
+        p.name,
+        srv.name,
+        if up { "UP" } else { "DOWN" },
+        counts(w, pi, up),
+    );
+    let pid = std::process::id();
     eprintln!(
-        "[{}] ({}) : {line}",
+        "[{}] ({pid}) : {line}",
         if up { "NOTICE" } else { "WARNING" },
-        std::process::id()
     );
     w.log.emit(&p.logs, if up { 5 } else { 1 }, &line);
+    if !up && !be.servers.iter().any(|s| s.usable()) {
+        let kind = if p.kind == crate::config::ProxyKind::Listen {
+            "proxy"
+        } else {
+            "backend"
+        };
+        let line = format!("{kind} {} has no server available!", p.name);
+        eprintln!("[ALERT] ({pid}) : {line}");
+        w.log.emit(&p.logs, 0, &line);
+    }
     let h = &srv.conf.health;
     if !up && h.down_kills_sessions {
         kill_sessions(w, pi, &[si]);
@@ -1207,15 +1231,18 @@ fn on_traffic_errors(w: &Worker, p: &Proxy, pi: usize, si: usize) {
     }
     st.failed.fetch_add(1, Relaxed);
     apply(st, false);
+    let logged = p.options.log_health_checks;
     let why = Why::Check {
         status: Status::Hana,
         code: 0,
         desc: &desc,
         ms: None,
+        logged,
     };
-    if !update_state(w, pi, si, &why) && p.options.log_health_checks {
+    if logged {
         log_check(w, p, srv, st, &why);
     }
+    update_state(w, pi, si, &why);
 }
 
 /// `slowstart T`: after coming back, the server's weight grows linearly from 1/16 of its
@@ -1679,7 +1706,8 @@ async fn run_steps(
     let connect_to = p.timeouts.connect.map_or(cfg.inter, |c| c.min(cfg.inter));
     let read_to = p.timeouts.check.unwrap_or(cfg.inter);
     let steps = plan(p);
-    let tcp_rules = p.options.check_type == CheckType::Tcp;
+    let protocol = p.options.protocol_check;
+    let tcp_rules = p.options.check_type == CheckType::Tcp && !protocol;
     let http = p.options.check_type == CheckType::Http;
     // How the current connection was opened: a new request after a closing response opens
     // the same kind again.
@@ -1688,8 +1716,11 @@ async fn run_steps(
     let mut conn_mux = Mux::Plain;
     let mut deadline = tokio::time::Instant::now() + connect_to + read_to;
     let mut last: Option<Outcome> = None;
+    // `option mysql-check`: the server version its greeting gave, the info of a passed check.
+    let mut mysql_version = String::new();
     for (idx, (step, comment)) in steps.iter().enumerate() {
-        let step_id = idx + 1;
+        // HAProxy numbers a protocol check's steps from its first send.
+        let step_id = if protocol { idx } else { idx + 1 };
         let cmt = |s: String| match comment {
             Some(c) => format!("{s} comment: '{c}'"),
             None => s,
@@ -1859,7 +1890,12 @@ async fn run_steps(
                     let Step::Expect(e) = step else {
                         continue;
                     };
-                    expect_tcp(c, e, deadline, step_id, &cmt, &at).await
+                    match e.kind {
+                        ExpectKind::Mysql { ok } => {
+                            expect_mysql(c, ok, deadline, &mut mysql_version).await
+                        }
+                        _ => expect_tcp(c, e, deadline, step_id, &cmt, &at).await,
+                    }
                 };
                 match out {
                     Ok(o) => last = Some(o),
@@ -1883,6 +1919,10 @@ async fn run_steps(
         }
         Some(Step::Connect0) | None => Outcome::new(Status::L4Ok, 0, ""),
         Some(Step::Connect(_)) => Outcome::new(Status::L4Ok, 0, "(tcp-check)"),
+        // The last expect's `ok-status` and `on-success`, as HAProxy ends a tcp-check.
+        Some(Step::Expect(_)) => {
+            last.unwrap_or_else(|| Outcome::new(Status::L7Ok, 0, "(tcp-check)"))
+        }
         _ => Outcome::new(Status::L7Ok, 0, "(tcp-check)"),
     }
 }
@@ -2176,6 +2216,15 @@ async fn expect_tcp(
     cmt: &dyn Fn(String) -> String,
     at: &dyn Fn(&str) -> String,
 ) -> Result<Outcome, Outcome> {
+    let status =
+        |named: Option<&str>, default: Status| named.and_then(Status::by_code).unwrap_or(default);
+    let failed = |text: String| {
+        let desc = match &e.on_error {
+            Some(t) => t.clone(),
+            None => cmt(text),
+        };
+        Outcome::new(status(e.error_status, Status::L7Rsp), 0, desc)
+    };
     let desc_what = match &e.kind {
         ExpectKind::String(s) => format!(" (expect string '{}')", String::from_utf8_lossy(s)),
         ExpectKind::Binary(b) => format!(" (expect binary '{}')", hex_upper(b)),
@@ -2186,11 +2235,9 @@ async fn expect_tcp(
     loop {
         let last_read = c.eof || c.buf.len() >= MAX_READ;
         if c.buf.is_empty() && last_read {
-            return Err(Outcome::new(
-                Status::L7Rsp,
-                0,
-                cmt(format!("TCPCHK got an empty response at step {step_id}")),
-            ));
+            return Err(failed(format!(
+                "TCPCHK got an empty response at step {step_id}"
+            )));
         }
         let need = match &e.kind {
             ExpectKind::String(s) | ExpectKind::Binary(s) => s.len(),
@@ -2207,7 +2254,8 @@ async fn expect_tcp(
             // Without `min-recv`, a mismatch waits for more data while more may come.
             if m || last_read || e.min_recv.is_some() {
                 if m != e.negate {
-                    return Ok(Outcome::new(Status::L7Ok, 0, "(tcp-check)"));
+                    let info = e.on_success.as_deref().unwrap_or("(tcp-check)");
+                    return Ok(Outcome::new(status(e.ok_status, Status::L7Ok), 0, info));
                 }
                 let what = match &e.kind {
                     ExpectKind::String(s) => format!(" '{}'", String::from_utf8_lossy(s)),
@@ -2220,16 +2268,65 @@ async fn expect_tcp(
                 } else {
                     "TCPCHK did not match content"
                 };
-                return Err(Outcome::new(
-                    Status::L7Rsp,
-                    0,
-                    cmt(format!("{head}{what} at step {step_id}")),
-                ));
+                return Err(failed(format!("{head}{what} at step {step_id}")));
             }
         }
         match read_more(c, deadline).await {
             Ok(_) => {}
-            Err(()) => return Err(Outcome::new(Status::L7Tout, 0, at(&desc_what))),
+            Err(()) => {
+                let st = status(e.tout_status, Status::L7Tout);
+                return Err(Outcome::new(st, 0, at(&desc_what)));
+            }
+        }
+    }
+}
+
+/// `option mysql-check`'s expects, as HAProxy judges them: one whole packet; an error packet
+/// (0xFF) fails with its code and message (L7STS); the greeting must be protocol 10 (else
+/// L7RSP), its version string is the info; a login's answer must be an OK packet (0x00).
+async fn expect_mysql(
+    c: &mut Conn,
+    ok: bool,
+    deadline: tokio::time::Instant,
+    version: &mut String,
+) -> Result<Outcome, Outcome> {
+    loop {
+        if c.buf.len() >= 4 {
+            let len =
+                usize::from(c.buf[0]) | usize::from(c.buf[1]) << 8 | usize::from(c.buf[2]) << 16;
+            if c.buf.len() >= 4 + len && len > 0 {
+                let p = &c.buf[4..4 + len];
+                if p[0] == 0xff {
+                    let code = p.get(1..3).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
+                    let msg = String::from_utf8_lossy(p.get(3..).unwrap_or_default()).into_owned();
+                    return Err(Outcome::new(Status::L7Sts, code, msg));
+                }
+                if !ok {
+                    if p[0] != 0x0a {
+                        return Err(Outcome::new(
+                            Status::L7Rsp,
+                            0,
+                            format!("unsupported protocol version {}", p[0]),
+                        ));
+                    }
+                    let v = &p[1..];
+                    let v = &v[..memchr::memchr(0, v).unwrap_or(v.len())];
+                    *version = String::from_utf8_lossy(v).into_owned();
+                } else if p[0] != 0x00 {
+                    return Err(Outcome::new(
+                        Status::L7Rsp,
+                        0,
+                        "unexpected answer to the login",
+                    ));
+                }
+                return Ok(Outcome::new(Status::L7Ok, 0, version.clone()));
+            }
+        }
+        if c.eof || c.buf.len() >= MAX_READ {
+            return Err(Outcome::new(Status::L7Rsp, 0, "incomplete MySQL packet"));
+        }
+        if read_more(c, deadline).await.is_err() {
+            return Err(Outcome::new(Status::L7Tout, 0, ""));
         }
     }
 }
@@ -2386,7 +2483,7 @@ fn judge(
             }
             (re.is_match(body), Status::L7Rsp, String::new())
         }
-        ExpectKind::RBinary(_) => (false, Status::L7Rsp, String::new()),
+        ExpectKind::RBinary(_) | ExpectKind::Mysql { .. } => (false, Status::L7Rsp, String::new()),
     };
     if m != e.negate {
         return Ok(Outcome::new(Status::L7Ok, code, resp.reason.clone()));
@@ -2980,6 +3077,7 @@ fn apply_agent(w: &Worker, p: &Proxy, pi: usize, si: usize, line: &str, ms: u64)
         code: 0,
         desc: &desc,
         ms: Some(ms),
+        logged: false,
     };
     if !update_state(w, pi, si, &why) && p.options.log_health_checks && r.health.is_some() {
         let line = format!(

@@ -145,13 +145,23 @@ fn http_check_expect_rules() {
         let s = Sluice::start(&cfg);
         (s, port)
     };
-    // Default expectation (2xx/3xx): 503 fails with L7STS.
+    // Default expectation (2xx/3xx): 503 fails with L7STS. With `log-health-checks` the
+    // check's line gives the reason, and the state change follows without one (HAProxy's).
     let (s, port) = run("");
-    let line = s.wait_log_line(|l| l.contains("Server be/s1 is DOWN"), WAIT);
+    let line = s.wait_log_line(|l| l.contains("Health check for server be/s1 failed"), WAIT);
     assert!(
         line.contains("reason: Layer7 wrong status, code: 503"),
         "{line}"
     );
+    let line = s.wait_log_line(|l| l.contains("Server be/s1 is DOWN"), WAIT);
+    assert!(
+        line.starts_with(
+            "Server be/s1 is DOWN. 0 active and 0 backup servers left. 0 sessions active, \
+             0 requeued, 0 remaining in queue."
+        ),
+        "{line}"
+    );
+    s.wait_log_line(|l| l == "backend be has no server available!", WAIT);
     assert_eq!(http_get(port, "/x").status, 503, "no server left");
     let req = b
         .requests()
@@ -412,27 +422,27 @@ fn http_check_expect_matches_and_negations() {
         ),
         (
             "    http-check expect ! hdr name x-role\n",
-            "Server be/s1 is DOWN, reason: Layer7 wrong status, code: 200, info: \"OK\"",
+            "Health check for server be/s1 failed, reason: Layer7 wrong status, code: 200, info: \"OK\"",
             true,
         ),
         (
             "    http-check expect hdr name x-role value -m end prim\n",
-            "Server be/s1 is DOWN, reason: Layer7 wrong status, code: 200",
+            "Health check for server be/s1 failed, reason: Layer7 wrong status, code: 200",
             true,
         ),
         (
             "    http-check expect string nothere\n",
-            "Server be/s1 is DOWN, reason: Layer7 invalid response, info: \"HTTP content check did not match\"",
+            "Health check for server be/s1 failed, reason: Layer7 invalid response, info: \"HTTP content check did not match\"",
             true,
         ),
         (
             "    http-check expect ! rstring ^o\n",
-            "Server be/s1 is DOWN, reason: Layer7 invalid response, info: \"HTTP check matched unwanted content\"",
+            "Health check for server be/s1 failed, reason: Layer7 invalid response, info: \"HTTP check matched unwanted content\"",
             true,
         ),
         (
             "    http-check expect status 500-599\n",
-            "Server be/s1 is DOWN, reason: Layer7 wrong status, code: 200",
+            "Health check for server be/s1 failed, reason: Layer7 wrong status, code: 200",
             true,
         ),
     ];
@@ -585,7 +595,8 @@ fn tcp_check_sequences_and_their_failure_texts() {
     assert!(ping.got.lock().unwrap().iter().any(|g| g == b"PING\r\n"));
     // Wrong answer, with the comment of the failing step.
     ping.set(1);
-    let line = s.wait_log_line(|l| l.contains("Server li/s1 is DOWN"), WAIT);
+    let failed = |l: &str| l.contains("Health check for server li/s1 failed");
+    let line = s.wait_log_line(failed, WAIT);
     assert!(
         line.contains(
             "reason: Layer7 invalid response, info: \"TCPCHK did not match content '+PONG' at step 3 comment: 'pong-step'\""
@@ -596,7 +607,7 @@ fn tcp_check_sequences_and_their_failure_texts() {
     s.wait_log_line(|l| l.contains("Server li/s1 is UP"), WAIT);
     // Closed without a byte.
     ping.set(2);
-    let line = s.wait_log_lines(2, |l| l.contains("Server li/s1 is DOWN"), WAIT)[1].clone();
+    let line = s.wait_log_lines(2, failed, WAIT)[1].clone();
     assert!(
         line.contains("info: \"TCPCHK got an empty response at step 3 comment: 'pong-step'\""),
         "{line}"
@@ -605,7 +616,7 @@ fn tcp_check_sequences_and_their_failure_texts() {
     s.wait_log_lines(2, |l| l.contains("Server li/s1 is UP"), WAIT);
     // Never answers: a timeout at the expect step (HAProxy's leading space included).
     ping.set(3);
-    let line = s.wait_log_lines(3, |l| l.contains("Server li/s1 is DOWN"), WAIT)[2].clone();
+    let line = s.wait_log_lines(3, failed, WAIT)[2].clone();
     assert!(
         line.contains(
             "reason: Layer7 timeout, info: \" at step 3 of tcp-check (expect string '+PONG') comment: 'pong-step'\""
@@ -645,14 +656,14 @@ fn tcp_check_binary_negation_connect_options() {
         (
             "    tcp-check send PING\\r\\n\n",
             format!("127.0.0.1:{dead}"),
-            "Server li/s1 is DOWN, reason: Layer4 connection problem, info: \"Connection refused at initial connection step of tcp-check\"",
+            "Health check for server li/s1 failed, reason: Layer4 connection problem, info: \"Connection refused at initial connection step of tcp-check\"",
         ),
         // An explicit connect fails.
         (
             &*format!("    tcp-check connect port {dead}\n"),
             addr.clone(),
             &*format!(
-                "Server li/s1 is DOWN, reason: Layer4 connection problem, info: \"Connection refused at step 1 of tcp-check (connect port {dead})\""
+                "Health check for server li/s1 failed, reason: Layer4 connection problem, info: \"Connection refused at step 1 of tcp-check (connect port {dead})\""
             ),
         ),
         // Matched unwanted content.
@@ -959,10 +970,10 @@ fn observe_layer4_mark_down_and_sudden_death() {
     );
     assert_eq!(http_get(port, "/1").status, 502);
     assert_eq!(http_get(port, "/2").status, 502);
-    let line = s.wait_log_line(|l| l.contains("Server be/s1 is DOWN"), WAIT);
+    let line = s.wait_log_line(|l| l.contains("Health check for server be/s1 failed"), WAIT);
     assert!(
         line.contains(
-            "reason: Health analyze, info: \"Detected 2 consecutive errors, last one was: L4 unsuccessful connection\". "
+            "reason: Health analyze, info: \"Detected 2 consecutive errors, last one was: L4 unsuccessful connection\", status: 0/1 DOWN."
         ),
         "{line}"
     );
@@ -1045,7 +1056,7 @@ fn observe_layer7_counts_server_errors() {
     }
     assert!(!s.stdout.text().contains("is DOWN"), "{}", s.stdout.text());
     http_get(port, "/fail");
-    let line = s.wait_log_line(|l| l.contains("Server be/s1 is DOWN"), WAIT);
+    let line = s.wait_log_line(|l| l.contains("Health check for server be/s1 failed"), WAIT);
     assert!(
         line.contains("info: \"Detected 3 consecutive errors, last one was: Wrong http response\""),
         "{line}"
@@ -1640,4 +1651,164 @@ fn httpchk_headers_written_after_the_version_are_sent() {
             ("X-Also", "yes")
         ]
     );
+}
+
+/// How a [`Scripted`] server answers a burst of bytes (`None`: it does not).
+type Script = fn(&[u8]) -> Option<Vec<u8>>;
+
+/// A server that speaks a scripted protocol: `greeting` on connect, then `reply(request)` to
+/// each burst of bytes received (`None`: no answer). Records everything it receives.
+struct Scripted {
+    tcp: TcpBackend,
+    got: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Scripted {
+    fn start(greeting: &[u8], reply: Script) -> Scripted {
+        use std::io::Write;
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let g = got.clone();
+        let greeting = greeting.to_vec();
+        let tcp = TcpBackend::with_handler(move |mut s, _| {
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            if !greeting.is_empty() && s.write_all(&greeting).is_err() {
+                return;
+            }
+            let mut chunk = [0u8; 512];
+            while let Ok(n @ 1..) = read_retrying(&mut s, &mut chunk) {
+                g.lock().unwrap().extend_from_slice(&chunk[..n]);
+                if let Some(r) = reply(&chunk[..n])
+                    && s.write_all(&r).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Scripted { tcp, got }
+    }
+}
+
+/// `option redis-check|ssl-hello-chk|pgsql-check|mysql-check`: each sends its protocol's
+/// opening and judges the answer, with HAProxy's statuses and info texts.
+#[test]
+fn protocol_check_options() {
+    // MySQL's greeting: length 3 bytes LE, sequence 0, protocol 10, a version string, ...
+    let mut greeting = vec![0x0a];
+    greeting.extend_from_slice(b"5.7.0-fake\0");
+    greeting.extend_from_slice(&[0; 20]);
+    let mut my = (greeting.len() as u32).to_le_bytes()[..3].to_vec();
+    my.push(0);
+    my.extend_from_slice(&greeting);
+    let ok_packet = |_: &[u8]| Some(vec![7, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0]);
+    let cases: [(&str, &[u8], Script, &str); 9] = [
+        (
+            "option redis-check",
+            b"",
+            |r| {
+                r.starts_with(b"*1\r\n$4\r\nPING\r\n")
+                    .then(|| b"+PONG\r\n".to_vec())
+            },
+            "succeeded, reason: Layer7 check passed, code: 0, info: \"Redis server is ok\"",
+        ),
+        (
+            "option redis-check",
+            b"",
+            // Not +PONG, and the connection stays open: the expect waits for more until the
+            // check times out, as HAProxy's does (no min-recv).
+            |_| Some(b"-NOAUTH Authentication required.\r\n".to_vec()),
+            "failed, reason: Layer7 timeout",
+        ),
+        (
+            "option ssl-hello-chk",
+            b"",
+            // A TLS alert (protocol_version) is still TLS.
+            |r| (r[0] == 0x16).then(|| vec![0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46]),
+            "succeeded, reason: Layer6 check passed",
+        ),
+        (
+            "option ssl-hello-chk",
+            b"",
+            |_| Some(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec()),
+            "failed, reason: Layer6 invalid response",
+        ),
+        (
+            "option pgsql-check user haproxy",
+            b"",
+            // AuthenticationOk.
+            |_| Some(vec![b'R', 0, 0, 0, 8, 0, 0, 0, 0]),
+            "succeeded, reason: Layer7 check passed, code: 0, info: \"PostgreSQL server is ok\"",
+        ),
+        (
+            "option pgsql-check user haproxy",
+            b"",
+            |_| Some(b"EFATAL: no such role\0".to_vec()),
+            "failed, reason: Layer7 invalid response",
+        ),
+        (
+            "option mysql-check",
+            &my,
+            |_| None,
+            // The info is the version the greeting announced, as HAProxy reports it.
+            "succeeded, reason: Layer7 check passed, code: 0, info: \"5.7.0-fake\"",
+        ),
+        (
+            "option mysql-check user haproxy",
+            &my,
+            ok_packet,
+            // The info is the version the greeting announced, as HAProxy reports it.
+            "succeeded, reason: Layer7 check passed, code: 0, info: \"5.7.0-fake\"",
+        ),
+        (
+            "option mysql-check user nobody",
+            &my,
+            // ER_ACCESS_DENIED_ERROR (1045), SQL state 28000.
+            |_| {
+                let mut p = vec![0xff, 0x15, 0x04];
+                p.extend_from_slice(b"#28000Access denied");
+                let mut pkt = (p.len() as u32).to_le_bytes()[..3].to_vec();
+                pkt.push(2);
+                pkt.extend_from_slice(&p);
+                Some(pkt)
+            },
+            "failed, reason: Layer7 wrong status, code: 1045, info: \"#28000Access denied\"",
+        ),
+    ];
+    for (option, greet, reply, want) in cases {
+        let srv = Scripted::start(greet, reply);
+        let port = free_port();
+        let rules = format!("    {option}\n");
+        let s = Sluice::start(&tcp_cfg(port, &rules, &srv.tcp.hostport(), ""));
+        let line = s.wait_log_line(|l| l.contains("li/s1") && l.contains(want), WAIT);
+        assert!(line.contains(want), "{option}: {line}");
+        let got = srv.got.lock().unwrap().clone();
+        match option {
+            "option pgsql-check user haproxy" => {
+                // StartupMessage: length, protocol 3.0, user=haproxy.
+                assert_eq!(&got[4..8], &[0, 3, 0, 0]);
+                assert!(find(&got, b"user\0haproxy\0\0").is_some(), "{got:?}");
+            }
+            "option mysql-check user haproxy" => {
+                assert_eq!(got[3], 1, "the login is packet 1");
+                assert!(find(&got, b"haproxy\0").is_some(), "{got:?}");
+                assert!(got.ends_with(&[1, 0, 0, 0, 1]), "then QUIT: {got:?}");
+            }
+            _ => {}
+        }
+    }
+    // Arguments as HAProxy takes them.
+    for (option, err) in [
+        ("option pgsql-check", "expects 'user <username>'"),
+        (
+            "option mysql-check user a new-41",
+            "expects [user <username>",
+        ),
+        ("option redis-check now", "unexpected"),
+        ("no option ssl-hello-chk", "negation is not supported"),
+    ] {
+        let (code, e) = Sluice::check(&format!(
+            "backend be\n    {option}\n    server s 127.0.0.1:1 check\n"
+        ));
+        assert_ne!(code, 0, "{option}");
+        assert!(e.contains(":2: ") && e.contains(err), "{option}: {e}");
+    }
 }

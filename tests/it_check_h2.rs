@@ -321,7 +321,11 @@ backend b_seq\n    option httpchk\n    http-check send uri /first\n    http-chec
         up.goaways.load(SeqCst) >= 2
     });
 
-    let line = s.wait_log_line(|l| l.contains("Server b_down/s is DOWN"), WAIT);
+    // With `log-health-checks`, the check's line gives the reason (HAProxy's).
+    let line = s.wait_log_line(
+        |l| l.contains("Health check for server b_down/s failed"),
+        WAIT,
+    );
     assert!(
         line.contains("reason: Layer7 wrong status, code: 503"),
         "{line}"

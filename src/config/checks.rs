@@ -108,14 +108,23 @@ pub struct HttpSend {
     pub body: Option<String>,
 }
 
-/// `expect [min-recv N] [comment C] [!] MATCH PATTERN`.
-#[derive(Debug, Clone)]
+/// `expect [min-recv N] [comment C] [ok-status S] [error-status S] [tout-status S]
+/// [on-success TEXT] [on-error TEXT] [!] MATCH PATTERN`.
+#[derive(Debug, Clone, Default)]
 pub struct ExpectRule {
     pub negate: bool,
     pub kind: ExpectKind,
     /// `min-recv N`: wait for at least N bytes before matching (tcp-check).
     pub min_recv: Option<usize>,
     pub comment: Option<String>,
+    /// `ok-status`, `error-status`, `tout-status` (tcp-check): the check status code
+    /// (`L7OK`, `L6RSP`, ...) this rule gives when it passes, fails, or times out.
+    pub ok_status: Option<&'static str>,
+    pub error_status: Option<&'static str>,
+    pub tout_status: Option<&'static str>,
+    /// `on-success` / `on-error` (tcp-check): the check's info text instead of sluice's.
+    pub on_success: Option<String>,
+    pub on_error: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -130,6 +139,12 @@ pub enum ExpectKind {
     Binary(Vec<u8>),
     /// `tcp-check expect rbinary RE`: RE matches the hex form (upper case) of the data.
     RBinary(regex::Regex),
+    /// `option mysql-check`: one MySQL packet, the server's greeting (`ok: false`: protocol
+    /// 10, its version string is the check's info) or the answer to a login (`ok: true`: an
+    /// OK packet); an error packet fails with its code and message, as HAProxy reports them.
+    Mysql {
+        ok: bool,
+    },
     /// `http-check expect hdr|fhdr name [-m M] N [value [-m M] V]`.
     Hdr {
         name: Match,
@@ -137,6 +152,12 @@ pub enum ExpectKind {
         /// `fhdr` (or `full`): values are not split on commas.
         full: bool,
     },
+}
+
+impl Default for ExpectKind {
+    fn default() -> ExpectKind {
+        ExpectKind::String(Vec::new())
+    }
 }
 
 /// A pattern with its `-m` method.

@@ -397,6 +397,10 @@ pub struct ProxyOptions {
     pub http_checks: Vec<CheckRule>,
     /// `tcp-check connect|send|expect` rules, in order (empty: connect only).
     pub tcp_checks: Vec<CheckRule>,
+    /// `tcp_checks` are the rules of `option redis-check|ssl-hello-chk|pgsql-check|
+    /// mysql-check`, whose texts HAProxy words differently (steps counted from the first send,
+    /// no "of tcp-check" on timeouts).
+    pub protocol_check: bool,
     /// `http-check disable-on-404`.
     pub disable_on_404: bool,
     /// `http-check send-state`.

@@ -196,6 +196,9 @@ fn check_keyword(d: &mut Draft, l: &Line, set: Set) -> Result<(), KwErr> {
         // The first rule of a proxy replaces the rules inherited from `defaults`.
         d.checks_own[idx] = true;
         rules_mut(d, set).clear();
+        if set == Set::Tcp {
+            d.p.options.protocol_check = false;
+        }
     }
     let mut rule = rule;
     if let Some(c) = d.pending_check_comment.take() {
@@ -414,33 +417,74 @@ fn min_recv_arg(w: &[String], i: usize) -> Result<Option<usize>, String> {
     })
 }
 
-/// `expect [min-recv N] [comment C] [!] MATCH PATTERN`.
+/// Check status codes an `expect` may name, by option (HAProxy's lists).
+const OK_STATUSES: &[&str] = &["L7OK", "L7OKC", "L6OK", "L4OK"];
+const ERROR_STATUSES: &[&str] = &["L7RSP", "L7STS", "L6RSP", "L4CON"];
+const TOUT_STATUSES: &[&str] = &["L7TOUT", "L6TOUT", "L4TOUT"];
+
+/// An option of `expect` at `w[i]`, before or after the pattern: the words it took, or
+/// `None` when `w[i]` is not one.
+fn expect_option(
+    w: &[String],
+    i: usize,
+    set: Set,
+    r: &mut ExpectRule,
+) -> Result<Option<usize>, String> {
+    let kw = set.kw();
+    let Some(o) = w.get(i).map(String::as_str) else {
+        return Ok(None);
+    };
+    let status = |list: &[&'static str]| -> Result<&'static str, String> {
+        let v = arg(w, i + 1, &format!("a status after '{o}'"))?;
+        list.iter()
+            .copied()
+            .find(|s| *s == v)
+            .ok_or_else(|| format!("'{kw} expect {o}': '{v}' is not one of {}", list.join(", ")))
+    };
+    let text = || -> Result<String, String> {
+        let v = arg(w, i + 1, &format!("text after '{o}'"))?;
+        if v.contains('%') && !v.contains("%%") {
+            return Err(format!(
+                "'{kw} expect {o}': log-format expressions are not supported by sluice here \
+                 (the text must be literal)"
+            ));
+        }
+        Ok(v.replace("%%", "%"))
+    };
+    match o {
+        "min-recv" => r.min_recv = min_recv_arg(w, i)?,
+        "comment" => r.comment = Some(arg(w, i + 1, "text after 'comment'")?.to_string()),
+        "ok-status" | "error-status" | "tout-status" | "on-success" | "on-error"
+            if set == Set::Http =>
+        {
+            return Err(format!("'{kw} expect {o}' is not supported by sluice"));
+        }
+        "ok-status" => r.ok_status = Some(status(OK_STATUSES)?),
+        "error-status" => r.error_status = Some(status(ERROR_STATUSES)?),
+        "tout-status" => r.tout_status = Some(status(TOUT_STATUSES)?),
+        "on-success" => r.on_success = Some(text()?),
+        "on-error" => r.on_error = Some(text()?),
+        "status-code" => return Err(format!("'{kw} expect {o}' is not supported by sluice")),
+        _ => return Ok(None),
+    }
+    Ok(Some(2))
+}
+
+/// `expect [OPTIONS] [!] MATCH PATTERN [OPTIONS]`.
 fn expect(w: &[String], set: Set) -> Result<ExpectRule, String> {
     let kw = set.kw();
+    let mut r = ExpectRule::default();
     let mut i = 0;
-    let mut min_recv = None;
-    let mut comment = None;
-    let mut negate = false;
     loop {
         let o = arg(w, i, "match")?;
-        match o {
-            "min-recv" => {
-                min_recv = min_recv_arg(w, i)?;
-                i += 2;
-            }
-            "comment" => {
-                comment = Some(arg(w, i + 1, "text after 'comment'")?.to_string());
-                i += 2;
-            }
-            "!" => {
-                negate = true;
-                i += 1;
-            }
-            "ok-status" | "error-status" | "tout-status" | "on-success" | "on-error"
-            | "status-code" => {
-                return Err(format!("'{kw} expect {o}' is not supported by sluice"));
-            }
-            _ => break,
+        if o == "!" {
+            r.negate = true;
+            i += 1;
+            continue;
+        }
+        match expect_option(w, i, set, &mut r)? {
+            Some(n) => i += n,
+            None => break,
         }
     }
     let what = w[i].as_str();
@@ -478,28 +522,13 @@ fn expect(w: &[String], set: Set) -> Result<ExpectRule, String> {
             ));
         }
     };
-    // `min-recv` and `comment` may also come after the pattern (HAProxy reads the options
-    // wherever they stand).
-    loop {
-        match w.get(end).map(String::as_str) {
-            Some("comment") => {
-                comment = Some(arg(w, end + 1, "text after 'comment'")?.to_string());
-                end += 2;
-            }
-            Some("min-recv") => {
-                min_recv = min_recv_arg(w, end)?;
-                end += 2;
-            }
-            _ => break,
-        }
+    // The options may also come after the pattern (HAProxy reads them wherever they stand).
+    while let Some(n) = expect_option(w, end, set, &mut r)? {
+        end += n;
     }
     no_extra(w, end)?;
-    Ok(ExpectRule {
-        negate,
-        kind,
-        min_recv,
-        comment,
-    })
+    r.kind = kind;
+    Ok(r)
 }
 
 /// `name [-m M] NAME [value [-m M] VALUE] [full]`; returns the match and the words used.
@@ -1015,4 +1044,162 @@ pub(super) fn resolve_tracks(proxies: &mut [Proxy], errors: &mut Vec<ConfigError
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Protocol checks: `option redis-check|ssl-hello-chk|pgsql-check|mysql-check`
+// ---------------------------------------------------------------------------------------------
+
+/// The tcp-check rules a protocol check option stands for (HAProxy builds its own the same
+/// way), from the option's arguments (`words` after the option name).
+pub(super) fn protocol_check(name: &str, words: &[String]) -> Result<Vec<CheckRule>, String> {
+    let send = |b: Vec<u8>| {
+        CheckRule::Send(SendRule {
+            data: SendData::Bytes(b),
+            comment: None,
+        })
+    };
+    let rbinary = |re: &str| ExpectKind::RBinary(regex::Regex::new(re).expect("fixed pattern"));
+    let expect = |kind, min_recv, error_status, on_success: Option<&str>| {
+        CheckRule::Expect(ExpectRule {
+            kind,
+            min_recv,
+            error_status: Some(error_status),
+            on_success: on_success.map(str::to_string),
+            ..Default::default()
+        })
+    };
+    Ok(match name {
+        // PING must be answered by +PONG.
+        "redis-check" => {
+            no_extra(words, 0)?;
+            vec![
+                send(b"*1\r\n$4\r\nPING\r\n".to_vec()),
+                expect(
+                    ExpectKind::String(b"+PONG\r\n".to_vec()),
+                    None,
+                    "L7STS",
+                    Some("Redis server is ok"),
+                ),
+            ]
+        }
+        // A TLS ClientHello must be answered by a TLS record: a handshake (0x16) or an alert
+        // (0x15) both show that TLS is spoken there.
+        "ssl-hello-chk" => {
+            no_extra(words, 0)?;
+            vec![
+                send(client_hello()),
+                CheckRule::Expect(ExpectRule {
+                    kind: rbinary("^1[56]"),
+                    min_recv: Some(5),
+                    ok_status: Some("L6OK"),
+                    error_status: Some("L6RSP"),
+                    tout_status: Some("L6TOUT"),
+                    // HAProxy gives a passed hello no info text.
+                    on_success: Some(String::new()),
+                    ..Default::default()
+                }),
+            ]
+        }
+        // A StartupMessage for the user, answered by an Authentication request ('R') rather
+        // than an ErrorResponse ('E').
+        "pgsql-check" => {
+            let user = match words {
+                [u, name] if u == "user" => name,
+                _ => return Err("'option pgsql-check' expects 'user <username>'".into()),
+            };
+            let mut body = 196608u32.to_be_bytes().to_vec(); // protocol 3.0
+            body.extend_from_slice(b"user\0");
+            body.extend_from_slice(user.as_bytes());
+            body.extend_from_slice(b"\0\0");
+            let mut msg = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+            msg.extend_from_slice(&body);
+            vec![
+                send(msg),
+                CheckRule::Expect(ExpectRule {
+                    negate: true,
+                    kind: ExpectKind::RString(regex::bytes::Regex::new("^E").expect("fixed")),
+                    min_recv: Some(5),
+                    error_status: Some("L7RSP"),
+                    ..Default::default()
+                }),
+                expect(
+                    rbinary("^52000000[A-Z0-9]{2}000000(00|02|03|04|05|06|07|09|0A)"),
+                    Some(9),
+                    "L7STS",
+                    Some("PostgreSQL server is ok"),
+                ),
+            ]
+        }
+        // The server's greeting (a packet of sequence 0, protocol version 10; an error packet
+        // has 0xFF there); with a user, a login without password answered by an OK packet.
+        // QUIT follows the login in the same send, so that the server does not log an
+        // aborted connection and the OK stays the check's last step.
+        "mysql-check" => {
+            let greeting = expect(ExpectKind::Mysql { ok: false }, None, "L7RSP", None);
+            let (user, pre41) = match words {
+                [] => return Ok(vec![greeting]),
+                [u, name] if u == "user" => (name, false),
+                [u, name, v] if u == "user" && (v == "post-41" || v == "pre-41") => {
+                    (name, v == "pre-41")
+                }
+                _ => {
+                    return Err(
+                        "'option mysql-check' expects [user <username> [post-41|pre-41]]".into(),
+                    );
+                }
+            };
+            let mut body = Vec::new();
+            if pre41 {
+                // Capabilities: long password; max packet 16 MiB (3 bytes).
+                body.extend_from_slice(&[0x01, 0x00, 0x00, 0x00, 0x01]);
+            } else {
+                // Capabilities: long password, protocol 4.1, secure connection; max packet
+                // 16 MiB; character set utf8; 23 reserved bytes.
+                body.extend_from_slice(&0x0000_8201u32.to_le_bytes());
+                body.extend_from_slice(&0x0100_0000u32.to_le_bytes());
+                body.push(0x21);
+                body.extend_from_slice(&[0; 23]);
+            }
+            body.extend_from_slice(user.as_bytes());
+            body.push(0);
+            if !pre41 {
+                body.push(0); // no authentication data
+            }
+            let mut login = (body.len() as u32).to_le_bytes()[..3].to_vec();
+            login.push(1); // sequence 1, after the greeting
+            login.extend_from_slice(&body);
+            login.extend_from_slice(&[0x01, 0x00, 0x00, 0x00, 0x01]);
+            vec![
+                greeting,
+                send(login),
+                expect(ExpectKind::Mysql { ok: true }, None, "L7STS", None),
+            ]
+        }
+        _ => unreachable!("not a protocol check: {name}"),
+    })
+}
+
+/// A TLS 1.2 ClientHello offering common suites, as `ssl-hello-chk` sends it. Its random is
+/// fixed: the check needs an answer, not a session.
+fn client_hello() -> Vec<u8> {
+    const SUITES: [u16; 10] = [
+        0xc02b, 0xc02f, 0xc02c, 0xc030, 0xcca9, 0xcca8, 0x009c, 0x009d, 0x002f, 0x0035,
+    ];
+    let mut hello = vec![0x03, 0x03]; // client_version TLS 1.2
+    hello.extend_from_slice(b"sluice ssl-hello-chk random!"); // 28 bytes
+    hello.extend_from_slice(&[0; 4]); // completes the 32-byte random
+    hello.push(0); // no session id
+    hello.extend_from_slice(&((SUITES.len() * 2) as u16).to_be_bytes());
+    for s in SUITES {
+        hello.extend_from_slice(&s.to_be_bytes());
+    }
+    hello.extend_from_slice(&[1, 0]); // compression: null
+    let mut hs = vec![0x01]; // ClientHello
+    hs.extend_from_slice(&(hello.len() as u32).to_be_bytes()[1..]);
+    hs.extend_from_slice(&hello);
+    let mut rec = vec![0x16, 0x03, 0x01]; // handshake record, version TLS 1.0 for compatibility
+    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
 }

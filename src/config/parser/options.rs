@@ -27,6 +27,11 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("prefer-last-server", D | B, false),
     ("redispatch", D | B, false),
     ("tcp-check", D | B, false),
+    // Protocol checks: tcp-check rule sets of their own.
+    ("redis-check", D | B, false),
+    ("ssl-hello-chk", D | B, false),
+    ("pgsql-check", D | B, false),
+    ("mysql-check", D | B, false),
     ("tcplog", D | F, false),
     ("tcp-smart-accept", D | F, false),
     ("tcp-smart-connect", D | B, false),
@@ -58,17 +63,13 @@ const UNSUPPORTED: &[&str] = &[
     "idle-close-on-response",
     "independent-streams",
     "ldap-check",
-    "mysql-check",
     "originalto",
-    "pgsql-check",
-    "redis-check",
     "smtpchk",
     "socket-stats",
     "splice-auto",
     "splice-request",
     "splice-response",
     "spop-check",
-    "ssl-hello-chk",
     "transparent",
 ];
 
@@ -110,6 +111,16 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
     }
     if http && !negate {
         d.needs_http(l, &format!("option {name}"));
+    }
+    if negate
+        && matches!(
+            name,
+            "redis-check" | "ssl-hello-chk" | "pgsql-check" | "mysql-check"
+        )
+    {
+        return Err(
+            format!("negation is not supported for option '{name}' (as in HAProxy)").into(),
+        );
     }
     let o = &mut d.p.options;
     if negate {
@@ -196,6 +207,13 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
         "httpchk" => {
             o.httpchk = Some(super::checks::httpchk(&words[1..])?);
             o.check_type = super::super::CheckType::Http;
+        }
+        "redis-check" | "ssl-hello-chk" | "pgsql-check" | "mysql-check" => {
+            o.tcp_checks = super::checks::protocol_check(name, &words[1..])?;
+            o.protocol_check = true;
+            o.check_type = super::super::CheckType::Tcp;
+            // `tcp-check` lines after it replace these rules, as they replace inherited ones.
+            d.checks_own[1] = false;
         }
         _ => {
             no_extra(words, 1)?;

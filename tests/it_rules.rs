@@ -615,3 +615,73 @@ fn response_samples_only_in_http_response_rules() {
         );
     }
 }
+
+/// `set-path`, `set-query`, `replace-path`, `replace-uri`: the server gets the rewritten target,
+/// later rules and `use_backend` see it, and the access log keeps the request as received (as
+/// HAProxy's `%r` does).
+#[test]
+fn request_target_rewrites() {
+    let a = HttpBackend::with_handler("A", |r| Reply::echo_target("A", r));
+    let b = HttpBackend::with_handler("B", |r| Reply::echo_target("B", r));
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   http-request replace-path ^/api/(.*) /\\1 if {{ path_beg /api/ }}\n\
+         \x20   http-request set-query v=%[src_port] if {{ path /q }}\n\
+         \x20   http-request set-path /renamed%[path] if {{ path_beg /old }}\n\
+         \x20   http-request replace-uri ^/v1/(.*)$ /v2/\\1 \n\
+         \x20   http-request set-header X-Seen-Path %[path]\n\
+         \x20   use_backend b if {{ path_beg /v2/ }}\n    default_backend a\n\
+         backend a\n    server A {}\nbackend b\n    server B {}\n",
+        a.hostport(),
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    // replace-path strips the prefix (the query string stays), then replace-uri and
+    // use_backend see the result.
+    let r = c.request("GET /api/v1/users?id=7 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(
+        (r.server(), r.body_str()),
+        ("B".into(), "/v2/users?id=7".into())
+    );
+    assert_eq!(b.last_request().header("x-seen-path"), Some("/v2/users"));
+    let line = s.wait_log_line(|l| l.contains(" fe b/B "), WAIT);
+    assert!(
+        line.contains("\"GET /api/v1/users?id=7 HTTP/1.1\""),
+        "the log keeps the original: {line}"
+    );
+    // set-path keeps the query string; a log-format value sees the request.
+    let r = c.request("GET /old/page?x=1 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.body_str(), "/renamed/old/page?x=1");
+    // set-query replaces or adds the query string.
+    let r = c.request("GET /q HTTP/1.1\r\nHost: t\r\n\r\n");
+    let want = format!("/q?v={}", c.local_port());
+    assert_eq!(r.body_str(), want);
+    // No rule matches: untouched, HTTP/1.0 kept.
+    let mut c10 = HttpClient::connect(port);
+    let r = c10.request("GET /plain?a HTTP/1.0\r\n\r\n");
+    assert_eq!(r.body_str(), "/plain?a");
+    assert_eq!(a.last_request().version, "HTTP/1.0");
+}
+
+#[test]
+fn rewrite_action_errors() {
+    for (line, want) in [
+        ("http-request set-path", "'set-path' expects one value"),
+        (
+            "http-request replace-path /a",
+            "expects a regular expression and a replacement",
+        ),
+        (
+            "http-request replace-uri ([ /x",
+            "invalid regular expression '(['",
+        ),
+    ] {
+        let (code, err) = Sluice::check(&format!(
+            "{DEFAULTS_HTTP}frontend fe\n    bind :8080\n    {line}\n    default_backend be\nbackend be\n    server s 127.0.0.1:1\n"
+        ));
+        assert_ne!(code, 0, "{line}");
+        assert!(err.contains(":8: ") && err.contains(want), "{line}: {err}");
+    }
+}

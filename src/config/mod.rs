@@ -1090,7 +1090,44 @@ pub enum HttpRequestAction {
     Redirect(Redirect),
     /// `use-service NAME`: sluice answers the request itself with a built-in service.
     UseService(Service),
+    /// `set-path|set-pathq|set-query|set-uri FMT`, `replace-path|replace-pathq|replace-uri
+    /// REGEX FMT`: the request target the server gets, and later rules see.
+    Rewrite(UriRewrite),
 }
+
+/// Which part of the request target a rewrite sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UriPart {
+    /// The path, without the query string.
+    Path,
+    /// The path and the query string.
+    PathQ,
+    /// The query string, after the `?`.
+    Query,
+    /// The whole target.
+    Uri,
+}
+
+/// `set-*` (no regex: the part becomes the value) and `replace-*` (the part, when the regex
+/// matches it, becomes the value with `\1`..`\9` replaced by the regex's groups).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UriRewrite {
+    pub part: UriPart,
+    pub regex: Option<Re>,
+    pub value: LfValue,
+}
+
+/// A compiled regular expression that compares by its text (for configuration equality).
+#[derive(Debug, Clone)]
+pub struct Re(pub regex::bytes::Regex);
+
+impl PartialEq for Re {
+    fn eq(&self, o: &Re) -> bool {
+        self.0.as_str() == o.0.as_str()
+    }
+}
+
+impl Eq for Re {}
 
 /// Built-in services of `http-request use-service`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -102,8 +102,13 @@ pub fn split_line(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Ve
                             }
                         }
                     }
-                    // Any other character stands for itself (`\ `, `\#`, `\\`, `\"`, `\'`, `\$`).
-                    other => (other, 2),
+                    b' ' | b'\\' | b'#' | b'\'' | b'"' => (n, 2),
+                    // `\$` escapes a variable only inside double quotes (HAProxy's rule).
+                    b'$' if q == Q::Double => (n, 2),
+                    // Anything else is not an escape: the backslash stays, and the next
+                    // character is read as usual (`\1` in a replacement, `\.` or `\d` in a
+                    // regex reach the keyword as written).
+                    _ => (b'\\', 1),
                 };
                 cur.push(out);
                 in_word = true;
@@ -532,6 +537,11 @@ mod tests {
         assert_eq!(w(r#"x "" y"#), ["x", "", "y"]);
         assert_eq!(w(r##"x "# not a comment""##), ["x", "# not a comment"]);
         assert_eq!(w(r"a\#b \x41 \\"), ["a#b", "A", "\\"]);
+        // Not escapes: the backslash is kept (regexes and `\1` replacements).
+        assert_eq!(
+            w(r#"^/a\.b\d+$ /\1 "\w""#),
+            [r"^/a\.b\d+$", r"/\1", r"\w"]
+        );
         assert_eq!(w(r#"s "line\n""#), ["s", "line\n"]);
         assert!(
             split_line("a \"b", &env)
@@ -551,7 +561,10 @@ mod tests {
         assert_eq!(w("bind :$PORT"), ["bind", ":8080"]);
         assert_eq!(w(r#"x "${NOPE-9000}" ${NOPE-d}"#), ["x", "9000", "d"]);
         assert_eq!(w("x '${PORT}'"), ["x", "${PORT}"]);
-        assert_eq!(w(r"x \$PORT"), ["x", "$PORT"]);
+        assert_eq!(w(r#"x "\$PORT""#), ["x", "$PORT"]);
+        // Outside double quotes `\$` is no escape (HAProxy's parse_line): the backslash
+        // stays and the variable is expanded.
+        assert_eq!(w(r"x \$PORT"), ["x", "\\8080"]);
         assert_eq!(w("x ${lower_name}"), ["x", "low"]);
         // An unquoted variable that expands to nothing leaves no word; a quoted one leaves "".
         assert_eq!(w("x $NOPE y"), ["x", "y"]);

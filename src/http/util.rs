@@ -322,3 +322,143 @@ pub fn keep_alive_params(v: &[u8]) -> (Option<std::time::Duration>, Option<u32>)
     }
     (timeout, max)
 }
+
+/// The request target after a rewrite of `part` (`set-path`, `replace-uri`, ...): with no
+/// `regex`, the part becomes `value`; with one, the part becomes `value` with `\1`..`\9`
+/// replaced by the regex's groups when the regex matches it (`None` when it does not), as
+/// HAProxy's `replace-*` actions do (the whole part is replaced, not only the match).
+pub fn rewrite_target(
+    uri: &[u8],
+    part: crate::config::UriPart,
+    regex: Option<&regex::bytes::Regex>,
+    value: &[u8],
+) -> Option<Vec<u8>> {
+    use crate::config::UriPart;
+    let path = path_of(uri);
+    let ps = path.as_ptr() as usize - uri.as_ptr() as usize;
+    let pe = ps + path.len();
+    let q = memchr::memchr(b'?', &uri[pe..]).map(|i| pe + i);
+    let current = match part {
+        UriPart::Path => &uri[ps..pe],
+        UriPart::PathQ => &uri[ps..],
+        UriPart::Query => q.map_or(&b""[..], |q| &uri[q + 1..]),
+        UriPart::Uri => uri,
+    };
+    let expanded;
+    let value = match regex {
+        None => value,
+        Some(re) => {
+            let caps = re.captures(current)?;
+            expanded = expand_groups(value, &caps);
+            &expanded[..]
+        }
+    };
+    let mut out = Vec::with_capacity(uri.len() + value.len());
+    match part {
+        UriPart::Path => {
+            out.extend_from_slice(&uri[..ps]);
+            out.extend_from_slice(value);
+            out.extend_from_slice(&uri[pe..]);
+        }
+        UriPart::PathQ => {
+            out.extend_from_slice(&uri[..ps]);
+            out.extend_from_slice(value);
+        }
+        // HAProxy's `set-query`: a `?` is added only for a value, and never removed.
+        UriPart::Query => match q {
+            Some(q) => {
+                out.extend_from_slice(&uri[..=q]);
+                out.extend_from_slice(value);
+            }
+            None => {
+                out.extend_from_slice(uri);
+                if !value.is_empty() {
+                    out.push(b'?');
+                    out.extend_from_slice(value);
+                }
+            }
+        },
+        UriPart::Uri => out.extend_from_slice(value),
+    }
+    Some(out)
+}
+
+/// `value` with each `\N` (N a digit) replaced by group N of `caps` (nothing for a group that
+/// did not take part); other bytes are kept.
+fn expand_groups(value: &[u8], caps: &regex::bytes::Captures) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len());
+    let mut i = 0;
+    while i < value.len() {
+        if value[i] == b'\\' && value.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            let n = usize::from(value[i + 1] - b'0');
+            if let Some(m) = caps.get(n) {
+                out.extend_from_slice(m.as_bytes());
+            }
+            i += 2;
+        } else {
+            out.push(value[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod rewrite_tests {
+    use super::rewrite_target;
+    use crate::config::UriPart::*;
+
+    fn set(uri: &str, part: crate::config::UriPart, v: &str) -> String {
+        String::from_utf8(rewrite_target(uri.as_bytes(), part, None, v.as_bytes()).unwrap())
+            .unwrap()
+    }
+
+    fn replace(uri: &str, part: crate::config::UriPart, re: &str, v: &str) -> Option<String> {
+        let re = regex::bytes::Regex::new(re).unwrap();
+        rewrite_target(uri.as_bytes(), part, Some(&re), v.as_bytes())
+            .map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn set_parts() {
+        assert_eq!(set("/a/b?x=1", Path, "/c"), "/c?x=1");
+        assert_eq!(set("http://h:8/a?x", Path, "/c"), "http://h:8/c?x");
+        assert_eq!(set("/a?x=1", PathQ, "/c?y"), "/c?y");
+        assert_eq!(set("/a?x=1", Query, "y=2"), "/a?y=2");
+        assert_eq!(set("/a", Query, "y=2"), "/a?y=2");
+        assert_eq!(set("/a", Query, ""), "/a", "no '?' added for nothing");
+        assert_eq!(set("/a?x", Query, ""), "/a?", "the '?' stays");
+        assert_eq!(set("/a?x", Uri, "/z"), "/z");
+    }
+
+    #[test]
+    fn replace_parts() {
+        // The whole part is replaced by the expansion, as HAProxy's exp_replace does.
+        assert_eq!(
+            replace("/api/v1/users?x", Path, "^/api/(.*)", "/\\1").as_deref(),
+            Some("/v1/users?x")
+        );
+        assert_eq!(
+            replace("/x/foo/bar", Path, "/foo/(.*)", "/\\1").as_deref(),
+            Some("/bar")
+        );
+        assert_eq!(
+            replace("/a", Path, "(.*)", "/prefix\\1").as_deref(),
+            Some("/prefix/a")
+        );
+        assert_eq!(
+            replace("/a", Path, "^/b", "/c"),
+            None,
+            "no match, no change"
+        );
+        assert_eq!(
+            replace("/a?q=1", PathQ, "^/a\\?(.*)", "/b?\\1&r=2").as_deref(),
+            Some("/b?q=1&r=2")
+        );
+        assert_eq!(
+            replace("/a", Uri, "^(/a)(x)?$", "\\1\\2\\9!").as_deref(),
+            Some("/a!"),
+            "groups that did not match expand to nothing"
+        );
+    }
+}

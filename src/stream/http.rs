@@ -85,13 +85,21 @@ impl Hb {
 #[derive(Debug, Default)]
 struct Headers {
     list: Vec<(Hb, Hb)>,
+    /// The request target as rules rewrote it (`set-path`, `replace-uri`, ...).
+    uri: Option<Box<[u8]>>,
 }
 
 impl Headers {
     fn load(&mut self, spans: &[crate::http::HeaderSpan]) {
         self.list.clear();
+        self.uri = None;
         self.list
             .extend(spans.iter().map(|h| (Hb::In(h.name), Hb::In(h.value))));
+    }
+
+    /// The request target: as rewritten by the rules, else as received.
+    fn target<'a>(&'a self, buf: &'a [u8], head: &RequestHead) -> &'a [u8] {
+        self.uri.as_deref().unwrap_or_else(|| head.uri.of(buf))
     }
 
     /// Applies an action whose value is literal.
@@ -213,7 +221,7 @@ impl HttpView for ReqView<'_> {
         self.head.method.of(self.buf)
     }
     fn uri(&self) -> &[u8] {
-        self.head.uri.of(self.buf)
+        self.hdrs.target(self.buf, self.head)
     }
     fn for_each_header(&self, name: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
         for (n, v) in &self.hdrs.list {
@@ -1274,6 +1282,21 @@ impl<C: ClientIo> Conn<'_, C> {
                     }
                     _ => self.hdrs.apply(&self.cbuf, a),
                 },
+                HttpRequestAction::Rewrite(rw) => {
+                    let value = match &rw.value {
+                        LfValue::Lit(t) => std::borrow::Cow::Borrowed(t.as_str()),
+                        LfValue::Fmt { format, .. } => std::borrow::Cow::Owned(
+                            self.render_on_request(p, head, src, txn, format),
+                        ),
+                    };
+                    let cur = self.hdrs.target(&self.cbuf, head);
+                    let re = rw.regex.as_ref().map(|r| &r.0);
+                    if let Some(new) =
+                        crate::http::rewrite_target(cur, rw.part, re, value.as_bytes())
+                    {
+                        self.hdrs.uri = Some(new.into_boxed_slice());
+                    }
+                }
                 other => return Some(other),
             }
         }
@@ -1551,7 +1574,9 @@ impl<C: ClientIo> Conn<'_, C> {
                     crate::prometheus::response(self.ctx.shared(), query, head.is_head);
                 self.local_response(head, txn, &resp, status, true).await
             }
-            HttpRequestAction::Header(_) => unreachable!("header actions are applied in place"),
+            HttpRequestAction::Header(_) | HttpRequestAction::Rewrite(_) => {
+                unreachable!("header and target rewrites are applied in place")
+            }
         }
     }
 
@@ -1577,7 +1602,7 @@ impl<C: ClientIo> Conn<'_, C> {
         // Only hashing algorithms look at the URI; copy it only for them.
         let uri_owned = match &bp.balance {
             crate::config::Balance::Uri { .. } | crate::config::Balance::UrlParam { .. } => {
-                head.uri.of(&self.cbuf).to_vec()
+                self.hdrs.target(&self.cbuf, head).to_vec()
             }
             _ => Vec::new(),
         };
@@ -2457,9 +2482,24 @@ impl<C: ClientIo> Conn<'_, C> {
         server_ka: bool,
     ) {
         self.out.clear();
-        let line = crate::http::start_line(&self.cbuf[..head.head_len]);
-        self.out.extend_from_slice(line);
-        self.out.extend_from_slice(b"\r\n");
+        match &self.hdrs.uri {
+            // Rewritten by a rule: the method, the new target, the version as received.
+            Some(uri) => {
+                self.out.extend_from_slice(head.method.of(&self.cbuf));
+                self.out.push(b' ');
+                self.out.extend_from_slice(uri);
+                self.out.extend_from_slice(if head.version_minor == 0 {
+                    b" HTTP/1.0\r\n"
+                } else {
+                    b" HTTP/1.1\r\n"
+                });
+            }
+            None => {
+                let line = crate::http::start_line(&self.cbuf[..head.head_len]);
+                self.out.extend_from_slice(line);
+                self.out.extend_from_slice(b"\r\n");
+            }
+        }
         let mut extra: Vec<u8> = Vec::new();
         // option forwardfor (backend setting wins, else frontend's).
         if let Some(ff) = bp
@@ -2525,7 +2565,7 @@ fn redirect_location(
     head: &RequestHead,
     hdrs: &Headers,
 ) -> String {
-    let uri = head.uri.of(buf);
+    let uri = hdrs.target(buf, head);
     let path_q = {
         let p = crate::http::path_of(uri);
         let start = p.as_ptr() as usize - uri.as_ptr() as usize;

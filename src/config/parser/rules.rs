@@ -8,7 +8,8 @@
 use super::super::acl::parse_cond;
 use super::super::{
     Cond, Deny, HeaderAction, HttpRequestAction, HttpRequestRule, HttpResponseAction,
-    HttpResponseRule, Origin, Redirect, RedirectKind, RedirectRule, Reply, Service, TcpRequestRule,
+    HttpResponseRule, Origin, Re, Redirect, RedirectKind, RedirectRule, Reply, Service,
+    TcpRequestRule, UriPart, UriRewrite,
 };
 use super::proxy::Draft;
 use super::values::{header_name, lf_value, literal_format, parse_range};
@@ -24,6 +25,13 @@ const REQUEST_ACTIONS: &[&str] = &[
     "return",
     "redirect",
     "use-service",
+    "set-path",
+    "set-pathq",
+    "set-query",
+    "set-uri",
+    "replace-path",
+    "replace-pathq",
+    "replace-uri",
 ];
 /// `http-response` actions sluice implements.
 const RESPONSE_ACTIONS: &[&str] = &["set-header", "add-header", "del-header", "deny"];
@@ -42,9 +50,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "normalize-uri",
     "reject",
     "replace-header",
-    "replace-path",
-    "replace-pathq",
-    "replace-uri",
     "replace-value",
     "sc-inc-gpc0",
     "sc-inc-gpc1",
@@ -57,17 +62,13 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "set-mark",
     "set-method",
     "set-nice",
-    "set-path",
-    "set-pathq",
     "set-priority-class",
     "set-priority-offset",
-    "set-query",
     "set-src",
     "set-src-port",
     "set-status",
     "set-timeout",
     "set-tos",
-    "set-uri",
     "set-var",
     "set-var-fmt",
     "silent-drop",
@@ -313,6 +314,42 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
     })
 }
 
+/// `set-path|set-pathq|set-query|set-uri FMT` and `replace-path|replace-pathq|replace-uri
+/// REGEX FMT`.
+fn rewrite(action: &str, args: &[String]) -> Result<UriRewrite, String> {
+    let (what, replace) = match action.split_once('-') {
+        Some(("replace", w)) => (w, true),
+        Some((_, w)) => (w, false),
+        None => unreachable!("rewrite actions have a dash"),
+    };
+    let part = match what {
+        "path" => UriPart::Path,
+        "pathq" => UriPart::PathQ,
+        "query" => UriPart::Query,
+        _ => UriPart::Uri,
+    };
+    let want = if replace { 2 } else { 1 };
+    if args.len() != want {
+        return Err(if replace {
+            format!("'{action}' expects a regular expression and a replacement")
+        } else {
+            format!("'{action}' expects one value (quote values that contain spaces)")
+        });
+    }
+    let regex = if replace {
+        Some(Re(regex::bytes::Regex::new(&args[0]).map_err(|e| {
+            format!("'{action}': invalid regular expression '{}': {e}", args[0])
+        })?))
+    } else {
+        None
+    };
+    Ok(UriRewrite {
+        part,
+        regex,
+        value: lf_value(&args[want - 1])?,
+    })
+}
+
 /// `redirect location|prefix|scheme TARGET [code N] [drop-query] [append-slash]`.
 fn redirect(args: &[String]) -> Result<HttpRequestAction, String> {
     // HAProxy takes the type and the options in any order (`redirect code 301 location /x`).
@@ -440,6 +477,8 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "return" => HttpRequestAction::Return(reply("return", args, 200)?),
         "redirect" => redirect(args)?,
         "use-service" => use_service(args)?,
+        a @ ("set-path" | "set-pathq" | "set-query" | "set-uri" | "replace-path"
+        | "replace-pathq" | "replace-uri") => HttpRequestAction::Rewrite(rewrite(a, args)?),
         a => HttpRequestAction::Header(header_action(a, args)?),
     };
     d.needs_http(l, "http-request");

@@ -202,3 +202,35 @@ fn config_checks() {
         "{out}"
     );
 }
+
+/// `HTTP` (`req.proto_http`) in `mode tcp`: protocol detection on the client's first data, as
+/// in a frontend that sends HTTP to a web server and anything else elsewhere. A request head
+/// in two pieces is waited for.
+#[test]
+fn http_detected_in_tcp_mode() {
+    let (web, other) = (recorder("WEB"), recorder("OTHER"));
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_TCP}frontend fe\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 5s\n\
+         \x20   tcp-request content accept if HTTP\n\
+         \x20   use_backend web if HTTP\n    default_backend other\n\
+         backend web\n    server w {}\nbackend other\n    server o {}\n",
+        web.b.hostport(),
+        other.b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_eq!(send(port, req), b"WEB");
+    assert_eq!(web.seen.lock().unwrap().as_slice(), &[req.to_vec()]);
+    assert_eq!(send(port, b"SSH-2.0-OpenSSH_9.2\r\n"), b"OTHER");
+    assert_eq!(send(port, &[0, 1, 2, 3]), b"OTHER");
+    let mut c = TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(&req[..10]).unwrap();
+    wait_consumed(&c);
+    c.write_all(&req[10..]).unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert_eq!(got, b"WEB");
+    assert_eq!(web.seen.lock().unwrap().last().unwrap(), &req.to_vec());
+}

@@ -107,7 +107,19 @@ impl Cond {
             .any(|t| t.acl.exprs.iter().any(|e| e.fetch.is_response()))
     }
 
-    /// Whether the condition reads the client's first data (`req.len`, `req.ssl_*`).
+    /// Whether the condition reads bytes only a `mode tcp` proxy holds (`req.len`,
+    /// `req.ssl_*`; not `req.proto_http`, which is true in `mode http`).
+    pub fn reads_tcp_data(&self) -> bool {
+        self.groups.iter().flatten().any(|t| {
+            t.acl
+                .exprs
+                .iter()
+                .any(|e| e.fetch.is_payload() && !matches!(e.fetch, Fetch::ProtoHttp))
+        })
+    }
+
+    /// Whether the condition reads the client's first data (`req.len`, `req.ssl_*`,
+    /// `req.proto_http`).
     pub fn needs_payload(&self) -> bool {
         self.groups
             .iter()
@@ -362,6 +374,7 @@ impl Fetch {
                 | Fetch::ReqSslHelloType
                 | Fetch::ReqSslSni
                 | Fetch::ReqSslAlpn
+                | Fetch::ProtoHttp
         )
     }
 
@@ -375,7 +388,11 @@ impl Fetch {
     fn is_payload(&self) -> bool {
         matches!(
             self,
-            Fetch::ReqLen | Fetch::ReqSslHelloType | Fetch::ReqSslSni | Fetch::ReqSslAlpn
+            Fetch::ReqLen
+                | Fetch::ReqSslHelloType
+                | Fetch::ReqSslSni
+                | Fetch::ReqSslAlpn
+                | Fetch::ProtoHttp
         )
     }
 
@@ -423,7 +440,12 @@ impl Fetch {
         match self {
             Fetch::AlwaysTrue => f(Sample::Bool(true)),
             Fetch::AlwaysFalse => f(Sample::Bool(false)),
-            Fetch::ProtoHttp => f(Sample::Bool(!view.method().is_empty())),
+            // In `mode tcp`, whether the client's first data is an HTTP request (the `HTTP`
+            // ACL of protocol detection); in `mode http`, always.
+            Fetch::ProtoHttp => f(Sample::Bool(match view.payload() {
+                Some(p) => crate::http::request_head_state(p) == Some(true),
+                None => true,
+            })),
             Fetch::Method => {
                 let m = view.method();
                 !m.is_empty() && f(Sample::Str(m))
@@ -1800,7 +1822,9 @@ mod tests {
             headers: vec![],
             src: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         };
-        assert!(!check(&[], "if HTTP", &tcp));
+        // `HTTP` reads held data (a mode tcp proxy always holds it for this ACL, see
+        // it_tcp_request); with none held, as in mode http, it is true.
+        assert!(check(&[], "if HTTP", &tcp));
         assert!(!check(&["p path -m found"], "if p", &tcp));
         assert!(check(&[], "if LOCALHOST", &tcp));
     }

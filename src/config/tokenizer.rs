@@ -538,10 +538,7 @@ mod tests {
         assert_eq!(w(r##"x "# not a comment""##), ["x", "# not a comment"]);
         assert_eq!(w(r"a\#b \x41 \\"), ["a#b", "A", "\\"]);
         // Not escapes: the backslash is kept (regexes and `\1` replacements).
-        assert_eq!(
-            w(r#"^/a\.b\d+$ /\1 "\w""#),
-            [r"^/a\.b\d+$", r"/\1", r"\w"]
-        );
+        assert_eq!(w(r#"^/a\.b\d+$ /\1 "\w""#), [r"^/a\.b\d+$", r"/\1", r"\w"]);
         assert_eq!(w(r#"s "line\n""#), ["s", "line\n"]);
         assert!(
             split_line("a \"b", &env)

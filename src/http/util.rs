@@ -323,6 +323,18 @@ pub fn keep_alive_params(v: &[u8]) -> (Option<std::time::Duration>, Option<u32>)
     (timeout, max)
 }
 
+/// Whether `buf` starts with an HTTP/1 request head: `Some(true)` for a whole one,
+/// `Some(false)` for bytes that cannot start one, `None` while it may still become one (the
+/// `HTTP` ACL of a `mode tcp` proxy waits for the head, as HAProxy's `req.proto_http`).
+pub fn request_head_state(buf: &[u8]) -> Option<bool> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    match httparse::Request::new(&mut headers).parse(buf) {
+        Ok(httparse::Status::Complete(_)) | Err(httparse::Error::TooManyHeaders) => Some(true),
+        Ok(httparse::Status::Partial) => None,
+        Err(_) => Some(false),
+    }
+}
+
 /// The request target after a rewrite of `part` (`set-path`, `replace-uri`, ...): with no
 /// `regex`, the part becomes `value`; with one, the part becomes `value` with `\1`..`\9`
 /// replaced by the regex's groups when the regex matches it (`None` when it does not), as
@@ -417,6 +429,16 @@ mod rewrite_tests {
         let re = regex::bytes::Regex::new(re).unwrap();
         rewrite_target(uri.as_bytes(), part, Some(&re), v.as_bytes())
             .map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn request_head_detection() {
+        use super::request_head_state as st;
+        assert_eq!(st(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), Some(true));
+        assert_eq!(st(b"GET / HTTP/1.1\r\nHo"), None, "wait for the rest");
+        assert_eq!(st(b"GET /"), None);
+        assert_eq!(st(b"SSH-2.0-OpenSSH_9.2\r\n"), Some(false));
+        assert_eq!(st(&[0, 1, 2, 3]), Some(false));
     }
 
     #[test]

@@ -401,14 +401,19 @@ fn wants_payload(shared: &crate::backend::Shared, fe: &crate::config::Proxy) -> 
 }
 
 /// `tcp-request inspect-delay`: reads the client's first data until it can be judged (a
-/// whole first TLS record, or anything that is not TLS), the buffer is full, the client
-/// stops sending, or the delay ends.
+/// whole first TLS record; a whole HTTP request head, for what starts like one; anything
+/// else at once), the buffer is full, the client stops sending, or the delay ends.
 async fn inspect<C: ClientIo>(client: &mut C, delay: std::time::Duration, max: usize) -> Vec<u8> {
     use tokio::io::AsyncReadExt;
     let mut held = Vec::new();
     let deadline = tokio::time::Instant::now() + delay;
     let mut chunk = vec![0u8; 4096];
-    while !crate::tls::peek::complete(&held) && held.len() < max {
+    let judged = |b: &[u8]| match b.first() {
+        Some(0x16) => crate::tls::peek::complete(b),
+        Some(_) => crate::http::request_head_state(b).is_some(),
+        None => false,
+    };
+    while !judged(&held) && held.len() < max {
         match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
             Ok(Ok(n)) if n > 0 => held.extend_from_slice(&chunk[..n]),
             _ => break,

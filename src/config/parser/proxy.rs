@@ -248,7 +248,7 @@ impl Draft {
         self.p.servers = servers;
         if self.p.mode == Mode::Http {
             for r in &self.p.tcp_content {
-                if r.cond.as_ref().is_some_and(|c| c.needs_payload()) {
+                if r.cond.as_ref().is_some_and(|c| c.reads_tcp_data()) {
                     errors.push(ConfigError {
                         file: r.origin.file.clone(),
                         line: r.origin.line,

@@ -491,8 +491,8 @@ pub fn check_cipher_list(kw: &str, list: &str, tls13: bool) -> Result<(), String
     }
     if !skipped.is_empty() {
         let msg = format!(
-            "'{kw}': {} not implemented by rustls, skipped (as OpenSSL skips the names it \
-             cannot use); the other {} remain",
+            "'{kw}': {} not implemented by rustls or not cipher names, skipped (as OpenSSL \
+             skips the names it cannot use); the other {} remain",
             skipped.join(", "),
             suites.len()
         );
@@ -664,17 +664,15 @@ fn eval_cipher_list(
                 covered.retain(|c| c == cs);
                 continue;
             }
-            // Whether a word is an alias does not depend on the suite asked about.
+            // Whether a word is an alias does not depend on the suite asked about. A word that
+            // is neither a suite nor an alias matches nothing: OpenSSL skips it (and HAProxy
+            // accepts the list); sluice skips it with the warning of skipped names.
             if alias_covers(part, TLS12_ORDER[0]).is_none() {
-                return Err(format!(
-                    "'{kw}': cipher '{part}' is not available in sluice (rustls supports only: \
-                     {}; OpenSSL aliases such as HIGH, ECDHE, AESGCM or !aNULL are understood)",
-                    TLS12_ORDER
-                        .iter()
-                        .map(|c| cipher_name(*c))
-                        .collect::<Vec<_>>()
-                        .join(":")
-                ));
+                if !skipped.iter().any(|x| x == part) {
+                    skipped.push(part.to_string());
+                }
+                covered.clear();
+                continue;
             }
             covered.retain(|c| alias_covers(part, *c) == Some(true));
         }
@@ -2781,11 +2779,10 @@ mod tests {
             assert_eq!(&got, want, "{rules}");
             assert!(skipped.is_empty());
         }
-        let e = eval_cipher_list("ciphers", "HIGH:!aNULLL", false).unwrap_err();
-        assert!(
-            e.contains("cipher 'aNULLL' is not available in sluice"),
-            "{e}"
-        );
+        // Neither a suite nor an alias: skipped, as OpenSSL does (a warning where written).
+        let (got, skipped) = eval_cipher_list("ciphers", "HIGH:!aNULLL:AE$", false).unwrap();
+        assert_eq!(got.len(), 6);
+        assert_eq!(skipped, ["aNULLL", "AE$"]);
         let e = eval_cipher_list("ciphers", "ECDH+TLS_AES_128_GCM_SHA256", false).unwrap_err();
         assert!(e.contains("use 'ciphersuites'"), "{e}");
         // Mozilla's old-style intermediate list: DHE names skipped, the rest kept in order.
@@ -2812,12 +2809,16 @@ mod tests {
             s.iter()
                 .any(|s| s.suite() == CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)
         );
-        let e =
-            check_cipher_list("ciphers", "ECDHE-RSA-AES128-GCM-SHA256:BOGUS", false).unwrap_err();
+        crate::config::take_warnings();
+        check_cipher_list("ciphers", "ECDHE-RSA-AES128-GCM-SHA256:BOGUS", false).unwrap();
+        let w = crate::config::take_warnings();
         assert!(
-            e.contains("cipher 'BOGUS' is not available in sluice"),
-            "{e}"
+            w.iter()
+                .any(|m| m.contains("BOGUS not implemented by rustls or not cipher names")),
+            "{w:?}"
         );
+        let e = check_cipher_list("ciphers", "BOGUS", false).unwrap_err();
+        assert!(e.contains("none of the listed ciphers"), "{e}");
         // Red Hat's "system policy": the defaults, with a warning.
         crate::config::take_warnings();
         assert_eq!(
@@ -2830,7 +2831,7 @@ mod tests {
         let w = crate::config::take_warnings();
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
-            w[0].contains("AES128-SHA not implemented by rustls, skipped"),
+            w[0].contains("AES128-SHA not implemented by rustls or not cipher names, skipped"),
             "{w:?}"
         );
         let e = select_suites(None, Some("ECDHE-RSA-AES128-GCM-SHA256")).unwrap_err();

@@ -286,6 +286,8 @@ pub struct Entry<'a> {
     /// Samples of the `%[fetch]` nodes that read the request, taken when its head arrived
     /// (indexed by the node's slot; `None`: no sample).
     pub samples: &'a [Option<Box<[u8]>>],
+    /// `%ID`: the request's `unique-id-format` value.
+    pub unique_id: Option<&'a str>,
 }
 
 fn client_str(out: &mut String, c: Option<SocketAddr>) {
@@ -477,6 +479,19 @@ impl Logger {
         out
     }
 
+    /// Renders `unique-id-format` on a request as it arrives: `%[fetch]` reads `view` now, as
+    /// in [`Logger::render_now`], but spaces and missing values are those of a log line (HAProxy
+    /// builds the id like a log line: no leading or repeated spaces, `-` for nothing).
+    pub fn render_id(
+        &self,
+        f: &CustomFormat,
+        e: &Entry<'_>,
+        view: &dyn crate::config::HttpView,
+        out: &mut String,
+    ) {
+        self.render(f, e, Some((view, false)), out)
+    }
+
     /// Renders a format on a request being processed (a header value, a redirect target):
     /// every `%[fetch]` reads `view` now, variables read what `e` knows so far.
     pub fn render_now(
@@ -486,14 +501,15 @@ impl Logger {
         view: &dyn crate::config::HttpView,
         out: &mut String,
     ) {
-        self.render(f, e, Some(view), out)
+        self.render(f, e, Some((view, true)), out)
     }
 
     fn render(
         &self,
         f: &CustomFormat,
         e: &Entry<'_>,
-        live: Option<&dyn crate::config::HttpView>,
+        // The request being processed, and whether the format is a header value's.
+        live: Option<(&dyn crate::config::HttpView, bool)>,
         out: &mut String,
     ) {
         let accept = e.accept_time.unwrap_or_else(SystemTime::now);
@@ -505,7 +521,7 @@ impl Logger {
             let before = out.len();
             match n {
                 Node::Text(t) => out.push_str(t),
-                Node::Sep(n) if live.is_some() => {
+                Node::Sep(n) if live.is_some_and(|(_, header)| header) => {
                     out.extend(std::iter::repeat_n(' ', *n as usize));
                     continue;
                 }
@@ -518,7 +534,11 @@ impl Logger {
                 }
                 Node::Fetch { fetch, flags, slot } => {
                     let v = match (live, slot) {
-                        (Some(view), _) => {
+                        (Some((view, false)), _) => {
+                            fetched.clear();
+                            fetch.write(view, &mut fetched).then_some(&fetched[..])
+                        }
+                        (Some((view, true)), _) => {
                             // In a header value HAProxy neither quotes a sample nor prints
                             // `-` for a missing one.
                             fetched.clear();
@@ -544,6 +564,7 @@ impl Logger {
                                     local: e.local,
                                     frontend: e.frontend,
                                     backend: e.backend,
+                                    unique_id: e.unique_id,
                                 },
                             );
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])
@@ -594,7 +615,8 @@ impl Logger {
                 num(out, e.bytes as i64)
             }
             Var::BytesIn => num(out, e.bytes_in as i64),
-            Var::CookieReq | Var::CookieRsp | Var::UniqueId => text(out, None),
+            Var::CookieReq | Var::CookieRsp => text(out, None),
+            Var::UniqueId => text(out, e.unique_id),
             Var::Hostname => text(out, Some(&self.hostname)),
             Var::Status => num(out, e.status as i64),
             Var::DateGmt | Var::DateLocal => put_gmt(out, accept),

@@ -315,3 +315,32 @@ backend dead\n    server s 127.0.0.1:{dead}\n",
         "a normal request under dontlog-normal was logged"
     );
 }
+
+/// `unique-id-format` / `unique-id-header`: one id per request, built like a log line (no
+/// leading space after the empty `%o`, as HAProxy 2.6 builds it), sent to the server in the
+/// header, readable with `%[unique-id]` by the rules and logged as `%ID`.
+#[test]
+fn unique_id_format_header_fetch_and_log() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED}frontend fe\n    mode http\n    bind 127.0.0.1:{port}\n\
+         \x20   unique-id-format %{{+X}}o\\ %ci:%cp_%fi:%fp_%rt\n\
+         \x20   unique-id-header X-Unique-ID\n\
+         \x20   http-response set-header X-Request-ID %[unique-id]\n\
+         \x20   log-format \"id=%ID st=%ST\"\n    default_backend be\n\
+         backend be\n    mode http\n    server s1 {}\n",
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    let cport = c.local_port();
+    for n in 0..2 {
+        let r = c.request("GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+        let want = format!("7F000001:{cport:04X}_7F000001:{port:04X}_{n:04X}");
+        assert_eq!(r.header("X-Request-ID"), Some(want.as_str()));
+        assert_eq!(b.last_request().header("x-unique-id"), Some(want.as_str()));
+        let line = s.wait_log_lines(n + 1, |l| l.starts_with("id="), WAIT)[n].clone();
+        assert_eq!(line, format!("id={want} st=200"));
+    }
+}

@@ -66,6 +66,8 @@ pub struct Sess<'a> {
     pub frontend: &'a str,
     /// The backend, or the frontend before a backend is chosen (as HAProxy's `be_name`).
     pub backend: &'a str,
+    /// The request's `unique-id-format` id (`unique-id`).
+    pub unique_id: Option<&'a str>,
 }
 
 /// Set when a configuration reads the address a client connected to (`dst`, `dst_port`,
@@ -253,6 +255,8 @@ enum Fetch {
     ReqSslSni,
     /// `req.ssl_alpn`: the first protocol of the client's TLS ClientHello's ALPN list.
     ReqSslAlpn,
+    /// `unique-id`: the request's `unique-id-format` id.
+    UniqueId,
     /// `status`: the response's status code.
     Status,
     /// A response fetch (`res.hdr`, `shdr`, ...): the inner header fetch, on a response only.
@@ -375,6 +379,8 @@ impl Fetch {
                 | Fetch::ReqSslSni
                 | Fetch::ReqSslAlpn
                 | Fetch::ProtoHttp
+                // Made from the request, but kept with the session until it is logged.
+                | Fetch::UniqueId
         )
     }
 
@@ -422,7 +428,8 @@ impl Fetch {
             | Fetch::SslCSDn
             | Fetch::SslCIDn
             | Fetch::ReqSslSni
-            | Fetch::ReqSslAlpn => SmpType::Str,
+            | Fetch::ReqSslAlpn
+            | Fetch::UniqueId => SmpType::Str,
             Fetch::Src | Fetch::Dst | Fetch::UrlIp | Fetch::HdrIp { .. } => SmpType::Ip,
             Fetch::SrcPort
             | Fetch::DstPort
@@ -591,6 +598,10 @@ impl Fetch {
             },
             Fetch::ReqSslAlpn => match view.payload().and_then(crate::tls::peek::alpn) {
                 Some(n) => f(Sample::Str(n)),
+                None => false,
+            },
+            Fetch::UniqueId => match view.sess().unique_id {
+                Some(id) => f(Sample::Str(id.as_bytes())),
                 None => false,
             },
             Fetch::Status => view.status().is_some_and(|s| f(Sample::Int(s.into()))),
@@ -916,6 +927,7 @@ const CRITERIA: &[&str] = &[
     "req.ssl_sni",
     "req_ssl_sni",
     "req.ssl_alpn",
+    "unique-id",
     "src_port",
     "dst",
     "dst_port",
@@ -988,7 +1000,7 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
 ];
 
 fn fetch_name_ok(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.')
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-')
 }
 
 /// Splits `name(args)` → (name, Some(args)), rejecting converters (`,lower`).
@@ -1172,6 +1184,7 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "req.ssl_hello_type" | "req_ssl_hello_type" => no_args(Fetch::ReqSslHelloType)?,
         "req.ssl_sni" | "req_ssl_sni" => no_args(Fetch::ReqSslSni)?,
         "req.ssl_alpn" => no_args(Fetch::ReqSslAlpn)?,
+        "unique-id" => no_args(Fetch::UniqueId)?,
         _ => {
             if UNSUPPORTED_FETCHES.contains(&name)
                 || UNSUPPORTED_FETCHES

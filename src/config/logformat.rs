@@ -29,7 +29,7 @@ pub enum Var {
     CookieRsp,
     /// `%H`: host name.
     Hostname,
-    /// `%ID`: unique id (sluice has no `unique-id-format`: `-`).
+    /// `%ID`: the request's unique id (`unique-id-format`; `-` without one).
     UniqueId,
     /// `%ST`: HTTP status.
     Status,

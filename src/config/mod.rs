@@ -371,6 +371,10 @@ pub struct ProxyOptions {
     pub tcplog: bool,
     /// `log-format`: replaces the `httplog`/`tcplog` line (the last of the three wins).
     pub log_format: Option<std::sync::Arc<logformat::LogFormat>>,
+    /// `unique-id-format`: each request's unique id (`%ID`), made when its head arrives.
+    pub unique_id_format: Option<std::sync::Arc<logformat::LogFormat>>,
+    /// `unique-id-header NAME`: the header that carries the unique id to the server.
+    pub unique_id_header: Option<String>,
     pub dontlognull: bool,
     /// `option dontlog-normal`: only the log lines [`crate::log::worth_err`] picks.
     pub dontlog_normal: bool,

@@ -534,6 +534,9 @@ struct Conn<'a, C> {
     /// This is the first request of the client connection (`http-reuse safe`).
     first: bool,
     hdrs: Headers,
+    /// `unique-id-format`: the current request's id (`%ID`, `%[unique-id]`,
+    /// `unique-id-header`).
+    unique_id: Option<String>,
     out: Vec<u8>,
     bufsize: usize,
     max_head: usize,
@@ -608,6 +611,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         replay: None,
         first: true,
         hdrs: Headers::default(),
+        unique_id: None,
         out: Vec::new(),
         bufsize,
         max_head,
@@ -1039,6 +1043,7 @@ impl<C: ClientIo> Conn<'_, C> {
         e.t_total = e.t_handshake + e.t_idle + e.t_active;
         e.req_time = Some(std::time::SystemTime::now() - txn.start.elapsed());
         e.bytes_in = txn.bytes_in;
+        e.unique_id = self.unique_id.as_deref();
         // The frontend counts this request once it is logged.
         e.req_count = fstate.counters.req_total.load(Relaxed) + 1;
         if f.needs_log_count {
@@ -1124,6 +1129,12 @@ impl<C: ClientIo> Conn<'_, C> {
         self.hdrs.load(&head.headers);
         if head.host_dup {
             self.hdrs.keep_first(&self.cbuf, b"host");
+        }
+        // `unique-id-format`: the id is made as the request arrives, before the rules (a
+        // header the server gets carries it; the access log's %ID prints it).
+        self.unique_id = None;
+        if let Some(f) = &self.fe.options.unique_id_format {
+            self.unique_id = Some(self.render_request(self.fe, head, src, txn, f, false));
         }
         // Frontend http-request rules.
         if let Some(r) = self.run_request_rules(self.fe, head, src, txn) {
@@ -1325,6 +1336,20 @@ impl<C: ClientIo> Conn<'_, C> {
         txn: &Txn,
         f: &crate::config::logformat::LogFormat,
     ) -> String {
+        self.render_request(p, head, src, txn, f, true)
+    }
+
+    /// A format evaluated on the request now: as a header value (`header`), or as the
+    /// `unique-id-format` id, whose spaces and missing values are a log line's.
+    fn render_request(
+        &self,
+        p: &Proxy,
+        head: &RequestHead,
+        src: Option<IpAddr>,
+        txn: &Txn,
+        f: &crate::config::logformat::LogFormat,
+        header: bool,
+    ) -> String {
         let mut e = self.now_entry(&p.name, txn);
         // The request line (`%r`, `%HM`, ...) is kept for logging only when a log needs it.
         let line = String::from_utf8_lossy(crate::http::start_line(&self.cbuf[..head.head_len]));
@@ -1332,10 +1357,13 @@ impl<C: ClientIo> Conn<'_, C> {
             e.request = &line;
         }
         let mut out = String::new();
-        self.ctx
-            .w
-            .log
-            .render_now(f, &e, &self.proxy_view(p, head, src), &mut out);
+        let view = self.proxy_view(p, head, src);
+        let log = &self.ctx.w.log;
+        if header {
+            log.render_now(f, &e, &view, &mut out);
+        } else {
+            log.render_id(f, &e, &view, &mut out);
+        }
         out
     }
 
@@ -1365,6 +1393,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 .counters
                 .req_total
                 .load(Relaxed),
+            unique_id: self.unique_id.as_deref(),
             ..Default::default()
         }
     }
@@ -1486,6 +1515,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 local: self.ctx.local,
                 frontend: &self.fe.name,
                 backend: &self.fe.name,
+                unique_id: self.unique_id.as_deref(),
             },
         }
     }
@@ -1774,6 +1804,10 @@ impl<C: ClientIo> Conn<'_, C> {
         }
 
         self.choose_compression(txn, bp);
+        // `unique-id-header`: added after the rules, as HAProxy adds it.
+        if let (Some(name), Some(id)) = (&self.fe.options.unique_id_header, &self.unique_id) {
+            self.hdrs.add(name, id);
+        }
         // Serialise the request head.
         self.build_request_head(head, bp, src, server_ka);
         // Coalesce the head with the body bytes already received.
@@ -2087,6 +2121,7 @@ impl<C: ClientIo> Conn<'_, C> {
                         local: self.ctx.local,
                         frontend: &self.fe.name,
                         backend: &bp.name,
+                        unique_id: self.unique_id.as_deref(),
                     },
                 };
                 if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {

@@ -84,6 +84,7 @@ pub async fn serve(
             local,
             frontend: &p.name,
             backend: &p.name,
+            unique_id: None,
         };
         let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
         let first = rules
@@ -368,6 +369,7 @@ impl SessionCtx {
             local: self.local,
             frontend: name,
             backend: name,
+            unique_id: None,
         }
     }
 }

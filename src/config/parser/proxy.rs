@@ -338,6 +338,8 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("bind", F),
     ("compression", D | F | B),
     ("cookie", D | B),
+    ("unique-id-format", D | F),
+    ("unique-id-header", D | F),
     ("default-server", D | B),
     ("default_backend", D | F),
     ("description", F | B),
@@ -386,8 +388,6 @@ const UNSUPPORTED: &[&str] = &[
     "log-format-sd",
     "error-log-format",
     "log-tag",
-    "unique-id-format",
-    "unique-id-header",
     "dispatch",
     "hash-balance-factor",
     "hash-key",
@@ -657,6 +657,27 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             o.httplog = false;
             o.httplog_clf = false;
             o.tcplog = false;
+        }
+        "unique-id-format" => {
+            let s = arg(w, 1, "format string")?;
+            no_extra(w, 2)?;
+            let origin = Origin {
+                file: l.file.clone(),
+                line: l.line,
+            };
+            let f = crate::config::logformat::parse(s, origin)?;
+            if f.needs_local {
+                crate::config::acl::LOCAL_ADDR_USED
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            d.p.options.unique_id_format = Some(std::sync::Arc::new(f));
+            d.needs_http(l, "unique-id-format");
+        }
+        "unique-id-header" => {
+            let name = super::values::header_name(arg(w, 1, "header name")?)?;
+            no_extra(w, 2)?;
+            d.p.options.unique_id_header = Some(name);
+            d.needs_http(l, "unique-id-header");
         }
         "default_backend" => {
             let name = arg(w, 1, "backend name")?;

@@ -32,6 +32,7 @@ pub mod stats_page;
 pub mod stream;
 pub mod sys;
 pub mod tls;
+pub mod userlist;
 pub mod util;
 pub mod worker;
 

@@ -149,3 +149,40 @@ pub fn disconnect(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[link(name = "crypt")]
+unsafe extern "C" {
+    fn crypt_rn(
+        phrase: *const libc::c_char,
+        setting: *const libc::c_char,
+        data: *mut libc::c_void,
+        size: libc::c_int,
+    ) -> *mut libc::c_char;
+}
+
+/// crypt(3) of the system's libcrypt (libxcrypt): the hash of `phrase` with the method and
+/// salt of `setting` (a stored hash: `$6$...`, `$5$...`, `$y$...`, ...), as HAProxy checks
+/// `userlist` passwords. `None` when the method is unknown or the strings hold a NUL.
+pub fn crypt(phrase: &str, setting: &str) -> Option<String> {
+    let phrase = std::ffi::CString::new(phrase).ok()?;
+    let setting = std::ffi::CString::new(setting).ok()?;
+    // libxcrypt's `struct crypt_data` is 32 KiB; crypt_rn takes its size.
+    let mut data = vec![0u8; 32768];
+    // SAFETY: both strings are NUL-terminated and live across the call; `data` is a writable
+    // buffer of the size passed, which crypt_rn uses as its work area and for the result.
+    // The result is NULL on failure or points into `data`, which outlives the copy below.
+    let out = unsafe {
+        crypt_rn(
+            phrase.as_ptr(),
+            setting.as_ptr(),
+            data.as_mut_ptr().cast(),
+            data.len() as libc::c_int,
+        )
+    };
+    if out.is_null() {
+        return None;
+    }
+    // SAFETY: a non-NULL result is a NUL-terminated string inside `data`.
+    let s = unsafe { std::ffi::CStr::from_ptr(out) };
+    Some(s.to_string_lossy().into_owned())
+}

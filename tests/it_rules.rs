@@ -685,3 +685,80 @@ fn rewrite_action_errors() {
         assert!(err.contains(":8: ") && err.contains(want), "{line}: {err}");
     }
 }
+
+/// `userlist` with `http_auth`, `http_auth_group` and `http-request auth`: HAProxy's 401 (the
+/// realm, the connection kept for the retry, logged `LR`), plain and crypt(3) passwords
+/// (SHA-512 and yescrypt, as Debian's `mkpasswd` makes them; in single quotes, since sluice
+/// expands `$name` in unquoted words), groups from both sides.
+#[test]
+fn userlist_basic_auth() {
+    use base64::Engine as _;
+    let b = HttpBackend::start("A");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    log stdout format raw local0\n\
+         userlist ops\n    group admin users carol\n    group dev\n\
+         \x20   user alice insecure-password pw groups admin,dev\n\
+         \x20   user bob password '$6$sluicesalt$2Kwkfc7XMI9qwpBviINNiYafd3p6E8kQt6vUzIYc7zTWXPt4z01ZhG/09ChgqGx.2SbuZMEAoS/VaNMH1LMiZ1' groups dev\n\
+         \x20   user carol password '$y$j9T$abcdefghijklmnop$wRwvHNqzMkHLG74uLLCRVTwaZ.a1aIothEUeYGf9oED'\n\
+         defaults\n    mode http\n    log global\n    option httplog\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   http-request auth realm Ops if !{{ http_auth(ops) }}\n\
+         \x20   http-request deny if {{ path_beg /admin }} !{{ http_auth_group(ops) admin }}\n\
+         \x20   default_backend be\nbackend be\n    server A {}\n",
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let get = |c: &mut HttpClient, path: &str, cred: Option<&str>| {
+        let auth = cred.map_or(String::new(), |c| {
+            let v = base64::engine::general_purpose::STANDARD.encode(c);
+            format!("Authorization: Basic {v}\r\n")
+        });
+        c.request(format!("GET {path} HTTP/1.1\r\nHost: t\r\n{auth}\r\n"))
+    };
+    let mut c = HttpClient::connect(port);
+    let r = get(&mut c, "/", None);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Basic realm=\"Ops\""));
+    assert!(!r.conn_close(), "kept for the retry");
+    let line = s.wait_log_line(|l| l.contains(" 401 "), WAIT);
+    assert!(line.contains(" LR-- "), "{line}");
+    // The retry on the same connection.
+    assert_eq!(get(&mut c, "/", Some("alice:pw")).status, 200);
+    assert_eq!(get(&mut c, "/", Some("alice:wrong")).status, 401);
+    assert_eq!(get(&mut c, "/", Some("bob:s3cret pw")).status, 200);
+    assert_eq!(get(&mut c, "/", Some("bob:s3cret")).status, 401);
+    assert_eq!(get(&mut c, "/", Some("carol:pw")).status, 200);
+    assert_eq!(get(&mut c, "/", Some("nobody:pw")).status, 401);
+    // Groups: on the user line (alice) or listing the user (carol).
+    assert_eq!(get(&mut c, "/admin", Some("alice:pw")).status, 200);
+    assert_eq!(get(&mut c, "/admin", Some("carol:pw")).status, 200);
+    assert_eq!(get(&mut c, "/admin", Some("bob:s3cret pw")).status, 403);
+}
+
+#[test]
+fn userlist_errors() {
+    for (text, want) in [
+        (
+            "userlist u\n    user a insecure-password x groups nope\n",
+            ":1: userlist 'u': no such group 'nope' specified in user 'a'",
+        ),
+        (
+            "userlist u\n    group g users ghost\n",
+            ":1: userlist 'u': no such user 'ghost' specified in group 'g'",
+        ),
+        (
+            "userlist u\n    user a password '$9$x$y'\n",
+            ":2: 'user' in userlist 'u': the password of user 'a' is not a hash",
+        ),
+        ("userlist u\n    usr a\n", "(did you mean 'user'?)"),
+        (
+            "defaults\n    mode http\nfrontend fe\n    bind :8080\n    http-request auth if !{ http_auth(missing) }\n",
+            ":5: unknown userlist 'missing'",
+        ),
+    ] {
+        let (code, err) = Sluice::check(text);
+        assert_ne!(code, 0, "{text}");
+        assert!(err.contains(want), "{text}: {err}");
+    }
+}

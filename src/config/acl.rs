@@ -257,6 +257,10 @@ enum Fetch {
     ReqSslAlpn,
     /// `unique-id`: the request's `unique-id-format` id.
     UniqueId,
+    /// `http_auth(L)`: the request's Basic credentials are valid in userlist L.
+    HttpAuth(crate::userlist::UserlistRef),
+    /// `http_auth_group(L)`: the groups of the user the credentials authenticate in L.
+    HttpAuthGroup(crate::userlist::UserlistRef),
     /// `status`: the response's status code.
     Status,
     /// A response fetch (`res.hdr`, `shdr`, ...): the inner header fetch, on a response only.
@@ -410,7 +414,9 @@ impl Fetch {
             | Fetch::AlwaysFalse
             | Fetch::ProtoHttp
             | Fetch::SslFc
-            | Fetch::SslCUsed => SmpType::Bool,
+            | Fetch::SslCUsed
+            | Fetch::HttpAuth(_) => SmpType::Bool,
+            Fetch::HttpAuthGroup(_) => SmpType::Str,
             Fetch::Path
             | Fetch::Url
             | Fetch::Method
@@ -604,6 +610,19 @@ impl Fetch {
                 Some(id) => f(Sample::Str(id.as_bytes())),
                 None => false,
             },
+            Fetch::HttpAuth(l) => {
+                let ok = l.get().is_some_and(|l| {
+                    view.for_each_header(b"authorization", &mut |v| l.authenticate(v).is_some())
+                });
+                f(Sample::Bool(ok))
+            }
+            Fetch::HttpAuthGroup(l) => {
+                let Some(l) = l.get() else { return false };
+                view.for_each_header(b"authorization", &mut |v| {
+                    l.authenticate(v)
+                        .is_some_and(|u| l.groups_of(u).any(|g| f(Sample::Str(g.as_bytes()))))
+                })
+            }
             Fetch::Status => view.status().is_some_and(|s| f(Sample::Int(s.into()))),
             Fetch::Res(inner) => view.status().is_some() && inner.for_each(view, f),
             Fetch::SslFc => f(Sample::Bool(view.tls().is_some())),
@@ -928,6 +947,8 @@ const CRITERIA: &[&str] = &[
     "req_ssl_sni",
     "req.ssl_alpn",
     "unique-id",
+    "http_auth",
+    "http_auth_group",
     "src_port",
     "dst",
     "dst_port",
@@ -978,8 +999,6 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
     "cook_val",
     "dst_conn",
     "fe_id",
-    "http_auth",
-    "http_auth_group",
     "http_first_req",
     "nbsrv",
     "rand",
@@ -1185,6 +1204,22 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "req.ssl_sni" | "req_ssl_sni" => no_args(Fetch::ReqSslSni)?,
         "req.ssl_alpn" => no_args(Fetch::ReqSslAlpn)?,
         "unique-id" => no_args(Fetch::UniqueId)?,
+        "http_auth" | "http_auth_group" => {
+            let l = args
+                .map(str::trim)
+                .filter(|a| !a.is_empty() && !a.contains(','));
+            let Some(l) = l else {
+                return Err(format!(
+                    "{what} '{name}' requires a userlist name, as in '{name}(admins)'"
+                ));
+            };
+            let l = crate::userlist::reference(l);
+            if name == "http_auth" {
+                Fetch::HttpAuth(l)
+            } else {
+                Fetch::HttpAuthGroup(l)
+            }
+        }
         _ => {
             if UNSUPPORTED_FETCHES.contains(&name)
                 || UNSUPPORTED_FETCHES

@@ -1094,6 +1094,11 @@ pub enum HttpRequestAction {
     Redirect(Redirect),
     /// `use-service NAME`: sluice answers the request itself with a built-in service.
     UseService(Service),
+    /// `auth [realm R]`: a 401 asking for Basic credentials (the realm defaults to the name
+    /// of the proxy whose rule it is).
+    Auth {
+        realm: Option<String>,
+    },
     /// `set-path|set-pathq|set-query|set-uri FMT`, `replace-path|replace-pathq|replace-uri
     /// REGEX FMT`: the request target the server gets, and later rules see.
     Rewrite(UriRewrite),

@@ -36,6 +36,7 @@ pub fn load(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, Vec<ConfigError>> {
     let mut st = State::default();
+    crate::userlist::reset();
     for (file, text) in sources {
         let (lines, errors) = tokenize(file, text, env);
         st.errors.extend(errors);
@@ -139,10 +140,11 @@ pub fn take_warnings() -> Vec<String> {
 }
 
 /// Section headers sluice understands.
-const SECTIONS: &[&str] = &["global", "defaults", "frontend", "backend", "listen"];
+const SECTIONS: &[&str] = &[
+    "global", "defaults", "frontend", "backend", "listen", "userlist",
+];
 /// HAProxy sections sluice does not support (reported once, their lines skipped).
 const UNSUPPORTED_SECTIONS: &[&str] = &[
-    "userlist",
     "peers",
     "resolvers",
     "mailers",
@@ -166,6 +168,7 @@ enum Section {
     Skip,
     Defaults(Box<Draft>),
     Proxy(Box<Draft>),
+    Userlist(Box<crate::userlist::Userlist>, Origin),
 }
 
 /// Global-section facts needed after parsing.
@@ -200,6 +203,7 @@ impl State {
 
     fn line(&mut self, l: &Line) {
         self.line_inner(l);
+        crate::userlist::note_line(&l.file, l.line);
         for message in take_warnings() {
             self.warnings.push(ConfigError {
                 file: l.file.clone(),
@@ -245,6 +249,13 @@ impl State {
                 self.proxy_keyword(&mut d, l);
                 self.section = Section::Proxy(d);
             }
+            Section::Userlist(mut u, o) => {
+                if let Err(r) = userlist_keyword(&mut u, &l.words) {
+                    let msg = format!("'{kw}' in userlist '{}': {r}", u.name);
+                    self.err(l, msg);
+                }
+                self.section = Section::Userlist(u, o);
+            }
         }
     }
 
@@ -267,6 +278,22 @@ impl State {
         if UNSUPPORTED_SECTIONS.contains(&kw) {
             self.err(l, format!("section '{kw}' is not supported by sluice"));
             self.section = Section::Skip;
+            return;
+        }
+        if kw == "userlist" {
+            match l.words.get(1..) {
+                Some([name]) => {
+                    let u = crate::userlist::Userlist {
+                        name: name.clone(),
+                        ..Default::default()
+                    };
+                    self.section = Section::Userlist(Box::new(u), origin);
+                }
+                _ => {
+                    self.err(l, "'userlist' expects one name".to_string());
+                    self.section = Section::Skip;
+                }
+            }
             return;
         }
         if kw == "global" {
@@ -402,6 +429,39 @@ impl State {
                 self.errors.extend(errs);
                 self.proxies.push(*d);
             }
+            Section::Userlist(u, o) => {
+                let mut problems = Vec::new();
+                for user in &u.users {
+                    for g in &user.groups {
+                        if !u.groups.iter().any(|(n, _)| n == g) {
+                            problems.push(format!(
+                                "userlist '{}': no such group '{g}' specified in user '{}'",
+                                u.name, user.name
+                            ));
+                        }
+                    }
+                }
+                for (g, users) in &u.groups {
+                    for n in users {
+                        if !u.users.iter().any(|x| x.name == *n) {
+                            problems.push(format!(
+                                "userlist '{}': no such user '{n}' specified in group '{g}'",
+                                u.name
+                            ));
+                        }
+                    }
+                }
+                if let Err(e) = crate::userlist::declare(*u) {
+                    problems.push(e);
+                }
+                for message in problems {
+                    self.errors.push(ConfigError {
+                        file: o.file.clone(),
+                        line: o.line,
+                        message,
+                    });
+                }
+            }
             Section::None | Section::Global | Section::Skip => {}
         }
     }
@@ -409,6 +469,14 @@ impl State {
     fn finish(mut self, order: &[&str]) -> Result<Config, Vec<ConfigError>> {
         self.close_section();
         let mut errors = std::mem::take(&mut self.errors);
+        for (name, at) in crate::userlist::undeclared() {
+            let (file, line) = at.unwrap_or_default();
+            errors.push(ConfigError {
+                file,
+                line,
+                message: format!("unknown userlist '{name}' (no 'userlist {name}' section)"),
+            });
+        }
         global::finish(&mut self.global, &self.gx);
         let mut proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
         checks::resolve_tracks(&mut proxies, &mut errors);
@@ -592,4 +660,78 @@ pub(super) fn mode_name(m: super::Mode) -> &'static str {
         super::Mode::Tcp => "tcp",
         super::Mode::Http => "http",
     }
+}
+
+/// `group NAME [users U,...]` and `user NAME [password HASH|insecure-password PASS]
+/// [groups G,...]` in a `userlist` section.
+fn userlist_keyword(u: &mut crate::userlist::Userlist, w: &[String]) -> Result<(), String> {
+    use crate::userlist::{Password, User};
+    let list = |v: &str| -> Vec<String> {
+        v.split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let name = w
+        .get(1)
+        .ok_or_else(|| format!("'{}' expects a name", w[0]))?
+        .clone();
+    match w[0].as_str() {
+        "group" => {
+            if u.groups.iter().any(|(g, _)| *g == name) {
+                return Err(format!("group '{name}' is already defined"));
+            }
+            let users = match &w[2..] {
+                [] => Vec::new(),
+                [k, v] if k == "users" => list(v),
+                _ => return Err("expects 'group NAME [users U1,U2,...]'".into()),
+            };
+            u.groups.push((name, users));
+        }
+        "user" => {
+            if u.users.iter().any(|x| x.name == name) {
+                return Err(format!("user '{name}' is already defined"));
+            }
+            let mut user = User {
+                name,
+                password: Password::Missing,
+                groups: Vec::new(),
+            };
+            let mut i = 2;
+            while i < w.len() {
+                let v = w
+                    .get(i + 1)
+                    .ok_or_else(|| format!("'{}' expects a value", w[i]))?;
+                match w[i].as_str() {
+                    "password" => user.password = Password::Crypt(v.clone()),
+                    "insecure-password" => user.password = Password::Plain(v.clone()),
+                    "groups" => user.groups = list(v),
+                    o => {
+                        return Err(format!(
+                            "unknown option '{o}' (expected 'password', 'insecure-password' or \
+                             'groups'){}",
+                            did_you_mean(o, ["password", "insecure-password", "groups"])
+                        ));
+                    }
+                }
+                i += 2;
+            }
+            if let Password::Crypt(h) = &user.password
+                && crate::sys::crypt("", h).is_none()
+            {
+                return Err(format!(
+                    "the password of user '{}' is not a hash this system's crypt(3) knows",
+                    user.name
+                ));
+            }
+            u.users.push(user);
+        }
+        k => {
+            return Err(format!(
+                "unknown keyword (expected 'group' or 'user'){}",
+                did_you_mean(k, ["group", "user"])
+            ));
+        }
+    }
+    Ok(())
 }

@@ -1595,6 +1595,28 @@ impl<C: ClientIo> Conn<'_, C> {
                 next
             }
             HttpRequestAction::Redirect(rd) => self.redirect_response(p, head, txn, rd).await,
+            HttpRequestAction::Auth { realm } => {
+                // HAProxy's 401: its page, the realm last; logged `LR`, counted as
+                // intercepted; the connection stays open for the retry with credentials.
+                let reply = crate::config::Reply {
+                    status: 401,
+                    content_type: Some("text/html".into()),
+                    body: b"<html><body><h1>401 Unauthorized</h1>\nYou need a valid user and \
+                            password to access this content.\n</body></html>\n"
+                        .to_vec(),
+                    headers: vec![
+                        ("cache-control".into(), "no-cache".into()),
+                        (
+                            "www-authenticate".into(),
+                            format!("Basic realm=\"{}\"", realm.as_deref().unwrap_or(&p.name)),
+                        ),
+                    ],
+                };
+                txn.term = *b"LR";
+                txn.flags.intercepted = true;
+                let bytes = reply.render(head.is_head, false);
+                self.local_response(head, txn, &bytes, 401, true).await
+            }
             HttpRequestAction::UseService(Service::PrometheusExporter) => {
                 // Answered here like the stats page: rendering reads relaxed atomics only.
                 txn.flags.intercepted = true;

@@ -25,6 +25,7 @@ const REQUEST_ACTIONS: &[&str] = &[
     "return",
     "redirect",
     "use-service",
+    "auth",
     "set-path",
     "set-pathq",
     "set-query",
@@ -38,7 +39,6 @@ const RESPONSE_ACTIONS: &[&str] = &["set-header", "add-header", "del-header", "d
 /// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
 const UNSUPPORTED_ACTIONS: &[&str] = &[
     "allow",
-    "auth",
     "cache-use",
     "cache-store",
     "capture",
@@ -477,6 +477,17 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "return" => HttpRequestAction::Return(reply("return", args, 200)?),
         "redirect" => redirect(args)?,
         "use-service" => use_service(args)?,
+        "auth" => HttpRequestAction::Auth {
+            realm: match args {
+                [] => None,
+                [k, r] if k == "realm" => Some(literal_format(r)?),
+                _ => {
+                    return Err("'auth' expects nothing or 'realm <realm>'"
+                        .to_string()
+                        .into());
+                }
+            },
+        },
         a @ ("set-path" | "set-pathq" | "set-query" | "set-uri" | "replace-path"
         | "replace-pathq" | "replace-uri") => HttpRequestAction::Rewrite(rewrite(a, args)?),
         a => HttpRequestAction::Header(header_action(a, args)?),

@@ -771,12 +771,12 @@ fn section_header_errors() {
     // Unsupported sections are reported once, and their content is skipped.
     err1(
         &[
-            "userlist admins",
-            "  user admin password x",
+            "peers mypeers",
+            "  peer local 127.0.0.1:1024",
             "frontend fe",
             "  bind :80",
         ],
-        &["t.cfg:1: ", "section 'userlist' is not supported by sluice"],
+        &["t.cfg:1: ", "section 'peers' is not supported by sluice"],
     );
     err1(
         &["resolvers dns", "  nameserver ns1 1.1.1.1:53"],

@@ -81,6 +81,19 @@ fn send(port: u16, data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// [`send`] in two pieces split at `at`: the second goes once sluice has read the first (and
+/// waits for the rest).
+fn send_in_two(port: u16, data: &[u8], at: usize) -> Vec<u8> {
+    let mut c = TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(&data[..at]).unwrap();
+    wait_consumed(&c);
+    c.write_all(&data[at..]).unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    got
+}
+
 #[test]
 fn tls_passthrough_routed_by_sni() {
     let (a, b) = (recorder("A"), recorder("B"));
@@ -103,15 +116,7 @@ fn tls_passthrough_routed_by_sni() {
     assert_eq!(send(port, &client_hello(None)), b"B");
     // A ClientHello sent in two pieces is waited for.
     let hello = client_hello(Some("a.example.com"));
-    let mut c = TcpStream::connect(lo(port)).unwrap();
-    c.set_read_timeout(Some(WAIT)).unwrap();
-    c.write_all(&hello[..7]).unwrap();
-    // sluice has read the first piece (and waits for the rest) before the rest is sent.
-    wait_consumed(&c);
-    c.write_all(&hello[7..]).unwrap();
-    let mut got = Vec::new();
-    let _ = c.read_to_end(&mut got);
-    assert_eq!(got, b"A");
+    assert_eq!(send_in_two(port, &hello, 7), b"A");
     assert_eq!(a.seen.lock().unwrap().last().unwrap(), &hello);
     // Not TLS: rejected, logged PR, no server sees it.
     let before = a.b.conns() + b.b.conns();
@@ -224,13 +229,6 @@ fn http_detected_in_tcp_mode() {
     assert_eq!(web.seen.lock().unwrap().as_slice(), &[req.to_vec()]);
     assert_eq!(send(port, b"SSH-2.0-OpenSSH_9.2\r\n"), b"OTHER");
     assert_eq!(send(port, &[0, 1, 2, 3]), b"OTHER");
-    let mut c = TcpStream::connect(lo(port)).unwrap();
-    c.set_read_timeout(Some(WAIT)).unwrap();
-    c.write_all(&req[..10]).unwrap();
-    wait_consumed(&c);
-    c.write_all(&req[10..]).unwrap();
-    let mut got = Vec::new();
-    let _ = c.read_to_end(&mut got);
-    assert_eq!(got, b"WEB");
+    assert_eq!(send_in_two(port, req, 10), b"WEB");
     assert_eq!(web.seen.lock().unwrap().last().unwrap(), &req.to_vec());
 }

@@ -823,6 +823,8 @@ impl<C: ClientIo> Conn<'_, C> {
         first: bool,
         pending: Option<(u16, [u8; 2], Instant)>,
     ) -> Option<Next> {
+        // A new transaction: the previous one's id must not reach this one's log line.
+        self.unique_id = None;
         let (head, start) = match self.read_head(pending).await {
             HeadRead::Got(h, s) => (h, s),
             HeadRead::Gone => return None,
@@ -1132,7 +1134,6 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         // `unique-id-format`: the id is made as the request arrives, before the rules (a
         // header the server gets carries it; the access log's %ID prints it).
-        self.unique_id = None;
         if let Some(f) = &self.fe.options.unique_id_format {
             self.unique_id = Some(self.render_request(self.fe, head, src, txn, f, false));
         }
@@ -1510,13 +1511,18 @@ impl<C: ClientIo> Conn<'_, C> {
             hdrs: &self.hdrs,
             src,
             tls: self.ctx.tls.as_deref(),
-            sess: Sess {
-                peer: self.ctx.peer,
-                local: self.ctx.local,
-                frontend: &self.fe.name,
-                backend: &self.fe.name,
-                unique_id: self.unique_id.as_deref(),
-            },
+            sess: self.sess(&self.fe.name),
+        }
+    }
+
+    /// What the rules of a transaction in `backend` see of its session.
+    fn sess<'v>(&'v self, backend: &'v str) -> Sess<'v> {
+        Sess {
+            peer: self.ctx.peer,
+            local: self.ctx.local,
+            frontend: &self.fe.name,
+            backend,
+            unique_id: self.unique_id.as_deref(),
         }
     }
 
@@ -2138,13 +2144,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     hdrs: &self.hdrs,
                     src,
                     tls: self.ctx.tls.as_deref(),
-                    sess: Sess {
-                        peer: self.ctx.peer,
-                        local: self.ctx.local,
-                        frontend: &self.fe.name,
-                        backend: &bp.name,
-                        unique_id: self.unique_id.as_deref(),
-                    },
+                    sess: self.sess(&bp.name),
                 };
                 if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {
                     continue;

@@ -1,5 +1,6 @@
 //! `send-proxy` / `send-proxy-v2`: the PROXY protocol header (haproxy's proxy-protocol.txt)
-//! that tells a server who the client is, written first on a new server connection.
+//! that tells a server who the client is, written first on a new server connection; and the
+//! reading of one a client sends (`bind ... accept-proxy`).
 //!
 //! It owns the header's bytes only. Writing them, and keeping such connections private to
 //! their client (they carry that client's address), is the connect path's job (`stream`).
@@ -86,6 +87,113 @@ fn v6(a: IpAddr) -> std::net::Ipv6Addr {
     }
 }
 
+/// What a client's first bytes hold under `bind ... accept-proxy`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Received {
+    /// Not enough yet to tell.
+    Partial,
+    /// Not a PROXY header (or a malformed one): the connection is closed.
+    Invalid,
+    /// A whole header of `len` bytes; the client and the address it connected to, unless the
+    /// header says `LOCAL`/`UNKNOWN` (the connection's own addresses then stand).
+    Header {
+        len: usize,
+        addrs: Option<(SocketAddr, SocketAddr)>,
+    },
+}
+
+const V2_SIG: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
+/// Version 1's longest line, CRLF included (proxy-protocol.txt §2.1).
+const V1_MAX: usize = 107;
+
+/// Reads a PROXY header, version 1 or 2, at the start of `buf`.
+pub fn parse(buf: &[u8]) -> Received {
+    let n = buf.len().min(V2_SIG.len());
+    if buf[..n] == V2_SIG[..n] {
+        return if n < V2_SIG.len() {
+            Received::Partial
+        } else {
+            parse_v2(buf)
+        };
+    }
+    let n = buf.len().min(6);
+    if buf[..n] != b"PROXY "[..n] {
+        return Received::Invalid;
+    }
+    let Some(end) = buf.windows(2).take(V1_MAX - 1).position(|w| w == b"\r\n") else {
+        return if buf.len() < V1_MAX {
+            Received::Partial
+        } else {
+            Received::Invalid
+        };
+    };
+    let Ok(line) = std::str::from_utf8(&buf[6..end]) else {
+        return Received::Invalid;
+    };
+    let f: Vec<&str> = line.split(' ').collect();
+    let addrs = match f.as_slice() {
+        ["UNKNOWN", ..] => None,
+        [fam @ ("TCP4" | "TCP6"), src, dst, sp, dp] => {
+            let ip = |s: &str| s.parse::<IpAddr>().ok();
+            let port = |s: &str| s.parse::<u16>().ok();
+            match (ip(src), ip(dst), port(sp), port(dp)) {
+                (Some(s), Some(d), Some(sp), Some(dp))
+                    if s.is_ipv4() == (*fam == "TCP4") && d.is_ipv4() == s.is_ipv4() =>
+                {
+                    Some((SocketAddr::new(s, sp), SocketAddr::new(d, dp)))
+                }
+                _ => return Received::Invalid,
+            }
+        }
+        _ => return Received::Invalid,
+    };
+    Received::Header {
+        len: end + 2,
+        addrs,
+    }
+}
+
+fn parse_v2(buf: &[u8]) -> Received {
+    let Some(&[ver_cmd, fam, hi, lo]) = buf.get(12..16) else {
+        return Received::Partial;
+    };
+    let len = 16 + usize::from(u16::from_be_bytes([hi, lo]));
+    let Some(body) = buf.get(16..len) else {
+        return Received::Partial;
+    };
+    if ver_cmd >> 4 != 2 {
+        return Received::Invalid;
+    }
+    let addrs = match (ver_cmd & 0xf, fam) {
+        // LOCAL: a health check of the sender; the connection's own addresses stand.
+        (0, _) => None,
+        (1, 0x11) if body.len() >= 12 => {
+            let ip = |o: usize| IpAddr::from([body[o], body[o + 1], body[o + 2], body[o + 3]]);
+            let port = |o: usize| u16::from_be_bytes([body[o], body[o + 1]]);
+            Some((
+                SocketAddr::new(ip(0), port(8)),
+                SocketAddr::new(ip(4), port(10)),
+            ))
+        }
+        (1, 0x21) if body.len() >= 36 => {
+            let ip = |o: usize| {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&body[o..o + 16]);
+                IpAddr::from(a)
+            };
+            let port = |o: usize| u16::from_be_bytes([body[o], body[o + 1]]);
+            Some((
+                SocketAddr::new(ip(0), port(32)),
+                SocketAddr::new(ip(16), port(34)),
+            ))
+        }
+        // Other families (UNIX, UDP, unspecified): the connection's own addresses.
+        (1, _) => None,
+        _ => return Received::Invalid,
+    };
+    Received::Header { len, addrs }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +236,47 @@ mod tests {
         let l = header(Version::V2, None, None);
         assert_eq!(&l[..12], &SIG);
         assert_eq!(&l[12..], &[0x20, 0, 0, 0]);
+    }
+
+    #[test]
+    fn parse_received_headers() {
+        let a: SocketAddr = "192.0.2.1:5000".parse().unwrap();
+        let b: SocketAddr = "198.51.100.2:443".parse().unwrap();
+        for v in [Version::V1, Version::V2] {
+            let mut h = header(v, Some(a), Some(b));
+            let len = h.len();
+            h.extend_from_slice(b"GET / HTTP/1.1\r\n");
+            assert_eq!(
+                parse(&h),
+                Received::Header {
+                    len,
+                    addrs: Some((a, b))
+                },
+                "{v:?}"
+            );
+            for cut in 0..len {
+                assert_eq!(parse(&h[..cut]), Received::Partial, "{v:?} cut {cut}");
+            }
+            let l = local(v);
+            assert_eq!(
+                parse(l),
+                Received::Header {
+                    len: l.len(),
+                    addrs: None
+                }
+            );
+        }
+        let six = header(
+            Version::V2,
+            Some("[2001:db8::1]:1".parse().unwrap()),
+            Some("[2001:db8::2]:2".parse().unwrap()),
+        );
+        assert!(
+            matches!(parse(&six), Received::Header { addrs: Some((s, _)), .. } if s.port() == 1)
+        );
+        assert_eq!(parse(b"GET / HTTP/1.1\r\n"), Received::Invalid);
+        assert_eq!(parse(b"PROXY TCP4 1.2.3.4 x 1 2\r\n"), Received::Invalid);
+        assert_eq!(parse(b"PROXY TCP4 ::1 ::1 1 2\r\n"), Received::Invalid);
+        assert_eq!(parse(&[b'P'; 200]), Received::Invalid);
     }
 }

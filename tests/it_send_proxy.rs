@@ -231,3 +231,64 @@ fn send_proxy_and_source_errors() {
     );
     assert_eq!(code, 0, "{err}");
 }
+
+/// `bind ... accept-proxy`: the PROXY header (v1 or v2, possibly in pieces) is consumed, its
+/// client address is the one logs, rules and `X-Forwarded-For` see; `tcp-request connection`
+/// rules still see the connection's own address; anything else is refused and logged as
+/// HAProxy logs it.
+#[test]
+fn accept_proxy_takes_the_client_address_from_the_header() {
+    use sluice::send_proxy::{Version, header};
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port} accept-proxy name pp\n\
+         \x20   tcp-request connection reject if {{ src 192.0.2.0/24 }}\n\
+         \x20   option forwardfor\n    http-request deny if {{ src 203.0.113.0/24 }}\n\
+         \x20   default_backend be\nbackend be\n    server s1 {}\n",
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let client = "192.0.2.10:5555".parse().unwrap();
+    let dst = "198.51.100.1:80".parse().unwrap();
+    for v in [Version::V1, Version::V2] {
+        let mut c = HttpClient::connect(port);
+        let h = header(v, Some(client), Some(dst));
+        // The header in two pieces, then a request on the same connection.
+        c.wire.stream.write_all(&h[..5]).unwrap();
+        wait_consumed(&c.wire.stream);
+        c.wire.stream.write_all(&h[5..]).unwrap();
+        let r = c.request("GET /pp HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(r.status, 200, "{v:?}");
+        assert_eq!(
+            b.last_request().header("x-forwarded-for"),
+            Some("192.0.2.10"),
+            "{v:?}"
+        );
+    }
+    let line = s.wait_log_line(|l| l.contains("/pp "), WAIT);
+    assert!(line.starts_with("192.0.2.10:5555 "), "{line}");
+    // A rule after the header sees the header's address.
+    let mut c = HttpClient::connect(port);
+    let h = header(
+        Version::V1,
+        Some("203.0.113.5:1".parse().unwrap()),
+        Some(dst),
+    );
+    c.wire.stream.write_all(&h).unwrap();
+    assert_eq!(c.request("GET / HTTP/1.1\r\nHost: t\r\n\r\n").status, 403);
+    // No header: closed without an answer, and logged.
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    let line = s.wait_log_line(|l| l.contains("PROXY protocol"), WAIT);
+    assert!(
+        line.contains(
+            " fe/pp: Received something which does not look like a PROXY protocol header"
+        ),
+        "{line}"
+    );
+}

@@ -38,12 +38,14 @@ pub async fn serve(
     adm: Admission,
     key: usize,
     tls: Option<Arc<crate::tls::BindTls>>,
+    accept_proxy: Option<String>,
 ) {
+    let mut client = client;
     let accepted_at = std::time::SystemTime::now();
     let p = &w.shared.cfg.proxies[proxy];
     let fe = &w.shared.proxies[proxy].fe;
     fe.max_conns.fetch_max(fe.cur_conns.load(Relaxed), Relaxed);
-    let peer = match &client {
+    let mut peer = match &client {
         Client::Tcp(_, a) => {
             // TCP_NODELAY and `tcp-smart-accept`'s delayed ACKs come from the listening
             // socket (Linux copies them to accepted sockets): no setsockopt per connection.
@@ -61,7 +63,7 @@ pub async fn serve(
         !p.options.httplog && !p.options.tcplog && log_format.is_none() && !p.logs.is_empty();
     // getsockname() only when a log line, a rule (`dst`) or a PROXY header to a server may
     // need it: it is a syscall per connection.
-    let local = match &client {
+    let mut local = match &client {
         Client::Tcp(s, _)
             if connect_line
                 || log_format.is_some_and(|f| f.needs_local)
@@ -76,6 +78,36 @@ pub async fn serve(
     // which can only read the source there): a reject closes the connection at once,
     // unlogged, as in HAProxy.
     for (rules, content) in [(&p.tcp_connection, false), (&p.tcp_content, true)] {
+        // `accept-proxy`: the header is read after the connection rules (which see the
+        // connection's own addresses, as in HAProxy); its addresses stand for the rest.
+        if content && let Some(label) = &accept_proxy {
+            let limit = match p.mode {
+                Mode::Http => p.timeouts.http_request.or(p.timeouts.client),
+                Mode::Tcp => p.timeouts.client,
+            };
+            let Client::Tcp(s, _) = &mut client else {
+                unreachable!("accept-proxy is refused on UNIX binds")
+            };
+            match with_timeout(limit, read_proxy_header(s)).await {
+                Some(Ok(Some((src, dst)))) => {
+                    peer = Some(src);
+                    local = Some(dst);
+                }
+                Some(Ok(None)) => {}
+                Some(Err(())) | None => {
+                    fe.counters.req_errors.fetch_add(1, Relaxed);
+                    connection_error(
+                        &w,
+                        proxy,
+                        peer,
+                        accepted_at,
+                        label,
+                        "Received something which does not look like a PROXY protocol header",
+                    );
+                    return;
+                }
+            }
+        }
         if rules.is_empty() || (content && p.mode == Mode::Tcp) {
             continue;
         }
@@ -310,30 +342,76 @@ impl Drop for SslConnGuard {
 /// Logs a failed client handshake: `IP:PORT [date] fe/bind: SSL handshake failure (why)`, or
 /// `... Connection closed during SSL handshake` when `why` is empty (the client left first).
 fn handshake_failed(ctx: &SessionCtx, bind: &str, why: &str) {
-    let shared = ctx.shared();
-    let p = &shared.cfg.proxies[ctx.proxy];
+    let text = if why.is_empty() {
+        "Connection closed during SSL handshake".to_string()
+    } else {
+        format!("SSL handshake failure ({why})")
+    };
+    connection_error(&ctx.w, ctx.proxy, ctx.peer, ctx.accepted_at, bind, &text);
+}
+
+/// HAProxy's line for a connection that failed before any stream began: `CLIENT [DATE]
+/// FRONTEND/BIND: TEXT`.
+fn connection_error(
+    w: &Worker,
+    proxy: usize,
+    peer: Option<std::net::SocketAddr>,
+    accepted_at: std::time::SystemTime,
+    bind: &str,
+    text: &str,
+) {
+    let p = &w.shared.cfg.proxies[proxy];
     if p.logs.is_empty() {
         return;
     }
     let mut line = String::with_capacity(96);
-    match ctx.peer {
+    match peer {
         Some(a) => line.push_str(&a.to_string()),
         None => line.push_str("unix:1"),
     }
     line.push_str(" [");
-    crate::log::Tm::from_system(ctx.accepted_at).haproxy(&mut line);
+    crate::log::Tm::from_system(accepted_at).haproxy(&mut line);
     line.push_str("] ");
     line.push_str(&p.name);
     line.push('/');
     line.push_str(bind);
-    if why.is_empty() {
-        line.push_str(": Connection closed during SSL handshake");
-    } else {
-        line.push_str(": SSL handshake failure (");
-        line.push_str(why);
-        line.push(')');
+    line.push_str(": ");
+    line.push_str(text);
+    w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);
+}
+
+/// `accept-proxy`: consumes the PROXY header at the start of the connection, and nothing
+/// after it (the request or the TLS ClientHello that follows stays in the socket). Every
+/// byte taken belongs to the header: what is peeked is read only while the header is
+/// incomplete, then exactly its rest. `Ok(None)`: a LOCAL/UNKNOWN header.
+async fn read_proxy_header(
+    s: &mut TcpStream,
+) -> Result<Option<(std::net::SocketAddr, std::net::SocketAddr)>, ()> {
+    use crate::send_proxy::{Received, parse};
+    use tokio::io::AsyncReadExt;
+    let mut taken: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = s.peek(&mut buf).await.map_err(|_| ())?;
+        if n == 0 {
+            return Err(());
+        }
+        let mut seen = taken.clone();
+        seen.extend_from_slice(&buf[..n]);
+        match parse(&seen) {
+            Received::Header { len, addrs } => {
+                let rest = len - taken.len();
+                s.read_exact(&mut buf[..rest]).await.map_err(|_| ())?;
+                return Ok(addrs);
+            }
+            Received::Invalid => return Err(()),
+            Received::Partial if seen.len() > 4096 => return Err(()),
+            Received::Partial => {
+                s.read_exact(&mut buf[..n]).await.map_err(|_| ())?;
+                taken.extend_from_slice(&buf[..n]);
+            }
+        }
     }
-    ctx.w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);
 }
 
 /// What a session knows about itself.

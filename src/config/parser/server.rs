@@ -28,7 +28,6 @@ const BIND_UNSUPPORTED: &[&str] = &[
     "crl-file",
     "crt-ignore-err",
     "npn",
-    "accept-proxy",
     "accept-netscaler-cip",
     "transparent",
     "mss",
@@ -145,6 +144,8 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         backlog: None,
         defer_accept: false,
         tfo: false,
+        accept_proxy: false,
+        label: String::new(),
         v4v6: false,
         v6only: false,
         interface: None,
@@ -169,6 +170,7 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             }
             "defer-accept" => proto.defer_accept = true,
             "tfo" => proto.tfo = true,
+            "accept-proxy" => proto.accept_proxy = true,
             "interface" => {
                 proto.interface = Some(arg(w, i + 1, "name after 'interface'")?.to_string());
                 i += 1;
@@ -211,7 +213,15 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     if tls.ssl {
         tls.apply_defaults(&d.tls_defaults);
     }
+    proto.label.clone_from(&label);
     proto.ssl = tls.build(label)?;
+    if proto.accept_proxy && addrs.iter().any(|a| matches!(a, BindAddr::Unix(_))) {
+        return Err(
+            "'accept-proxy' on a UNIX socket is not supported by sluice (TCP binds only)"
+                .to_string()
+                .into(),
+        );
+    }
     for a in addrs {
         d.p.binds.push(Bind {
             addr: a,

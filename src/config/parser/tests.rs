@@ -963,6 +963,8 @@ fn bind_addresses() {
             backlog: None,
             defer_accept: false,
             tfo: false,
+            accept_proxy: false,
+            label: "1".into(),
             v4v6: false,
             v6only: false,
             interface: None,

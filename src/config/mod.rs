@@ -152,6 +152,11 @@ pub struct Global {
     /// `show-node` / `show-desc` print when they name nothing of their own.
     pub node: Option<String>,
     pub description: Option<String>,
+    /// `server-state-file` and `server-state-base`: where a `show servers state` dump is
+    /// kept. HAProxy reads it only for backends with `load-server-state-from-file`, which
+    /// sluice does not support (an error), so nothing reads these.
+    pub server_state_file: Option<String>,
+    pub server_state_base: Option<String>,
     /// `ulimit-n N`: the open-file limit to set instead of the hard limit.
     pub ulimit_n: Option<u64>,
     /// `strict-limits`: an open-file limit that cannot be set, or a `maxconn` it cannot
@@ -242,6 +247,8 @@ impl Default for Global {
             gid: None,
             tls: crate::tls::TlsDefaults::default(),
             node: None,
+            server_state_file: None,
+            server_state_base: None,
             description: None,
             ulimit_n: None,
             strict_limits: false,

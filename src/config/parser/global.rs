@@ -39,6 +39,8 @@ const KEYWORDS: &[&str] = &[
     "ssl-default-bind-curves",
     "node",
     "description",
+    "server-state-file",
+    "server-state-base",
     "ulimit-n",
     "strict-limits",
     "zero-warning",
@@ -79,8 +81,6 @@ const UNSUPPORTED: &[&str] = &[
     "nosplice",
     "nogetaddrinfo",
     "noreuseport",
-    "server-state-file",
-    "server-state-base",
     "h1-case-adjust",
     "h1-case-adjust-file",
     "h2-workaround-bogus-websocket-clients",
@@ -172,6 +172,15 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
         "node" => {
             g.node = Some(arg(w, 1, "node name")?.to_string());
             no_extra(w, 2)?;
+        }
+        "server-state-file" | "server-state-base" => {
+            let v = Some(arg(w, 1, "path")?.to_string());
+            no_extra(w, 2)?;
+            if kw == "server-state-file" {
+                g.server_state_file = v;
+            } else {
+                g.server_state_base = v;
+            }
         }
         // The rest of the line, as HAProxy takes it.
         "description" => {
@@ -800,6 +809,22 @@ mod tests {
                 .any(|m| m.contains("DHE-RSA-AES128-GCM-SHA256 not implemented by rustls")),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn server_state_paths() {
+        let (g, e) = run(&[
+            "server-state-base /var/state/haproxy",
+            "server-state-file /etc/haproxy/haproxy.state",
+        ]);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(
+            g.server_state_file.as_deref(),
+            Some("/etc/haproxy/haproxy.state")
+        );
+        assert_eq!(g.server_state_base.as_deref(), Some("/var/state/haproxy"));
+        let (_, e) = run(&["server-state-file"]);
+        assert!(e[0].contains("path"), "{e:?}");
     }
 
     #[test]

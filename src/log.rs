@@ -471,6 +471,17 @@ fn request_parts(r: &str) -> (Option<&str>, Option<&str>, Option<&str>) {
     (it.next(), it.next(), it.next())
 }
 
+/// What a format evaluated on a live request makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Live {
+    /// A header value or a redirect target: spaces kept as written, a missing sample prints
+    /// nothing, samples are not quoted.
+    HeaderValue,
+    /// The `unique-id-format` id, which HAProxy builds like a log line: no leading or
+    /// repeated spaces, `-` for nothing.
+    UniqueId,
+}
+
 impl Logger {
     /// Renders a `log-format` line.
     pub fn custom(&self, f: &CustomFormat, e: &Entry<'_>) -> String {
@@ -479,29 +490,17 @@ impl Logger {
         out
     }
 
-    /// Renders `unique-id-format` on a request as it arrives: `%[fetch]` reads `view` now, as
-    /// in [`Logger::render_now`], but spaces and missing values are those of a log line (HAProxy
-    /// builds the id like a log line: no leading or repeated spaces, `-` for nothing).
-    pub fn render_id(
-        &self,
-        f: &CustomFormat,
-        e: &Entry<'_>,
-        view: &dyn crate::config::HttpView,
-        out: &mut String,
-    ) {
-        self.render(f, e, Some((view, false)), out)
-    }
-
-    /// Renders a format on a request being processed (a header value, a redirect target):
-    /// every `%[fetch]` reads `view` now, variables read what `e` knows so far.
+    /// Renders a format on a request being processed: every `%[fetch]` reads `view` now,
+    /// variables read what `e` knows so far; `as_` says whose spacing and missing values apply.
     pub fn render_now(
         &self,
         f: &CustomFormat,
         e: &Entry<'_>,
         view: &dyn crate::config::HttpView,
+        as_: Live,
         out: &mut String,
     ) {
-        self.render(f, e, Some((view, true)), out)
+        self.render(f, e, Some((view, as_ == Live::HeaderValue)), out)
     }
 
     fn render(

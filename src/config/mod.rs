@@ -685,8 +685,9 @@ pub struct Bind {
     /// `accept-proxy`: each connection starts with a PROXY header (v1 or v2) whose
     /// addresses replace the connection's for everything after `tcp-request connection`.
     pub accept_proxy: bool,
-    /// How logs name the listener: its `name`, else its number in the proxy (`fe/1`).
-    pub label: String,
+    /// How logs name the listener: its `name`, else its number in the proxy (`fe/1`). Shared:
+    /// an `accept-proxy` session takes it without copying.
+    pub label: std::sync::Arc<str>,
     pub v4v6: bool,
     pub v6only: bool,
     /// `interface NAME`: the socket receives only what arrives on that network interface

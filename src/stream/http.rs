@@ -27,6 +27,7 @@ use crate::http::{
     is_hop_by_hop, parse_request, parse_response,
 };
 use crate::log::Entry;
+use crate::log::Live;
 use crate::pool::{IdleConn, Limits};
 use crate::worker::Worker;
 use std::rc::Rc;
@@ -1135,7 +1136,8 @@ impl<C: ClientIo> Conn<'_, C> {
         // `unique-id-format`: the id is made as the request arrives, before the rules (a
         // header the server gets carries it; the access log's %ID prints it).
         if let Some(f) = &self.fe.options.unique_id_format {
-            self.unique_id = Some(self.render_request(self.fe, head, src, txn, f, false));
+            self.unique_id =
+                Some(self.render_on_request(self.fe, head, src, txn, f, Live::UniqueId));
         }
         // Frontend http-request rules.
         if let Some(r) = self.run_request_rules(self.fe, head, src, txn) {
@@ -1289,7 +1291,8 @@ impl<C: ClientIo> Conn<'_, C> {
             match &rule.action {
                 HttpRequestAction::Header(a) => match a.value() {
                     Some(LfValue::Fmt { format, .. }) => {
-                        let v = self.render_on_request(p, head, src, txn, format);
+                        let v =
+                            self.render_on_request(p, head, src, txn, format, Live::HeaderValue);
                         self.hdrs.apply_value(&self.cbuf, a, &v);
                     }
                     _ => self.hdrs.apply(&self.cbuf, a),
@@ -1298,7 +1301,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     let value = match &rw.value {
                         LfValue::Lit(t) => std::borrow::Cow::Borrowed(t.as_str()),
                         LfValue::Fmt { format, .. } => std::borrow::Cow::Owned(
-                            self.render_on_request(p, head, src, txn, format),
+                            self.render_on_request(p, head, src, txn, format, Live::HeaderValue),
                         ),
                     };
                     let cur = self.hdrs.target(&self.cbuf, head);
@@ -1327,8 +1330,8 @@ impl<C: ClientIo> Conn<'_, C> {
         v
     }
 
-    /// Evaluates a log-format value (a header value, a redirect target) on the request now,
-    /// as the rules of proxy `p` see it.
+    /// Evaluates a format on the request now, as the rules of proxy `p` see it: a header value
+    /// or redirect target, or the `unique-id-format` id.
     fn render_on_request(
         &self,
         p: &Proxy,
@@ -1336,20 +1339,7 @@ impl<C: ClientIo> Conn<'_, C> {
         src: Option<IpAddr>,
         txn: &Txn,
         f: &crate::config::logformat::LogFormat,
-    ) -> String {
-        self.render_request(p, head, src, txn, f, true)
-    }
-
-    /// A format evaluated on the request now: as a header value (`header`), or as the
-    /// `unique-id-format` id, whose spaces and missing values are a log line's.
-    fn render_request(
-        &self,
-        p: &Proxy,
-        head: &RequestHead,
-        src: Option<IpAddr>,
-        txn: &Txn,
-        f: &crate::config::logformat::LogFormat,
-        header: bool,
+        as_: Live,
     ) -> String {
         let mut e = self.now_entry(&p.name, txn);
         // The request line (`%r`, `%HM`, ...) is kept for logging only when a log needs it.
@@ -1359,12 +1349,7 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         let mut out = String::new();
         let view = self.proxy_view(p, head, src);
-        let log = &self.ctx.w.log;
-        if header {
-            log.render_now(f, &e, &view, &mut out);
-        } else {
-            log.render_id(f, &e, &view, &mut out);
-        }
+        self.ctx.w.log.render_now(f, &e, &view, as_, &mut out);
         out
     }
 
@@ -1551,7 +1536,14 @@ impl<C: ClientIo> Conn<'_, C> {
             LfValue::Lit(t) => std::borrow::Cow::Borrowed(t.as_str()),
             LfValue::Fmt { format, .. } => {
                 let src = self.ctx.peer.map(|a| a.ip());
-                std::borrow::Cow::Owned(self.render_on_request(p, head, src, txn, format))
+                std::borrow::Cow::Owned(self.render_on_request(
+                    p,
+                    head,
+                    src,
+                    txn,
+                    format,
+                    Live::HeaderValue,
+                ))
             }
         };
         let loc = redirect_location(rd, &target, &self.cbuf, head, &self.hdrs);
@@ -2163,7 +2155,10 @@ impl<C: ClientIo> Conn<'_, C> {
                         e.srv_addr = Some(**slot.server_state().addr.load());
                         e.status = resp.status.into();
                         let mut v = String::new();
-                        self.ctx.w.log.render_now(format, &e, &view, &mut v);
+                        self.ctx
+                            .w
+                            .log
+                            .render_now(format, &e, &view, Live::HeaderValue, &mut v);
                         self.hdrs.apply_value(&self.sbuf, a, &v);
                     }
                     _ => self.hdrs.apply(&self.sbuf, a),

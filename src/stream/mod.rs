@@ -38,7 +38,7 @@ pub async fn serve(
     adm: Admission,
     key: usize,
     tls: Option<Arc<crate::tls::BindTls>>,
-    accept_proxy: Option<String>,
+    accept_proxy: Option<Arc<str>>,
 ) {
     let mut client = client;
     let accepted_at = std::time::SystemTime::now();

@@ -145,7 +145,7 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         defer_accept: false,
         tfo: false,
         accept_proxy: false,
-        label: String::new(),
+        label: "".into(),
         v4v6: false,
         v6only: false,
         interface: None,
@@ -213,7 +213,7 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     if tls.ssl {
         tls.apply_defaults(&d.tls_defaults);
     }
-    proto.label.clone_from(&label);
+    proto.label = label.as_str().into();
     proto.ssl = tls.build(label)?;
     if proto.accept_proxy && addrs.iter().any(|a| matches!(a, BindAddr::Unix(_))) {
         return Err(

@@ -101,6 +101,21 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
         CliLevel::Admin,
     ),
     (
+        "show table [<table> [key <k> | data.<type> <op> <v>]]",
+        "report table usage stats or dump this table's contents",
+        CliLevel::Operator,
+    ),
+    (
+        "clear table <table> [key <k> | data.<type> <op> <v>]",
+        "remove an entry from a table",
+        CliLevel::Admin,
+    ),
+    (
+        "set table <table> key <k> [data.<type> <v>]*",
+        "update or create a table entry's data",
+        CliLevel::Admin,
+    ),
+    (
         "show pools",
         "report the server connection pools (idle, safe, used, reuse counters)",
         CliLevel::User,
@@ -401,6 +416,17 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
             admin(sess, || crate::tls::cli_commit_cert(&shared.cfg, path))
         }
         ["abort", "ssl", "cert", path] => admin(sess, || crate::tls::cli_abort_cert(path)),
+        ["show", "table", rest @ ..] => {
+            if sess.level < CliLevel::Operator {
+                PERMISSION_DENIED.into()
+            } else {
+                crate::stick::cli_show(&tables(shared), rest)
+            }
+        }
+        ["clear", "table", rest @ ..] => {
+            admin(sess, || crate::stick::cli_clear(&tables(shared), rest))
+        }
+        ["set", "table", rest @ ..] => admin(sess, || crate::stick::cli_set(&tables(shared), rest)),
         ["set", "maxconn", ..] => admin(sess, || {
             "Required arguments: 'frontend', 'server' or 'global'.\n".into()
         }),
@@ -420,6 +446,16 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
         ),
     };
     (out, After::Continue)
+}
+
+/// The configuration's stick tables, in declaration order.
+fn tables(shared: &Shared) -> Vec<&Arc<crate::stick::Table>> {
+    shared
+        .cfg
+        .proxies
+        .iter()
+        .filter_map(|p| p.stick_table.as_ref())
+        .collect()
 }
 
 /// `Permission denied` when the session's level is below `need`.

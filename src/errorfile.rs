@@ -31,6 +31,17 @@ fn message(status: u16) -> &'static str {
     }
 }
 
+/// The built-in response for `status`, for a connection that stays open (`deny`, as in
+/// HAProxy 2.6): no `connection: close`.
+pub fn builtin_open(status: u16) -> Vec<u8> {
+    let page = builtin(status);
+    let line = b"connection: close\r\n";
+    match memchr::memmem::find(&page, line) {
+        Some(at) => [&page[..at], &page[at + line.len()..]].concat(),
+        None => page,
+    }
+}
+
 /// The built-in response for `status`.
 pub fn builtin(status: u16) -> Vec<u8> {
     let reason = crate::http::reason_phrase(status);

@@ -29,6 +29,7 @@ pub mod runtime;
 pub mod send_proxy;
 pub mod stats;
 pub mod stats_page;
+pub mod stick;
 pub mod stream;
 pub mod sys;
 pub mod tls;

@@ -564,6 +564,7 @@ impl Logger {
                                     frontend: e.frontend,
                                     backend: e.backend,
                                     unique_id: e.unique_id,
+                                    sc: Default::default(),
                                 },
                             );
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])

@@ -194,10 +194,7 @@ fn config_checks() {
         out.contains(":8: 'tcp-request content' in frontend 'fe': in 'mode http'"),
         "{out}"
     );
-    assert!(
-        out.contains(":9: ") && out.contains("action 'track-sc0'"),
-        "{out}"
-    );
+    assert!(out.contains(":9: unable to find stick-table 'fe'"), "{out}");
     assert!(
         out.contains(":10: ") && out.contains("'tcp-request session' rules are not supported"),
         "{out}"

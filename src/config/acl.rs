@@ -68,6 +68,8 @@ pub struct Sess<'a> {
     pub backend: &'a str,
     /// The request's `unique-id-format` id (`unique-id`).
     pub unique_id: Option<&'a str>,
+    /// The stick-table entries the session and the request track (`sc_*` fetches).
+    pub sc: crate::stick::ScView<'a>,
 }
 
 /// Set when a configuration reads the address a client connected to (`dst`, `dst_port`,
@@ -261,10 +263,156 @@ enum Fetch {
     HttpAuth(crate::userlist::UserlistRef),
     /// `http_auth_group(L)`: the groups of the user the credentials authenticate in L.
     HttpAuthGroup(crate::userlist::UserlistRef),
+    /// `sc_*(N[,T])`, `scN_*([T])`, `src_*([T])`: a stick-table counter of what slot N
+    /// tracks, or of the client's address.
+    Stick {
+        at: StickAt,
+        what: StickWhat,
+        /// `Some`: the table to look the key up in (for `src_*`, always set).
+        table: Option<crate::stick::TableRef>,
+    },
+    /// `table_avl([T])`, `table_cnt([T])`: free and used entries of a table.
+    TableAvl(crate::stick::TableRef),
+    TableCnt(crate::stick::TableRef),
     /// `status`: the response's status code.
     Status,
     /// A response fetch (`res.hdr`, `shdr`, ...): the inner header fetch, on a response only.
     Res(Box<Fetch>),
+}
+
+/// Whose entry a stick-table fetch reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StickAt {
+    Sc(usize),
+    Src,
+}
+
+/// What a stick-table fetch does with the entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StickWhat {
+    Get(crate::stick::Data),
+    /// `kbytes_in`, `kbytes_out`: a byte counter in KiB.
+    KBytes(crate::stick::Data),
+    /// `inc_gpc0`: adds one, gives the new value.
+    Inc(crate::stick::Data),
+    /// `clr_gpc0`: clears, gives the value before.
+    Clr(crate::stick::Data),
+    /// `updt_conn_cnt` (`src_` only): counts a connection, gives the new count.
+    UpdtConnCnt,
+    /// `tracked` (`sc` only): whether the slot tracks something.
+    Tracked,
+    /// `trackers`: how many sessions track the entry.
+    Trackers,
+}
+
+impl StickWhat {
+    fn parse(s: &str) -> Option<StickWhat> {
+        use crate::stick::Data::*;
+        Some(match s {
+            "get_gpc0" => StickWhat::Get(Gpc0),
+            "get_gpc1" => StickWhat::Get(Gpc1),
+            "get_gpt0" => StickWhat::Get(Gpt0),
+            "inc_gpc0" => StickWhat::Inc(Gpc0),
+            "inc_gpc1" => StickWhat::Inc(Gpc1),
+            "clr_gpc0" => StickWhat::Clr(Gpc0),
+            "clr_gpc1" => StickWhat::Clr(Gpc1),
+            "kbytes_in" => StickWhat::KBytes(BytesInCnt),
+            "kbytes_out" => StickWhat::KBytes(BytesOutCnt),
+            "updt_conn_cnt" => StickWhat::UpdtConnCnt,
+            "tracked" => StickWhat::Tracked,
+            "trackers" => StickWhat::Trackers,
+            "gpc0_rate" | "gpc1_rate" | "conn_cnt" | "conn_cur" | "conn_rate" | "sess_cnt"
+            | "sess_rate" | "http_req_cnt" | "http_req_rate" | "http_err_cnt" | "http_err_rate"
+            | "http_fail_cnt" | "http_fail_rate" | "bytes_in_rate" | "bytes_out_rate" => {
+                StickWhat::Get(crate::stick::Data::by_name(s)?)
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// Evaluates a stick-table fetch: `None` is no sample (nothing tracked on the slot, or the
+/// table does not store the data); an absent key reads as 0, as in HAProxy.
+fn stick_fetch(
+    at: StickAt,
+    what: StickWhat,
+    table: Option<&crate::stick::TableRef>,
+    view: &dyn HttpView,
+) -> Option<Sample<'static>> {
+    use crate::stick::{Data, KeySample};
+    let t_named = table.and_then(|t| t.get());
+    // The entry, and its table; an absent entry with its table.
+    let (t, e) = match at {
+        StickAt::Sc(n) => {
+            let sess = view.sess();
+            let tr = sess.sc.get(n);
+            if what == StickWhat::Tracked {
+                return Some(Sample::Bool(tr.is_some()));
+            }
+            let tr = tr?;
+            match t_named {
+                Some(t) if !Arc::ptr_eq(t, &tr.table) => (t.clone(), t.lookup(tr.entry.key())),
+                _ => (tr.table.clone(), Some(tr.entry.clone())),
+            }
+        }
+        StickAt::Src => {
+            let t = t_named?.clone();
+            let k = t.key_of(KeySample::Ip(view.src()?))?;
+            let e = match what {
+                StickWhat::Inc(_) | StickWhat::Clr(_) | StickWhat::UpdtConnCnt => {
+                    t.get_or_create(k)
+                }
+                _ => t.lookup(&k),
+            };
+            (t, e)
+        }
+    };
+    let int = |v: u64| Some(Sample::Int(v.min(i64::MAX as u64) as i64));
+    match what {
+        StickWhat::Tracked => unreachable!("answered above"),
+        StickWhat::Trackers => int(e.map_or(0, |e| e.trackers() as u64)),
+        StickWhat::Get(d) | StickWhat::KBytes(d) => {
+            if !t.stores(d) {
+                return None;
+            }
+            let v = e.and_then(|e| t.get(&e, d)).unwrap_or(0);
+            int(if matches!(what, StickWhat::KBytes(_)) {
+                v >> 10
+            } else {
+                v
+            })
+        }
+        StickWhat::Inc(d) => {
+            let rate = if d == Data::Gpc0 {
+                Data::Gpc0Rate
+            } else {
+                Data::Gpc1Rate
+            };
+            if !t.stores(d) && !t.stores(rate) {
+                return None;
+            }
+            let Some(e) = e else { return int(0) };
+            t.add(&e, d, 1);
+            int(t.get(&e, d).unwrap_or(0))
+        }
+        StickWhat::Clr(d) => {
+            if !t.stores(d) {
+                return None;
+            }
+            let Some(e) = e else { return int(0) };
+            let v = t.get(&e, d).unwrap_or(0);
+            t.set(&e, d, 0);
+            int(v)
+        }
+        StickWhat::UpdtConnCnt => {
+            if !t.stores(Data::ConnCnt) {
+                return None;
+            }
+            let Some(e) = e else { return int(0) };
+            t.add(&e, Data::ConnCnt, 1);
+            int(t.get(&e, Data::ConnCnt).unwrap_or(0))
+        }
+    }
 }
 
 fn trim_ows(mut s: &[u8]) -> &[u8] {
@@ -385,6 +533,9 @@ impl Fetch {
                 | Fetch::ProtoHttp
                 // Made from the request, but kept with the session until it is logged.
                 | Fetch::UniqueId
+                | Fetch::Stick { .. }
+                | Fetch::TableAvl(_)
+                | Fetch::TableCnt(_)
         )
     }
 
@@ -409,7 +560,14 @@ impl Fetch {
     fn out_type(&self) -> SmpType {
         match self {
             Fetch::Res(inner) => inner.out_type(),
-            Fetch::Status => SmpType::Int,
+            Fetch::Status | Fetch::TableAvl(_) | Fetch::TableCnt(_) => SmpType::Int,
+            Fetch::Stick { what, .. } => {
+                if *what == StickWhat::Tracked {
+                    SmpType::Bool
+                } else {
+                    SmpType::Int
+                }
+            }
             Fetch::AlwaysTrue
             | Fetch::AlwaysFalse
             | Fetch::ProtoHttp
@@ -624,6 +782,18 @@ impl Fetch {
                 })
             }
             Fetch::Status => view.status().is_some_and(|s| f(Sample::Int(s.into()))),
+            Fetch::Stick { at, what, table } => {
+                stick_fetch(*at, *what, table.as_ref(), view).is_some_and(&mut *f)
+            }
+            Fetch::TableAvl(t) | Fetch::TableCnt(t) => {
+                let Some(t) = t.get() else { return false };
+                let used = t.used() as i64;
+                f(Sample::Int(if matches!(self, Fetch::TableCnt(_)) {
+                    used
+                } else {
+                    (t.def.size as i64 - used).max(0)
+                }))
+            }
             Fetch::Res(inner) => view.status().is_some() && inner.for_each(view, f),
             Fetch::SslFc => f(Sample::Bool(view.tls().is_some())),
             Fetch::SslCUsed => f(Sample::Bool(view.tls().is_some_and(|t| t.client_cert))),
@@ -695,6 +865,22 @@ impl SampleFetch {
     /// Whether it reads the HTTP request (so it must be taken while the request is there).
     pub fn uses_http(&self) -> bool {
         self.fetch.is_http()
+    }
+
+    /// The sample as a key of table `t` (of several samples, the last); `None` without one.
+    pub fn key(&self, view: &dyn HttpView, t: &crate::stick::Table) -> Option<crate::stick::Key> {
+        use crate::stick::KeySample;
+        let mut key = None;
+        self.fetch.for_each(view, &mut |s| {
+            key = t.key_of(match s {
+                Sample::Str(b) => KeySample::Str(b),
+                Sample::Int(n) => KeySample::Int(n),
+                Sample::Bool(b) => KeySample::Int(b as i64),
+                Sample::Ip(ip) => KeySample::Ip(ip),
+            });
+            false
+        });
+        key
     }
 
     /// The expression as written.
@@ -886,6 +1072,22 @@ impl Matcher {
 // ---------------------------------------------------------------------------------------------
 // Parsing.
 
+/// `sc_X`, `scN_X`, `src_X` with a stick-table `X`: the slot (`scN_`), and what is read.
+fn stick_fetch_name(name: &str) -> Option<(Option<usize>, StickWhat)> {
+    let (prefix, rest) = name.split_once('_')?;
+    let slot = match prefix {
+        "sc" | "src" => None,
+        p => {
+            let n: usize = p.strip_prefix("sc")?.parse().ok()?;
+            if n >= crate::stick::SLOTS {
+                return None;
+            }
+            Some(n)
+        }
+    };
+    Some((slot, StickWhat::parse(rest)?))
+}
+
 /// Criteria sluice understands (for suggestions).
 const CRITERIA: &[&str] = &[
     "always_true",
@@ -988,6 +1190,27 @@ const CRITERIA: &[&str] = &[
     "shdr_len",
     "shdr_cnt",
     "shdr_val",
+    "sc_tracked",
+    "sc_conn_cur",
+    "sc_conn_rate",
+    "sc_http_req_rate",
+    "sc_http_err_rate",
+    "sc_get_gpc0",
+    "sc_inc_gpc0",
+    "sc_get_gpt0",
+    "sc0_conn_cur",
+    "sc0_conn_rate",
+    "sc0_http_req_rate",
+    "sc0_get_gpc0",
+    "src_conn_cur",
+    "src_conn_rate",
+    "src_conn_cnt",
+    "src_http_req_rate",
+    "src_http_err_rate",
+    "src_get_gpc0",
+    "src_inc_gpc0",
+    "table_cnt",
+    "table_avl",
 ];
 
 /// Sample fetches HAProxy has that sluice does not evaluate (yet).
@@ -1009,10 +1232,6 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
     "req.ssl_ver",
     "req.ver",
     "req_ver",
-    "sc0_conn_rate",
-    "sc0_http_req_rate",
-    "src_conn_rate",
-    "src_http_req_rate",
     "srv_id",
     "urlp_val",
     "var",
@@ -1204,6 +1423,72 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "req.ssl_sni" | "req_ssl_sni" => no_args(Fetch::ReqSslSni)?,
         "req.ssl_alpn" => no_args(Fetch::ReqSslAlpn)?,
         "unique-id" => no_args(Fetch::UniqueId)?,
+        "table_avl" | "table_cnt" => {
+            let t = match args.map(str::trim).filter(|a| !a.is_empty()) {
+                Some(a) => crate::stick::reference(a),
+                None => crate::stick::current()?,
+            };
+            if base == "table_avl" {
+                Fetch::TableAvl(t)
+            } else {
+                Fetch::TableCnt(t)
+            }
+        }
+        b if stick_fetch_name(b).is_some() => {
+            let (at, op) = stick_fetch_name(b).expect("checked by the guard");
+            let mut a: Vec<&str> = args
+                .map(|a| a.split(',').map(str::trim).collect())
+                .unwrap_or_default();
+            if a.len() == 1 && a[0].is_empty() {
+                a.clear();
+            }
+            let at = match at {
+                Some(n) => StickAt::Sc(n),
+                None if b.starts_with("sc_") => {
+                    let Some(n) = a.first() else {
+                        return Err(format!(
+                            "{what} '{name}' requires a stick counter number, as in '{name}(0)'"
+                        ));
+                    };
+                    let n = match n.parse::<usize>() {
+                        Ok(n) if n < crate::stick::SLOTS => n,
+                        _ => {
+                            return Err(format!(
+                                "{what} '{name}': invalid stick counter '{n}' (expected 0 to {})",
+                                crate::stick::SLOTS - 1
+                            ));
+                        }
+                    };
+                    a.remove(0);
+                    StickAt::Sc(n)
+                }
+                None => StickAt::Src,
+            };
+            if a.len() > 1 {
+                return Err(format!("{what} '{name}': too many arguments in '{word}'"));
+            }
+            let table = match (a.first(), at) {
+                (Some(t), _) => Some(crate::stick::reference(t)),
+                (None, StickAt::Src) => Some(crate::stick::current()?),
+                (None, StickAt::Sc(_)) => None,
+            };
+            let (_, w) = b.split_once('_').expect("stick fetch names have a prefix");
+            if matches!(at, StickAt::Src) && w == "tracked" {
+                return Err(format!(
+                    "unknown {what} '{name}' (did you mean 'sc_tracked'?)"
+                ));
+            }
+            if matches!(at, StickAt::Sc(_)) && w == "updt_conn_cnt" {
+                return Err(format!(
+                    "unknown {what} '{name}' (it exists as 'src_updt_conn_cnt')"
+                ));
+            }
+            Fetch::Stick {
+                at,
+                what: op,
+                table,
+            }
+        }
         "http_auth" | "http_auth_group" => {
             let l = args
                 .map(str::trim)

@@ -550,6 +550,23 @@ pub struct Proxy {
     pub redirects: Vec<RedirectRule>,
     /// `stats ...`: the HTTP stats page this proxy serves (any `stats` keyword enables it).
     pub stats: Option<StatsPage>,
+    /// `stick-table ...`: the proxy's table (its name is the proxy's).
+    pub stick_table: Option<std::sync::Arc<crate::stick::Table>>,
+    /// `stick on|match|store-request`: server persistence through a stick table.
+    pub sticks: Vec<StickRule>,
+}
+
+/// `stick on|match|store-request PATTERN [table T] [if|unless COND]`.
+#[derive(Debug, Clone)]
+pub struct StickRule {
+    pub origin: Origin,
+    /// Reads the table to choose the server (`on`, `match`).
+    pub matches: bool,
+    /// Writes the chosen server to the table (`on`, `store-request`).
+    pub stores: bool,
+    pub key: SampleFetch,
+    pub table: crate::stick::TableRef,
+    pub cond: Option<Cond>,
 }
 
 /// What sluice does with the persistence cookie (`cookie NAME [rewrite|insert|prefix]`).
@@ -958,14 +975,67 @@ pub struct HttpRequestRule {
     pub cond: Option<Cond>,
 }
 
-/// `tcp-request connection|content accept|reject [if|unless COND]`.
+/// `tcp-request connection|content ACTION [if|unless COND]`.
 #[derive(Debug, Clone)]
 pub struct TcpRequestRule {
     pub origin: Origin,
-    /// `accept` (true) stops the evaluation and lets the session go on; `reject` closes it.
-    pub accept: bool,
+    pub action: TcpAction,
     pub cond: Option<Cond>,
 }
+
+#[derive(Debug, Clone)]
+pub enum TcpAction {
+    /// Stops the evaluation and lets the session go on.
+    Accept,
+    /// Closes the connection.
+    Reject,
+    /// A stick-table action; evaluation goes on with the next rule.
+    Stick(StickAction),
+}
+
+/// The stick-table actions of `tcp-request` and `http-request` rules.
+#[derive(Debug, Clone)]
+pub enum StickAction {
+    /// `track-scN KEY [table T]`: slot N of the session (or the request) tracks the key's
+    /// entry in table T (the rule's proxy's table by default).
+    Track {
+        slot: usize,
+        key: acl::SampleFetch,
+        table: crate::stick::TableRef,
+    },
+    /// `sc-inc-gpc0(N)`, `sc-inc-gpc1(N)`: adds one to the counter of what slot N tracks.
+    IncGpc {
+        slot: usize,
+        gpc: crate::stick::Data,
+    },
+    /// `sc-set-gpt0(N) VALUE`.
+    SetGpt0 { slot: usize, value: i64 },
+}
+
+impl PartialEq for StickAction {
+    fn eq(&self, o: &StickAction) -> bool {
+        use StickAction::*;
+        match (self, o) {
+            (
+                Track {
+                    slot: a,
+                    key: k,
+                    table: t,
+                },
+                Track {
+                    slot: b,
+                    key: l,
+                    table: u,
+                },
+            ) => a == b && k.text() == l.text() && std::sync::Arc::ptr_eq(t, u),
+            (IncGpc { slot: a, gpc: g }, IncGpc { slot: b, gpc: h }) => a == b && g == h,
+            (SetGpt0 { slot: a, value: v }, SetGpt0 { slot: b, value: w }) => a == b && v == w,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for StickAction {}
 
 /// `redirect location|prefix|scheme TARGET [code N] [OPTIONS] [if|unless COND]`.
 #[derive(Debug, Clone)]
@@ -1115,6 +1185,8 @@ pub enum HttpRequestAction {
     /// `set-path|set-pathq|set-query|set-uri FMT`, `replace-path|replace-pathq|replace-uri
     /// REGEX FMT`: the request target the server gets, and later rules see.
     Rewrite(UriRewrite),
+    /// `track-scN`, `sc-inc-gpc0`, `sc-set-gpt0`: evaluation goes on with the next rule.
+    Stick(StickAction),
 }
 
 /// Which part of the request target a rewrite sets.

@@ -37,6 +37,7 @@ pub fn load(
 ) -> Result<Config, Vec<ConfigError>> {
     let mut st = State::default();
     crate::userlist::reset();
+    crate::stick::reset();
     for (file, text) in sources {
         let (lines, errors) = tokenize(file, text, env);
         st.errors.extend(errors);
@@ -204,6 +205,7 @@ impl State {
     fn line(&mut self, l: &Line) {
         self.line_inner(l);
         crate::userlist::note_line(&l.file, l.line);
+        crate::stick::note_line(&l.file, l.line);
         for message in take_warnings() {
             self.warnings.push(ConfigError {
                 file: l.file.clone(),
@@ -475,6 +477,17 @@ impl State {
                 file,
                 line,
                 message: format!("unknown userlist '{name}' (no 'userlist {name}' section)"),
+            });
+        }
+        for (name, at) in crate::stick::undeclared() {
+            let (file, line) = at.unwrap_or_default();
+            errors.push(ConfigError {
+                file,
+                line,
+                message: format!(
+                    "unable to find stick-table '{name}' (no proxy named '{name}' declares \
+                     a 'stick-table')"
+                ),
             });
         }
         global::finish(&mut self.global, &self.gx);

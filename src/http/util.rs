@@ -415,6 +415,20 @@ fn expand_groups(value: &[u8], caps: &regex::bytes::Captures) -> Vec<u8> {
     out
 }
 
+/// Whether a whole response (an `errorfile`'s bytes) asks for the connection to close: a
+/// `Connection` header with `close`, or a head that does not parse.
+pub fn says_close(resp: &[u8]) -> bool {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut headers);
+    match r.parse(resp) {
+        Ok(httparse::Status::Complete(_)) => r
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("connection") && has_token(h.value, b"close")),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod rewrite_tests {
     use super::rewrite_target;

@@ -545,6 +545,9 @@ struct Conn<'a, C> {
     idle_since: Instant,
     /// An error answer was sent and the connection ends: close it lingering.
     linger: bool,
+    /// The stick-table entries the current request tracks (`http-request track-scN`, and
+    /// `tcp-request content track-scN`, which in `mode http` run per request).
+    sc: crate::stick::Trackers,
 }
 
 /// Lingering close, after an error answer: how long, and how many bytes, the client's further
@@ -623,6 +626,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             ctx.accepted
         },
         linger: false,
+        sc: crate::stick::Trackers::default(),
     };
     let mut first = true;
     loop {
@@ -849,12 +853,15 @@ impl<C: ClientIo> Conn<'_, C> {
                     self.log(&txn);
                 }
                 self.account(&txn);
+                self.stick_account(&txn);
                 return None;
             }
         };
         let mut txn = Txn::new(start);
         txn.t_req = start.elapsed().as_millis() as i64;
         txn.bytes_in = head.head_len as u64;
+        // Every request counts in the entries the session tracks.
+        self.ctx.sc.add(crate::stick::Data::HttpReqCnt, 1);
         let custom = self.fe.options.log_format.as_deref();
         let log_on = !self.fe.logs.is_empty() && (self.fe.options.httplog || custom.is_some());
         if log_on
@@ -882,6 +889,7 @@ impl<C: ClientIo> Conn<'_, C> {
             self.log(&txn);
         }
         self.account(&txn);
+        self.stick_account(&txn);
         next
     }
 
@@ -951,6 +959,33 @@ impl<C: ClientIo> Conn<'_, C> {
         add(&sc.reuses, f.reused as u64);
         add(&sc.cli_aborts, cli_abort as u64);
         add(&sc.srv_aborts, srv_abort as u64);
+    }
+
+    /// Adds a finished transaction to the stick-table entries it and its session track,
+    /// then lets go of the request's own (its `conn_cur` drops).
+    fn stick_account(&mut self, txn: &Txn) {
+        use crate::stick::Data;
+        let req = std::mem::take(&mut self.sc);
+        for sc in [&self.ctx.sc, &req] {
+            if sc.is_empty() {
+                continue;
+            }
+            // As HAProxy counts them: a server's 4xx, a `deny` and a bad request are errors;
+            // a server's 5xx other than 501 and 505 is a failure. What sluice answers itself
+            // otherwise (`return`, 503 without a server) counts as neither.
+            let f = &txn.flags;
+            match txn.status {
+                400..=499 if f.from_server || f.denied || f.bad_request => {
+                    sc.add(Data::HttpErrCnt, 1)
+                }
+                500..=599 if f.from_server && !matches!(txn.status, 501 | 505) => {
+                    sc.add(Data::HttpFailCnt, 1)
+                }
+                _ => {}
+            }
+            sc.add(Data::BytesInCnt, txn.bytes_in);
+            sc.add(Data::BytesOutCnt, txn.bytes_out);
+        }
     }
 
     fn log(&self, txn: &Txn) {
@@ -1139,6 +1174,11 @@ impl<C: ClientIo> Conn<'_, C> {
             self.unique_id =
                 Some(self.render_on_request(self.fe, head, src, txn, f, Live::UniqueId));
         }
+        // `tcp-request content` rules run per request in `mode http`, before the
+        // `http-request` ones (HAProxy's streams are requests).
+        if !self.content_rules(self.fe, head, src) {
+            return self.content_reject(txn, false);
+        }
         // Frontend http-request rules.
         if let Some(r) = self.run_request_rules(self.fe, head, src, txn) {
             return self.act_final(self.fe, head, txn, r).await;
@@ -1169,6 +1209,9 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.be = Some(be_idx);
         let bp = &shared.cfg.proxies[be_idx];
         if be_idx != self.ctx.proxy {
+            if !self.content_rules(bp, head, src) {
+                return self.content_reject(txn, true);
+            }
             if let Some(r) = self.run_request_rules(bp, head, src, txn) {
                 return self.act_final(bp, head, txn, r).await;
             }
@@ -1272,6 +1315,46 @@ impl<C: ClientIo> Conn<'_, C> {
         Some(n as usize)
     }
 
+    /// `tcp-request content` rules of `p` on this request: `false` when one rejects it.
+    fn content_rules(&mut self, p: &Proxy, head: &RequestHead, src: Option<IpAddr>) -> bool {
+        use crate::config::TcpAction;
+        for r in &p.tcp_content {
+            let done = {
+                let view = self.proxy_view(p, head, src);
+                if !r.cond.as_ref().is_none_or(|c| c.eval(&view)) {
+                    continue;
+                }
+                match &r.action {
+                    TcpAction::Accept => return true,
+                    TcpAction::Reject => return false,
+                    TcpAction::Stick(a) => super::stick_act(a, &view),
+                }
+            };
+            self.track(done);
+        }
+        true
+    }
+
+    /// A request rejected by `tcp-request content`: the connection is closed without an
+    /// answer, as in HAProxy; logged `PR`.
+    fn content_reject(&mut self, txn: &mut Txn, in_backend: bool) -> Option<Next> {
+        txn.term = *b"PR";
+        txn.flags.denied = true;
+        if !in_backend {
+            txn.be = None;
+        }
+        None
+    }
+
+    /// Keeps an entry a rule of this request started to track; the request counts in it
+    /// (it was received before the rule ran).
+    fn track(&mut self, done: super::StickDone) {
+        if let super::StickDone::Track(slot, t) = done {
+            t.add(crate::stick::Data::HttpReqCnt, 1);
+            self.sc.0[slot] = Some(t);
+        }
+    }
+
     /// Applies header edits and returns the first final action (deny/return/redirect).
     fn run_request_rules<'p>(
         &mut self,
@@ -1289,6 +1372,10 @@ impl<C: ClientIo> Conn<'_, C> {
                 continue;
             }
             match &rule.action {
+                HttpRequestAction::Stick(a) => {
+                    let done = super::stick_act(a, &self.proxy_view(p, head, src));
+                    self.track(done);
+                }
                 HttpRequestAction::Header(a) => match a.value() {
                     Some(LfValue::Fmt { format, .. }) => {
                         let v =
@@ -1508,6 +1595,10 @@ impl<C: ClientIo> Conn<'_, C> {
             frontend: &self.fe.name,
             backend,
             unique_id: self.unique_id.as_deref(),
+            sc: crate::stick::ScView {
+                sess: Some(&self.ctx.sc),
+                txn: Some(&self.sc),
+            },
         }
     }
 
@@ -1580,8 +1671,23 @@ impl<C: ClientIo> Conn<'_, C> {
             HttpRequestAction::Deny(d) => {
                 txn.term = *b"PR";
                 txn.flags.denied = true;
-                let resp = self.deny_answer(d, head, txn);
-                self.local_response(head, txn, &resp, d.status, false).await
+                // As HAProxy 2.6: the client connection stays open for its next request (a
+                // rate-limited client keeps its connection), unless the answer says close
+                // (an `errorfile` may).
+                let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
+                let (resp, keep) = match &d.reply {
+                    Some(r) => (r.render(head.is_head, false), true),
+                    None => match crate::errorfile::response(self.fe, be, d.status) {
+                        std::borrow::Cow::Borrowed(f) => {
+                            let close = crate::http::says_close(f);
+                            (f.to_vec(), !close)
+                        }
+                        std::borrow::Cow::Owned(_) => {
+                            (crate::errorfile::builtin_open(d.status), true)
+                        }
+                    },
+                };
+                self.local_response(head, txn, &resp, d.status, keep).await
             }
             HttpRequestAction::Return(reply) => {
                 let bytes = reply.render(head.is_head, false);
@@ -1624,8 +1730,10 @@ impl<C: ClientIo> Conn<'_, C> {
                     crate::prometheus::response(self.ctx.shared(), query, head.is_head);
                 self.local_response(head, txn, &resp, status, true).await
             }
-            HttpRequestAction::Header(_) | HttpRequestAction::Rewrite(_) => {
-                unreachable!("header and target rewrites are applied in place")
+            HttpRequestAction::Header(_)
+            | HttpRequestAction::Rewrite(_)
+            | HttpRequestAction::Stick(_) => {
+                unreachable!("header edits, target rewrites and stick actions are applied in place")
             }
         }
     }
@@ -1671,11 +1779,17 @@ impl<C: ClientIo> Conn<'_, C> {
                 let m = st.eff_maxconn();
                 st.usable() && (m == 0 || st.served.load(Relaxed) < m)
             });
+        // `stick match` / `stick on`: the server a stick table remembers for this request.
+        let stuck = if bp.sticks.is_empty() {
+            None
+        } else {
+            super::stick_match(shared, be_idx, &self.proxy_view(bp, head, src))
+        };
         let input = PickInput {
             src,
             uri: &uri_owned,
             hdr: hdr_val.as_deref(),
-            persist: txn.cookie.server.or(last),
+            persist: txn.cookie.server.or(stuck).or(last),
         };
         // `option abortonclose`: a client that closes while its request waits for a server
         // slot or a connection gives up the request (HAProxy's CQ / CC).
@@ -1816,6 +1930,9 @@ impl<C: ClientIo> Conn<'_, C> {
         };
         txn.server = Some(slot.server);
         self.last_server = Some((be_idx, slot.server));
+        if !bp.sticks.is_empty() {
+            super::stick_store(shared, be_idx, &self.proxy_view(bp, head, src), slot.server);
+        }
         self.ctx
             .w
             .session_server(self.ctx.key, Some((be_idx, slot.server)));

@@ -74,9 +74,10 @@ pub async fn serve(
         }
         _ => None,
     };
-    // `tcp-request connection` rules (and, in `mode http`, `tcp-request content` rules,
-    // which can only read the source there): a reject closes the connection at once,
-    // unlogged, as in HAProxy.
+    // `tcp-request connection` rules: a reject closes the connection at once, unlogged, as
+    // in HAProxy. (`tcp-request content` rules run per request in `mode http`, and on the
+    // client's first data in `mode tcp`.)
+    let mut sc = crate::stick::Trackers::default();
     for (rules, content) in [(&p.tcp_connection, false), (&p.tcp_content, true)] {
         // `accept-proxy`: the header is read after the connection rules (which see the
         // connection's own addresses, as in HAProxy); its addresses stand for the rest.
@@ -108,7 +109,7 @@ pub async fn serve(
                 }
             }
         }
-        if rules.is_empty() || (content && p.mode == Mode::Tcp) {
+        if rules.is_empty() || content {
             continue;
         }
         let sess = crate::config::acl::Sess {
@@ -117,22 +118,16 @@ pub async fn serve(
             frontend: &p.name,
             backend: &p.name,
             unique_id: None,
+            sc: Default::default(),
         };
         let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
-        let first = rules
-            .iter()
-            .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(&view)));
-        if first.is_some_and(|r| !r.accept) {
-            let c = &fe.counters;
-            let n = if content {
-                &c.denied_req
-            } else {
-                &c.denied_conn
-            };
-            n.fetch_add(1, Relaxed);
+        if !tcp_rules(rules, &view, &mut sc) {
+            fe.counters.denied_conn.fetch_add(1, Relaxed);
             return;
         }
     }
+    // The connection is a session now.
+    sc.add(crate::stick::Data::SessCnt, 1);
     if connect_line {
         let line = crate::log::connect_line(peer, local, &p.name, p.mode == Mode::Http);
         w.log.emit(&p.logs, crate::log::LEVEL_INFO, &line);
@@ -147,6 +142,7 @@ pub async fn serve(
         t_handshake: 0,
         key,
         tls: None,
+        sc,
         _adm: adm,
     };
     if let Some(tls) = tls {
@@ -431,6 +427,9 @@ pub struct SessionCtx {
     pub key: usize,
     /// The client handshake's results on `ssl` binds (boxed: plain sessions pay one pointer).
     pub tls: Option<Box<crate::tls::TlsInfo>>,
+    /// The stick-table entries the session tracks (`tcp-request connection track-scN`, and
+    /// in `mode tcp` `tcp-request content track-scN`).
+    pub sc: crate::stick::Trackers,
     _adm: Admission,
 }
 
@@ -448,6 +447,10 @@ impl SessionCtx {
             frontend: name,
             backend: name,
             unique_id: None,
+            sc: crate::stick::ScView {
+                sess: Some(&self.sc),
+                txn: None,
+            },
         }
     }
 }
@@ -1089,6 +1092,136 @@ pub async fn with_timeout<F: std::future::Future>(
     match d {
         Some(d) => tokio::time::timeout(d, fut).await.ok(),
         None => Some(fut.await),
+    }
+}
+
+/// What a stick-table action did: a slot to fill with a newly tracked entry, or nothing
+/// more (the counters it moves are moved).
+pub(crate) enum StickDone {
+    Nothing,
+    Track(usize, crate::stick::Tracked),
+}
+
+/// Carries out a stick-table action of a rule whose condition holds. A `track-scN` on a
+/// slot the session or the request already tracks does nothing, as in HAProxy.
+pub(crate) fn stick_act(
+    a: &crate::config::StickAction,
+    view: &dyn crate::config::HttpView,
+) -> StickDone {
+    use crate::config::StickAction;
+    use crate::stick::{Data, Tracked};
+    let sess = view.sess();
+    match a {
+        StickAction::Track { slot, key, table } => {
+            if sess.sc.get(*slot).is_some() {
+                return StickDone::Nothing;
+            }
+            let Some(t) = table.get() else {
+                return StickDone::Nothing;
+            };
+            match key.key(view, t).and_then(|k| Tracked::start(t, k)) {
+                Some(tr) => StickDone::Track(*slot, tr),
+                None => StickDone::Nothing,
+            }
+        }
+        StickAction::IncGpc { slot, gpc } => {
+            if let Some(tr) = sess.sc.get(*slot) {
+                tr.add(*gpc, 1);
+            }
+            StickDone::Nothing
+        }
+        StickAction::SetGpt0 { slot, value } => {
+            if let Some(tr) = sess.sc.get(*slot) {
+                tr.table.set(&tr.entry, Data::Gpt0, *value as u64);
+            }
+            StickDone::Nothing
+        }
+    }
+}
+
+/// Runs `tcp-request` rules on a session's first data or its addresses: `false` when one
+/// rejects. Entries tracked go to `sc`.
+pub(crate) fn tcp_rules(
+    rules: &[crate::config::TcpRequestRule],
+    base: &http::SrcView<'_>,
+    sc: &mut crate::stick::Trackers,
+) -> bool {
+    use crate::config::TcpAction;
+    for r in rules {
+        let done = {
+            let mut sess = base.3;
+            sess.sc = crate::stick::ScView {
+                sess: Some(sc),
+                txn: None,
+            };
+            let view = http::SrcView(base.0, base.1, base.2, sess);
+            if !r.cond.as_ref().is_none_or(|c| c.eval(&view)) {
+                continue;
+            }
+            match &r.action {
+                TcpAction::Accept => return true,
+                TcpAction::Reject => return false,
+                TcpAction::Stick(a) => stick_act(a, &view),
+            }
+        };
+        if let StickDone::Track(slot, t) = done {
+            sc.0[slot] = Some(t);
+        }
+    }
+    true
+}
+
+/// `stick match` / `stick on`: the server a stick table names for this request or session,
+/// if one of backend `be_idx`'s rules finds it, and it can take traffic (or `option
+/// persist` sends traffic to it anyway).
+pub(crate) fn stick_match(
+    shared: &Shared,
+    be_idx: usize,
+    view: &dyn crate::config::HttpView,
+) -> Option<usize> {
+    let bp = &shared.cfg.proxies[be_idx];
+    let be = shared.backend(be_idx);
+    for r in bp.sticks.iter().filter(|r| r.matches) {
+        if !r.cond.as_ref().is_none_or(|c| c.eval(view)) {
+            continue;
+        }
+        let Some(t) = r.table.get() else { continue };
+        let Some(e) = r.key.key(view, t).and_then(|k| t.lookup(&k)) else {
+            continue;
+        };
+        let id = t.get(&e, crate::stick::Data::ServerId).unwrap_or(0);
+        let found = be
+            .servers
+            .iter()
+            .position(|s| id != 0 && u64::from(s.puid) == id && !s.deleted.load(Relaxed));
+        if let Some(i) = found
+            && (be.servers[i].usable() || bp.options.persist)
+        {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// `stick store-request` / `stick on`: writes the server chosen for this request or session
+/// to the tables of backend `be_idx`'s rules (the last request wins).
+pub(crate) fn stick_store(
+    shared: &Shared,
+    be_idx: usize,
+    view: &dyn crate::config::HttpView,
+    server: usize,
+) {
+    let bp = &shared.cfg.proxies[be_idx];
+    let puid = shared.backend(be_idx).servers[server].puid;
+    for r in bp.sticks.iter().filter(|r| r.stores) {
+        if !r.cond.as_ref().is_none_or(|c| c.eval(view)) {
+            continue;
+        }
+        let Some(t) = r.table.get() else { continue };
+        t.note_stick_rule();
+        if let Some(e) = r.key.key(view, t).and_then(|k| t.get_or_create(k)) {
+            t.set(&e, crate::stick::Data::ServerId, puid.into());
+        }
     }
 }
 

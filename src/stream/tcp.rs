@@ -213,7 +213,7 @@ where
 }
 
 /// A `mode tcp` session: connect to a server of the default backend, then tunnel.
-pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
+pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
     let shared = ctx.shared().clone();
     let fe = &shared.cfg.proxies[ctx.proxy];
     let start = Instant::now();
@@ -229,13 +229,12 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         }
         _ => Vec::new(),
     };
-    let view = SrcView(
-        ctx.peer.map(|a| a.ip()),
-        ctx.tls.as_deref(),
-        Some(&held),
-        ctx.sess(),
-    );
-    if !content_allows(fe, &view) {
+    // Entries tracked by the content rules join the session's (in `mode tcp` the stream
+    // is the session).
+    let mut sc = std::mem::take(&mut ctx.sc);
+    let allowed = content_allows(&ctx, fe, &held, &mut sc);
+    ctx.sc = sc;
+    if !allowed {
         fc.denied_req.fetch_add(1, Relaxed);
         log_refused(&ctx, None, start, *b"PR");
         return;
@@ -247,20 +246,44 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     let bp = &shared.cfg.proxies[be_idx];
     let bc = &shared.backend(be_idx).counters;
     bc.sessions_total.fetch_add(1, Relaxed);
-    if be_idx != ctx.proxy && !content_allows(bp, &view) {
-        bc.denied_req.fetch_add(1, Relaxed);
-        log_refused(&ctx, Some(be_idx), start, *b"PR");
-        return;
+    if be_idx != ctx.proxy {
+        let mut sc = std::mem::take(&mut ctx.sc);
+        let allowed = content_allows(&ctx, bp, &held, &mut sc);
+        ctx.sc = sc;
+        if !allowed {
+            bc.denied_req.fetch_add(1, Relaxed);
+            log_refused(&ctx, Some(be_idx), start, *b"PR");
+            return;
+        }
     }
+    // `stick match` / `stick on` choose the server; `stick on` / `store-request` remember it.
+    let stick_view = || {
+        let mut sess = ctx.sess();
+        sess.backend = &bp.name;
+        SrcView(
+            ctx.peer.map(|a| a.ip()),
+            ctx.tls.as_deref(),
+            Some(&held),
+            sess,
+        )
+    };
+    let stuck = if bp.sticks.is_empty() {
+        None
+    } else {
+        super::stick_match(&shared, be_idx, &stick_view())
+    };
     let input = PickInput {
         src: ctx.peer.map(|a| a.ip()),
         uri: b"",
         hdr: None,
-        persist: None,
+        persist: stuck,
     };
     let mut conn = match connect_server(&ctx, be_idx, &input).await {
         Ok(c) => {
             ctx.w.session_server(ctx.key, Some((be_idx, c.slot.server)));
+            if !bp.sticks.is_empty() {
+                super::stick_store(&shared, be_idx, &stick_view(), c.slot.server);
+            }
             c
         }
         Err(e) => {
@@ -349,6 +372,8 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         c.bytes_in.fetch_add(end.up, Relaxed);
         c.bytes_out.fetch_add(end.down, Relaxed);
     }
+    ctx.sc.add(crate::stick::Data::BytesInCnt, end.up);
+    ctx.sc.add(crate::stick::Data::BytesOutCnt, end.down);
     let name = srv.name.clone();
     let srv_idx = conn.slot.server;
     let (retries, redisp) = (conn.retries, conn.redispatched);
@@ -372,12 +397,23 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     );
 }
 
-/// `tcp-request content` rules of `p`: `false` when one rejects the session.
-fn content_allows(p: &crate::config::Proxy, view: &SrcView) -> bool {
-    p.tcp_content
-        .iter()
-        .find(|r| r.cond.as_ref().is_none_or(|c| c.eval(view)))
-        .is_none_or(|r| r.accept)
+/// `tcp-request content` rules of `p` on the client's first data `held`: `false` when one
+/// rejects the session. Entries they track go to `sc`.
+fn content_allows(
+    ctx: &SessionCtx,
+    p: &crate::config::Proxy,
+    held: &[u8],
+    sc: &mut crate::stick::Trackers,
+) -> bool {
+    let mut sess = ctx.sess();
+    sess.backend = &p.name;
+    let view = SrcView(
+        ctx.peer.map(|a| a.ip()),
+        ctx.tls.as_deref(),
+        Some(held),
+        sess,
+    );
+    super::tcp_rules(&p.tcp_content, &view, sc)
 }
 
 /// Whether rules of `fe`, or of a backend it may pick, read the client's first data.

@@ -131,6 +131,8 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         compression: None,
         fullconn: None,
         stats: None,
+        stick_table: None,
+        sticks: Vec::new(),
     }
 }
 
@@ -188,6 +190,7 @@ impl Draft {
     pub(super) fn new_defaults(name: &str, origin: Origin, base: Option<&Draft>) -> Draft {
         let mut d = Draft::new(name, ProxyKind::Listen, origin, base);
         d.is_defaults = true;
+        crate::stick::set_current(None);
         d
     }
 
@@ -197,6 +200,7 @@ impl Draft {
         origin: Origin,
         base: Option<&Draft>,
     ) -> Draft {
+        crate::stick::set_current(Some(name));
         Draft::new(name, kind, origin, base)
     }
 
@@ -253,9 +257,9 @@ impl Draft {
                         file: r.origin.file.clone(),
                         line: r.origin.line,
                         message: format!(
-                            "'tcp-request content' in {}: in 'mode http' sluice evaluates these \
-                             rules when the connection opens, so they cannot read its data \
-                             ('req.len', 'req.ssl_*' need 'mode tcp')",
+                            "'tcp-request content' in {}: in 'mode http' these rules see each \
+                             request, not the connection's raw data ('req.len', 'req.ssl_*' \
+                             need 'mode tcp')",
                             self.describe()
                         ),
                     });
@@ -367,6 +371,8 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("rate-limit", D | F),
     ("redirect", F | B),
     ("tcp-request", F | B),
+    ("stick-table", F | B),
+    ("stick", B),
     ("server", B),
     ("stats", D | F | B),
     ("timeout", D | F | B),
@@ -375,8 +381,6 @@ const KEYWORDS: &[(&str, u8)] = &[
 
 /// Real HAProxy proxy keywords that sluice does not implement.
 const UNSUPPORTED: &[&str] = &[
-    "stick-table",
-    "stick",
     "stick-store-request",
     "stick-store-response",
     "tcp-response",
@@ -698,6 +702,18 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         }
         "redirect" => rules::redirect_rule(d, l)?,
         "tcp-request" => rules::tcp_request(d, l)?,
+        "stick" => rules::stick(d, l)?,
+        "stick-table" => {
+            if d.p.stick_table.is_some() {
+                return Err(format!(
+                    "only one stick-table per proxy is allowed ('{}' has one)",
+                    d.p.name
+                )
+                .into());
+            }
+            let def = stick_table(w)?;
+            d.p.stick_table = Some(crate::stick::declare(&d.p.name, def)?);
+        }
         "cookie" => {
             d.p.cookie = Some(cookie(w)?);
             d.needs_http(l, "cookie");
@@ -1347,4 +1363,137 @@ fn status_bit(s: u16) -> Option<u16> {
         .iter()
         .position(|&x| x == s)
         .map(|i| 1 << i)
+}
+
+/// `stick-table type T [len N] size N [expire T] [nopurge] [store D[,D...]]...`.
+fn stick_table(w: &[String]) -> Result<crate::stick::TableDef, String> {
+    use crate::stick::{Data, KeyType, TableDef};
+    let mut key = None;
+    let mut size = None;
+    let mut expire_ms = None;
+    let mut nopurge = false;
+    let mut store: Vec<(Data, u32)> = Vec::new();
+    let mut i = 1;
+    while i < w.len() {
+        let kw = w[i].as_str();
+        let val = |what: &str| arg(w, i + 1, what);
+        match kw {
+            "type" => {
+                let t = val("a key type (ip, ipv6, integer, string, binary)")?;
+                let mut len = |default: usize| -> Result<usize, String> {
+                    if w.get(i + 2).map(String::as_str) != Some("len") {
+                        return Ok(default);
+                    }
+                    let n = parse_range(arg(w, i + 3, "a key length")?, 1, 65536)? as usize;
+                    i += 2;
+                    Ok(n)
+                };
+                key = Some(match t {
+                    "ip" => KeyType::Ip,
+                    "ipv6" => KeyType::Ipv6,
+                    "integer" => KeyType::Integer,
+                    "string" => KeyType::String(len(32)?),
+                    "binary" => KeyType::Binary(len(32)?),
+                    t => {
+                        return Err(format!(
+                            "'type' expects ip, ipv6, integer, string or binary, got '{t}'{}",
+                            did_you_mean(t, ["ip", "ipv6", "integer", "string", "binary"])
+                        ));
+                    }
+                });
+                i += 2;
+            }
+            "size" => {
+                let n = super::values::parse_size(val("a number of entries")?)?;
+                if n == 0 || n > u32::MAX as u64 {
+                    return Err(format!("'size' must be between 1 and {}", u32::MAX));
+                }
+                size = Some(n as usize);
+                i += 2;
+            }
+            "expire" => {
+                let t = super::values::parse_time(val("a delay")?)?;
+                expire_ms = Some(t.as_millis() as u64);
+                i += 2;
+            }
+            "nopurge" => {
+                nopurge = true;
+                i += 1;
+            }
+            "store" => {
+                for item in val("a list of data types")?.split(',') {
+                    let (name, period) = match item.split_once('(') {
+                        Some((n, rest)) => {
+                            let Some(p) = rest.strip_suffix(')') else {
+                                return Err(format!("missing ')' after '{item}'"));
+                            };
+                            (n, Some(p))
+                        }
+                        None => (item, None),
+                    };
+                    let Some(d) = Data::by_name(name) else {
+                        let known = crate::stick::ALL_DATA.map(Data::name);
+                        let hint = if matches!(
+                            name,
+                            "gpc" | "gpc_rate" | "gpt" | "server_key" | "server_name"
+                        ) {
+                            " is not supported by sluice".to_string()
+                        } else {
+                            format!(" is unknown{}", did_you_mean(name, known))
+                        };
+                        return Err(format!("data type '{name}' in 'store'{hint}"));
+                    };
+                    if store.iter().any(|(x, _)| *x == d) {
+                        return Err(format!("data type '{name}' is stored twice"));
+                    }
+                    let period = match (d.is_rate(), period) {
+                        (true, Some(p)) => {
+                            let ms = super::values::parse_time(p)?.as_millis();
+                            if ms == 0 || ms > u32::MAX as u128 {
+                                return Err(format!("invalid period '{p}' for '{name}'"));
+                            }
+                            ms as u32
+                        }
+                        (true, None) => {
+                            return Err(format!(
+                                "data type '{name}' expects a period, as in '{name}(10s)'"
+                            ));
+                        }
+                        (false, Some(_)) => {
+                            return Err(format!("data type '{name}' takes no argument"));
+                        }
+                        (false, None) => 0,
+                    };
+                    store.push((d, period));
+                }
+                i += 2;
+            }
+            "peers" | "srvkey" | "write-to" | "recv-only" => {
+                return Err(format!(
+                    "'{kw}' on a stick-table is not supported by sluice (tables are not \
+                     synchronised between processes)"
+                ));
+            }
+            k => {
+                return Err(format!(
+                    "unknown argument '{k}' (expected type, size, expire, nopurge or store){}",
+                    did_you_mean(k, ["type", "size", "expire", "nopurge", "store"])
+                ));
+            }
+        }
+    }
+    let Some(key) = key else {
+        return Err("missing 'type'".to_string());
+    };
+    let Some(size) = size else {
+        return Err("missing 'size'".to_string());
+    };
+    store.sort_by_key(|(d, _)| *d as u8);
+    Ok(TableDef {
+        key,
+        size,
+        expire_ms,
+        nopurge,
+        store,
+    })
 }

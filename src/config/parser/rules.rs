@@ -9,7 +9,7 @@ use super::super::acl::parse_cond;
 use super::super::{
     Cond, Deny, HeaderAction, HttpRequestAction, HttpRequestRule, HttpResponseAction,
     HttpResponseRule, Origin, Re, Redirect, RedirectKind, RedirectRule, Reply, Service,
-    TcpRequestRule, UriPart, UriRewrite,
+    StickAction, StickRule, TcpAction, TcpRequestRule, UriPart, UriRewrite,
 };
 use super::proxy::Draft;
 use super::values::{header_name, lf_value, literal_format, parse_range};
@@ -51,9 +51,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "reject",
     "replace-header",
     "replace-value",
-    "sc-inc-gpc0",
-    "sc-inc-gpc1",
-    "sc-set-gpt0",
     "send-spoe-group",
     "set-dst",
     "set-dst-port",
@@ -74,14 +71,121 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "silent-drop",
     "strict-mode",
     "tarpit",
-    "track-sc0",
-    "track-sc1",
-    "track-sc2",
     "unset-var",
     "wait-for-body",
     "wait-for-handshake",
     "add-acl",
 ];
+
+/// The stick-table actions, shared by `tcp-request` and `http-request`.
+const STICK_ACTIONS: &[&str] = &[
+    "track-sc0",
+    "track-sc1",
+    "track-sc2",
+    "sc-inc-gpc0(N)",
+    "sc-inc-gpc1(N)",
+    "sc-set-gpt0(N)",
+];
+
+/// The slot number of `sc-inc-gpc0(N)`-style actions.
+fn sc_slot(action: &str, inner: &str) -> Result<usize, String> {
+    match inner.trim().parse::<usize>() {
+        Ok(n) if n < crate::stick::SLOTS => Ok(n),
+        _ => Err(format!(
+            "'{action}': invalid stick counter '{inner}' (expected 0 to {})",
+            crate::stick::SLOTS - 1
+        )),
+    }
+}
+
+/// Parses a stick-table action (`None`: `action` is not one). `args` are the words after
+/// the action, up to the condition.
+fn stick_action(d: &Draft, action: &str, args: &[String]) -> Result<Option<StickAction>, String> {
+    if let Some(n) = action.strip_prefix("track-sc") {
+        if n.is_empty() || !n.bytes().all(|c| c.is_ascii_digit()) {
+            return Ok(None);
+        }
+        let slot = match n.parse::<usize>() {
+            Ok(n) if n < crate::stick::SLOTS => n,
+            _ => {
+                return Err(format!(
+                    "'{action}': sluice has {} stick counters (track-sc0 to track-sc{}), as \
+                     HAProxy by default",
+                    crate::stick::SLOTS,
+                    crate::stick::SLOTS - 1
+                ));
+            }
+        };
+        let Some(key) = args.first() else {
+            return Err(format!(
+                "'{action}' expects a key sample, as in '{action} src'"
+            ));
+        };
+        if key.contains(',') {
+            return Err(format!(
+                "'{action} {key}': converters are not supported by sluice (only a plain sample \
+                 fetch can be a key)"
+            ));
+        }
+        let key = crate::config::SampleFetch::parse(key).map_err(|e| format!("'{action}': {e}"))?;
+        let table = match &args[1..] {
+            [] => {
+                if d.is_defaults {
+                    return Err(format!(
+                        "'{action}' needs a 'table' argument in a defaults section"
+                    ));
+                }
+                crate::stick::reference(&d.p.name)
+            }
+            [t, name] if t == "table" => crate::stick::reference(name),
+            [t] if t == "table" => {
+                return Err(format!("'{action}': missing table name after 'table'"));
+            }
+            [x, ..] => {
+                return Err(format!(
+                    "'{action}': unexpected argument '{x}' (expected 'table NAME', 'if' or 'unless')"
+                ));
+            }
+        };
+        return Ok(Some(StickAction::Track { slot, key, table }));
+    }
+    let Some((name, rest)) = action.split_once('(') else {
+        return Ok(None);
+    };
+    if !matches!(name, "sc-inc-gpc0" | "sc-inc-gpc1" | "sc-set-gpt0") {
+        return Ok(None);
+    }
+    let Some(inner) = rest.strip_suffix(')') else {
+        return Err(format!("'{action}': missing ')'"));
+    };
+    let slot = sc_slot(action, inner)?;
+    Ok(Some(match name {
+        "sc-inc-gpc0" | "sc-inc-gpc1" => {
+            if let Some(x) = args.first() {
+                return Err(format!("'{action}': unexpected argument '{x}'"));
+            }
+            let gpc = if name.ends_with('0') {
+                crate::stick::Data::Gpc0
+            } else {
+                crate::stick::Data::Gpc1
+            };
+            StickAction::IncGpc { slot, gpc }
+        }
+        _ => {
+            let value = match args {
+                [v] => v.parse::<i64>().map_err(|_| {
+                    format!(
+                        "'{action} {v}': only an integer value is supported by sluice (sample \
+                         expressions are not)"
+                    )
+                })?,
+                [] => return Err(format!("'{action}' expects a value")),
+                [_, x, ..] => return Err(format!("'{action}': unexpected argument '{x}'")),
+            };
+            StickAction::SetGpt0 { slot, value }
+        }
+    }))
+}
 
 fn origin(l: &Line) -> Origin {
     Origin {
@@ -467,11 +571,20 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let Some(action) = w.get(1).map(String::as_str) else {
         return Err(format!("missing action (one of {})", REQUEST_ACTIONS.join(", ")).into());
     };
+    let (end, cond) = split_cond(d, w)?;
+    let args = &w[2..end];
+    if let Some(a) = stick_action(d, action, args)? {
+        d.needs_http(l, "http-request");
+        d.p.http_request.push(HttpRequestRule {
+            origin: origin(l),
+            action: HttpRequestAction::Stick(a),
+            cond,
+        });
+        return Ok(());
+    }
     if !REQUEST_ACTIONS.contains(&action) {
         return Err(action_error(action, REQUEST_ACTIONS));
     }
-    let (end, cond) = split_cond(d, w)?;
-    let args = &w[2..end];
     let action = match action {
         "deny" => HttpRequestAction::Deny(deny(args, 403)?),
         "return" => HttpRequestAction::Return(reply("return", args, 200)?),
@@ -558,21 +671,39 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let Some(action) = w.get(2).map(String::as_str) else {
         return Err(format!("'tcp-request {kind}' expects 'accept' or 'reject'").into());
     };
-    let accept = match action {
-        "accept" => true,
-        "reject" => false,
-        a => {
-            return Err(format!(
-                "action '{a}' of 'tcp-request {kind}' is not supported by sluice (supported: \
-                 accept, reject){}",
-                did_you_mean(a, ["accept", "reject"])
-            )
-            .into());
-        }
-    };
     let (end, cond) = split_cond(d, w)?;
-    if end != 3 {
-        return Err(format!("unexpected argument '{}' after '{action}'", w[3]).into());
+    let action = match action {
+        "accept" => TcpAction::Accept,
+        "reject" => TcpAction::Reject,
+        a => match stick_action(d, a, &w[3..end.max(3)])? {
+            Some(s) => TcpAction::Stick(s),
+            None => {
+                let mut known = vec!["accept", "reject"];
+                known.extend(STICK_ACTIONS);
+                return Err(format!(
+                    "action '{a}' of 'tcp-request {kind}' is not supported by sluice (supported: \
+                     {}){}",
+                    known.join(", "),
+                    did_you_mean(a, known.iter().copied())
+                )
+                .into());
+            }
+        },
+    };
+    if matches!(action, TcpAction::Accept | TcpAction::Reject) && end != 3 {
+        return Err(format!("unexpected argument '{}' after '{}'", w[3], w[2]).into());
+    }
+    if kind == "connection"
+        && let TcpAction::Stick(StickAction::Track { key, .. }) = &action
+        && key.uses_http()
+    {
+        return Err(format!(
+            "'tcp-request connection {}': the key '{}' reads the HTTP request, which is not \
+             there yet when a connection opens",
+            w[2],
+            key.text()
+        )
+        .into());
     }
     if kind == "connection" && cond.as_ref().is_some_and(|c| c.needs_payload()) {
         return Err(
@@ -584,7 +715,7 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     }
     let rule = TcpRequestRule {
         origin: origin(l),
-        accept,
+        action,
         cond,
     };
     if kind == "connection" {
@@ -602,6 +733,16 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         return Err(format!("missing action (one of {})", RESPONSE_ACTIONS.join(", ")).into());
     };
     if !RESPONSE_ACTIONS.contains(&action) {
+        if stick_action(d, action, &[])
+            .map(|a| a.is_some())
+            .unwrap_or(true)
+        {
+            return Err(format!(
+                "action '{action}' is not supported by sluice in 'http-response' (stick-table \
+                 actions are, in 'http-request' and 'tcp-request')"
+            )
+            .into());
+        }
         return Err(action_error(action, RESPONSE_ACTIONS));
     }
     let (end, cond) = split_cond(d, w)?;
@@ -613,6 +754,73 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     d.p.http_response.push(HttpResponseRule {
         origin: origin(l),
         action,
+        cond,
+    });
+    Ok(())
+}
+
+/// `stick on|match|store-request PATTERN [table NAME] [if|unless COND]`.
+pub(super) fn stick(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let kinds = "'on', 'match' or 'store-request'";
+    let (matches, stores) = match w.get(1).map(String::as_str) {
+        Some("on") => (true, true),
+        Some("match") => (true, false),
+        Some("store-request") => (false, true),
+        Some("store-response") => {
+            return Err("'stick store-response' is not supported by sluice"
+                .to_string()
+                .into());
+        }
+        Some(k) => {
+            return Err(format!(
+                "unknown stick rule '{k}' (expected {kinds}){}",
+                did_you_mean(k, ["on", "match", "store-request"])
+            )
+            .into());
+        }
+        None => return Err(format!("expects {kinds}").into()),
+    };
+    let (end, cond) = split_cond(d, w)?;
+    let Some(key) = w.get(2).filter(|_| end > 2) else {
+        return Err(format!(
+            "'stick {}' expects a pattern, as in 'stick {} src'",
+            w[1], w[1]
+        )
+        .into());
+    };
+    if key.contains(',') {
+        return Err(format!(
+            "'stick {} {key}': converters are not supported by sluice (only a plain sample \
+             fetch can be a pattern)",
+            w[1]
+        )
+        .into());
+    }
+    let key = crate::config::SampleFetch::parse(key)?;
+    let table = match &w[3..end] {
+        [] => crate::stick::reference(&d.p.name),
+        [t, name] if t == "table" => crate::stick::reference(name),
+        [x, ..] => {
+            return Err(format!(
+                "unexpected argument '{x}' (expected 'table NAME', 'if' or 'unless')"
+            )
+            .into());
+        }
+    };
+    if key.uses_http() {
+        d.needs_http_because(
+            l,
+            "stick",
+            "its pattern reads the HTTP request, which requires 'mode http'",
+        );
+    }
+    d.p.sticks.push(StickRule {
+        origin: origin(l),
+        matches,
+        stores,
+        key,
+        table,
         cond,
     });
     Ok(())

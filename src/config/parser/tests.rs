@@ -2982,8 +2982,6 @@ fn http_reuse_and_pool_server_options() {
 #[test]
 fn unsupported_haproxy_keywords() {
     for kw in [
-        "stick-table type ip size 1m",
-        "stick on src",
         "dynamic-cookie-key secret",
         "tcp-response content accept",
         "capture request header Host len 20",

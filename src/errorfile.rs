@@ -1,5 +1,6 @@
 //! `errorfile`: the responses sluice generates itself — built-in error pages (shaped like
-//! HAProxy's: a small HTML body, `cache-control: no-cache`, `connection: close`) and their
+//! HAProxy's: a small HTML body, `cache-control: no-cache`, `connection: close` unless the
+//! connection stays open, as after a `deny`) and their
 //! `errorfile CODE FILE` overrides (sent verbatim, as HAProxy does).
 
 use std::borrow::Cow;
@@ -34,16 +35,15 @@ fn message(status: u16) -> &'static str {
 /// The built-in response for `status`, for a connection that stays open (`deny`, as in
 /// HAProxy 2.6): no `connection: close`.
 pub fn builtin_open(status: u16) -> Vec<u8> {
-    let page = builtin(status);
-    let line = b"connection: close\r\n";
-    match memchr::memmem::find(&page, line) {
-        Some(at) => [&page[..at], &page[at + line.len()..]].concat(),
-        None => page,
-    }
+    page(status, false)
 }
 
-/// The built-in response for `status`.
+/// The built-in response for `status` (error pages close the connection).
 pub fn builtin(status: u16) -> Vec<u8> {
+    page(status, status != 200)
+}
+
+fn page(status: u16, close: bool) -> Vec<u8> {
     let reason = crate::http::reason_phrase(status);
     let body = format!(
         "<html><body><h1>{status} {reason}</h1>\n{}\n</body></html>\n",
@@ -53,7 +53,7 @@ pub fn builtin(status: u16) -> Vec<u8> {
         "HTTP/1.1 {status} {reason}\r\ncontent-length: {}\r\ncache-control: no-cache\r\ncontent-type: text/html\r\n",
         body.len()
     );
-    if status != 200 {
+    if close {
         out.push_str("connection: close\r\n");
     }
     out.push_str("\r\n");

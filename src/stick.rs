@@ -135,7 +135,18 @@ impl Data {
 
     /// A rate over a period (`conn_rate(10s)`), as opposed to a counter or tag.
     pub fn is_rate(self) -> bool {
-        self.name().ends_with("_rate")
+        matches!(
+            self,
+            Data::Gpc0Rate
+                | Data::Gpc1Rate
+                | Data::ConnRate
+                | Data::SessRate
+                | Data::HttpReqRate
+                | Data::HttpErrRate
+                | Data::BytesInRate
+                | Data::BytesOutRate
+                | Data::HttpFailRate
+        )
     }
 
     /// The counter a rate's events are also counted in, and the reverse (`gpc0` and
@@ -545,29 +556,29 @@ impl Table {
     /// Adds `n` to data type `d` of `e`, and to its counter/rate pair; `false` when the
     /// table stores neither.
     pub fn add(&self, e: &Entry, d: Data, n: u64) -> bool {
+        // Most tables store a few types: the others cost no lock and no clock read (every
+        // request adds its bytes and its status class to whatever it tracks).
+        let stored = |d: Data| Some(d).filter(|&d| self.slot[d as usize] != u8::MAX);
+        let both = [stored(d), d.pair().and_then(stored)];
+        if both == [None, None] {
+            return false;
+        }
         let now = now_ms();
-        let mut done = false;
         {
             let mut cells = e.cells.lock().unwrap_or_else(|e| e.into_inner());
-            for d in [Some(d), d.pair()].into_iter().flatten() {
-                let i = self.slot[d as usize];
-                if i == u8::MAX {
-                    continue;
-                }
-                let (_, period) = self.def.store[i as usize];
-                let c = &mut cells[i as usize];
+            for d in both.into_iter().flatten() {
+                let i = self.slot[d as usize] as usize;
+                let c = &mut cells[i];
                 if d.is_rate() {
+                    let period = self.def.store[i].1;
                     c.rate_add(period as u64, now, n.min(u32::MAX as u64) as u32);
                 } else {
                     c.a = c.a.saturating_add(n);
                 }
-                done = true;
             }
         }
-        if done {
-            self.touch(e, now);
-        }
-        done
+        self.touch(e, now);
+        true
     }
 
     /// Sets counter or tag `d` of `e` (`sc-set-gpt0`, `clear`, `set table`); `false` when
@@ -716,14 +727,9 @@ impl KeySample<'_> {
 // ---------------------------------------------------------------------------------------------
 // The configuration's tables, by name, while it is read.
 
-/// Where a table was first referred to (file, line).
-type At = Option<(String, usize)>;
-
 thread_local! {
-    static REFS: std::cell::RefCell<HashMap<String, (TableRef, At)>> =
-        std::cell::RefCell::new(HashMap::new());
-    /// References made on the line being parsed, waiting for its file and line.
-    static NEW_REFS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The tables referred to or declared by the configuration being parsed, by name.
+    static REFS: std::cell::RefCell<crate::util::NameRefs<Arc<Table>>> = std::cell::RefCell::default();
 }
 
 thread_local! {
@@ -747,35 +753,18 @@ pub fn current() -> Result<TableRef, String> {
 
 /// The table named `name` (a proxy's name), as a rule refers to it.
 pub fn reference(name: &str) -> TableRef {
-    REFS.with(|r| {
-        let mut r = r.borrow_mut();
-        let e = r.entry(name.to_string()).or_insert_with(|| {
-            NEW_REFS.with(|n| n.borrow_mut().push(name.to_string()));
-            (Arc::new(OnceLock::new()), None)
-        });
-        e.0.clone()
-    })
+    REFS.with(|r| r.borrow_mut().reference(name))
 }
 
 /// Records where the references made on the current line were made.
 pub fn note_line(file: &str, line: usize) {
-    let names = NEW_REFS.with(|n| std::mem::take(&mut *n.borrow_mut()));
-    REFS.with(|r| {
-        let mut r = r.borrow_mut();
-        for n in names {
-            if let Some(e) = r.get_mut(&n) {
-                e.1.get_or_insert_with(|| (file.to_string(), line));
-            }
-        }
-    });
+    REFS.with(|r| r.borrow_mut().note_line(file, line));
 }
 
 /// Declares proxy `name`'s table; `Err` when it already has one.
 pub fn declare(name: &str, def: TableDef) -> Result<Arc<Table>, String> {
-    let cell = reference(name);
-    NEW_REFS.with(|n| n.borrow_mut().retain(|x| x != name));
     let t = Arc::new(Table::new(name, def));
-    cell.set(t.clone())
+    REFS.with(|r| r.borrow_mut().declare(name, t.clone()))
         .map_err(|_| format!("only one stick-table per proxy is allowed ('{name}' has one)"))?;
     Ok(t)
 }
@@ -784,20 +773,11 @@ pub fn declare(name: &str, def: TableDef) -> Result<Arc<Table>, String> {
 pub fn reset() {
     set_current(None);
     REFS.with(|r| r.borrow_mut().clear());
-    NEW_REFS.with(|n| n.borrow_mut().clear());
 }
 
 /// Tables referred to that no proxy declares, with where they were first used.
-pub fn undeclared() -> Vec<(String, At)> {
-    let mut v: Vec<(String, At)> = REFS.with(|r| {
-        r.borrow()
-            .iter()
-            .filter(|(_, (cell, _))| cell.get().is_none())
-            .map(|(n, (_, at))| (n.clone(), at.clone()))
-            .collect()
-    });
-    v.sort();
-    v
+pub fn undeclared() -> Vec<(String, crate::util::At)> {
+    REFS.with(|r| r.borrow().undeclared())
 }
 
 // ---------------------------------------------------------------------------------------------

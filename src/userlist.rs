@@ -4,7 +4,6 @@
 //! use, as in HAProxy); it must not do I/O.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
@@ -74,66 +73,36 @@ impl Userlist {
     }
 }
 
-/// Where a list was first referred to (file, line).
-type At = Option<(String, usize)>;
-
 thread_local! {
-    /// The lists referred to or declared by the configuration being parsed, by name, with
-    /// the line of their first reference.
-    static REFS: RefCell<HashMap<String, (UserlistRef, At)>> = RefCell::new(HashMap::new());
-    /// References made on the line being parsed, waiting for its file and line.
-    static NEW_REFS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    /// The lists referred to or declared by the configuration being parsed, by name.
+    static REFS: RefCell<crate::util::NameRefs<Userlist>> = RefCell::default();
 }
 
 /// The list named `name`, for a rule (`http_auth(name)`).
 pub fn reference(name: &str) -> UserlistRef {
-    REFS.with(|r| {
-        let mut r = r.borrow_mut();
-        let e = r.entry(name.to_string()).or_insert_with(|| {
-            NEW_REFS.with(|n| n.borrow_mut().push(name.to_string()));
-            (Arc::new(OnceLock::new()), None)
-        });
-        e.0.clone()
-    })
+    REFS.with(|r| r.borrow_mut().reference(name))
 }
 
 /// Records where the references made on the current line were made.
 pub fn note_line(file: &str, line: usize) {
-    let names = NEW_REFS.with(|n| std::mem::take(&mut *n.borrow_mut()));
-    REFS.with(|r| {
-        let mut r = r.borrow_mut();
-        for n in names {
-            if let Some(e) = r.get_mut(&n) {
-                e.1.get_or_insert_with(|| (file.to_string(), line));
-            }
-        }
-    });
+    REFS.with(|r| r.borrow_mut().note_line(file, line));
 }
 
 /// Stores a parsed section; `Err` when a list of that name was already declared.
 pub fn declare(list: Userlist) -> Result<(), String> {
     let name = list.name.clone();
-    let cell = reference(&name);
-    NEW_REFS.with(|n| n.borrow_mut().retain(|x| *x != name));
-    cell.set(list)
+    REFS.with(|r| r.borrow_mut().declare(&name, list))
         .map_err(|_| format!("userlist '{name}' is already defined"))
 }
 
 /// Starts a new configuration (nothing referred to or declared yet).
 pub fn reset() {
     REFS.with(|r| r.borrow_mut().clear());
-    NEW_REFS.with(|n| n.borrow_mut().clear());
 }
 
 /// The lists referred to but never declared, with where they were first used.
-pub fn undeclared() -> Vec<(String, At)> {
-    REFS.with(|r| {
-        r.borrow()
-            .iter()
-            .filter(|(_, (cell, _))| cell.get().is_none())
-            .map(|(n, (_, at))| (n.clone(), at.clone()))
-            .collect()
-    })
+pub fn undeclared() -> Vec<(String, crate::util::At)> {
+    REFS.with(|r| r.borrow().undeclared())
 }
 
 #[cfg(test)]

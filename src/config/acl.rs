@@ -8,11 +8,14 @@
 //! are matched one by one), `fhdr(NAME)` (whole lines), `hdr_cnt(NAME)`, `hdr_val(NAME)`,
 //! `hdr_ip(NAME)`, `method`, `src`, `src_port`, `dst`, `dst_port`, `fe_name`, `be_name`,
 //! `base`, `query`, `url_ip`, `url_port`, `url_param(NAME)`, `cook(NAME)`, `req.proto_http`,
-//! `always_true`, `always_false`, the TLS and `tcp-request content` fetches, and the
-//! predefined ACLs HAProxy defines that can be evaluated from an [`HttpView`].
+//! `always_true`, `always_false`, the TLS and `tcp-request content` fetches, the stick-table
+//! fetches (`sc_*`, `scN_*`, `src_*`, `table_*`), and the predefined ACLs HAProxy defines that
+//! can be evaluated from an [`HttpView`].
 //! Flags: `-i`, `-n`, `-m str|beg|end|sub|reg|dir|dom|len|found|ip|int|bool`, `--`.
 //!
-//! Evaluation never allocates: samples are borrowed from the view and compared in place.
+//! Evaluation never allocates: samples are borrowed from the view and compared in place (the
+//! one exception: `src_inc_*`, `src_clr_*` and `src_updt_conn_cnt` make the table entry they
+//! write to, as in HAProxy).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -340,23 +343,29 @@ fn stick_fetch(
     view: &dyn HttpView,
 ) -> Option<Sample<'static>> {
     use crate::stick::{Data, KeySample};
+    use std::borrow::Cow;
     let t_named = table.and_then(|t| t.get());
-    // The entry, and its table; an absent entry with its table.
-    let (t, e) = match at {
+    // The table, and the entry (borrowed from the tracking slot when it is that table's);
+    // an absent entry reads as in HAProxy.
+    let (t, e): (
+        &crate::stick::Table,
+        Option<Cow<'_, Arc<crate::stick::Entry>>>,
+    ) = match at {
         StickAt::Sc(n) => {
-            let sess = view.sess();
-            let tr = sess.sc.get(n);
+            let tr = view.sess().sc.get(n);
             if what == StickWhat::Tracked {
                 return Some(Sample::Bool(tr.is_some()));
             }
             let tr = tr?;
             match t_named {
-                Some(t) if !Arc::ptr_eq(t, &tr.table) => (t.clone(), t.lookup(tr.entry.key())),
-                _ => (tr.table.clone(), Some(tr.entry.clone())),
+                Some(t) if !Arc::ptr_eq(t, &tr.table) => {
+                    (t, t.lookup(tr.entry.key()).map(Cow::Owned))
+                }
+                _ => (&tr.table, Some(Cow::Borrowed(&tr.entry))),
             }
         }
         StickAt::Src => {
-            let t = t_named?.clone();
+            let t = t_named?;
             let k = t.key_of(KeySample::Ip(view.src()?))?;
             let e = match what {
                 StickWhat::Inc(_) | StickWhat::Clr(_) | StickWhat::UpdtConnCnt => {
@@ -364,7 +373,7 @@ fn stick_fetch(
                 }
                 _ => t.lookup(&k),
             };
-            (t, e)
+            (t, e.map(Cow::Owned))
         }
     };
     let int = |v: u64| Some(Sample::Int(v.min(i64::MAX as u64) as i64));

@@ -1177,7 +1177,7 @@ impl<C: ClientIo> Conn<'_, C> {
         // `tcp-request content` rules run per request in `mode http`, before the
         // `http-request` ones (HAProxy's streams are requests).
         if !self.content_rules(self.fe, head, src) {
-            return self.content_reject(txn, false);
+            return self.content_reject(txn);
         }
         // Frontend http-request rules.
         if let Some(r) = self.run_request_rules(self.fe, head, src, txn) {
@@ -1210,7 +1210,7 @@ impl<C: ClientIo> Conn<'_, C> {
         let bp = &shared.cfg.proxies[be_idx];
         if be_idx != self.ctx.proxy {
             if !self.content_rules(bp, head, src) {
-                return self.content_reject(txn, true);
+                return self.content_reject(txn);
             }
             if let Some(r) = self.run_request_rules(bp, head, src, txn) {
                 return self.act_final(bp, head, txn, r).await;
@@ -1337,12 +1337,9 @@ impl<C: ClientIo> Conn<'_, C> {
 
     /// A request rejected by `tcp-request content`: the connection is closed without an
     /// answer, as in HAProxy; logged `PR`.
-    fn content_reject(&mut self, txn: &mut Txn, in_backend: bool) -> Option<Next> {
+    fn content_reject(&mut self, txn: &mut Txn) -> Option<Next> {
         txn.term = *b"PR";
         txn.flags.denied = true;
-        if !in_backend {
-            txn.be = None;
-        }
         None
     }
 

@@ -78,40 +78,7 @@ pub async fn serve(
     // in HAProxy. (`tcp-request content` rules run per request in `mode http`, and on the
     // client's first data in `mode tcp`.)
     let mut sc = crate::stick::Trackers::default();
-    for (rules, content) in [(&p.tcp_connection, false), (&p.tcp_content, true)] {
-        // `accept-proxy`: the header is read after the connection rules (which see the
-        // connection's own addresses, as in HAProxy); its addresses stand for the rest.
-        if content && let Some(label) = &accept_proxy {
-            let limit = match p.mode {
-                Mode::Http => p.timeouts.http_request.or(p.timeouts.client),
-                Mode::Tcp => p.timeouts.client,
-            };
-            let Client::Tcp(s, _) = &mut client else {
-                unreachable!("accept-proxy is refused on UNIX binds")
-            };
-            match with_timeout(limit, read_proxy_header(s)).await {
-                Some(Ok(Some((src, dst)))) => {
-                    peer = Some(src);
-                    local = Some(dst);
-                }
-                Some(Ok(None)) => {}
-                Some(Err(())) | None => {
-                    fe.counters.req_errors.fetch_add(1, Relaxed);
-                    connection_error(
-                        &w,
-                        proxy,
-                        peer,
-                        accepted_at,
-                        label,
-                        "Received something which does not look like a PROXY protocol header",
-                    );
-                    return;
-                }
-            }
-        }
-        if rules.is_empty() || content {
-            continue;
-        }
+    if !p.tcp_connection.is_empty() {
         let sess = crate::config::acl::Sess {
             peer,
             local,
@@ -121,9 +88,39 @@ pub async fn serve(
             sc: Default::default(),
         };
         let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
-        if !tcp_rules(rules, &view, &mut sc) {
+        if !tcp_rules(&p.tcp_connection, &view, &mut sc) {
             fe.counters.denied_conn.fetch_add(1, Relaxed);
             return;
+        }
+    }
+    // `accept-proxy`: the header is read after the connection rules (which see the
+    // connection's own addresses, as in HAProxy); its addresses stand for the rest.
+    if let Some(label) = &accept_proxy {
+        let limit = match p.mode {
+            Mode::Http => p.timeouts.http_request.or(p.timeouts.client),
+            Mode::Tcp => p.timeouts.client,
+        };
+        let Client::Tcp(s, _) = &mut client else {
+            unreachable!("accept-proxy is refused on UNIX binds")
+        };
+        match with_timeout(limit, read_proxy_header(s)).await {
+            Some(Ok(Some((src, dst)))) => {
+                peer = Some(src);
+                local = Some(dst);
+            }
+            Some(Ok(None)) => {}
+            Some(Err(())) | None => {
+                fe.counters.req_errors.fetch_add(1, Relaxed);
+                connection_error(
+                    &w,
+                    proxy,
+                    peer,
+                    accepted_at,
+                    label,
+                    "Received something which does not look like a PROXY protocol header",
+                );
+                return;
+            }
         }
     }
     // The connection is a session now.

@@ -229,12 +229,7 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         }
         _ => Vec::new(),
     };
-    // Entries tracked by the content rules join the session's (in `mode tcp` the stream
-    // is the session).
-    let mut sc = std::mem::take(&mut ctx.sc);
-    let allowed = content_allows(&ctx, fe, &held, &mut sc);
-    ctx.sc = sc;
-    if !allowed {
+    if !content_allows(&mut ctx, fe, &held) {
         fc.denied_req.fetch_add(1, Relaxed);
         log_refused(&ctx, None, start, *b"PR");
         return;
@@ -246,15 +241,10 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
     let bp = &shared.cfg.proxies[be_idx];
     let bc = &shared.backend(be_idx).counters;
     bc.sessions_total.fetch_add(1, Relaxed);
-    if be_idx != ctx.proxy {
-        let mut sc = std::mem::take(&mut ctx.sc);
-        let allowed = content_allows(&ctx, bp, &held, &mut sc);
-        ctx.sc = sc;
-        if !allowed {
-            bc.denied_req.fetch_add(1, Relaxed);
-            log_refused(&ctx, Some(be_idx), start, *b"PR");
-            return;
-        }
+    if be_idx != ctx.proxy && !content_allows(&mut ctx, bp, &held) {
+        bc.denied_req.fetch_add(1, Relaxed);
+        log_refused(&ctx, Some(be_idx), start, *b"PR");
+        return;
     }
     // `stick match` / `stick on` choose the server; `stick on` / `store-request` remember it.
     let stick_view = || {
@@ -398,22 +388,24 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
 }
 
 /// `tcp-request content` rules of `p` on the client's first data `held`: `false` when one
-/// rejects the session. Entries they track go to `sc`.
-fn content_allows(
-    ctx: &SessionCtx,
-    p: &crate::config::Proxy,
-    held: &[u8],
-    sc: &mut crate::stick::Trackers,
-) -> bool {
-    let mut sess = ctx.sess();
-    sess.backend = &p.name;
-    let view = SrcView(
-        ctx.peer.map(|a| a.ip()),
-        ctx.tls.as_deref(),
-        Some(held),
-        sess,
-    );
-    super::tcp_rules(&p.tcp_content, &view, sc)
+/// rejects the session. Entries they track join the session's (in `mode tcp` the stream is
+/// the session).
+fn content_allows(ctx: &mut SessionCtx, p: &crate::config::Proxy, held: &[u8]) -> bool {
+    // Out of the context while the rules, which see the context, add to it.
+    let mut sc = std::mem::take(&mut ctx.sc);
+    let allowed = {
+        let mut sess = ctx.sess();
+        sess.backend = &p.name;
+        let view = SrcView(
+            ctx.peer.map(|a| a.ip()),
+            ctx.tls.as_deref(),
+            Some(held),
+            sess,
+        );
+        super::tcp_rules(&p.tcp_content, &view, &mut sc)
+    };
+    ctx.sc = sc;
+    allowed
 }
 
 /// Whether rules of `fe`, or of a backend it may pick, read the client's first data.

@@ -733,9 +733,9 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         return Err(format!("missing action (one of {})", RESPONSE_ACTIONS.join(", ")).into());
     };
     if !RESPONSE_ACTIONS.contains(&action) {
-        if stick_action(d, action, &[])
-            .map(|a| a.is_some())
-            .unwrap_or(true)
+        if ["track-sc", "sc-inc-gpc", "sc-set-gpt"]
+            .iter()
+            .any(|p| action.starts_with(p))
         {
             return Err(format!(
                 "action '{action}' is not supported by sluice in 'http-response' (stick-table \

@@ -47,7 +47,6 @@ import random
 import re
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -55,7 +54,9 @@ import tempfile
 import threading
 import time
 
-HOST = "127.0.0.1"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from difftool import (  # noqa: E402
+    HOST, Listener, check_config, free_port, listening_ports, stop_process)
 NORIGINS = 7
 EDGE_REPEAT = 5
 VERBOSE = False
@@ -66,39 +67,20 @@ def vprint(*a):
         print(*a, flush=True)
 
 
-def free_port(kind=socket.SOCK_STREAM):
-    s = socket.socket(socket.AF_INET, kind)
-    s.bind((HOST, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 # ==========================================================================
 # origin servers
 # ==========================================================================
 
-class Origin:
+class Origin(Listener):
     """Raw-socket threaded HTTP origin: reads one request head (and a Content-Length body),
     answers with a fixed response naming itself, closes."""
 
     def __init__(self, name):
         self.name = name
-        self.lsock = socket.socket()
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind((HOST, 0))
-        self.lsock.listen(512)
-        self.port = self.lsock.getsockname()[1]
-        self.stopping = False
-        threading.Thread(target=self.accept_loop, daemon=True).start()
+        super().__init__()
 
-    def accept_loop(self):
-        while not self.stopping:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+    def on_accept(self, c):
+        threading.Thread(target=self.serve, args=(c,), daemon=True).start()
 
     def serve(self, c):
         try:
@@ -137,32 +119,10 @@ class Origin:
         finally:
             c.close()
 
-    def close(self):
-        self.stopping = True
-        try:
-            self.lsock.close()
-        except OSError:
-            pass
-
 
 # ==========================================================================
 # running a proxy
 # ==========================================================================
-
-def listening_ports():
-    out = set()
-    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(f) as fh:
-                next(fh)
-                for line in fh:
-                    parts = line.split()
-                    if parts[3] == "0A":
-                        out.add(int(parts[1].rsplit(":", 1)[1], 16))
-        except OSError:
-            pass
-    return out
-
 
 class Proxy:
     def __init__(self, kind, binary, cfg_text, workdir, tag):
@@ -176,9 +136,7 @@ class Proxy:
         self.err = []
 
     def check(self):
-        r = subprocess.run([self.binary, "-c", "-f", self.cfg], capture_output=True,
-                           timeout=20)
-        return r.returncode, (r.stdout + r.stderr).decode("utf-8", "replace")
+        return check_config(self.binary, self.cfg)
 
     def _reader(self, stream, sink):
         for line in iter(stream.readline, b""):
@@ -212,13 +170,7 @@ class Proxy:
                                + b"\n".join(l for _, l in self.err[-20:]).decode("utf-8", "replace"))
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         if self.proc:
             self.t_out.join(2)
             self.t_err.join(2)

@@ -51,27 +51,19 @@ import hashlib
 import os
 import random
 import re
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import zlib
 
-HOST = "127.0.0.1"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from difftool import HOST, Listener, ProxyRun, free_port  # noqa: E402
+
 CLIENT_WAIT = 6.0        # the client gives up on a response after this
 STREAM_PAUSE = 0.6       # pause between the pieces of a streamed response
 STREAM_CHECK = 0.3       # after the head, the first piece must be decodable within this
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 # ==========================================================================
@@ -191,28 +183,17 @@ def parse_head(head):
     return lines[0], hdrs
 
 
-class Origin:
+class Origin(Listener):
     """Threaded raw-socket origin; records the Accept-Encoding of each request id."""
 
     def __init__(self, label):
         self.label = label
         self.lock = threading.Lock()
         self.seen = {}        # id -> list of Accept-Encoding values (in order)
-        self.lsock = socket.socket()
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind((HOST, 0))
-        self.lsock.listen(512)
-        self.port = self.lsock.getsockname()[1]
-        self.stopping = False
-        threading.Thread(target=self.accept_loop, daemon=True).start()
+        super().__init__()
 
-    def accept_loop(self):
-        while not self.stopping:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+    def on_accept(self, c):
+        threading.Thread(target=self.serve, args=(c,), daemon=True).start()
 
     def serve(self, c):
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -362,58 +343,20 @@ def make_config(ports, origin_port):
     return "\n".join(out)
 
 
-class Proxy:
+class Proxy(ProxyRun):
+    """One proxy under test, with its own origin and the frontends of FRONTENDS."""
+
     def __init__(self, name, binary, workdir):
-        self.name = name
-        self.binary = binary
         self.origin = Origin(name)
         self.ports = {fe: free_port() for fe, _, _ in FRONTENDS}
-        self.cfg = os.path.join(workdir, name + ".cfg")
-        with open(self.cfg, "w") as f:
-            f.write(make_config(self.ports, self.origin.port))
-        self.proc = None
-        self.errpath = os.path.join(workdir, name + ".stderr")
-
-    def check(self):
-        r = subprocess.run([self.binary, "-c", "-f", self.cfg], capture_output=True, timeout=20, text=True)
-        return r.returncode, (r.stdout + r.stderr).strip()
+        super().__init__(name, binary, make_config(self.ports, self.origin.port), workdir)
 
     def start(self):
-        self.errf = open(self.errpath, "w")
-        self.proc = subprocess.Popen([self.binary, "-db", "-f", self.cfg], stdout=self.errf,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        pending = set(self.ports.values())
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("%s exited at start: %s" % (self.name, open(self.errpath).read()))
-            for p in list(pending):
-                try:
-                    socket.create_connection((HOST, p), timeout=0.5).close()
-                    pending.discard(p)
-                except OSError:
-                    pass
-            if not pending:
-                return
-            time.sleep(0.1)
-        raise RuntimeError("%s did not start listening" % self.name)
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+        super().start(self.ports.values())
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.origin.stopping = True
-        try:
-            self.origin.lsock.close()
-        except OSError:
-            pass
+        super().stop()
+        self.origin.close()
 
 
 # ==========================================================================

@@ -28,13 +28,14 @@ import hashlib
 import os
 import re
 import select
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from difftool import HOST, Listener, ProxyRun, free_port  # noqa: E402
 
 # --------------------------------------------------------------------------
 # timeouts used in the proxy config (seconds) and by the client
@@ -46,15 +47,6 @@ ORIGIN_IDLE = 1.5        # origin closes idle keep-alive connections after this
 DEFAULT_WAIT = 3.0       # client gives up on a case after this (a hang)
 GRACE = 0.25             # after the last expected response, wait this for a close
 
-HOST = "127.0.0.1"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 # ==========================================================================
@@ -108,7 +100,7 @@ def hdr_values(hlines, name):
     return out
 
 
-class Origin:
+class Origin(Listener):
     """Threaded raw-socket origin. Records each request's raw bytes."""
 
     def __init__(self, label):
@@ -116,13 +108,7 @@ class Origin:
         self.lock = threading.Lock()
         self.log = []          # list of (conn_id, raw_bytes, note)
         self.conn_seq = 0
-        self.lsock = socket.socket()
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind((HOST, 0))
-        self.lsock.listen(256)
-        self.port = self.lsock.getsockname()[1]
-        self.stopping = False
-        threading.Thread(target=self.accept_loop, daemon=True).start()
+        super().__init__(backlog=256)
 
     def reset(self):
         with self.lock:
@@ -134,16 +120,11 @@ class Origin:
         with self.lock:
             self.log.append((cid, raw, note))
 
-    def accept_loop(self):
-        while not self.stopping:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            with self.lock:
-                self.conn_seq += 1
-                cid = self.conn_seq
-            threading.Thread(target=self.serve, args=(c, cid), daemon=True).start()
+    def on_accept(self, c):
+        with self.lock:
+            self.conn_seq += 1
+            cid = self.conn_seq
+        threading.Thread(target=self.serve, args=(c, cid), daemon=True).start()
 
     def serve(self, c, cid):
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -423,51 +404,20 @@ backend be
 """
 
 
-class Proxy:
+class Proxy(ProxyRun):
+    """One proxy under test, with its own origin and the two frontends of CONFIG."""
+
     def __init__(self, name, binary, args, workdir):
-        self.name = name
-        self.binary = binary
-        self.args = args
-        self.workdir = workdir
         self.origin = Origin(name)
         self.p1 = free_port()
         self.p2 = free_port()
-        self.cfg = os.path.join(workdir, name + ".cfg")
-        with open(self.cfg, "w") as f:
-            f.write(CONFIG.format(tc=int(T_CONNECT * 1000), tcl=int(T_CLIENT * 1000),
-                                  ts=int(T_SERVER * 1000), thr=int(T_HTTPREQ * 1000),
-                                  p1=self.p1, p2=self.p2, origin=self.origin.port))
-        self.proc = None
-        self.errpath = os.path.join(workdir, name + ".stderr")
-
-    def check(self):
-        r = subprocess.run([self.binary, "-c", "-f", self.cfg], capture_output=True,
-                           timeout=20, text=True)
-        return r.returncode, (r.stdout + r.stderr).strip()
+        cfg = CONFIG.format(tc=int(T_CONNECT * 1000), tcl=int(T_CLIENT * 1000),
+                            ts=int(T_SERVER * 1000), thr=int(T_HTTPREQ * 1000),
+                            p1=self.p1, p2=self.p2, origin=self.origin.port)
+        super().__init__(name, binary, cfg, workdir, args)
 
     def start(self):
-        self.errf = open(self.errpath, "w")
-        self.proc = subprocess.Popen([self.binary] + self.args + ["-f", self.cfg],
-                                     stdout=self.errf, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("%s exited at start: %s" % (self.name, open(self.errpath).read()))
-            ok = 0
-            for p in (self.p1, self.p2):
-                try:
-                    socket.create_connection((HOST, p), timeout=0.5).close()
-                    ok += 1
-                except OSError:
-                    pass
-            if ok == 2:
-                return
-            time.sleep(0.1)
-        raise RuntimeError("%s did not start listening" % self.name)
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+        super().start((self.p1, self.p2))
 
     def fds(self):
         # HAProxy may run threads only; count the main process's fds
@@ -477,18 +427,8 @@ class Proxy:
             return -1
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.origin.stopping = True
-        try:
-            self.origin.lsock.close()
-        except OSError:
-            pass
+        super().stop()
+        self.origin.close()
 
 
 # ==========================================================================

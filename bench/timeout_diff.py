@@ -45,7 +45,9 @@ import tempfile
 import threading
 import time
 
-HOST = "127.0.0.1"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from difftool import (  # noqa: E402
+    HOST, Listener, check_config, free_port, listening_ports, stop_process)
 VERBOSE = False
 
 
@@ -62,19 +64,11 @@ def ms(t, t0):
     return None if t is None else int(round((t - t0) * 1000))
 
 
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 # ==========================================================================
 # origin server
 # ==========================================================================
 
-class Origin:
+class Origin(Listener):
     """kind: http | echo_bye | greet_close | greet_shut | silent | silent_hold
 
     http: keep-alive loop; answers 200 "ok" (Content-Length) after `delay` seconds (only for
@@ -87,32 +81,21 @@ class Origin:
 
     def __init__(self, kind="http", delay=0.0, slowpath=None, stall=False):
         self.kind, self.delay, self.slowpath, self.stall = kind, delay, slowpath, stall
-        self.lsock = socket.socket()
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind((HOST, 0))
-        self.lsock.listen(64)
-        self.port = self.lsock.getsockname()[1]
         self.events = []
         self.lock = threading.Lock()
         self.ncid = 0
-        self.stopping = False
-        threading.Thread(target=self.accept_loop, daemon=True).start()
+        super().__init__(backlog=64)
 
     def ev(self, cid, what, detail=None):
         with self.lock:
             self.events.append((now(), cid, what, detail))
 
-    def accept_loop(self):
-        while not self.stopping:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            self.ncid += 1
-            cid = self.ncid
-            self.ev(cid, "accept")
-            fn = self.serve_http if self.kind == "http" else self.serve_tcp
-            threading.Thread(target=self.wrap, args=(fn, c, cid), daemon=True).start()
+    def on_accept(self, c):
+        self.ncid += 1
+        cid = self.ncid
+        self.ev(cid, "accept")
+        fn = self.serve_http if self.kind == "http" else self.serve_tcp
+        threading.Thread(target=self.wrap, args=(fn, c, cid), daemon=True).start()
 
     def wrap(self, fn, c, cid):
         try:
@@ -220,11 +203,7 @@ class Origin:
                 self.ev(cid, "i_shut")
 
     def stop(self):
-        self.stopping = True
-        try:
-            self.lsock.close()
-        except OSError:
-            pass
+        self.close()
 
     # summaries -------------------------------------------------------------
     def settle(self):
@@ -289,20 +268,6 @@ class Blackhole:
 # proxies
 # ==========================================================================
 
-def listening(port):
-    hexp = ":%04X" % port
-    for fn in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(fn) as f:
-                for ln in f.readlines()[1:]:
-                    p = ln.split()
-                    if p[1].endswith(hexp) and p[3] == "0A":
-                        return True
-        except OSError:
-            pass
-    return False
-
-
 class Run:
     def __init__(self, name, binary, cfgtext, workdir):
         self.name, self.binary = name, binary
@@ -313,9 +278,7 @@ class Run:
         self.proc = None
 
     def check(self):
-        r = subprocess.run([self.binary, "-c", "-f", self.cfg], capture_output=True,
-                           timeout=20, text=True)
-        return r.returncode, (r.stdout + r.stderr).strip()
+        return check_config(self.binary, self.cfg)
 
     def start(self, port):
         self.errf = open(self.errpath, "w")
@@ -325,20 +288,14 @@ class Run:
         while now() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("%s exited at start: %s" % (self.name, open(self.errpath).read()))
-            if listening(port):
+            if port in listening_ports():
                 time.sleep(0.05)
                 return
             time.sleep(0.02)
         raise RuntimeError("%s did not start listening" % self.name)
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(3)
+        stop_process(self.proc, wait=3)
         self.errf.close()
 
 

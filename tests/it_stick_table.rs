@@ -631,3 +631,32 @@ listen readonly
         "stick match never writes"
     );
 }
+
+#[test]
+fn gpc_fetches_on_a_table_without_gpc0_answer_as_haproxy() {
+    // HAProxy 2.6.12: `sc_inc_gpc0` gives 0, a real sample, when the table does not store
+    // gpc0; `sc_get_gpc0` gives no sample at all.
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}
+frontend fe
+    bind 127.0.0.1:{port}
+    stick-table type ip size 10 store http_req_cnt
+    http-request track-sc0 src
+    http-request set-header x-inc %[sc_inc_gpc0(0)]
+    http-request set-header x-get %[sc_get_gpc0(0)]
+    http-request set-header x-inc-acl yes if {{ sc_inc_gpc0(0) ge 0 }}
+    http-request set-header x-get-acl yes if {{ sc_get_gpc0(0) ge 0 }}
+    default_backend be
+{}",
+        backend_section("be", "", &[&b])
+    );
+    let _s = Sluice::start(&cfg);
+    assert_eq!(http_get(port, "/").status, 200);
+    let r = &b.requests()[0];
+    assert_eq!(r.header("x-inc"), Some("0"));
+    assert_eq!(r.header("x-get").unwrap_or(""), "");
+    assert_eq!(r.header("x-inc-acl"), Some("yes"));
+    assert_eq!(r.header("x-get-acl"), None);
+}

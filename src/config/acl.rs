@@ -397,8 +397,9 @@ fn stick_fetch(
             } else {
                 Data::Gpc1Rate
             };
+            // As HAProxy: a table that stores neither gives 0, a sample (unlike a read).
             if !t.stores(d) && !t.stores(rate) {
-                return None;
+                return int(0);
             }
             let Some(e) = e else { return int(0) };
             t.add(&e, d, 1);

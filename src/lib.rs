@@ -22,6 +22,7 @@ pub mod http;
 pub mod lb;
 pub mod listener;
 pub mod log;
+pub mod map;
 pub mod pool;
 pub mod prometheus;
 pub mod reload;
@@ -35,6 +36,7 @@ pub mod sys;
 pub mod tls;
 pub mod userlist;
 pub mod util;
+pub mod vars;
 pub mod worker;
 
 pub use runtime::{run, version_string};

@@ -288,6 +288,8 @@ pub struct Entry<'a> {
     pub samples: &'a [Option<Box<[u8]>>],
     /// `%ID`: the request's `unique-id-format` value.
     pub unique_id: Option<&'a str>,
+    /// The session's variables, for `%[var(...)]`.
+    pub vars: Option<&'a crate::vars::Vars>,
 }
 
 fn client_str(out: &mut String, c: Option<SocketAddr>) {
@@ -565,6 +567,7 @@ impl Logger {
                                     backend: e.backend,
                                     unique_id: e.unique_id,
                                     sc: Default::default(),
+                                    vars: e.vars,
                                 },
                             );
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])

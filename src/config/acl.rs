@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use regex::bytes::{Regex, RegexBuilder};
 
 use super::IpNet;
+use super::converter::{self, Conv};
 use super::did_you_mean;
 
 /// What a condition can look at. Implemented by the HTTP stream over its parsed head (and by a
@@ -73,6 +74,8 @@ pub struct Sess<'a> {
     pub unique_id: Option<&'a str>,
     /// The stick-table entries the session and the request track (`sc_*` fetches).
     pub sc: crate::stick::ScView<'a>,
+    /// The session's and the transaction's variables (`var()`).
+    pub vars: Option<&'a crate::vars::Vars>,
 }
 
 /// Set when a configuration reads the address a client connected to (`dst`, `dst_port`,
@@ -163,20 +166,72 @@ impl Acl {
 #[derive(Debug, Clone)]
 pub(crate) struct Expr {
     fetch: Fetch,
+    /// Converters applied to each sample (`,lower`), usually none.
+    convs: Box<[Conv]>,
     matcher: Matcher,
 }
 
 impl Expr {
     fn matches(&self, view: &dyn HttpView) -> bool {
-        self.fetch.for_each(view, &mut |s| self.matcher.test(s))
+        each_sample(&self.fetch, &self.convs, view, &mut |s| {
+            self.matcher.test(s)
+        })
     }
+}
+
+/// Calls `f` on each sample of `fetch` passed through `convs` (a sample a converter fails on
+/// is skipped); true as soon as `f` returns true.
+fn each_sample(
+    fetch: &Fetch,
+    convs: &[Conv],
+    view: &dyn HttpView,
+    f: &mut dyn FnMut(Sample<'_>) -> bool,
+) -> bool {
+    if convs.is_empty() {
+        return fetch.for_each(view, f);
+    }
+    let vars = view.sess().vars;
+    fetch.for_each(view, &mut |s| match converter::run(convs, s, vars) {
+        Some(v) => f(v.as_sample()),
+        None => false,
+    })
+}
+
+/// A parsed sample expression: the fetch, its default matching method, its converters and
+/// the type of what they produce.
+type Chain = (Fetch, &'static str, Box<[Conv]>, SmpType);
+
+/// Parses `fetch(args),conv(args)...`: the fetch, its default matching method (that of the
+/// last converter's output when there are converters), the converters, and the output type.
+fn parse_chain(word: &str, what: &str) -> Result<Chain, String> {
+    let (fetch_word, conv_words) = converter::split(word)?;
+    let (fetch, default_m) = parse_fetch(fetch_word, what)?;
+    if conv_words.is_empty() {
+        let ty = fetch.out_type();
+        return Ok((fetch, default_m, Box::new([]), ty));
+    }
+    let mut ty = fetch.out_type();
+    let mut convs = Vec::with_capacity(conv_words.len());
+    for (name, args) in conv_words {
+        let (c, out) = Conv::parse(name, args.as_deref(), ty)
+            .map_err(|e| format!("in {what} '{word}': {e}"))?;
+        convs.push(c);
+        ty = out;
+    }
+    let m = match ty {
+        SmpType::Str => "str",
+        SmpType::Int => "int",
+        SmpType::Ip => "ip",
+        SmpType::Bool => "bool",
+    };
+    Ok((fetch, m, convs.into_boxed_slice(), ty))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Samples and fetches.
 
 #[derive(Clone, Copy)]
-enum Sample<'a> {
+pub(crate) enum Sample<'a> {
     Str(&'a [u8]),
     Int(i64),
     Ip(IpAddr),
@@ -184,7 +239,7 @@ enum Sample<'a> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SmpType {
+pub(crate) enum SmpType {
     Str,
     Int,
     Ip,
@@ -193,6 +248,13 @@ enum SmpType {
 
 #[derive(Debug, Clone)]
 enum Fetch {
+    /// `var(NAME[,DEFAULT])`: a variable, or the default as a string.
+    Var {
+        name: crate::vars::VarName,
+        default: Option<Box<[u8]>>,
+    },
+    /// `str(S)`, `int(N)`, `bool(B)`, `ipv4(A)`, `ipv6(A)`: a constant.
+    Const(converter::Val),
     AlwaysTrue,
     AlwaysFalse,
     ProtoHttp,
@@ -515,6 +577,16 @@ fn parse_ip(s: &[u8]) -> Option<IpAddr> {
     std::str::from_utf8(s).ok()?.parse().ok()
 }
 
+/// An address in a header (`hdr_ip`): IPv4 may carry a `:port`, which HAProxy drops.
+fn parse_hdr_ip(s: &[u8]) -> Option<IpAddr> {
+    parse_ip(s).or_else(|| {
+        let t = std::str::from_utf8(s).ok()?;
+        let (a, port) = t.split_once(':')?;
+        port.bytes().all(|c| c.is_ascii_digit()).then_some(())?;
+        a.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+    })
+}
+
 impl Fetch {
     fn is_http(&self) -> bool {
         !matches!(
@@ -570,6 +642,14 @@ impl Fetch {
     fn out_type(&self) -> SmpType {
         match self {
             Fetch::Res(inner) => inner.out_type(),
+            // A variable's type is known only when it is read: taken as text for matching.
+            Fetch::Var { .. } => SmpType::Str,
+            Fetch::Const(v) => match v {
+                converter::Val::Str(_) => SmpType::Str,
+                converter::Val::Int(_) => SmpType::Int,
+                converter::Val::Ip(_) => SmpType::Ip,
+                converter::Val::Bool(_) => SmpType::Bool,
+            },
             Fetch::Status | Fetch::TableAvl(_) | Fetch::TableCnt(_) => SmpType::Int,
             Fetch::Stick { what, .. } => {
                 if *what == StickWhat::Tracked {
@@ -619,6 +699,18 @@ impl Fetch {
     /// Calls `f` on each sample; true as soon as `f` returns true.
     fn for_each(&self, view: &dyn HttpView, f: &mut dyn FnMut(Sample<'_>) -> bool) -> bool {
         match self {
+            Fetch::Const(v) => f(v.as_sample()),
+            Fetch::Var { name, default } => {
+                let found = match view.sess().vars {
+                    Some(vs) => vs.get(name),
+                    None => crate::vars::Vars::default().get(name),
+                };
+                match (found, default) {
+                    (Some(v), _) => f(v.as_sample()),
+                    (None, Some(d)) => f(Sample::Str(d)),
+                    (None, None) => false,
+                }
+            }
             Fetch::AlwaysTrue => f(Sample::Bool(true)),
             Fetch::AlwaysFalse => f(Sample::Bool(false)),
             // In `mode tcp`, whether the client's first data is an HTTP request (the `HTTP`
@@ -755,7 +847,7 @@ impl Fetch {
             }),
             Fetch::HdrIp { name } => view.for_each_header(name, &mut |v| {
                 v.split(|&c| c == b',')
-                    .filter_map(|p| parse_ip(trim_ows(p)))
+                    .filter_map(|p| parse_hdr_ip(trim_ows(p)))
                     .any(|ip| f(Sample::Ip(ip)))
             }),
             Fetch::ReqLen => match view.payload() {
@@ -838,29 +930,47 @@ impl Fetch {
 #[derive(Debug, Clone)]
 pub struct SampleFetch {
     fetch: Fetch,
+    convs: Box<[Conv]>,
     text: Box<str>,
 }
 
 impl SampleFetch {
     /// Parses `name` or `name(args)`. ACL-only forms (`path_beg`, `hdr_sub(x)`) are not fetches.
     pub fn parse(word: &str) -> Result<SampleFetch, String> {
+        Self::parse_in(word, false)
+    }
+
+    /// Parses a sample that may read the client's first data (`req.ssl_sni`), for a rule
+    /// that runs after `tcp-request inspect-delay` (a dynamic `use_backend` name).
+    pub fn parse_with_payload(word: &str) -> Result<SampleFetch, String> {
+        Self::parse_in(word, true)
+    }
+
+    /// Whether it reads the client's first data.
+    pub fn needs_payload(&self) -> bool {
+        self.fetch.is_payload()
+    }
+
+    fn parse_in(word: &str, payload_ok: bool) -> Result<SampleFetch, String> {
         const WHAT: &str = "sample fetch";
-        let (fetch, default_m) = parse_fetch(word, WHAT)?;
+        let (fetch_word, _) = converter::split(word)?;
+        let (fetch, default_m) = parse_fetch(fetch_word, WHAT)?;
+        let (_, _, convs, _) = parse_chain(word, WHAT)?;
         if !matches!(default_m, "str" | "int" | "ip" | "bool") {
-            let (name, _) = split_criterion(word, WHAT)?;
+            let (name, _) = split_criterion(fetch_word, WHAT)?;
             return Err(format!(
                 "unknown {WHAT} '{name}' ('_{default_m}' forms are ACL matches, not fetches)"
             ));
         }
         if fetch.is_response() {
-            let (name, _) = split_criterion(word, WHAT)?;
+            let (name, _) = split_criterion(fetch_word, WHAT)?;
             return Err(format!(
                 "{WHAT} '{name}' is not supported by sluice in log formats (it reads the \
                  response; '%ST' logs the status)"
             ));
         }
-        if fetch.is_payload() {
-            let (name, _) = split_criterion(word, WHAT)?;
+        if fetch.is_payload() && !payload_ok {
+            let (name, _) = split_criterion(fetch_word, WHAT)?;
             return Err(format!(
                 "{WHAT} '{name}' is not supported by sluice in log formats (it reads the \
                  client's first data, which 'tcp-request content' rules see)"
@@ -868,6 +978,7 @@ impl SampleFetch {
         }
         Ok(SampleFetch {
             fetch,
+            convs,
             text: word.into(),
         })
     }
@@ -881,7 +992,7 @@ impl SampleFetch {
     pub fn key(&self, view: &dyn HttpView, t: &crate::stick::Table) -> Option<crate::stick::Key> {
         use crate::stick::KeySample;
         let mut key = None;
-        self.fetch.for_each(view, &mut |s| {
+        each_sample(&self.fetch, &self.convs, view, &mut |s| {
             key = t.key_of(match s {
                 Sample::Str(b) => KeySample::Str(b),
                 Sample::Int(n) => KeySample::Int(n),
@@ -891,6 +1002,16 @@ impl SampleFetch {
             false
         });
         key
+    }
+
+    /// The sample with its type (of several, the last); `None` without one.
+    pub fn value(&self, view: &dyn HttpView) -> Option<converter::Val> {
+        let mut out = None;
+        each_sample(&self.fetch, &self.convs, view, &mut |s| {
+            out = Some(converter::Val::from_sample(s));
+            false
+        });
+        out
     }
 
     /// The expression as written.
@@ -904,7 +1025,7 @@ impl SampleFetch {
         use std::io::Write as _;
         let start = out.len();
         let mut found = false;
-        self.fetch.for_each(view, &mut |s| {
+        each_sample(&self.fetch, &self.convs, view, &mut |s| {
             out.truncate(start);
             found = true;
             match s {
@@ -931,7 +1052,7 @@ impl SampleFetch {
 // Matchers.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StrKind {
+pub(crate) enum StrKind {
     Exact,
     Beg,
     End,
@@ -957,15 +1078,39 @@ impl IntRange {
 enum Matcher {
     Found,
     Bool,
+    /// Each pattern with whether `-i` applies to it.
     Str {
         kind: StrKind,
-        icase: bool,
-        pats: Vec<Box<[u8]>>,
+        pats: Vec<(Box<[u8]>, bool)>,
+        sets: Option<Box<StrSets>>,
     },
     Reg(Vec<Regex>),
     Len(Vec<IntRange>),
     Int(Vec<IntRange>),
     Ip(Vec<IpNet>),
+}
+
+/// The exact patterns of a long list: case-sensitive ones, and lowercased `-i` ones.
+#[derive(Debug, Clone)]
+struct StrSets {
+    exact: std::collections::HashSet<Box<[u8]>>,
+    lower: std::collections::HashSet<Box<[u8]>>,
+}
+
+/// Calls `f` on the sample as text (HAProxy casts integers, addresses and booleans to strings
+/// for string matches).
+fn with_text(s: Sample<'_>, f: impl FnOnce(&[u8]) -> bool) -> bool {
+    use std::io::Write as _;
+    let mut buf = [0u8; 48];
+    let mut cur = std::io::Cursor::new(&mut buf[..]);
+    let ok = match s {
+        Sample::Str(v) => return f(v),
+        Sample::Int(n) => write!(cur, "{n}"),
+        Sample::Ip(ip) => write!(cur, "{}", converter::unmap(ip)),
+        Sample::Bool(b) => write!(cur, "{}", b as u8),
+    };
+    let n = cur.position() as usize;
+    ok.is_ok() && f(&buf[..n])
 }
 
 fn eq_bytes(a: &[u8], b: &[u8], icase: bool) -> bool {
@@ -1009,7 +1154,7 @@ fn match_word(s: &[u8], pat: &[u8], icase: bool, delims: &[u8]) -> bool {
     false
 }
 
-fn str_match(kind: StrKind, s: &[u8], p: &[u8], icase: bool) -> bool {
+pub(crate) fn str_match(kind: StrKind, s: &[u8], p: &[u8], icase: bool) -> bool {
     match kind {
         StrKind::Exact => eq_bytes(s, p, icase),
         StrKind::Beg => s.len() >= p.len() && eq_bytes(&s[..p.len()], p, icase),
@@ -1022,7 +1167,7 @@ fn str_match(kind: StrKind, s: &[u8], p: &[u8], icase: bool) -> bool {
 
 /// Whether `ip` is in `net`, comparing IPv4 samples with IPv6 networks through their
 /// v4-mapped form (and v4-mapped samples with IPv4 networks), as HAProxy does.
-fn ip_in(net: &IpNet, ip: IpAddr) -> bool {
+pub(crate) fn ip_in(net: &IpNet, ip: IpAddr) -> bool {
     match (net.addr, ip) {
         (IpAddr::V6(_), IpAddr::V4(v4)) => net.contains(IpAddr::V6(v4.to_ipv6_mapped())),
         _ => net.contains(ip),
@@ -1038,18 +1183,17 @@ impl Matcher {
                 Sample::Int(n) => n != 0,
                 _ => false,
             },
-            Matcher::Str { kind, icase, pats } => match s {
-                Sample::Str(v) => pats.iter().any(|p| str_match(*kind, v, p, *icase)),
-                _ => false,
-            },
-            Matcher::Reg(res) => match s {
-                Sample::Str(v) => res.iter().any(|r| r.is_match(v)),
-                _ => false,
-            },
-            Matcher::Len(ranges) => match s {
-                Sample::Str(v) => ranges.iter().any(|r| r.contains(v.len() as i64)),
-                _ => false,
-            },
+            Matcher::Str { kind, pats, sets } => with_text(s, |v| match sets {
+                Some(sets) => {
+                    sets.exact.contains(v)
+                        || (!sets.lower.is_empty() && sets.lower.contains(&*v.to_ascii_lowercase()))
+                }
+                None => pats.iter().any(|(p, i)| str_match(*kind, v, p, *i)),
+            }),
+            Matcher::Reg(res) => with_text(s, |v| res.iter().any(|r| r.is_match(v))),
+            Matcher::Len(ranges) => {
+                with_text(s, |v| ranges.iter().any(|r| r.contains(v.len() as i64)))
+            }
             Matcher::Int(ranges) => {
                 let v = match s {
                     Sample::Int(n) => n,
@@ -1060,6 +1204,7 @@ impl Matcher {
                             None => return false,
                         }
                     }
+                    Sample::Ip(IpAddr::V4(v4)) => u32::from(v4) as i64,
                     Sample::Ip(_) => return false,
                 };
                 ranges.iter().any(|r| r.contains(v))
@@ -1071,7 +1216,8 @@ impl Matcher {
                         Some(ip) => ip,
                         None => return false,
                     },
-                    _ => return false,
+                    Sample::Int(n) => IpAddr::V4((n as u32).into()),
+                    Sample::Bool(_) => return false,
                 };
                 nets.iter().any(|n| ip_in(n, ip))
             }
@@ -1101,6 +1247,12 @@ fn stick_fetch_name(name: &str) -> Option<(Option<usize>, StickWhat)> {
 /// Criteria sluice understands (for suggestions).
 const CRITERIA: &[&str] = &[
     "always_true",
+    "var",
+    "str",
+    "int",
+    "bool",
+    "ipv4",
+    "ipv6",
     "always_false",
     "req.proto_http",
     "path",
@@ -1244,7 +1396,6 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
     "req_ver",
     "srv_id",
     "urlp_val",
-    "var",
 ];
 
 fn fetch_name_ok(c: u8) -> bool {
@@ -1357,6 +1508,32 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
     };
     let fetch = match base {
         "always_true" => no_args(Fetch::AlwaysTrue)?,
+        "var" => {
+            let a = args.unwrap_or("");
+            let (n, d) = match a.split_once(',') {
+                Some((n, d)) => (n, Some(d.as_bytes().into())),
+                None => (a, None),
+            };
+            Fetch::Var {
+                name: crate::vars::VarName::parse(n.trim())?,
+                default: d,
+            }
+        }
+        "str" => Fetch::Const(converter::Val::Str(args.unwrap_or("").as_bytes().to_vec())),
+        "int" | "bool" | "ipv4" | "ipv6" => {
+            let a = args.unwrap_or("").trim();
+            let v = match base {
+                "int" => a.parse().ok().map(converter::Val::Int),
+                "bool" => match a {
+                    "1" | "true" => Some(converter::Val::Bool(true)),
+                    "0" | "false" => Some(converter::Val::Bool(false)),
+                    _ => None,
+                },
+                "ipv4" => a.parse::<std::net::Ipv4Addr>().ok().map(|ip| ip.into()),
+                _ => a.parse::<std::net::Ipv6Addr>().ok().map(|ip| ip.into()),
+            };
+            Fetch::Const(v.ok_or_else(|| format!("{what} '{base}': invalid argument '{a}'"))?)
+        }
         "always_false" => no_args(Fetch::AlwaysFalse)?,
         "req.proto_http" | "req_proto_http" => no_args(Fetch::ProtoHttp)?,
         "path" => no_args(Fetch::Path)?,
@@ -1643,14 +1820,19 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
     let Some(crit) = words.first() else {
         return Err("missing ACL criterion".into());
     };
-    let (fetch, default_m) = parse_fetch(crit, "ACL criterion")?;
+    let (fetch, default_m, convs, ty) = parse_chain(crit, "ACL criterion")?;
     let mut icase = false;
     let mut method: Option<&str> = None;
+    // Patterns read from `-f` files, each with the `-i` in force when its file was named.
+    let mut file_pats: Vec<(String, bool)> = Vec::new();
+    let mut as_map = false;
+    let mut had_file = false;
     let mut i = 1;
     while i < words.len() && words[i].starts_with('-') {
         match words[i].as_str() {
             "-i" => icase = true,
             "-n" => {}
+            "-M" => as_map = true,
             "-m" => {
                 let Some(m) = words.get(i + 1) else {
                     return Err("missing matching method after '-m'".into());
@@ -1658,12 +1840,25 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
                 method = Some(m.as_str());
                 i += 1;
             }
+            "-f" => {
+                let Some(path) = words.get(i + 1) else {
+                    return Err("missing file name after '-f'".into());
+                };
+                let f = crate::map::load(path, as_map)?;
+                had_file = true;
+                file_pats.extend(f.entries.iter().map(|e| (e.key.to_string(), icase)));
+                i += 1;
+            }
             "--" => {
                 i += 1;
                 break;
             }
-            f @ ("-f" | "-M" | "-u") => {
-                return Err(format!("ACL flag '{f}' is not supported by sluice"));
+            "-u" => {
+                return Err(
+                    "ACL flag '-u' is not supported by sluice (ACLs cannot be changed at \
+                     runtime, so they need no id)"
+                        .into(),
+                );
             }
             f => {
                 return Err(format!(
@@ -1674,16 +1869,21 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
         }
         i += 1;
     }
-    let explicit_end = i > 1 && words[i - 1] == "--";
-    let values = &words[i..];
+    // A pattern file, even an empty one, says the patterns are meant to be there.
+    let explicit_end = (i > 1 && words[i - 1] == "--") || had_file;
+    let inline = &words[i..];
+    let values: Vec<(String, bool)> = file_pats
+        .into_iter()
+        .chain(inline.iter().map(|v| (v.clone(), icase)))
+        .collect();
+    let values = &values[..];
     let m = method.unwrap_or(default_m);
-    let ty = fetch.out_type();
     let compatible = match m {
-        "found" => true,
-        "str" | "beg" | "end" | "sub" | "dir" | "dom" | "reg" | "len" => ty == SmpType::Str,
-        "int" => ty != SmpType::Ip,
-        "bool" => matches!(ty, SmpType::Bool | SmpType::Int),
-        "ip" => matches!(ty, SmpType::Ip | SmpType::Str),
+        // HAProxy casts the sample to what the method compares, which exists for all but
+        // booleans to addresses.
+        "found" | "str" | "beg" | "end" | "sub" | "dir" | "dom" | "reg" | "len" | "int"
+        | "bool" => true,
+        "ip" => ty != SmpType::Bool,
         "bin" | "end_bin" => {
             return Err(format!("matching method '{m}' is not supported by sluice"));
         }
@@ -1721,25 +1921,26 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
     if !needs_values && !values.is_empty() {
         return Err(format!(
             "matching method '{m}' takes no pattern, but '{}' was given",
-            values[0]
+            values[0].0
         ));
     }
+    let texts: Vec<String> = values.iter().map(|v| v.0.clone()).collect();
     let matcher = match m {
         "found" => Matcher::Found,
         "bool" => Matcher::Bool,
-        "int" => Matcher::Int(parse_int_ranges(values)?),
-        "len" => Matcher::Len(parse_int_ranges(values)?),
+        "int" => Matcher::Int(parse_int_ranges(&texts)?),
+        "len" => Matcher::Len(parse_int_ranges(&texts)?),
         "ip" => Matcher::Ip(
-            values
+            texts
                 .iter()
                 .map(|v| parse_ipnet(v))
                 .collect::<Result<_, _>>()?,
         ),
         "reg" => {
             let mut res = Vec::with_capacity(values.len());
-            for v in values {
+            for (v, icase) in values {
                 let r = RegexBuilder::new(v)
-                    .case_insensitive(icase)
+                    .case_insensitive(*icase)
                     .build()
                     .map_err(|e| format!("invalid regex '{v}': {}", first_line(&e.to_string())))?;
                 res.push(r);
@@ -1755,17 +1956,31 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
                 "dom" => StrKind::Dom,
                 _ => StrKind::Exact,
             };
-            Matcher::Str {
-                kind,
-                icase,
-                pats: values
-                    .iter()
-                    .map(|v| v.as_bytes().to_vec().into_boxed_slice())
-                    .collect(),
-            }
+            let pats: Vec<(Box<[u8]>, bool)> = values
+                .iter()
+                .map(|(v, i)| (v.as_bytes().into(), *i))
+                .collect();
+            // Long exact lists (pattern files) are looked up in sets, as HAProxy's trees.
+            let sets = (kind == StrKind::Exact && pats.len() > 8).then(|| {
+                let mut exact = std::collections::HashSet::new();
+                let mut lower = std::collections::HashSet::new();
+                for (p, i) in &pats {
+                    if *i {
+                        lower.insert(p.to_ascii_lowercase().into_boxed_slice());
+                    } else {
+                        exact.insert(p.clone());
+                    }
+                }
+                Box::new(StrSets { exact, lower })
+            });
+            Matcher::Str { kind, pats, sets }
         }
     };
-    Ok(Expr { fetch, matcher })
+    Ok(Expr {
+        fetch,
+        convs,
+        matcher,
+    })
 }
 
 fn first_line(s: &str) -> String {
@@ -2173,6 +2388,61 @@ mod tests {
     }
 
     #[test]
+    fn converters_and_pattern_files() {
+        let r = req("GET", "/API/v1/Users");
+        assert!(check(&["a path,lower -m beg /api/"], "if a", &r));
+        assert!(!check(&["a path -m beg /api/"], "if a", &r));
+        // The default method follows the last converter's output type.
+        assert!(check(&["a path,length gt 10"], "if a", &r));
+        assert!(check(&["a src,ipmask(16) 10.1.0.0"], "if a", &r));
+        assert!(check(
+            &["a hdr(host),host_only www.example.com"],
+            "if a",
+            &r
+        ));
+        assert!(check(&["a hdr(host),port_only 8080"], "if a", &r));
+        // A string method on an integer sample compares its text.
+        assert!(check(&["a hdr_cnt(host) -m str 1"], "if a", &r));
+        let dir = std::env::temp_dir().join(format!("sluice-acl-f-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exact = dir.join("exact.lst");
+        let noise: String = (0..20).map(|i| format!("/other{i}\n")).collect();
+        std::fs::write(
+            &exact,
+            format!("# paths\n\n  /API/v1/Users\n{noise}/trailing  \n"),
+        )
+        .unwrap();
+        let prefixes = dir.join("beg.lst");
+        std::fs::write(&prefixes, "/nope\n/api/\n").unwrap();
+        let e = exact.display();
+        let b = prefixes.display();
+        assert!(check(&[&format!("a path -f {e}")], "if a", &r));
+        assert!(!check(&[&format!("a path,lower -f {e}")], "if a", &r));
+        // A pattern keeps its trailing blanks, as in HAProxy.
+        assert!(!check(
+            &[&format!("a path -f {e}")],
+            "if a",
+            &req("GET", "/trailing")
+        ));
+        // `-i` applies to the files named after it, not before.
+        assert!(check(&[&format!("a path,lower -i -f {e}")], "if a", &r));
+        assert!(!check(&[&format!("a path,lower -f {e} -i")], "if a", &r));
+        assert!(check(&[&format!("a path -m beg -i -f {b}")], "if a", &r));
+        assert!(!check(&[&format!("a path -m beg -f {b}")], "if a", &r));
+        // `-M`: the first column of a map file.
+        let map = dir.join("m.map");
+        std::fs::write(&map, "/API/v1/Users backend_a\n").unwrap();
+        assert!(check(
+            &[&format!("a path -M -f {}", map.display())],
+            "if a",
+            &r
+        ));
+        let missing = expr_err("path -f /nonexistent/sluice.lst");
+        assert!(missing.contains("failed to open pattern file '/nonexistent/sluice.lst'"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn logic() {
         let r = req("GET", "/api/x");
         let acls = [
@@ -2274,13 +2544,13 @@ mod tests {
             "HAProxy spells it shdr_beg"
         );
         assert!(parse_expr(&ws("cook_beg(a) x")).is_ok());
-        assert!(expr_err("path,lower /a").contains("converters are not supported"));
+        assert!(expr_err("path,lowr /a").contains("did you mean 'lower'"));
         assert!(expr_err("hdr /a").contains("requires a header name"));
         assert!(expr_err("hdr(host,1) a").contains("occurrence argument"));
         assert!(expr_err("path -x /a").contains("'-x' is not a valid ACL option"));
-        assert!(expr_err("path -f /etc/list").contains("not supported by sluice"));
+        assert!(expr_err("path -u 3 /a").contains("not supported by sluice"));
         assert!(expr_err("path -m foo /a").contains("unknown matching method 'foo'"));
-        assert!(expr_err("src -m beg 1").contains("cannot be used with criterion 'src'"));
+        assert!(expr_err("always_true -m ip 1.2.3.4").contains("cannot be used with criterion"));
         assert!(expr_err("path_reg (").starts_with("invalid regex '('"));
         assert!(expr_err("src 1.2.3.4/33").contains("not a valid IPv4 or IPv6"));
         assert!(expr_err("src 10.0.0.0/255.0.255.0").contains("non-contiguous"));

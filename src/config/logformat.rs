@@ -458,7 +458,7 @@ mod tests {
         assert!(e("%[path_beg]").contains("unknown sample fetch 'path_beg'"));
         assert!(e("%[src(1)]").contains("takes no argument"));
         assert!(e("%[hdr]").contains("requires a header name"));
-        assert!(e("%[src,lower]").contains("converters are not supported"));
+        assert!(e("%[src,lowr]").contains("did you mean 'lower'"));
         assert!(e("%[req.ssl_sni]").contains("not supported by sluice"));
     }
 }

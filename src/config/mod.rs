@@ -11,6 +11,7 @@
 
 pub mod acl;
 pub mod checks;
+pub mod converter;
 pub mod logformat;
 pub mod parser;
 pub mod tokenizer;
@@ -676,9 +677,209 @@ impl Default for StatsPage {
 /// `use_backend NAME [if|unless COND]`.
 #[derive(Debug, Clone)]
 pub struct UseBackend {
-    /// Index into `Config::proxies`.
-    pub backend: usize,
+    /// Index into `Config::proxies`; `None` for a dynamic name.
+    pub backend: Option<usize>,
+    /// A name made per request (`use_backend be_%[req.hdr(host),lower]`).
+    pub dynamic: Option<std::sync::Arc<TextFormat>>,
     pub cond: Option<Cond>,
+}
+
+/// A string built per request from text and `%[expr]` samples: a dynamic backend name, a
+/// `set-var-fmt` value.
+#[derive(Debug)]
+pub struct TextFormat {
+    parts: Vec<NamePart>,
+}
+
+#[derive(Debug)]
+enum NamePart {
+    Text(Box<str>),
+    Sample(SampleFetch),
+}
+
+impl TextFormat {
+    /// Parses text with `%[...]` samples (`%%` is a `%`); other log-format variables are
+    /// errors (sluice evaluates only samples here).
+    pub fn parse(s: &str) -> Result<TextFormat, String> {
+        let b = s.as_bytes();
+        let mut parts = Vec::new();
+        let mut text = String::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] != b'%' {
+                let ch = s[i..].chars().next().unwrap_or_default();
+                text.push(ch);
+                i += ch.len_utf8();
+                continue;
+            }
+            match b.get(i + 1) {
+                Some(b'%') => {
+                    text.push('%');
+                    i += 2;
+                }
+                Some(b'[') => {
+                    let mut depth = 0usize;
+                    let end = b[i + 2..].iter().enumerate().find_map(|(k, &c)| {
+                        match c {
+                            b'(' => depth += 1,
+                            b')' => depth = depth.saturating_sub(1),
+                            b']' if depth == 0 => return Some(i + 2 + k),
+                            _ => {}
+                        }
+                        None
+                    });
+                    let Some(end) = end else {
+                        return Err(format!("missing ']' in '{s}'"));
+                    };
+                    if !text.is_empty() {
+                        parts.push(NamePart::Text(std::mem::take(&mut text).into()));
+                    }
+                    let f = SampleFetch::parse_with_payload(&s[i + 2..end])?;
+                    parts.push(NamePart::Sample(f));
+                    i = end + 1;
+                }
+                _ => {
+                    return Err(format!(
+                        "'{s}': only '%[expression]' samples are supported by sluice here \
+                         (not other log-format variables)"
+                    ));
+                }
+            }
+        }
+        if !text.is_empty() {
+            parts.push(NamePart::Text(text.into()));
+        }
+        Ok(TextFormat { parts })
+    }
+
+    /// Whether a sample reads the HTTP request.
+    pub fn uses_http(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, NamePart::Sample(f) if f.uses_http()))
+    }
+
+    /// Whether a sample reads the client's first data (`req.ssl_sni`).
+    pub fn needs_payload(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, NamePart::Sample(f) if f.needs_payload()))
+    }
+
+    /// The text for this request into `out`, a missing sample as nothing.
+    pub fn render_all(&self, view: &dyn HttpView, out: &mut Vec<u8>) {
+        out.clear();
+        for p in &self.parts {
+            match p {
+                NamePart::Text(t) => out.extend_from_slice(t.as_bytes()),
+                NamePart::Sample(f) => {
+                    f.write(view, out);
+                }
+            }
+        }
+    }
+
+    /// The name for this request into `out`; `false` when a sample is missing.
+    pub fn render(&self, view: &dyn HttpView, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        for p in &self.parts {
+            match p {
+                NamePart::Text(t) => out.extend_from_slice(t.as_bytes()),
+                NamePart::Sample(f) => {
+                    if !f.write(view, out) {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+/// `set-var(NAME[,COND...]) EXPR`, `set-var-fmt(NAME[,COND...]) FMT`, `unset-var(NAME)`, in
+/// `http-request`, `http-response` and `tcp-request` rules.
+#[derive(Debug, Clone)]
+pub enum VarAction {
+    Set {
+        name: crate::vars::VarName,
+        conds: Box<[crate::vars::SetCond]>,
+        expr: SampleFetch,
+    },
+    SetFmt {
+        name: crate::vars::VarName,
+        conds: Box<[crate::vars::SetCond]>,
+        fmt: std::sync::Arc<TextFormat>,
+    },
+    Unset(crate::vars::VarName),
+}
+
+/// Rules compare by what they say (for configuration equality).
+impl PartialEq for VarAction {
+    fn eq(&self, o: &VarAction) -> bool {
+        use VarAction::*;
+        match (self, o) {
+            (
+                Set { name, conds, expr },
+                Set {
+                    name: n2,
+                    conds: c2,
+                    expr: e2,
+                },
+            ) => name == n2 && conds == c2 && expr.text() == e2.text(),
+            (
+                SetFmt { name, conds, fmt },
+                SetFmt {
+                    name: n2,
+                    conds: c2,
+                    fmt: f2,
+                },
+            ) => name == n2 && conds == c2 && std::sync::Arc::ptr_eq(fmt, f2),
+            (Unset(a), Unset(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for VarAction {}
+
+impl VarAction {
+    /// Runs the action on the variables of the session `view` shows (or the process's).
+    pub fn run(&self, view: &dyn HttpView) {
+        let own = crate::vars::Vars::default();
+        let vars = view.sess().vars.unwrap_or(&own);
+        match self {
+            VarAction::Set { name, conds, expr } => {
+                if let Some(v) = expr.value(view) {
+                    vars.set(name, v, conds);
+                }
+            }
+            VarAction::SetFmt { name, conds, fmt } => {
+                let mut out = Vec::new();
+                fmt.render_all(view, &mut out);
+                vars.set(name, converter::Val::Str(out), conds);
+            }
+            VarAction::Unset(name) => vars.unset(name),
+        }
+    }
+}
+
+impl UseBackend {
+    /// The backend this rule picks for a request its condition matched: `None` when a
+    /// dynamic name names no backend of mode `mode` (HAProxy then stops at the default
+    /// backend).
+    pub fn target(&self, cfg: &Config, mode: Mode, view: &dyn HttpView) -> Option<usize> {
+        if let Some(b) = self.backend {
+            return Some(b);
+        }
+        let d = self.dynamic.as_ref()?;
+        let mut name = Vec::with_capacity(32);
+        if !d.render(view, &mut name) {
+            return None;
+        }
+        cfg.proxies
+            .iter()
+            .position(|p| p.kind.has_backend() && p.mode == mode && p.name.as_bytes() == name)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -991,6 +1192,8 @@ pub enum TcpAction {
     Reject,
     /// A stick-table action; evaluation goes on with the next rule.
     Stick(StickAction),
+    /// `set-var`, `set-var-fmt`, `unset-var`; evaluation goes on.
+    SetVar(VarAction),
 }
 
 /// The stick-table actions of `tcp-request` and `http-request` rules.
@@ -1058,6 +1261,8 @@ pub enum HttpResponseAction {
     /// `deny [deny_status N] [REPLY]` (default 502): the server's response is dropped with its
     /// connection, and the client gets the status's error page or the reply.
     Deny(Deny),
+    /// `set-var`, `set-var-fmt`, `unset-var`: evaluation goes on.
+    SetVar(VarAction),
 }
 
 /// `deny`'s answer: the status's error page (`errorfile` or built-in), or a reply of its own
@@ -1075,6 +1280,17 @@ pub struct Reply {
     pub content_type: Option<String>,
     pub body: Vec<u8>,
     pub headers: Vec<(String, String)>,
+    /// Parts evaluated per request (`None`: the reply is all literal).
+    pub formats: Option<Box<ReplyFormats>>,
+}
+
+/// The parts of a reply written as log-format strings with samples (`lf-string "%[...]"`,
+/// `hdr X %[...]`), evaluated on each request.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReplyFormats {
+    pub body: Option<LfValue>,
+    /// Index into `Reply::headers`, and the value's format.
+    pub headers: Vec<(usize, LfValue)>,
 }
 
 impl Reply {
@@ -1187,6 +1403,8 @@ pub enum HttpRequestAction {
     Rewrite(UriRewrite),
     /// `track-scN`, `sc-inc-gpc0`, `sc-set-gpt0`: evaluation goes on with the next rule.
     Stick(StickAction),
+    /// `set-var`, `set-var-fmt`, `unset-var`: evaluation goes on.
+    SetVar(VarAction),
 }
 
 /// Which part of the request target a rewrite sets.

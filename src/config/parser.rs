@@ -38,6 +38,7 @@ pub fn load(
     let mut st = State::default();
     crate::userlist::reset();
     crate::stick::reset();
+    crate::map::reset();
     for (file, text) in sources {
         let (lines, errors) = tokenize(file, text, env);
         st.errors.extend(errors);
@@ -507,7 +508,7 @@ impl State {
                 .filter(|f| {
                     f.kind.has_frontend()
                         && (f.default_backend == Some(b)
-                            || f.use_backends.iter().any(|u| u.backend == b))
+                            || f.use_backends.iter().any(|u| u.backend == Some(b)))
                 })
                 .map(|f| u64::from(f.maxconn.or(self.global.maxconn).unwrap_or(2000)))
                 .sum();
@@ -640,10 +641,19 @@ fn resolve(
         } else if d.p.kind == ProxyKind::Listen {
             p.default_backend = Some(idx);
         }
-        for (name, cond, origin) in &d.use_backends {
+        for (name, dynamic, cond, origin) in &d.use_backends {
+            if dynamic.is_some() {
+                p.use_backends.push(UseBackend {
+                    backend: None,
+                    dynamic: dynamic.clone(),
+                    cond: cond.clone(),
+                });
+                continue;
+            }
             match lookup(d, "use_backend", name) {
                 Ok(i) => p.use_backends.push(UseBackend {
-                    backend: i,
+                    backend: Some(i),
+                    dynamic: None,
                     cond: cond.clone(),
                 }),
                 Err(m) => errors.push(at(origin, m)),

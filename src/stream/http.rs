@@ -828,8 +828,12 @@ impl<C: ClientIo> Conn<'_, C> {
         first: bool,
         pending: Option<(u16, [u8; 2], Instant)>,
     ) -> Option<Next> {
-        // A new transaction: the previous one's id must not reach this one's log line.
+        // A new transaction: the previous one's id and variables must not reach this one.
         self.unique_id = None;
+        {
+            use crate::vars::Scope;
+            self.ctx.vars.clear(&[Scope::Txn, Scope::Req, Scope::Res]);
+        }
         let (head, start) = match self.read_head(pending).await {
             HeadRead::Got(h, s) => (h, s),
             HeadRead::Gone => return None,
@@ -1005,6 +1009,7 @@ impl<C: ClientIo> Conn<'_, C> {
         let e = Entry {
             client: self.ctx.peer,
             accept_time: Some(self.ctx.accepted_at),
+            vars: Some(&self.ctx.vars),
             frontend: &fe.name,
             backend: bname,
             server: match (txn.be, txn.server.or(txn.failed_server)) {
@@ -1196,11 +1201,13 @@ impl<C: ClientIo> Conn<'_, C> {
         // use_backend / default_backend.
         let be_idx = {
             let view = self.req_view(head, src);
+            // The first rule whose condition holds decides; a dynamic name naming no
+            // backend falls to the default one, as in HAProxy.
             self.fe
                 .use_backends
                 .iter()
                 .find(|ub| ub.cond.as_ref().is_none_or(|c| c.eval(&view)))
-                .map(|ub| ub.backend)
+                .and_then(|ub| ub.target(&shared.cfg, crate::config::Mode::Http, &view))
                 .or(self.fe.default_backend)
         };
         let Some(be_idx) = be_idx else {
@@ -1328,6 +1335,10 @@ impl<C: ClientIo> Conn<'_, C> {
                     TcpAction::Accept => return true,
                     TcpAction::Reject => return false,
                     TcpAction::Stick(a) => super::stick_act(a, &view),
+                    TcpAction::SetVar(a) => {
+                        a.run(&view);
+                        continue;
+                    }
                 }
             };
             self.track(done);
@@ -1373,6 +1384,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     let done = super::stick_act(a, &self.proxy_view(p, head, src));
                     self.track(done);
                 }
+                HttpRequestAction::SetVar(a) => a.run(&self.proxy_view(p, head, src)),
                 HttpRequestAction::Header(a) => match a.value() {
                     Some(LfValue::Fmt { format, .. }) => {
                         let v =
@@ -1464,6 +1476,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 .req_total
                 .load(Relaxed),
             unique_id: self.unique_id.as_deref(),
+            vars: Some(&ctx.vars),
             ..Default::default()
         }
     }
@@ -1596,6 +1609,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 sess: Some(&self.ctx.sc),
                 txn: Some(&self.sc),
             },
+            vars: Some(&self.ctx.vars),
         }
     }
 
@@ -1649,12 +1663,42 @@ impl<C: ClientIo> Conn<'_, C> {
     /// connection ends after it.
     fn deny_answer(&self, d: &crate::config::Deny, head: &RequestHead, txn: &Txn) -> Vec<u8> {
         match &d.reply {
-            Some(r) => r.render(head.is_head, true),
+            Some(r) => self.reply_bytes(self.fe, head, txn, r, true),
             None => {
                 let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
                 crate::errorfile::response(self.fe, be, d.status).into_owned()
             }
         }
+    }
+
+    /// A reply's bytes, its log-format parts evaluated on this request as the rules of `p`
+    /// see it.
+    fn reply_bytes(
+        &self,
+        p: &Proxy,
+        head: &RequestHead,
+        txn: &Txn,
+        r: &crate::config::Reply,
+        close: bool,
+    ) -> Vec<u8> {
+        let Some(f) = &r.formats else {
+            return r.render(head.is_head, close);
+        };
+        let src = self.ctx.peer.map(|a| a.ip());
+        let eval = |v: &LfValue| match v {
+            LfValue::Lit(t) => t.clone(),
+            LfValue::Fmt { format, .. } => {
+                self.render_on_request(p, head, src, txn, format, Live::HeaderValue)
+            }
+        };
+        let mut r = r.clone();
+        if let Some(b) = &f.body {
+            r.body = eval(b).into_bytes();
+        }
+        for (i, v) in &f.headers {
+            r.headers[*i].1 = eval(v);
+        }
+        r.render(head.is_head, close)
     }
 
     async fn act_final(
@@ -1673,7 +1717,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 // (an `errorfile` may).
                 let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
                 let (resp, keep) = match &d.reply {
-                    Some(r) => (r.render(head.is_head, false), true),
+                    Some(r) => (self.reply_bytes(p, head, txn, r, false), true),
                     None => match crate::errorfile::response(self.fe, be, d.status) {
                         std::borrow::Cow::Borrowed(f) => {
                             let close = crate::http::says_close(f);
@@ -1687,7 +1731,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 self.local_response(head, txn, &resp, d.status, keep).await
             }
             HttpRequestAction::Return(reply) => {
-                let bytes = reply.render(head.is_head, false);
+                let bytes = self.reply_bytes(p, head, txn, reply, false);
                 txn.term = *b"PR";
                 let next = self
                     .local_response(head, txn, &bytes, reply.status, true)
@@ -1712,6 +1756,7 @@ impl<C: ClientIo> Conn<'_, C> {
                             format!("Basic realm=\"{}\"", realm.as_deref().unwrap_or(&p.name)),
                         ),
                     ],
+                    formats: None,
                 };
                 txn.term = *b"LR";
                 txn.flags.intercepted = true;
@@ -1729,7 +1774,8 @@ impl<C: ClientIo> Conn<'_, C> {
             }
             HttpRequestAction::Header(_)
             | HttpRequestAction::Rewrite(_)
-            | HttpRequestAction::Stick(_) => {
+            | HttpRequestAction::Stick(_)
+            | HttpRequestAction::SetVar(_) => {
                 unreachable!("header edits, target rewrites and stick actions are applied in place")
             }
         }
@@ -2260,6 +2306,10 @@ impl<C: ClientIo> Conn<'_, C> {
                     HttpResponseAction::Deny(d) => {
                         denied = Some(d);
                         break 'rules;
+                    }
+                    HttpResponseAction::SetVar(a) => {
+                        a.run(&view);
+                        continue;
                     }
                 };
                 match a.value() {

@@ -78,6 +78,7 @@ pub async fn serve(
     // in HAProxy. (`tcp-request content` rules run per request in `mode http`, and on the
     // client's first data in `mode tcp`.)
     let mut sc = crate::stick::Trackers::default();
+    let vars = crate::vars::Vars::default();
     if !p.tcp_connection.is_empty() {
         let sess = crate::config::acl::Sess {
             peer,
@@ -86,6 +87,7 @@ pub async fn serve(
             backend: &p.name,
             unique_id: None,
             sc: Default::default(),
+            vars: Some(&vars),
         };
         let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
         if !tcp_rules(&p.tcp_connection, &view, &mut sc) {
@@ -140,6 +142,7 @@ pub async fn serve(
         key,
         tls: None,
         sc,
+        vars,
         _adm: adm,
     };
     if let Some(tls) = tls {
@@ -427,6 +430,8 @@ pub struct SessionCtx {
     /// The stick-table entries the session tracks (`tcp-request connection track-scN`, and
     /// in `mode tcp` `tcp-request content track-scN`).
     pub sc: crate::stick::Trackers,
+    /// The session's variables and its current transaction's (`set-var`, `var()`).
+    pub vars: crate::vars::Vars,
     _adm: Admission,
 }
 
@@ -448,6 +453,7 @@ impl SessionCtx {
                 sess: Some(&self.sc),
                 txn: None,
             },
+            vars: Some(&self.vars),
         }
     }
 }
@@ -1159,6 +1165,10 @@ pub(crate) fn tcp_rules(
                 TcpAction::Accept => return true,
                 TcpAction::Reject => return false,
                 TcpAction::Stick(a) => stick_act(a, &view),
+                TcpAction::SetVar(a) => {
+                    a.run(&view);
+                    continue;
+                }
             }
         };
         if let StickDone::Track(slot, t) = done {

@@ -416,14 +416,18 @@ fn wants_payload(shared: &crate::backend::Shared, fe: &crate::config::Proxy) -> 
             .any(|r| r.cond.as_ref().is_some_and(|c| c.needs_payload()))
     };
     needs(fe)
+        || fe.use_backends.iter().any(|u| {
+            u.cond.as_ref().is_some_and(|c| c.needs_payload())
+                || u.dynamic.as_ref().is_some_and(|d| d.needs_payload())
+        })
         || fe
             .use_backends
             .iter()
-            .any(|u| u.cond.as_ref().is_some_and(|c| c.needs_payload()))
+            .any(|u| u.dynamic.is_some() && shared.cfg.proxies.iter().any(needs))
         || fe
             .use_backends
             .iter()
-            .map(|u| u.backend)
+            .filter_map(|u| u.backend)
             .chain(fe.default_backend)
             .any(|b| needs(&shared.cfg.proxies[b]))
 }
@@ -462,7 +466,11 @@ fn select_backend(ctx: &SessionCtx, payload: &[u8]) -> Option<usize> {
     );
     for ub in &p.use_backends {
         if ub.cond.as_ref().is_none_or(|c| c.eval(&view)) {
-            return Some(ub.backend);
+            // A dynamic name naming no backend falls to the default one, as in HAProxy.
+            let cfg = &ctx.shared().cfg;
+            return ub
+                .target(cfg, crate::config::Mode::Tcp, &view)
+                .or(p.default_backend);
         }
     }
     p.default_backend
@@ -541,6 +549,7 @@ fn log_tcp(
             (Some(b), Some((s, _))) => shared.server(b, s).served.load(Relaxed),
             _ => 0,
         },
+        vars: Some(&ctx.vars),
         ..Default::default()
     };
     let Some(f) = &fe.options.log_format else {

@@ -91,8 +91,6 @@ const UNSUPPORTED: &[&str] = &[
     "thread-group",
     "default-path",
     "issuers-chain-path",
-    "set-var",
-    "set-var-fmt",
     "lua-load",
     "lua-load-per-thread",
     "lua-prepend-path",
@@ -273,6 +271,43 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             }
             g.log_tag = Some(tag.to_string());
             no_extra(w, 2)?;
+        }
+        "set-var" | "set-var-fmt" => {
+            // `set-var proc.NAME EXPR`: evaluated now, with no session to read.
+            let name = arg(w, 1, "variable name")?;
+            let value = arg(
+                w,
+                2,
+                if kw == "set-var" {
+                    "expression"
+                } else {
+                    "format"
+                },
+            )?;
+            no_extra(w, 3)?;
+            let v = crate::vars::VarName::parse(name)?;
+            if v.scope != crate::vars::Scope::Proc {
+                return Err(format!(
+                    "'{kw}' in the global section only sets 'proc.' variables, not '{name}'"
+                )
+                .into());
+            }
+            let view = crate::stream::http::SrcView(None, None, None, Default::default());
+            let val = if kw == "set-var" {
+                let e = crate::config::SampleFetch::parse(value)?;
+                e.value(&view).ok_or_else(|| {
+                    format!(
+                        "'{value}' gives no value here (the global section has no session: \
+                         use constants such as str() and int())"
+                    )
+                })?
+            } else {
+                let f = crate::config::TextFormat::parse(value)?;
+                let mut out = Vec::new();
+                f.render_all(&view, &mut out);
+                crate::config::converter::Val::Str(out)
+            };
+            crate::vars::proc_set(&v.name, val, &[]);
         }
         "hard-stop-after" => {
             g.hard_stop_after = Some(parse_time(arg(w, 1, "time")?)?);

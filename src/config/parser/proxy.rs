@@ -70,6 +70,14 @@ impl Default for ServerOpts {
     }
 }
 
+/// A `use_backend` line: its name, the name's format when dynamic, its condition, its line.
+pub(super) type UseBackendDraft = (
+    String,
+    Option<std::sync::Arc<crate::config::TextFormat>>,
+    Option<Cond>,
+    Origin,
+);
+
 /// A proxy (or `defaults` section) being parsed.
 #[derive(Debug, Clone)]
 pub(super) struct Draft {
@@ -79,7 +87,7 @@ pub(super) struct Draft {
     pub default_server: ServerOpts,
     pub acls: AclSet,
     pub default_backend: Option<(String, Origin)>,
-    pub use_backends: Vec<(String, Option<Cond>, Origin)>,
+    pub use_backends: Vec<UseBackendDraft>,
     /// Where `id` was set.
     pub id_at: Option<Origin>,
     /// Explicit uses of HTTP-only features: (where, keyword, reason) — errors unless the

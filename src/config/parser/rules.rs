@@ -66,16 +66,80 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "set-status",
     "set-timeout",
     "set-tos",
-    "set-var",
-    "set-var-fmt",
     "silent-drop",
     "strict-mode",
     "tarpit",
-    "unset-var",
     "wait-for-body",
     "wait-for-handshake",
     "add-acl",
 ];
+
+/// Parses `set-var(NAME[,COND...]) EXPR`, `set-var-fmt(NAME[,COND...]) FMT` and
+/// `unset-var(NAME)` (`None`: `action` is not one). `payload`: the expression may read the
+/// client's first data (`tcp-request content`).
+pub(super) fn var_action(
+    action: &str,
+    args: &[String],
+    payload: bool,
+) -> Result<Option<crate::config::VarAction>, String> {
+    use crate::config::VarAction;
+    use crate::vars::{SetCond, VarName};
+    let Some((kw, inner)) = action.split_once('(') else {
+        if matches!(action, "set-var" | "set-var-fmt" | "unset-var") {
+            return Err(format!(
+                "'{action}' expects a variable name in parentheses, as in '{action}(txn.name)'"
+            ));
+        }
+        return Ok(None);
+    };
+    if !matches!(kw, "set-var" | "set-var-fmt" | "unset-var") {
+        return Ok(None);
+    }
+    let Some(inner) = inner.strip_suffix(')') else {
+        return Err(format!("'{action}': missing closing ')'"));
+    };
+    let mut parts = inner.split(',').map(str::trim);
+    let name = VarName::parse(parts.next().unwrap_or(""))?;
+    let conds = parts.map(SetCond::parse).collect::<Result<Box<[_]>, _>>()?;
+    if kw == "unset-var" {
+        if !conds.is_empty() {
+            return Err(format!("'{action}': unset-var takes no condition"));
+        }
+        if let Some(a) = args.first() {
+            return Err(format!("'{action}': unexpected argument '{a}'"));
+        }
+        return Ok(Some(VarAction::Unset(name)));
+    }
+    if conds.len() > 4 {
+        return Err(format!("'{action}': at most 4 conditions"));
+    }
+    let [value] = args else {
+        return Err(format!(
+            "'{kw}' expects one {} after the variable name",
+            if kw == "set-var" {
+                "sample expression"
+            } else {
+                "format string"
+            }
+        ));
+    };
+    Ok(Some(if kw == "set-var" {
+        let expr = if payload {
+            crate::config::SampleFetch::parse_with_payload(value)
+        } else {
+            crate::config::SampleFetch::parse(value)
+        }
+        .map_err(|e| format!("'{kw}': {e}"))?;
+        VarAction::Set { name, conds, expr }
+    } else {
+        let fmt = crate::config::TextFormat::parse(value).map_err(|e| format!("'{kw}': {e}"))?;
+        VarAction::SetFmt {
+            name,
+            conds,
+            fmt: std::sync::Arc::new(fmt),
+        }
+    }))
+}
 
 /// The stick-table actions, shared by `tcp-request` and `http-request`.
 const STICK_ACTIONS: &[&str] = &[
@@ -121,12 +185,6 @@ fn stick_action(d: &Draft, action: &str, args: &[String]) -> Result<Option<Stick
                 "'{action}' expects a key sample, as in '{action} src'"
             ));
         };
-        if key.contains(',') {
-            return Err(format!(
-                "'{action} {key}': converters are not supported by sluice (only a plain sample \
-                 fetch can be a key)"
-            ));
-        }
         let key = crate::config::SampleFetch::parse(key).map_err(|e| format!("'{action}': {e}"))?;
         let table = match &args[1..] {
             [] => {
@@ -226,13 +284,19 @@ pub(super) fn use_backend(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         .into());
     }
     let name = &w[1];
-    if name.contains('%') {
-        return Err(format!(
-            "dynamic backend name '{name}' is not supported by sluice (log-format expressions \
-             are not evaluated)"
-        )
-        .into());
-    }
+    let dynamic = if name.contains('%') {
+        let dn = crate::config::TextFormat::parse(name)?;
+        if dn.uses_http() {
+            d.needs_http_because(
+                l,
+                "use_backend",
+                "its backend name uses HTTP samples, which require 'mode http'",
+            );
+        }
+        Some(std::sync::Arc::new(dn))
+    } else {
+        None
+    };
     if cond.as_ref().is_some_and(Cond::uses_http) {
         d.needs_http_because(
             l,
@@ -240,7 +304,8 @@ pub(super) fn use_backend(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             "its condition uses HTTP samples, which require 'mode http'",
         );
     }
-    d.use_backends.push((name.clone(), cond, origin(l)));
+    d.use_backends
+        .push((name.clone(), dynamic, cond, origin(l)));
     Ok(())
 }
 
@@ -300,8 +365,10 @@ fn status_arg(args: &[String], i: usize, what: &str, lo: u64, hi: u64) -> Result
 /// reply options, the status's error page.
 fn deny(args: &[String], default_status: u16) -> Result<Deny, String> {
     let reply = reply("deny", args, default_status)?;
-    let page_only =
-        reply.content_type.is_none() && reply.body.is_empty() && reply.headers.is_empty();
+    let page_only = reply.content_type.is_none()
+        && reply.body.is_empty()
+        && reply.headers.is_empty()
+        && reply.formats.is_none();
     Ok(Deny {
         status: reply.status,
         reply: (!page_only).then_some(reply),
@@ -315,6 +382,7 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
     let mut content_type = None;
     let mut body: Option<Vec<u8>> = None;
     let mut headers = Vec::new();
+    let mut formats: Option<Box<crate::config::ReplyFormats>> = None;
     let mut i = 0;
     let need = |i: usize, a: &str| -> Result<&String, String> {
         args.get(i + 1)
@@ -351,14 +419,23 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
                     ));
                 }
                 let v = need(i, a)?;
+                let mut lf = |text: &str| -> Result<Vec<u8>, String> {
+                    match lf_value(text)? {
+                        crate::config::LfValue::Lit(t) => Ok(t.into_bytes()),
+                        f => {
+                            formats.get_or_insert_with(Default::default).body = Some(f);
+                            Ok(Vec::new())
+                        }
+                    }
+                };
                 body = Some(match a {
                     "string" => v.as_bytes().to_vec(),
-                    "lf-string" => literal_format(v)?.into_bytes(),
+                    "lf-string" => lf(v)?,
                     _ => {
                         let b = std::fs::read(v)
                             .map_err(|e| format!("'{what}': cannot read file '{v}': {e}"))?;
                         if a == "lf-file" {
-                            literal_format(&String::from_utf8_lossy(&b))?.into_bytes()
+                            lf(&String::from_utf8_lossy(&b))?
                         } else {
                             b
                         }
@@ -380,7 +457,16 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
                         "'{what}': header '{n}' cannot be set with 'hdr' (sluice sets it)"
                     ));
                 }
-                headers.push((n, literal_format(v)?));
+                match lf_value(v)? {
+                    crate::config::LfValue::Lit(t) => headers.push((n, t)),
+                    f => {
+                        formats
+                            .get_or_insert_with(Default::default)
+                            .headers
+                            .push((headers.len(), f));
+                        headers.push((n, String::new()));
+                    }
+                }
                 i += 3;
             }
             "default-errorfiles" | "errorfile" | "errorfiles" => {
@@ -415,6 +501,7 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
         content_type,
         body: body.unwrap_or_default(),
         headers,
+        formats,
     })
 }
 
@@ -582,6 +669,15 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         });
         return Ok(());
     }
+    if let Some(a) = var_action(action, args, false)? {
+        d.needs_http(l, "http-request");
+        d.p.http_request.push(HttpRequestRule {
+            origin: origin(l),
+            action: HttpRequestAction::SetVar(a),
+            cond,
+        });
+        return Ok(());
+    }
     if !REQUEST_ACTIONS.contains(&action) {
         return Err(action_error(action, REQUEST_ACTIONS));
     }
@@ -677,17 +773,26 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "reject" => TcpAction::Reject,
         a => match stick_action(d, a, &w[3..end.max(3)])? {
             Some(s) => TcpAction::Stick(s),
-            None => {
-                let mut known = vec!["accept", "reject"];
-                known.extend(STICK_ACTIONS);
-                return Err(format!(
+            None => match var_action(a, &w[3..end.max(3)], kind == "content")? {
+                Some(v) => TcpAction::SetVar(v),
+                None => {
+                    let mut known = vec![
+                        "accept",
+                        "reject",
+                        "set-var(NAME)",
+                        "set-var-fmt(NAME)",
+                        "unset-var(NAME)",
+                    ];
+                    known.extend(STICK_ACTIONS);
+                    return Err(format!(
                     "action '{a}' of 'tcp-request {kind}' is not supported by sluice (supported: \
                      {}){}",
                     known.join(", "),
                     did_you_mean(a, known.iter().copied())
                 )
                 .into());
-            }
+                }
+            },
         },
     };
     if matches!(action, TcpAction::Accept | TcpAction::Reject) && end != 3 {
@@ -732,7 +837,7 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let Some(action) = w.get(1).map(String::as_str) else {
         return Err(format!("missing action (one of {})", RESPONSE_ACTIONS.join(", ")).into());
     };
-    if !RESPONSE_ACTIONS.contains(&action) {
+    if !RESPONSE_ACTIONS.contains(&action) && !action.contains("-var") {
         if ["track-sc", "sc-inc-gpc", "sc-set-gpt"]
             .iter()
             .any(|p| action.starts_with(p))
@@ -747,6 +852,9 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     }
     let (end, cond) = split_cond(d, w)?;
     let action = match action {
+        a if var_action(a, &w[2..end], false)?.is_some() => HttpResponseAction::SetVar(
+            var_action(a, &w[2..end], false)?.expect("checked just above"),
+        ),
         "deny" => HttpResponseAction::Deny(deny(&w[2..end], 502)?),
         a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
     };
@@ -789,14 +897,6 @@ pub(super) fn stick(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         )
         .into());
     };
-    if key.contains(',') {
-        return Err(format!(
-            "'stick {} {key}': converters are not supported by sluice (only a plain sample \
-             fetch can be a pattern)",
-            w[1]
-        )
-        .into());
-    }
     let key = crate::config::SampleFetch::parse(key)?;
     let table = match &w[3..end] {
         [] => crate::stick::reference(&d.p.name),

@@ -1317,9 +1317,9 @@ fn use_backend_rules() {
     assert_eq!(fe.default_backend, Some(idx(&c, "web")));
     let ub = &fe.use_backends;
     assert_eq!(ub.len(), 4);
-    assert_eq!(ub[0].backend, idx(&c, "api"));
-    assert_eq!(ub[1].backend, idx(&c, "static"));
-    assert_eq!(ub[2].backend, idx(&c, "always"));
+    assert_eq!(ub[0].backend, Some(idx(&c, "api")));
+    assert_eq!(ub[1].backend, Some(idx(&c, "static")));
+    assert_eq!(ub[2].backend, Some(idx(&c, "always")));
     assert!(ub[2].cond.is_none());
     let api = ub[0].cond.as_ref().unwrap();
     assert!(!api.is_unless());
@@ -1348,7 +1348,7 @@ fn use_backend_rules() {
         "backend priv",
         "backend pub",
     ]);
-    assert_eq!(px(&c, "fe").use_backends[0].backend, idx(&c, "priv"));
+    assert_eq!(px(&c, "fe").use_backends[0].backend, Some(idx(&c, "priv")));
 }
 
 #[test]
@@ -1396,8 +1396,8 @@ fn use_backend_errors() {
         &e[4],
         &[
             "t.cfg:8: ",
-            "dynamic backend name",
-            "not supported by sluice",
+            "its backend name uses HTTP samples",
+            "mode http",
         ],
     );
     has(
@@ -2584,7 +2584,8 @@ fn http_request_rules() {
             status: 200,
             content_type: None,
             body: Vec::new(),
-            headers: Vec::new()
+            headers: Vec::new(),
+            formats: None
         })
     );
     assert_eq!(
@@ -2593,7 +2594,8 @@ fn http_request_rules() {
             status: 503,
             content_type: Some("text/plain".into()),
             body: b"gone fishing".to_vec(),
-            headers: vec![("X-A".into(), "b".into())]
+            headers: vec![("X-A".into(), "b".into())],
+            formats: None
         })
     );
     assert_eq!(
@@ -2705,6 +2707,7 @@ fn http_request_rules() {
         content_type: Some("text/plain".into()),
         body: b"nope".to_vec(),
         headers: vec![("X-A".into(), "b".into())],
+        formats: None,
     };
     assert_eq!(
         be.http_response[1].action,

@@ -101,6 +101,11 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
         CliLevel::Admin,
     ),
     (
+        "show resolvers [<resolvers section id>]",
+        "dumps counters from all resolvers section and associated name servers",
+        CliLevel::User,
+    ),
+    (
         "show table [<table> [key <k> | data.<type> <op> <v>]]",
         "report table usage stats or dump this table's contents",
         CliLevel::Operator,
@@ -416,6 +421,8 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
             admin(sess, || crate::tls::cli_commit_cert(&shared.cfg, path))
         }
         ["abort", "ssl", "cert", path] => admin(sess, || crate::tls::cli_abort_cert(path)),
+        ["show", "resolvers"] => crate::resolvers::cli_show(&shared.cfg, None),
+        ["show", "resolvers", name] => crate::resolvers::cli_show(&shared.cfg, Some(name)),
         ["show", "table", rest @ ..] => {
             if sess.level < CliLevel::Operator {
                 PERMISSION_DENIED.into()

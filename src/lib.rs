@@ -26,6 +26,7 @@ pub mod map;
 pub mod pool;
 pub mod prometheus;
 pub mod reload;
+pub mod resolvers;
 pub mod runtime;
 pub mod send_proxy;
 pub mod stats;

@@ -224,6 +224,9 @@ pub fn spawn(
                     });
                 }
                 crate::check::spawn_checks(&w, id, nbthread);
+                if id == 0 {
+                    crate::resolvers::spawn(&w);
+                }
                 {
                     let w = w.clone();
                     tokio::task::spawn_local(async move {

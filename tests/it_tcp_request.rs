@@ -229,3 +229,43 @@ fn http_detected_in_tcp_mode() {
     assert_eq!(send_in_two(port, req, 10), b"WEB");
     assert_eq!(web.seen.lock().unwrap().last().unwrap(), &req.to_vec());
 }
+
+/// `req.payload(OFF,LEN) -m bin HEX`: protocols told apart by their first bytes (SOCKS5 starts
+/// with 0x05, RDP's TPKT with 0x03), as real multiplexing configurations do.
+#[test]
+fn first_bytes_route_with_req_payload() {
+    let (socks, rdp, other) = (recorder("SOCKS"), recorder("RDP"), recorder("OTHER"));
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_TCP}frontend fe\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 1s\n\
+         \x20   acl is_socks5 req.payload(0,1) -m bin 05\n\
+         \x20   acl is_rdp req.payload(0,2) -m bin 0300\n\
+         \x20   tcp-request content accept if is_socks5 || is_rdp\n\
+         \x20   tcp-request content accept if {{ req.len gt 0 }}\n\
+         \x20   use_backend socks if is_socks5\n    use_backend rdp if is_rdp\n\
+         \x20   default_backend other\n\
+         backend socks\n    server s {}\nbackend rdp\n    server r {}\nbackend other\n    server o {}\n",
+        socks.b.hostport(),
+        rdp.b.hostport(),
+        other.b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    assert_eq!(send(port, &[5, 1, 0]), b"SOCKS");
+    assert_eq!(socks.seen.lock().unwrap().as_slice(), &[vec![5, 1, 0]]);
+    assert_eq!(send(port, &[3, 0, 0, 19, 14]), b"RDP");
+    // 03 01 is not RDP's 03 00: the default.
+    assert_eq!(send(port, &[3, 1, 0]), b"OTHER");
+    // Text that could be the start of an HTTP request is held up to the inspect delay.
+    assert_eq!(send(port, b"hello"), b"OTHER");
+    let (code, err) = Sluice::check(&format!(
+        "{LOGGED_TCP}frontend fe\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 5s\n\
+         \x20   acl a req.payload(0,1) -m bin 5\n    acl b req.payload(0) -m bin 05\n\
+         \x20   default_backend o\nbackend o\n    server o 127.0.0.1:1\n"
+    ));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("'5' is not a valid hex string"), "{err}");
+    assert!(
+        err.contains("'req.payload' expects (OFFSET,LENGTH)"),
+        "{err}"
+    );
+}

@@ -11,11 +11,12 @@
 //! `always_true`, `always_false`, the TLS and `tcp-request content` fetches, the stick-table
 //! fetches (`sc_*`, `scN_*`, `src_*`, `table_*`), and the predefined ACLs HAProxy defines that
 //! can be evaluated from an [`HttpView`].
-//! Flags: `-i`, `-n`, `-m str|beg|end|sub|reg|dir|dom|len|found|ip|int|bool`, `--`.
+//! Flags: `-i`, `-n`, `-f FILE`, `-M`, `-m str|beg|end|sub|reg|dir|dom|len|found|ip|int|bool|bin`,
+//! `--`. Criteria may carry converters (`path,lower`), evaluated by [`super::converter`].
 //!
-//! Evaluation never allocates: samples are borrowed from the view and compared in place (the
-//! one exception: `src_inc_*`, `src_clr_*` and `src_updt_conn_cnt` make the table entry they
-//! write to, as in HAProxy).
+//! Evaluation without converters never allocates: samples are borrowed from the view and
+//! compared in place (the exceptions: `src_inc_*`, `src_clr_*` and `src_updt_conn_cnt` make
+//! the table entry they write to, as in HAProxy; `var()` copies the variable).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -315,6 +316,12 @@ enum Fetch {
     SslCIDn,
     /// `req.len`: bytes of the client's data held so far.
     ReqLen,
+    /// `req.payload(OFF,LEN)`: those bytes of the client's first data (LEN 0: all from OFF);
+    /// no sample until there are enough.
+    ReqPayload {
+        off: usize,
+        len: usize,
+    },
     /// `req.ssl_hello_type`: the type of the TLS handshake message the client's data starts
     /// with (1: ClientHello).
     ReqSslHelloType,
@@ -593,6 +600,9 @@ impl Fetch {
             self,
             Fetch::AlwaysTrue
                 | Fetch::AlwaysFalse
+                | Fetch::Const(_)
+                | Fetch::Var { .. }
+                | Fetch::ReqPayload { .. }
                 | Fetch::Src
                 | Fetch::SrcPort
                 | Fetch::Dst
@@ -632,6 +642,7 @@ impl Fetch {
         matches!(
             self,
             Fetch::ReqLen
+                | Fetch::ReqPayload { .. }
                 | Fetch::ReqSslHelloType
                 | Fetch::ReqSslSni
                 | Fetch::ReqSslAlpn
@@ -681,6 +692,7 @@ impl Fetch {
             | Fetch::SslFcAlpn
             | Fetch::SslCSDn
             | Fetch::SslCIDn
+            | Fetch::ReqPayload { .. }
             | Fetch::ReqSslSni
             | Fetch::ReqSslAlpn
             | Fetch::UniqueId => SmpType::Str,
@@ -854,6 +866,16 @@ impl Fetch {
                 Some(p) => f(Sample::Int(p.len() as i64)),
                 None => false,
             },
+            Fetch::ReqPayload { off, len } => {
+                let Some(p) = view.payload() else {
+                    return false;
+                };
+                let end = if *len == 0 { p.len() } else { off + len };
+                match p.get(*off..end) {
+                    Some(b) => f(Sample::Str(b)),
+                    None => false,
+                }
+            }
             Fetch::ReqSslHelloType => match view.payload().and_then(crate::tls::peek::hello_type) {
                 Some(t) => f(Sample::Int(t.into())),
                 None => false,
@@ -1085,6 +1107,8 @@ enum Matcher {
         sets: Option<Box<StrSets>>,
     },
     Reg(Vec<Regex>),
+    /// `-m bin`: the sample's bytes equal one of the patterns (written in hex).
+    Bin(Vec<Vec<u8>>),
     Len(Vec<IntRange>),
     Int(Vec<IntRange>),
     Ip(Vec<IpNet>),
@@ -1191,6 +1215,7 @@ impl Matcher {
                 None => pats.iter().any(|(p, i)| str_match(*kind, v, p, *i)),
             }),
             Matcher::Reg(res) => with_text(s, |v| res.iter().any(|r| r.is_match(v))),
+            Matcher::Bin(pats) => with_text(s, |v| pats.iter().any(|p| p == v)),
             Matcher::Len(ranges) => {
                 with_text(s, |v| ranges.iter().any(|r| r.contains(v.len() as i64)))
             }
@@ -1389,7 +1414,6 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
     "rand",
     "req.body",
     "req.cook_cnt",
-    "req.payload",
     "req.rdp_cookie",
     "req.ssl_ver",
     "req.ver",
@@ -1606,6 +1630,17 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "ssl_c_s_dn" => no_args(Fetch::SslCSDn)?,
         "ssl_c_i_dn" => no_args(Fetch::SslCIDn)?,
         "req.len" | "req_len" => no_args(Fetch::ReqLen)?,
+        "req.payload" => {
+            let a = args.unwrap_or("");
+            let bad = || {
+                format!("{what} 'req.payload' expects (OFFSET,LENGTH), as in 'req.payload(0,1)'")
+            };
+            let (o, l) = a.split_once(',').ok_or_else(bad)?;
+            Fetch::ReqPayload {
+                off: o.trim().parse().map_err(|_| bad())?,
+                len: l.trim().parse().map_err(|_| bad())?,
+            }
+        }
         "req.ssl_hello_type" | "req_ssl_hello_type" => no_args(Fetch::ReqSslHelloType)?,
         "req.ssl_sni" | "req_ssl_sni" => no_args(Fetch::ReqSslSni)?,
         "req.ssl_alpn" => no_args(Fetch::ReqSslAlpn)?,
@@ -1717,6 +1752,18 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         default_m
     };
     Ok((fetch, default_m))
+}
+
+/// A `-m bin` pattern: an even number of hex digits.
+fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
+    let bad = || format!("'{s}' is not a valid hex string (two hex digits per byte)");
+    if !s.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad()))
+        .collect()
 }
 
 fn parse_int_ranges(values: &[String]) -> Result<Vec<IntRange>, String> {
@@ -1884,7 +1931,8 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
         "found" | "str" | "beg" | "end" | "sub" | "dir" | "dom" | "reg" | "len" | "int"
         | "bool" => true,
         "ip" => ty != SmpType::Bool,
-        "bin" | "end_bin" => {
+        "bin" => true,
+        "end_bin" => {
             return Err(format!("matching method '{m}' is not supported by sluice"));
         }
         _ => {
@@ -1894,7 +1942,7 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
                     m,
                     [
                         "found", "bool", "int", "ip", "str", "beg", "end", "sub", "reg", "dir",
-                        "dom", "len"
+                        "dom", "len", "bin"
                     ]
                 )
             ));
@@ -1929,6 +1977,12 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
         "found" => Matcher::Found,
         "bool" => Matcher::Bool,
         "int" => Matcher::Int(parse_int_ranges(&texts)?),
+        "bin" => Matcher::Bin(
+            texts
+                .iter()
+                .map(|t| parse_hex(t))
+                .collect::<Result<_, _>>()?,
+        ),
         "len" => Matcher::Len(parse_int_ranges(&texts)?),
         "ip" => Matcher::Ip(
             texts

@@ -103,6 +103,8 @@ pub struct Config {
     pub global: Global,
     /// Every `frontend`, `backend` and `listen` in declaration order.
     pub proxies: Vec<Proxy>,
+    /// `resolvers` sections, in declaration order.
+    pub resolvers: Vec<crate::resolvers::Resolvers>,
     /// What was accepted with a warning (`file:line: ...`).
     pub warnings: Vec<ConfigError>,
 }
@@ -948,8 +950,10 @@ pub struct Server {
     /// `minconn N`: the least of the dynamic maxconn (with the backend's `fullconn`).
     pub minconn: Option<u32>,
     /// Started without an address (`init-addr none` after the other methods failed): in
-    /// maintenance until `set server ... addr` gives it one.
+    /// maintenance until `set server ... addr` or its resolvers give it one.
     pub unresolved: bool,
+    /// `resolvers NAME` on a server named by a host name: it follows the name's DNS records.
+    pub resolve: Option<crate::resolvers::ServerResolve>,
     /// `send-proxy` / `send-proxy-v2`: new connections start with a PROXY header carrying
     /// the client's addresses (and stay private to that client).
     pub send_proxy: Option<crate::send_proxy::Version>,

@@ -18,6 +18,12 @@ mod proxy;
 mod rules;
 mod server;
 pub use server::{check_needs, dynamic_server};
+
+/// A time as HAProxy writes it (`100ms`, `5s`; milliseconds by default), for other modules'
+/// sections.
+pub fn parse_time_pub(s: &str) -> Result<std::time::Duration, String> {
+    values::parse_time(s)
+}
 #[cfg(test)]
 mod tests;
 mod values;
@@ -143,12 +149,17 @@ pub fn take_warnings() -> Vec<String> {
 
 /// Section headers sluice understands.
 const SECTIONS: &[&str] = &[
-    "global", "defaults", "frontend", "backend", "listen", "userlist",
+    "global",
+    "defaults",
+    "frontend",
+    "backend",
+    "listen",
+    "userlist",
+    "resolvers",
 ];
 /// HAProxy sections sluice does not support (reported once, their lines skipped).
 const UNSUPPORTED_SECTIONS: &[&str] = &[
     "peers",
-    "resolvers",
     "mailers",
     "ring",
     "program",
@@ -171,6 +182,7 @@ enum Section {
     Defaults(Box<Draft>),
     Proxy(Box<Draft>),
     Userlist(Box<crate::userlist::Userlist>, Origin),
+    Resolvers(Box<crate::resolvers::Resolvers>),
 }
 
 /// Global-section facts needed after parsing.
@@ -192,6 +204,7 @@ struct State {
     defaults: Option<Draft>,
     named_defaults: HashMap<String, Draft>,
     proxies: Vec<Draft>,
+    resolvers: Vec<crate::resolvers::Resolvers>,
 }
 
 impl State {
@@ -259,6 +272,13 @@ impl State {
                 }
                 self.section = Section::Userlist(u, o);
             }
+            Section::Resolvers(mut r) => {
+                if let Err(e) = r.keyword(&l.words) {
+                    let msg = format!("'{kw}' in resolvers '{}': {e}", r.name);
+                    self.err(l, msg);
+                }
+                self.section = Section::Resolvers(r);
+            }
         }
     }
 
@@ -294,6 +314,26 @@ impl State {
                 }
                 _ => {
                     self.err(l, "'userlist' expects one name".to_string());
+                    self.section = Section::Skip;
+                }
+            }
+            return;
+        }
+        if kw == "resolvers" {
+            match l.words.get(1..) {
+                Some([name]) => {
+                    if let Some(prev) = self.resolvers.iter().find(|r| r.name == *name) {
+                        let msg = format!(
+                            "resolvers '{name}' is already defined at {}:{}",
+                            prev.origin.file, prev.origin.line
+                        );
+                        self.err(l, msg);
+                    }
+                    let r = crate::resolvers::Resolvers::new(name, origin);
+                    self.section = Section::Resolvers(Box::new(r));
+                }
+                _ => {
+                    self.err(l, "'resolvers' expects one name".to_string());
                     self.section = Section::Skip;
                 }
             }
@@ -465,6 +505,16 @@ impl State {
                     });
                 }
             }
+            Section::Resolvers(mut r) => {
+                if let Err(message) = r.finish() {
+                    self.errors.push(ConfigError {
+                        file: r.origin.file.clone(),
+                        line: r.origin.line,
+                        message,
+                    });
+                }
+                self.resolvers.push(*r);
+            }
             Section::None | Section::Global | Section::Skip => {}
         }
     }
@@ -493,6 +543,53 @@ impl State {
         }
         global::finish(&mut self.global, &self.gx);
         let mut proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
+        // `server ... resolvers NAME`: the section by index. As HAProxy, a section named
+        // `default` exists without being written, with the nameservers of /etc/resolv.conf.
+        let wants_default = proxies.iter().flat_map(|p| p.servers.iter()).any(|s| {
+            s.resolve
+                .as_ref()
+                .is_some_and(|r| r.section_name == "default")
+        });
+        if wants_default && !self.resolvers.iter().any(|r| r.name == "default") {
+            let mut r = crate::resolvers::Resolvers::new(
+                "default",
+                Origin {
+                    file: "/etc/resolv.conf".into(),
+                    line: 0,
+                },
+            );
+            if r.keyword(&["parse-resolv-conf".to_string()]).is_ok() && r.finish().is_ok() {
+                self.resolvers.push(r);
+            }
+        }
+        for p in &mut proxies {
+            for sv in &mut p.servers {
+                if let Some(sr) = &mut sv.resolve {
+                    match self
+                        .resolvers
+                        .iter()
+                        .position(|r| r.name == sr.section_name)
+                    {
+                        Some(i) => sr.section = i,
+                        None => errors.push(ConfigError {
+                            file: sv.origin.file.clone(),
+                            line: sv.origin.line,
+                            message: format!(
+                                "'server {}' in {} '{}': unknown resolvers section '{}'{}",
+                                sv.name,
+                                kind_name(p.kind),
+                                p.name,
+                                sr.section_name,
+                                did_you_mean(
+                                    &sr.section_name,
+                                    self.resolvers.iter().map(|r| r.name.as_str())
+                                )
+                            ),
+                        }),
+                    }
+                }
+            }
+        }
         checks::resolve_tracks(&mut proxies, &mut errors);
         // `fullconn` left unset where a server has `minconn`: 10 % of the maxconn of the
         // frontends that can route to the backend, as HAProxy (a frontend without maxconn
@@ -535,6 +632,7 @@ impl State {
             return Ok(Config {
                 global: self.global,
                 proxies,
+                resolvers: self.resolvers,
                 warnings: self.warnings,
             });
         }

@@ -40,6 +40,11 @@ pub(super) struct ServerOpts {
     pub minconn: Option<u32>,
     pub send_proxy: Option<crate::send_proxy::Version>,
     pub source: Option<std::net::SocketAddr>,
+    /// `resolvers NAME`, `resolve-prefer`, `resolve-net`, `resolve-opts`.
+    pub resolvers: Option<String>,
+    pub resolve_prefer_v4: bool,
+    pub resolve_nets: Vec<crate::config::IpNet>,
+    pub allow_dup_ip: bool,
     /// Health-check options (`check`, `inter`, `agent-check`, `track`, ...).
     pub chk: super::checks::ServerCheckOpts,
     pub tls: crate::tls::ServerTlsOpts,
@@ -64,6 +69,10 @@ impl Default for ServerOpts {
             minconn: None,
             send_proxy: None,
             source: None,
+            resolvers: None,
+            resolve_prefer_v4: false,
+            resolve_nets: Vec::new(),
+            allow_dup_ip: false,
             chk: super::checks::ServerCheckOpts::default(),
             tls: Default::default(),
         }
@@ -382,6 +391,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("stick-table", F | B),
     ("stick", B),
     ("server", B),
+    ("server-template", B),
     ("stats", D | F | B),
     ("timeout", D | F | B),
     ("use_backend", F),
@@ -403,7 +413,6 @@ const UNSUPPORTED: &[&str] = &[
     "dispatch",
     "hash-balance-factor",
     "hash-key",
-    "server-template",
     "server-state-file-name",
     "load-server-state-from-file",
     "persist",
@@ -737,6 +746,7 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         }
         "bind" => server::bind(d, l)?,
         "server" => server::server(d, l)?,
+        "server-template" => server::server_template(d, l)?,
         "default-server" => server::default_server(d, l)?,
         _ => unreachable!("keyword table and handlers disagree on '{kw}'"),
     }

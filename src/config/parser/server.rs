@@ -83,15 +83,15 @@ const SERVER_OPTIONS: &[&str] = &[
     "no-send-proxy",
     "no-send-proxy-v2",
     "source",
+    "resolvers",
+    "resolve-prefer",
+    "resolve-net",
+    "resolve-opts",
 ];
 
 /// Real HAProxy server options that sluice does not implement.
 const SERVER_UNSUPPORTED: &[&str] = &[
     "verifyhost",
-    "resolvers",
-    "resolve-prefer",
-    "resolve-net",
-    "resolve-opts",
     "send-proxy-v2-ssl",
     "send-proxy-v2-ssl-cn",
     "proxy-v2-options",
@@ -346,6 +346,46 @@ fn server_opts(
                 o.init_addr = Some(init_addr(val("methods")?)?);
                 i += 1;
             }
+            "resolvers" => {
+                o.resolvers = Some(val("resolvers section name")?.to_string());
+                i += 1;
+            }
+            "resolve-prefer" => {
+                o.resolve_prefer_v4 = match val("family")? {
+                    "ipv4" => true,
+                    "ipv6" => false,
+                    f => {
+                        return Err(format!(
+                            "'resolve-prefer' expects 'ipv4' or 'ipv6' (got '{f}')"
+                        ));
+                    }
+                };
+                i += 1;
+            }
+            "resolve-net" => {
+                o.resolve_nets = val("networks")?
+                    .split(',')
+                    .map(crate::config::acl::parse_ipnet)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| format!("'resolve-net': {e}"))?;
+                i += 1;
+            }
+            "resolve-opts" => {
+                for opt in val("options")?.split(',') {
+                    match opt {
+                        "allow-dup-ip" => o.allow_dup_ip = true,
+                        "prevent-dup-ip" => o.allow_dup_ip = false,
+                        "ignore-weight" => {}
+                        x => {
+                            return Err(format!(
+                                "'resolve-opts': unknown option '{x}' (allow-dup-ip, \
+                                 prevent-dup-ip, ignore-weight)"
+                            ));
+                        }
+                    }
+                }
+                i += 1;
+            }
             "max-reuse" => {
                 let v = val("number")?;
                 o.max_reuse = if v == "-1" { None } else { Some(parse_u32(v)?) };
@@ -441,6 +481,48 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let w = &l.words;
     let name = arg(w, 1, "server name")?;
     let addr = arg(w, 2, "server address")?;
+    one_server(d, l, name, addr, &w[3..])
+}
+
+/// `server-template PREFIX NUM|FIRST-LAST ADDR [options]`: servers PREFIX1..PREFIXNUM (or
+/// PREFIXFIRST..PREFIXLAST) with the same address and options; with `resolvers`, they share
+/// the name's addresses, one each.
+pub(super) fn server_template(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let w = &l.words;
+    let prefix = arg(w, 1, "server name prefix")?;
+    let range = arg(w, 2, "number of servers or range")?;
+    let addr = arg(w, 3, "server address")?;
+    let bad = || format!("invalid number of servers or range '{range}' (expected N or A-B)");
+    let (first, last) = match range.split_once('-') {
+        Some((a, b)) => (
+            a.parse::<u32>().map_err(|_| bad())?,
+            b.parse::<u32>().map_err(|_| bad())?,
+        ),
+        None => (1, range.parse::<u32>().map_err(|_| bad())?),
+    };
+    if first == 0 || last < first || last - first >= 10_000 {
+        return Err(bad().into());
+    }
+    if addr.starts_with('_') {
+        return Err(format!(
+            "server address '{addr}': SRV records are not supported by sluice (name the \
+             servers' host name instead)"
+        )
+        .into());
+    }
+    for i in first..=last {
+        one_server(d, l, &format!("{prefix}{i}"), addr, &w[4..])?;
+    }
+    Ok(())
+}
+
+fn one_server(
+    d: &mut Draft,
+    l: &Line,
+    name: &str,
+    addr: &str,
+    opts: &[String],
+) -> Result<(), KwErr> {
     if let Some(prev) = d.p.servers.iter().find(|s| s.name == name) {
         return Err(format!(
             "server '{name}' is already defined at {}:{}",
@@ -450,7 +532,7 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     }
     let mut o = d.default_server.clone();
     let mut id = None;
-    server_opts(&w[3..], &mut o, Some(&mut id))?;
+    server_opts(opts, &mut o, Some(&mut id))?;
     o.chk.validate()?;
     if let Some(id) = id
         && let Some(prev) = d.p.servers.iter().find(|s| s.id == Some(id))
@@ -461,6 +543,25 @@ pub(super) fn server(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let mut sv = make_server(name, origin(l), sa.addr, &o, id, &d.tls_defaults)?;
     sv.unresolved = sa.unresolved;
     sv.port_map = sa.port_map;
+    // A server named by a host name follows it at run time with its resolvers (an IP
+    // address has nothing to resolve, as in HAProxy).
+    if let Some(section) = &o.resolvers {
+        let (host, _, _, _) = server_host_port(addr)?;
+        if host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_err()
+        {
+            sv.resolve = Some(crate::resolvers::ServerResolve {
+                section: usize::MAX,
+                section_name: section.clone(),
+                hostname: host.to_string(),
+                prefer_v4: o.resolve_prefer_v4,
+                nets: o.resolve_nets.clone(),
+                allow_dup_ip: o.allow_dup_ip,
+            });
+        }
+    }
     d.p.servers.push(sv);
     Ok(())
 }
@@ -518,6 +619,7 @@ fn make_server(
         cookie: o.cookie.clone(),
         minconn: o.minconn,
         unresolved: false,
+        resolve: None,
         port_map: None,
         send_proxy: o.send_proxy,
         source: o.source,

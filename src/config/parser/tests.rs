@@ -779,8 +779,17 @@ fn section_header_errors() {
         &["t.cfg:1: ", "section 'peers' is not supported by sluice"],
     );
     err1(
-        &["resolvers dns", "  nameserver ns1 1.1.1.1:53"],
-        &["section 'resolvers' is not supported by sluice"],
+        &["mailers m", "  mailer smtp1 127.0.0.1:587"],
+        &["section 'mailers' is not supported by sluice"],
+    );
+    err1(
+        &[
+            "resolvers dns",
+            "  nameserver ns1 1.1.1.1:53",
+            "resolvers dns",
+            "  nameserver ns1 1.1.1.1:53",
+        ],
+        &["t.cfg:3: ", "resolvers 'dns' is already defined at t.cfg:1"],
     );
 }
 

@@ -1,0 +1,333 @@
+//! `resolvers` sections and servers that follow DNS at run time: the real binary, a real DNS
+//! server over UDP started by the test (it answers what the test tells it to), real backends
+//! on 127.0.0.1 and 127.0.0.2 with the same port, so that only the address changes.
+
+mod common;
+
+use common::*;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the test DNS server answers to A queries (AAAA queries get an empty NOERROR).
+#[derive(Clone, Debug)]
+enum Dns {
+    A(Vec<Ipv4Addr>),
+    Nx,
+    Silent,
+}
+
+struct DnsServer {
+    addr: SocketAddr,
+    answer: Arc<Mutex<Dns>>,
+    queries: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl DnsServer {
+    fn start(initial: Dns) -> DnsServer {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let addr = sock.local_addr().unwrap();
+        let answer = Arc::new(Mutex::new(initial));
+        let queries = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a, q, s) = (answer.clone(), queries.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while !s.load(SeqCst) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                q.fetch_add(1, SeqCst);
+                let current = a.lock().unwrap().clone();
+                if let Some(resp) = respond(&buf[..n], &current) {
+                    let _ = sock.send_to(&resp, from);
+                }
+            }
+        });
+        DnsServer {
+            addr,
+            answer,
+            queries,
+            stop,
+        }
+    }
+
+    fn set(&self, d: Dns) {
+        *self.answer.lock().unwrap() = d;
+    }
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, SeqCst);
+    }
+}
+
+/// The response to a query: the question copied, then the records (names compressed).
+fn respond(q: &[u8], d: &Dns) -> Option<Vec<u8>> {
+    if q.len() < 12 {
+        return None;
+    }
+    let mut at = 12;
+    while q[at] != 0 {
+        at += 1 + q[at] as usize;
+    }
+    let qtype = u16::from_be_bytes([q[at + 1], q[at + 2]]);
+    let qend = at + 5;
+    let mut m = q[..qend].to_vec();
+    let (rcode, recs): (u16, Vec<Ipv4Addr>) = match d {
+        Dns::Silent => return None,
+        Dns::Nx => (3, vec![]),
+        Dns::A(v) if qtype == 1 => (0, v.clone()),
+        Dns::A(_) => (0, vec![]),
+    };
+    m[2..4].copy_from_slice(&(0x8180u16 | rcode).to_be_bytes());
+    m[6..8].copy_from_slice(&(recs.len() as u16).to_be_bytes());
+    m[8..12].copy_from_slice(&[0, 0, 0, 0]);
+    for ip in recs {
+        m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4]);
+        m.extend_from_slice(&ip.octets());
+    }
+    Some(m)
+}
+
+/// Two HTTP backends answering their name: on 127.0.0.1:P and 127.0.0.2:P.
+fn two_backends() -> (HttpBackend, HttpBackend) {
+    let a = HttpBackend::start("a");
+    let l = TcpListener::bind(SocketAddr::new(
+        Ipv4Addr::new(127, 0, 0, 2).into(),
+        a.port(),
+    ))
+    .expect("bind 127.0.0.2 (loopback /8)");
+    let b = HttpBackend::from_listener("b", l);
+    (a, b)
+}
+
+fn lo(n: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, n)
+}
+
+fn config(dir: &TempDir, dns: &DnsServer, hold: &str, servers: &str) -> (String, u16) {
+    let port = free_port();
+    let cfg = format!(
+        "global
+    stats socket {} level admin
+{DEFAULTS_HTTP}
+resolvers dns
+    nameserver ns1 {}
+    resolve_retries 2
+    timeout resolve 100ms
+    timeout retry 200ms
+    {hold}
+
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend be
+
+backend be
+{servers}
+",
+        dir.join("s.sock").display(),
+        dns.addr,
+    );
+    (cfg, port)
+}
+
+/// The body of one `GET /` through sluice (the backend's name), or the status as text.
+fn who(port: u16) -> String {
+    let r = http_get(port, "/");
+    if r.status == 200 {
+        String::from_utf8_lossy(&r.body).into_owned()
+    } else {
+        r.status.to_string()
+    }
+}
+
+#[test]
+fn a_server_follows_its_name() {
+    let (a, _b) = two_backends();
+    let dns = DnsServer::start(Dns::A(vec![lo(1)]));
+    let dir = TempDir::new();
+    let (cfg, port) = config(
+        &dir,
+        &dns,
+        "hold valid 1s",
+        &format!(
+            "    server s1 app.sluice.test:{} resolvers dns resolve-prefer ipv4 init-addr none",
+            a.port()
+        ),
+    );
+    let s = Sluice::start(&cfg);
+    // Started without an address: in maintenance until the first answer.
+    wait_until("s1 resolved to 127.0.0.1", Duration::from_secs(10), || {
+        who(port) == "a"
+    });
+    s.wait_stderr_line(
+        |l| l.contains("Server be/s1 ('app.sluice.test') is UP/READY (resolves again)."),
+        Duration::from_secs(5),
+    );
+    dns.set(Dns::A(vec![lo(2)]));
+    wait_until("s1 follows to 127.0.0.2", Duration::from_secs(10), || {
+        who(port) == "b"
+    });
+    s.wait_stderr_line(
+        |l| l.contains("be/s1 changed its IP from 127.0.0.1 to 127.0.0.2 by DNS cache."),
+        Duration::from_secs(5),
+    );
+    let state = stats_cli(&dir.join("s.sock"), "show servers state be");
+    assert!(state.contains(" s1 127.0.0.2 "), "{state}");
+    // An answer that still holds the current address changes nothing.
+    dns.set(Dns::A(vec![lo(1), lo(2)]));
+    let before = dns.queries.load(SeqCst);
+    wait_until("two more resolutions", Duration::from_secs(10), || {
+        dns.queries.load(SeqCst) >= before + 4
+    });
+    assert_eq!(who(port), "b");
+    let out = stats_cli(&dir.join("s.sock"), "show resolvers dns");
+    assert!(
+        out.starts_with("Resolvers section dns\n nameserver ns1:\n"),
+        "{out}"
+    );
+    let valid: u64 = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("valid:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(valid >= 3, "{out}");
+    assert!(
+        stats_cli(&dir.join("s.sock"), "show resolvers nope")
+            .contains("Can't find resolvers section 'nope'.")
+    );
+}
+
+#[test]
+fn errors_past_the_hold_period_put_the_server_in_maintenance_until_it_resolves_again() {
+    let (a, _b) = two_backends();
+    let dns = DnsServer::start(Dns::A(vec![lo(1)]));
+    let dir = TempDir::new();
+    let (cfg, port) = config(
+        &dir,
+        &dns,
+        "hold nx 300ms\n    hold timeout 300ms",
+        &format!(
+            "    server s1 127.0.0.1:{} resolvers dns resolve-prefer ipv4\n    \
+             server s2 app.sluice.test:{} resolvers dns resolve-prefer ipv4 init-addr 127.0.0.1",
+            a.port(),
+            a.port()
+        ),
+    );
+    // s1 has an IP address for a name: nothing to resolve, it stays up throughout.
+    let s = Sluice::start(&cfg);
+    assert_eq!(who(port), "a");
+    dns.set(Dns::Nx);
+    s.wait_stderr_line(
+        |l| {
+            l.contains("Server be/s2 is going DOWN for maintenance (DNS NX status). 1 active and 0 backup servers left.")
+        },
+        Duration::from_secs(10),
+    );
+    let stat = stats_cli(&dir.join("s.sock"), "show stat");
+    let s2 = stat.lines().find(|l| l.starts_with("be,s2,")).unwrap();
+    assert!(s2.contains(",MAINT (resolution),"), "{s2}");
+    // Every request now goes to s1.
+    for _ in 0..4 {
+        assert_eq!(who(port), "a");
+    }
+    dns.set(Dns::A(vec![lo(1)]));
+    s.wait_stderr_line(
+        |l| l.contains("Server be/s2 ('app.sluice.test') is UP/READY (resolves again)."),
+        Duration::from_secs(10),
+    );
+    // A nameserver that stops answering: the timeout hold, then maintenance again.
+    dns.set(Dns::Silent);
+    s.wait_stderr_line(
+        |l| l.contains("Server be/s2 is going DOWN for maintenance (DNS timeout status)."),
+        Duration::from_secs(15),
+    );
+}
+
+#[test]
+fn servers_sharing_a_name_take_different_addresses() {
+    let (a, b) = two_backends();
+    let dns = DnsServer::start(Dns::A(vec![lo(1), lo(2)]));
+    let dir = TempDir::new();
+    let (cfg, port) = config(
+        &dir,
+        &dns,
+        "",
+        &format!(
+            "    balance roundrobin\n    \
+             default-server resolvers dns resolve-prefer ipv4 init-addr none\n    \
+             server-template s 3 app.sluice.test:{p}",
+            p = a.port()
+        ),
+    );
+    let _s = Sluice::start(&cfg);
+    wait_until("two servers resolved", Duration::from_secs(10), || {
+        let st = stats_cli(&dir.join("s.sock"), "show servers state be");
+        st.contains(" s1 127.0.0.1 ") && st.contains(" s2 127.0.0.2 ")
+    });
+    // Two addresses for three servers: the third waits in maintenance.
+    let stat = stats_cli(&dir.join("s.sock"), "show stat");
+    let s3 = stat.lines().find(|l| l.starts_with("be,s3,")).unwrap();
+    assert!(s3.contains(",MAINT (resolution),"), "{s3}");
+    let mut seen: Vec<String> = (0..4).map(|_| who(port)).collect();
+    seen.sort();
+    assert_eq!(seen, ["a", "a", "b", "b"]);
+    // A third address: the third server takes it.
+    dns.set(Dns::A(vec![lo(1), lo(2), lo(3)]));
+    wait_until("s3 resolved", Duration::from_secs(10), || {
+        stats_cli(&dir.join("s.sock"), "show servers state be").contains(" s3 127.0.0.3 ")
+    });
+    drop(b);
+}
+
+#[test]
+fn configuration_errors() {
+    let (code, err) = Sluice::check(
+        "resolvers dns
+    timeout resolve 1s
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 1s
+    timeout server 1s
+backend be
+    server s1 app.sluice.test:80 resolvers nope init-addr none
+    server s2 app.sluice.test:80 resolvers dns resolve-prefer ipv5 init-addr none
+resolvers dup
+    nameserver ns1 tcp@127.0.0.1:53
+    nameservr ns2 127.0.0.1
+backend be2
+    server-template w 3 _http._tcp.app.sluice.test resolvers dup init-addr none
+",
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(":1: resolvers 'dns': no nameserver"), "{err}");
+    assert!(
+        err.contains(":9: ") && err.contains("unknown resolvers section 'nope'"),
+        "{err}"
+    );
+    assert!(
+        err.contains(":10: ") && err.contains("'resolve-prefer' expects 'ipv4' or 'ipv6'"),
+        "{err}"
+    );
+    assert!(
+        err.contains(":12: ") && err.contains("DNS over TCP is not supported"),
+        "{err}"
+    );
+    assert!(
+        err.contains(":13: ") && err.contains("did you mean 'nameserver'"),
+        "{err}"
+    );
+    assert!(
+        err.contains(":15: ") && err.contains("SRV records are not supported"),
+        "{err}"
+    );
+}

@@ -423,61 +423,80 @@ fn parse_inner(m: &[u8], id: u16, v6: bool) -> Option<Answer> {
 // ---------------------------------------------------------------------------------------------
 // Resolving.
 
-/// Asks every nameserver once for `name`; the first valid answer, or the last error.
-async fn ask(r: &Resolvers, name: &str, v6: bool) -> Result<Vec<IpAddr>, Failure> {
+/// Asks every nameserver once for `name`; the first valid answer, or the last error
+/// (a timeout when no nameserver answered).
+async fn ask(r: &Rc<Resolvers>, name: &str, v6: bool) -> Result<Vec<IpAddr>, Failure> {
     let id: u16 = rand_id();
     let Ok(q) = query(id, name, v6, r.accepted_payload_size) else {
         return Err(Failure::Other);
     };
-    let any_v6 = r.nameservers.iter().any(|n| n.addr.is_ipv6());
-    let bind: SocketAddr = if any_v6 {
-        "[::]:0".parse().expect("a literal address")
-    } else {
-        "0.0.0.0:0".parse().expect("a literal address")
-    };
-    let Ok(sock) = tokio::net::UdpSocket::bind(bind).await else {
-        return Err(Failure::Other);
-    };
-    let mut pending = 0usize;
-    for (i, ns) in r.nameservers.iter().enumerate() {
-        let st = &r.stats[i];
-        let to = match (any_v6, ns.addr) {
-            (true, SocketAddr::V4(a)) => {
-                SocketAddr::new(IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
-            }
-            (_, a) => a,
-        };
-        if sock.send_to(&q, to).await.is_ok() {
-            st.sent.fetch_add(1, Relaxed);
-            pending += 1;
-        } else {
-            st.snd_error.fetch_add(1, Relaxed);
+    let q = Rc::new(q);
+    let deadline = tokio::time::Instant::now() + r.timeout_retry;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..r.nameservers.len() {
+        let (r, q, tx) = (r.clone(), q.clone(), tx.clone());
+        tokio::task::spawn_local(async move {
+            let a = ask_one(&r, i, &q, id, v6, deadline).await;
+            let _ = tx.send(a);
+        });
+    }
+    drop(tx);
+    let mut last_err = None;
+    // Each nameserver's task reports once: its answer, or `None` for none in time.
+    while let Some(a) = rx.recv().await {
+        match a {
+            Some(Ok(addrs)) => return Ok(addrs),
+            Some(Err(f)) => last_err = Some(f),
+            None => {}
         }
     }
-    if pending == 0 {
-        return Err(Failure::Other);
+    Err(last_err.unwrap_or(Failure::Timeout))
+}
+
+/// One nameserver's answer to query `q`, from a socket connected to it (so that only its
+/// address and port are read); `None` when nothing valid came before `deadline`.
+async fn ask_one(
+    r: &Resolvers,
+    i: usize,
+    q: &[u8],
+    id: u16,
+    v6: bool,
+    deadline: tokio::time::Instant,
+) -> Option<Result<Vec<IpAddr>, Failure>> {
+    let (ns, st) = (&r.nameservers[i], &r.stats[i]);
+    let bind: SocketAddr = if ns.addr.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let sent = async {
+        let sock = tokio::net::UdpSocket::bind(bind).await.ok()?;
+        sock.connect(ns.addr).await.ok()?;
+        sock.send(q).await.ok()?;
+        Some(sock)
     }
-    let deadline = tokio::time::Instant::now() + r.timeout_retry;
-    let mut last_err = None;
-    let mut buf = vec![0u8; r.accepted_payload_size.max(512) as usize];
-    while pending > 0 {
-        let (n, from) = match tokio::time::timeout_at(deadline, sock.recv_from(&mut buf)).await {
-            Ok(Ok(x)) => x,
-            Ok(Err(_)) => continue,
-            Err(_) => break,
+    .await;
+    let Some(sock) = sent else {
+        st.snd_error.fetch_add(1, Relaxed);
+        return None;
+    };
+    st.sent.fetch_add(1, Relaxed);
+    let mut buf = vec![0u8; usize::from(r.accepted_payload_size.max(512))];
+    loop {
+        let n = match tokio::time::timeout_at(deadline, sock.recv(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            // An ICMP error (nothing listens there) or the deadline: no answer.
+            Ok(Err(_)) | Err(_) => {
+                st.timeout.fetch_add(1, Relaxed);
+                return None;
+            }
         };
-        let from = crate::config::converter::unmap(from.ip());
-        let Some(i) = r.nameservers.iter().position(|ns| ns.addr.ip() == from) else {
-            continue;
-        };
-        let st = &r.stats[i];
         match parse(&buf[..n], id, v6) {
             Answer::Addrs(a) => {
                 st.valid.fetch_add(1, Relaxed);
-                return Ok(a);
+                return Some(Ok(a));
             }
             Answer::Failed(f) => {
-                pending -= 1;
                 st.any_err.fetch_add(1, Relaxed);
                 match f {
                     Failure::Nx => &st.nx,
@@ -485,29 +504,23 @@ async fn ask(r: &Resolvers, name: &str, v6: bool) -> Result<Vec<IpAddr>, Failure
                     _ => &st.other,
                 }
                 .fetch_add(1, Relaxed);
-                last_err = Some(f);
+                return Some(Err(f));
             }
             Answer::Truncated => {
-                pending -= 1;
                 st.truncated.fetch_add(1, Relaxed);
-                last_err = Some(Failure::Other);
+                return Some(Err(Failure::Other));
             }
+            // Not an answer to this query: keep waiting.
             Answer::Invalid => {
                 st.invalid.fetch_add(1, Relaxed);
             }
         }
     }
-    if pending > 0 {
-        for st in r.stats.iter() {
-            st.timeout.fetch_add(1, Relaxed);
-        }
-    }
-    Err(last_err.unwrap_or(Failure::Timeout))
 }
 
 /// One resolution as HAProxy makes it: the preferred type; on an error answer, the other
 /// type; on a timeout, the same again; at most `resolve_retries` rounds.
-async fn resolve(r: &Resolvers, name: &str, prefer_v4: bool) -> Result<Vec<IpAddr>, Failure> {
+async fn resolve(r: &Rc<Resolvers>, name: &str, prefer_v4: bool) -> Result<Vec<IpAddr>, Failure> {
     let mut last = Failure::Timeout;
     for _ in 0..r.resolve_retries {
         match ask(r, name, !prefer_v4).await {
@@ -535,78 +548,101 @@ fn rand_id() -> u16 {
     h.finish() as u16
 }
 
-/// Orders `addrs` for a server: those in `resolve-net` networks first, then the preferred
-/// family, then the others, each group in the answer's order.
-fn ranked(addrs: &[IpAddr], sr: &ServerResolve) -> Vec<IpAddr> {
-    let mut v: Vec<(u8, usize, IpAddr)> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let in_net = sr.nets.iter().any(|n| n.contains(*a));
-            let preferred = a.is_ipv4() == sr.prefer_v4;
-            (u8::from(!in_net) * 2 + u8::from(!preferred), i, *a)
-        })
-        .collect();
-    v.sort();
-    v.into_iter().map(|x| x.2).collect()
+/// HAProxy's choice of an address for a server (`resolv_get_ip_from_response`): the highest
+/// score wins, the first in the answer among equals: the preferred family 8, a `resolve-net`
+/// network 4, not another server's address 2, the server's current address 1. Addresses other
+/// servers have are skipped unless `allow-dup-ip`.
+fn choose(
+    addrs: &[IpAddr],
+    sr: &ServerResolve,
+    cur: Option<IpAddr>,
+    taken: &[IpAddr],
+) -> Option<IpAddr> {
+    let mut best: Option<(u8, IpAddr)> = None;
+    for &a in addrs {
+        let used = taken.contains(&a);
+        if used && !sr.allow_dup_ip {
+            continue;
+        }
+        let score = 8 * u8::from(a.is_ipv4() == sr.prefer_v4)
+            + 4 * u8::from(sr.nets.iter().any(|n| n.contains(a)))
+            + 2 * u8::from(!used)
+            + u8::from(cur == Some(a));
+        if best.is_none_or(|(b, _)| score > b) {
+            best = Some((score, a));
+        }
+    }
+    best.map(|b| b.1)
 }
 
-/// Starts the resolution tasks (on the first worker thread): one per host name and section.
+/// Starts the resolution tasks (on the first worker thread): one per section, host name and
+/// preferred family (the query types differ).
 pub fn spawn(w: &Rc<Worker>) {
     let cfg = &w.shared.cfg;
-    let mut names: Vec<(usize, String)> = Vec::new();
+    let mut keys: Vec<(usize, String, bool)> = Vec::new();
     for p in &cfg.proxies {
         for s in &p.servers {
-            if let Some(sr) = &s.resolve
-                && !names
-                    .iter()
-                    .any(|(i, n)| *i == sr.section && *n == sr.hostname)
-            {
-                names.push((sr.section, sr.hostname.clone()));
+            if let Some(sr) = &s.resolve {
+                let k = (sr.section, sr.hostname.clone(), sr.prefer_v4);
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
             }
         }
     }
-    for (section, name) in names {
+    for key in keys {
         let w = w.clone();
-        tokio::task::spawn_local(async move { run(w, section, name).await });
+        tokio::task::spawn_local(async move { run(w, key).await });
     }
 }
 
-/// Resolves `name` with section `ri` every `timeout resolve`, for ever.
-async fn run(w: Rc<Worker>, ri: usize, name: String) {
+/// What a resolution task knows of one of its servers.
+struct Follower {
+    pi: usize,
+    si: usize,
+    /// The task put the server in maintenance (an operator's or the configuration's own
+    /// maintenance is left as it is).
+    set_maint: bool,
+}
+
+/// Resolves a name with its section every `timeout resolve`, for ever, and applies the
+/// outcome to the servers that follow it.
+async fn run(w: Rc<Worker>, (ri, name, prefer_v4): (usize, String, bool)) {
     let shared = w.shared.clone();
-    let r = &shared.cfg.resolvers[ri];
-    // The servers that follow this name: (proxy, server).
-    let mut servers: Vec<(usize, usize)> = Vec::new();
+    let r = Rc::new(shared.cfg.resolvers[ri].clone());
+    let mut servers: Vec<Follower> = Vec::new();
     for (pi, p) in shared.cfg.proxies.iter().enumerate() {
         for (si, s) in p.servers.iter().enumerate() {
-            if s.resolve
-                .as_ref()
-                .is_some_and(|sr| sr.section == ri && sr.hostname == name)
-            {
-                servers.push((pi, si));
+            if s.resolve.as_ref().is_some_and(|sr| {
+                sr.section == ri && sr.hostname == name && sr.prefer_v4 == prefer_v4
+            }) {
+                // A server that starts without an address is in maintenance for this task.
+                let set_maint = s.unresolved && !s.disabled;
+                servers.push(Follower { pi, si, set_maint });
             }
         }
     }
     // The start-up resolution counts as a valid answer for servers that got an address.
     let mut last_valid = Some(Instant::now());
     loop {
-        let prefer_v4 = servers
-            .first()
-            .and_then(|&(pi, si)| shared.cfg.proxies[pi].servers[si].resolve.as_ref())
-            .is_some_and(|sr| sr.prefer_v4);
-        match resolve(r, &name, prefer_v4).await {
+        match resolve(&r, &name, prefer_v4).await {
             Ok(addrs) => {
                 last_valid = Some(Instant::now());
-                for &(pi, si) in &servers {
-                    apply_addrs(&w, r, pi, si, &addrs);
+                for f in &mut servers {
+                    apply_addrs(&w, &r, f, &addrs);
                 }
             }
-            Err(f) => {
-                let held = last_valid.is_some_and(|t| t.elapsed() < r.hold(f));
+            Err(e) => {
+                let held = last_valid.is_some_and(|t| t.elapsed() < r.hold(e));
                 if !held {
-                    for &(pi, si) in &servers {
-                        apply_failure(&w, pi, si, f);
+                    let why = match e {
+                        Failure::Nx => "DNS NX status",
+                        Failure::Refused => "DNS refused status",
+                        Failure::Timeout => "DNS timeout status",
+                        Failure::Other => "unspecified DNS error",
+                    };
+                    for f in &mut servers {
+                        set_rmaint(&w, f, why);
                     }
                 }
             }
@@ -615,71 +651,65 @@ async fn run(w: Rc<Worker>, ri: usize, name: String) {
     }
 }
 
-/// A valid answer: the server keeps its address if the answer still has it, else takes the
-/// best one no other server of its backend resolving the same name uses (unless
-/// `allow-dup-ip`), and leaves resolution maintenance.
-fn apply_addrs(w: &Worker, r: &Resolvers, pi: usize, si: usize, addrs: &[IpAddr]) {
+/// A valid answer: the server takes the best address for it (usually the one it has, while
+/// the answer still holds it and no other server of its backend following the name has it
+/// too), and leaves resolution maintenance.
+fn apply_addrs(w: &Worker, r: &Resolvers, f: &mut Follower, addrs: &[IpAddr]) {
     let shared = &w.shared;
-    let p = &shared.cfg.proxies[pi];
-    let Some(sr) = p.servers[si].resolve.as_ref() else {
+    let p = &shared.cfg.proxies[f.pi];
+    let Some(sr) = p.servers[f.si].resolve.as_ref() else {
         return;
     };
-    let be = shared.backend(pi);
-    let srv = &be.servers[si];
-    let cur = **srv.addr.load();
+    let be = shared.backend(f.pi);
+    let srv = &be.servers[f.si];
+    let cur_sa = **srv.addr.load();
     let was_rmaint = srv.rmaint.load(Relaxed);
-    let keep = !was_rmaint && addrs.contains(&crate::config::converter::unmap(cur.ip()));
-    if !keep {
-        let taken: Vec<IpAddr> = if sr.allow_dup_ip {
-            Vec::new()
-        } else {
-            be.servers
-                .iter()
-                .enumerate()
-                .filter(|(i, s)| {
-                    *i != si
-                        && !s.rmaint.load(Relaxed)
-                        && p.servers
-                            .get(*i)
-                            .and_then(|c| c.resolve.as_ref())
-                            .is_some_and(|o| o.hostname == sr.hostname && o.section == sr.section)
-                })
-                .map(|(_, s)| s.addr.load().ip())
-                .collect()
-        };
-        let ranked = ranked(addrs, sr);
-        let Some(new) = ranked.iter().find(|a| !taken.contains(a)).copied() else {
-            // Every address is another server's: this one waits for more.
-            if !was_rmaint {
-                set_rmaint(w, pi, si, "No IP for server");
-            }
-            return;
-        };
-        let new_sa = SocketAddr::new(new, cur.port());
-        srv.addr.store(std::sync::Arc::new(new_sa));
+    let cur = (!was_rmaint).then(|| crate::config::converter::unmap(cur_sa.ip()));
+    // The addresses of the other servers of the backend that follow the same name.
+    let taken: Vec<IpAddr> = be
+        .servers
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            *i != f.si
+                && !s.rmaint.load(Relaxed)
+                && p.servers
+                    .get(*i)
+                    .and_then(|c| c.resolve.as_ref())
+                    .is_some_and(|o| o.hostname == sr.hostname && o.section == sr.section)
+        })
+        .map(|(_, s)| crate::config::converter::unmap(s.addr.load().ip()))
+        .collect();
+    let Some(new) = choose(addrs, sr, cur, &taken) else {
+        // Every address is another server's: this one waits for more.
+        if !was_rmaint {
+            set_rmaint(w, f, "No IP for server");
+        }
+        return;
+    };
+    if cur != Some(new) {
+        srv.addr
+            .store(std::sync::Arc::new(SocketAddr::new(new, cur_sa.port())));
         // Idle pooled connections to the old address are closed when next met.
         srv.addr_gen.fetch_add(1, Relaxed);
-        for st in r.stats.iter().take(1) {
+        if let Some(st) = r.stats.first() {
             st.update.fetch_add(1, Relaxed);
         }
-        if !was_rmaint {
+        if let Some(old) = cur {
             notice(
                 w,
-                pi,
+                f.pi,
                 5,
                 &format!(
-                    "{}/{} changed its IP from {} to {} by DNS cache.",
-                    p.name,
-                    srv.name,
-                    cur.ip(),
-                    new
+                    "{}/{} changed its IP from {old} to {new} by DNS cache.",
+                    p.name, srv.name
                 ),
             );
         }
     }
     if was_rmaint {
         srv.rmaint.store(false, Relaxed);
-        if !srv.config_maint.load(Relaxed) {
+        if std::mem::take(&mut f.set_maint) {
             srv.maint.store(false, Relaxed);
         }
         srv.last_change.store(crate::backend::unix_now(), Relaxed);
@@ -688,32 +718,23 @@ fn apply_addrs(w: &Worker, r: &Resolvers, pi: usize, si: usize, addrs: &[IpAddr]
             "Server {}/{} ('{}') is UP/READY (resolves again).",
             p.name, srv.name, sr.hostname
         );
-        notice(w, pi, 5, &line);
+        notice(w, f.pi, 5, &line);
     }
 }
 
-/// No valid answer within the hold period: the server goes to resolution maintenance.
-fn apply_failure(w: &Worker, pi: usize, si: usize, f: Failure) {
-    let srv = &w.shared.backend(pi).servers[si];
-    if srv.rmaint.load(Relaxed) {
+/// No usable answer: the server goes to resolution maintenance (its own maintenance, if an
+/// operator or the configuration put it in one, stays theirs).
+fn set_rmaint(w: &Worker, f: &mut Follower, why: &str) {
+    let shared = &w.shared;
+    let p = &shared.cfg.proxies[f.pi];
+    let be = shared.backend(f.pi);
+    let srv = &be.servers[f.si];
+    if srv.rmaint.swap(true, Relaxed) {
         return;
     }
-    let why = match f {
-        Failure::Nx => "DNS NX status",
-        Failure::Refused => "DNS refused status",
-        Failure::Timeout => "DNS timeout status",
-        Failure::Other => "unspecified DNS error",
-    };
-    set_rmaint(w, pi, si, why);
-}
-
-fn set_rmaint(w: &Worker, pi: usize, si: usize, why: &str) {
-    let shared = &w.shared;
-    let p = &shared.cfg.proxies[pi];
-    let be = shared.backend(pi);
-    let srv = &be.servers[si];
-    srv.rmaint.store(true, Relaxed);
-    srv.maint.store(true, Relaxed);
+    if !srv.maint.swap(true, Relaxed) {
+        f.set_maint = true;
+    }
     srv.last_change.store(crate::backend::unix_now(), Relaxed);
     be.changed();
     let (act, bck) = be.servers.iter().fold((0, 0), |(a, b), s| {
@@ -731,7 +752,7 @@ fn set_rmaint(w: &Worker, pi: usize, si: usize, why: &str) {
         srv.served.load(Relaxed),
         srv.queued.load(Relaxed)
     );
-    notice(w, pi, 1, &line);
+    notice(w, f.pi, 1, &line);
 }
 
 /// A state change, on standard error and to the proxy's log targets (as check transitions).
@@ -874,8 +895,8 @@ mod tests {
     }
 
     #[test]
-    fn ranking() {
-        let sr = ServerResolve {
+    fn choice_follows_haproxys_scores() {
+        let mut sr = ServerResolve {
             section: 0,
             section_name: "dns".into(),
             hostname: "x".into(),
@@ -883,11 +904,28 @@ mod tests {
             nets: vec![crate::config::acl::parse_ipnet("10.2.0.0/16").unwrap()],
             allow_dup_ip: false,
         };
-        let v: Vec<IpAddr> = ["2001:db8::1", "10.1.0.1", "10.2.0.1"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect();
-        assert_eq!(ranked(&v, &sr), vec![v[2], v[1], v[0]]);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let v = [ip("2001:db8::1"), ip("10.1.0.1"), ip("10.2.0.1")];
+        // Family first, then network.
+        assert_eq!(choose(&v, &sr, None, &[]), Some(ip("10.2.0.1")));
+        // The current address wins only among equals.
+        assert_eq!(
+            choose(&v, &sr, Some(ip("10.1.0.1")), &[]),
+            Some(ip("10.2.0.1"))
+        );
+        sr.nets.clear();
+        assert_eq!(
+            choose(&v, &sr, Some(ip("10.2.0.1")), &[]),
+            Some(ip("10.2.0.1"))
+        );
+        // Another server's address is skipped, unless duplicates are allowed (then it only
+        // scores lower).
+        let taken = [ip("10.1.0.1"), ip("10.2.0.1")];
+        assert_eq!(choose(&v, &sr, None, &taken), Some(ip("2001:db8::1")));
+        sr.allow_dup_ip = true;
+        assert_eq!(choose(&v, &sr, None, &taken), Some(ip("10.1.0.1")));
+        sr.allow_dup_ip = false;
+        assert_eq!(choose(&v[1..], &sr, None, &taken), None);
     }
 
     #[test]

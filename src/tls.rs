@@ -22,7 +22,9 @@ use arc_swap::ArcSwap;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{PemObject, SectionKind};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{
+    CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName, UnixTime,
+};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{
@@ -140,6 +142,8 @@ struct SslConf {
     ciphers: Option<String>,
     ciphersuites: Option<String>,
     ca_file: Option<String>,
+    /// `crl-file`: revocation lists the client certificate (and its chain) is checked against.
+    crl_file: Option<String>,
     verify: Option<Verify>,
     /// `prefer-client-ciphers` (bind line or `ssl-default-bind-options`).
     prefer_client: bool,
@@ -154,7 +158,7 @@ struct SslConf {
 pub struct TlsDefaults {
     /// `crt-base DIR`: prefixes relative certificate paths.
     pub crt_base: Option<String>,
-    /// `ca-base DIR`: prefixes relative `ca-file` paths.
+    /// `ca-base DIR`: prefixes relative `ca-file` and `crl-file` paths.
     pub ca_base: Option<String>,
     pub bind: SideDefaults,
     pub server: SideDefaults,
@@ -216,7 +220,7 @@ pub struct BindTlsOpts {
     no_tickets: bool,
     /// `crt-base`, for the certificate paths of `crt-list` files.
     crt_base: Option<String>,
-    /// `ca-base`, for `ca-file` on `crt-list` lines.
+    /// `ca-base`, for `ca-file` and `crl-file` on `crt-list` lines.
     ca_base: Option<String>,
     /// Names of the TLS options seen (for "requires 'ssl'").
     seen: Vec<&'static str>,
@@ -228,6 +232,7 @@ pub struct ServerTlsOpts {
     pub ssl: bool,
     verify: Option<bool>,
     ca_file: Option<String>,
+    crl_file: Option<String>,
     sni: Option<SniExpr>,
     alpn: Option<Vec<Vec<u8>>>,
     crt: Option<String>,
@@ -1061,6 +1066,7 @@ fn load_crt(spec: &str, out: &mut Vec<LoadedCert>) -> Result<(), String> {
 const CRT_LIST_OPTIONS: &[&str] = &[
     "alpn",
     "ca-file",
+    "crl-file",
     "ciphers",
     "ciphersuites",
     "ssl-min-ver",
@@ -1125,8 +1131,11 @@ fn load_crt_list(
             None => 0,
             Some(o) => {
                 let mut line_conf = parse_line_opts(o).map_err(|e| format!("{}: {e}", at()))?;
-                if let Some(ca) = &mut line_conf.ca_file {
-                    *ca = based(ca_base, ca);
+                for f in [&mut line_conf.ca_file, &mut line_conf.crl_file]
+                    .into_iter()
+                    .flatten()
+                {
+                    *f = based(ca_base, f);
                 }
                 let eff = line_conf.over(&confs.list[0].0);
                 confs.index(eff, at)
@@ -1175,6 +1184,7 @@ impl SslConf {
                 .clone()
                 .or_else(|| base.ciphersuites.clone()),
             ca_file: self.ca_file.clone().or_else(|| base.ca_file.clone()),
+            crl_file: self.crl_file.clone().or_else(|| base.crl_file.clone()),
             verify: self.verify.or(base.verify),
             prefer_client: self.prefer_client || base.prefer_client,
             curves: self.curves.clone().or_else(|| base.curves.clone()),
@@ -1365,13 +1375,24 @@ fn bind_ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>, String> {
 }
 
 /// What a ticket sealed with a `tls-ticket-keys` key is bound to besides the key: the bind's
-/// client-certificate policy (verify mode and CA file contents). Binds (or instances) sharing
-/// a key file resume each other's sessions only when they verify clients alike.
-fn ticket_context(verify: Verify, ca_file: Option<&str>) -> Result<[u8; 32], String> {
+/// client-certificate policy (verify mode, CA file and CRL file contents). Binds (or instances)
+/// sharing a key file resume each other's sessions only when they verify clients alike, and a
+/// new CRL (reload) invalidates the tickets issued before it, so that a revoked client cannot
+/// resume a session it opened earlier.
+fn ticket_context(
+    verify: Verify,
+    ca_file: Option<&str>,
+    crl_file: Option<&str>,
+) -> Result<[u8; 32], String> {
     let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
     ctx.update(&[verify as u8]);
     if let Some(ca) = ca_file {
         let data = std::fs::read(ca).map_err(|e| format!("cannot read ca-file '{ca}': {e}"))?;
+        ctx.update(&data);
+    }
+    if let Some(crl) = crl_file {
+        let data = std::fs::read(crl).map_err(|e| format!("cannot read crl-file '{crl}': {e}"))?;
+        ctx.update(b"crl");
         ctx.update(&data);
     }
     let mut out = [0u8; 32];
@@ -1518,6 +1539,7 @@ pub const BIND_TLS_OPTIONS: &[&str] = &[
     "ciphers",
     "ciphersuites",
     "ca-file",
+    "crl-file",
     "verify",
     "strict-sni",
     "tls-ticket-keys",
@@ -1561,6 +1583,7 @@ fn parse_conf_opt(c: &mut SslConf, w: &[String], i: &mut usize) -> Option<Result
                 c.ciphersuites = Some(v)
             }
             "ca-file" => c.ca_file = Some(v),
+            "crl-file" => c.crl_file = Some(v),
             _ => {
                 c.verify = Some(match v.as_str() {
                     "none" => Verify::None,
@@ -1635,8 +1658,8 @@ impl BindTlsOpts {
         for crt in &mut self.crt {
             *crt = based(&d.crt_base, crt);
         }
-        if let Some(ca) = &mut c.ca_file {
-            *ca = based(&d.ca_base, ca);
+        for f in [&mut c.ca_file, &mut c.crl_file].into_iter().flatten() {
+            *f = based(&d.ca_base, f);
         }
         self.crt_base = d.crt_base.clone();
         self.ca_base = d.ca_base.clone();
@@ -1689,21 +1712,24 @@ impl BindTlsOpts {
             Arc<dyn rustls::server::ProducesTickets>,
             Arc<dyn rustls::server::StoresServerSessions>,
         );
-        let mut stores: Vec<((Verify, Option<String>), Store)> = Vec::new();
+        type Policy = (Verify, Option<String>, Option<String>);
+        let mut stores: Vec<(Policy, Store)> = Vec::new();
         let mut configs = Vec::with_capacity(confs.list.len());
         for (i, (conf, origin)) in confs.list.iter().enumerate() {
             let verify = conf.verify.unwrap_or_default();
             // As `ticket_context` binds a ticket to them.
-            let policy = (verify, conf.ca_file.clone());
+            let policy = (verify, conf.ca_file.clone(), conf.crl_file.clone());
             let (ticketer, cache) = match stores.iter().find(|(p, _)| *p == policy) {
                 Some((_, s)) => s.clone(),
                 None => {
                     let ticketer: Arc<dyn rustls::server::ProducesTickets> =
                         match (&file_keys, self.no_tickets) {
                             (_, true) => Arc::new(NoTickets),
-                            (Some(k), _) => Arc::new(
-                                k.with_context(ticket_context(verify, conf.ca_file.as_deref())?),
-                            ),
+                            (Some(k), _) => Arc::new(k.with_context(ticket_context(
+                                verify,
+                                conf.ca_file.as_deref(),
+                                conf.crl_file.as_deref(),
+                            )?)),
                             (None, _) => bind_ticketer()?,
                         };
                     let s: Store = (
@@ -1762,6 +1788,11 @@ fn server_config(
         prov.kx_groups = select_groups(c)?;
     }
     let prov = Arc::new(prov);
+    // Read even without `verify` (HAProxy loads it whatever the mode, refusing a bad file).
+    let crls = match &conf.crl_file {
+        Some(f) => Some((f, load_crls(f)?)),
+        None => None,
+    };
     let client_verifier = match (verify, &conf.ca_file) {
         (Verify::None, _) => WebPkiClientVerifier::no_client_auth(),
         (_, None) => {
@@ -1769,13 +1800,24 @@ fn server_config(
         }
         (v, Some(ca)) => {
             let roots = Arc::new(load_roots(ca)?);
-            let b = WebPkiClientVerifier::builder_with_provider(roots, prov.clone());
-            let b = if v == Verify::Optional {
-                b.allow_unauthenticated()
-            } else {
-                b
-            };
-            b.build().map_err(|e| format!("'ca-file {ca}': {e}"))?
+            let mut b = WebPkiClientVerifier::builder_with_provider(roots, prov.clone());
+            if v == Verify::Optional {
+                b = b.allow_unauthenticated();
+            }
+            // OpenSSL's CRL_CHECK | CRL_CHECK_ALL, as HAProxy sets them: every certificate of
+            // the chain but the trust anchor needs its issuer's CRL (rustls' default depth, and
+            // an unknown status fails by default), and an expired CRL fails the handshake.
+            if let Some((_, crls)) = &crls {
+                b = b
+                    .with_crls(crls.iter().cloned())
+                    .enforce_revocation_expiration();
+            }
+            b.build().map_err(|e| match (&e, &crls) {
+                (rustls::server::VerifierBuilderError::InvalidCrl(_), Some((f, _))) => {
+                    format!("crl-file '{f}': {e}")
+                }
+                _ => format!("'ca-file {ca}': {e}"),
+            })?
         }
     };
     let mut cfg = ServerConfig::builder_with_provider(prov)
@@ -1809,6 +1851,46 @@ fn load_roots(ca: &str) -> Result<RootCertStore, String> {
             .map_err(|e| format!("ca-file '{ca}': unusable CA certificate: {e}"))?;
     }
     Ok(roots)
+}
+
+/// The revocation lists of a `crl-file`: any number of PEM `X509 CRL` blocks (other PEM blocks,
+/// such as certificates, are skipped, as HAProxy skips them), or a single DER CRL.
+fn load_crls(path: &str) -> Result<Vec<CertificateRevocationListDer<'static>>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("cannot read crl-file '{path}': {e}"))?;
+    let mut ders = Vec::new();
+    let mut pem = false;
+    for item in <(SectionKind, Vec<u8>) as PemObject>::pem_slice_iter(&data) {
+        let (kind, der) = item.map_err(|e| format!("crl-file '{path}': bad PEM: {e}"))?;
+        pem = true;
+        if kind == SectionKind::Crl {
+            ders.push(der);
+        }
+    }
+    if !pem && data.first() == Some(&0x30) {
+        ders.push(data);
+    }
+    if ders.is_empty() {
+        return Err(format!("crl-file '{path}': no CRL found"));
+    }
+    let n = ders.len();
+    ders.into_iter()
+        .enumerate()
+        .map(|(i, der)| match x509_parser::parse_x509_crl(&der) {
+            Ok((&[], _)) => Ok(CertificateRevocationListDer::from(der)),
+            r => {
+                let which = if n > 1 {
+                    format!("CRL #{} ", i + 1)
+                } else {
+                    "CRL ".into()
+                };
+                let why = match r {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "trailing data".into(),
+                };
+                Err(format!("crl-file '{path}': {which}is not valid: {why}"))
+            }
+        })
+        .collect()
 }
 
 impl fmt::Debug for BindTls {
@@ -1949,6 +2031,7 @@ pub const SERVER_TLS_OPTIONS: &[&str] = &[
     "no-ssl",
     "verify",
     "ca-file",
+    "crl-file",
     "sni",
     "alpn",
     "crt",
@@ -1990,6 +2073,7 @@ pub fn parse_server_opt(
                 })
             }
             "ca-file" => o.ca_file = Some(val()?),
+            "crl-file" => o.crl_file = Some(val()?),
             "sni" => o.sni = Some(parse_sni(&val()?)?),
             "alpn" => o.alpn = Some(alpn_list(&val()?)?),
             "crt" => o.crt = Some(val()?),
@@ -2041,8 +2125,11 @@ impl ServerTlsOpts {
         if self.verify.is_none() && d.server_verify_none {
             self.verify = Some(false);
         }
-        if let Some(ca) = &mut self.ca_file {
-            *ca = based(&d.ca_base, ca);
+        for f in [&mut self.ca_file, &mut self.crl_file]
+            .into_iter()
+            .flatten()
+        {
+            *f = based(&d.ca_base, f);
         }
         if let Some(crt) = &mut self.crt {
             *crt = based(&d.crt_base, crt);
@@ -2055,6 +2142,11 @@ impl ServerTlsOpts {
             return Ok(None);
         }
         let verify = self.verify.unwrap_or(true);
+        // Read even with `verify none` (HAProxy loads it whatever the mode).
+        let crls = match &self.crl_file {
+            Some(f) => Some((f, load_crls(f)?)),
+            None => None,
+        };
         let suites = select_suites(self.ciphers.as_deref(), self.ciphersuites.as_deref())?;
         let versions = select_versions(self.min, self.max, &suites)?;
         let mut prov = (*provider()).clone();
@@ -2075,10 +2167,20 @@ impl ServerTlsOpts {
                 );
             };
             let roots = Arc::new(load_roots(ca)?);
-            let inner =
-                rustls::client::WebPkiServerVerifier::builder_with_provider(roots, prov.clone())
-                    .build()
-                    .map_err(|e| format!("'ca-file {ca}': {e}"))?;
+            let mut b =
+                rustls::client::WebPkiServerVerifier::builder_with_provider(roots, prov.clone());
+            // As on binds: the whole chain, unknown status and expired CRLs fail.
+            if let Some((_, crls)) = &crls {
+                b = b
+                    .with_crls(crls.iter().cloned())
+                    .enforce_revocation_expiration();
+            }
+            let inner = b.build().map_err(|e| match (&e, &crls) {
+                (rustls::client::VerifierBuilderError::InvalidCrl(_), Some((f, _))) => {
+                    format!("crl-file '{f}': {e}")
+                }
+                _ => format!("'ca-file {ca}': {e}"),
+            })?;
             Arc::new(ChainVerifier {
                 inner,
                 check_name: self.sni.is_some(),

@@ -331,3 +331,59 @@ backend be2
         "{err}"
     );
 }
+
+/// Servers that all start on the address libc gave spread over the answer's addresses; an
+/// operator's maintenance outlasts a resolution failure and its recovery.
+#[test]
+fn libc_start_spreads_and_admin_maintenance_stays() {
+    let (a, b) = two_backends();
+    let dns = DnsServer::start(Dns::A(vec![lo(1), lo(2)]));
+    let dir = TempDir::new();
+    let (cfg, port) = config(
+        &dir,
+        &dns,
+        "hold nx 200ms",
+        &format!(
+            "    balance roundrobin\n    \
+             server-template s 2 localhost:{} resolvers dns resolve-prefer ipv4",
+            a.port()
+        ),
+    );
+    let s = Sluice::start(&cfg);
+    let sock = dir.join("s.sock");
+    wait_until(
+        "the two servers on two addresses",
+        Duration::from_secs(10),
+        || {
+            let st = stats_cli(&sock, "show servers state be");
+            st.contains(" 127.0.0.1 ") && st.contains(" 127.0.0.2 ")
+        },
+    );
+    let mut seen: Vec<String> = (0..4).map(|_| who(port)).collect();
+    seen.sort();
+    assert_eq!(seen, ["a", "a", "b", "b"]);
+    stats_cli(&sock, "set server be/s1 state maint");
+    dns.set(Dns::Nx);
+    s.wait_stderr_line(
+        |l| l.contains("Server be/s2 is going DOWN for maintenance (DNS NX status)."),
+        Duration::from_secs(10),
+    );
+    dns.set(Dns::A(vec![lo(1), lo(2)]));
+    s.wait_stderr_line(
+        |l| l.contains("Server be/s1 ('localhost') is UP/READY (resolves again)."),
+        Duration::from_secs(10),
+    );
+    s.wait_stderr_line(
+        |l| l.contains("Server be/s2 ('localhost') is UP/READY (resolves again)."),
+        Duration::from_secs(10),
+    );
+    let stat = stats_cli(&sock, "show stat");
+    let s1 = stat.lines().find(|l| l.starts_with("be,s1,")).unwrap();
+    assert!(
+        s1.contains(",MAINT,"),
+        "the operator's maintenance stays: {s1}"
+    );
+    let s2 = stat.lines().find(|l| l.starts_with("be,s2,")).unwrap();
+    assert!(s2.contains(",UP,") || s2.contains(",no check,"), "{s2}");
+    drop(b);
+}

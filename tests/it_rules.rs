@@ -762,3 +762,99 @@ fn userlist_errors() {
         assert!(err.contains(want), "{text}: {err}");
     }
 }
+
+/// `replace-header` and `replace-value`, as operators use them: a server's absolute
+/// `Location` made relative, a cookie rewritten with a sample, one value of a list changed.
+#[test]
+fn replace_header_and_replace_value() {
+    let a = HttpBackend::with_handler("A", |_| {
+        Reply::Raw(
+            b"HTTP/1.1 302 Found\r\nLocation: http://internal:8080/app/login?x=1\r\nX-List: a=1, b=2,c=3\r\nContent-Length: 0\r\n\r\n".to_vec(),
+        )
+    });
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend a\n\
+         backend a\n\
+         \x20   http-request replace-header Cookie foo=([^;]*);(.*) foo=\\1;ip=%[src];\\2\n\
+         \x20   http-request replace-value X-Forwarded-For ^10\\. hidden\n\
+         \x20   http-request replace-header X-Absent .* never\n\
+         \x20   http-response replace-header Location ^https?://[^/]*(/.*)$ \\1\n\
+         \x20   http-response replace-value X-List ^b=.* b=changed\n\
+         \x20   server A {}\n",
+        a.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let r = req(
+        port,
+        "GET / HTTP/1.1\r\nHost: x\r\nCookie: foo=bar;baz=1\r\n\
+         X-Forwarded-For: 10.1.2.3, 192.0.2.7, 10.9.9.9\r\n",
+    );
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/app/login?x=1"));
+    assert_eq!(r.header("x-list"), Some("a=1, b=changed,c=3"));
+    let got = a.last_request();
+    let h = |n: &str| {
+        got.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(h("cookie").as_deref(), Some("foo=bar;ip=127.0.0.1;baz=1"));
+    assert_eq!(
+        h("x-forwarded-for").as_deref(),
+        Some("hidden, 192.0.2.7, hidden")
+    );
+    assert_eq!(h("x-absent"), None);
+    let (code, err) = Sluice::check(&format!(
+        "{DEFAULTS_HTTP}backend a\n    http-request replace-header Cookie ( x\n    \
+         http-response replace-value X-A b\n    server A 127.0.0.1:1\n"
+    ));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(":7: ") && err.contains("invalid regex '('"),
+        "{err}"
+    );
+    assert!(
+        err.contains(":8: ") && err.contains("expects a header name, a regex and a replacement"),
+        "{err}"
+    );
+}
+
+/// `option http-pretend-keepalive`: with `httpclose`, the server does not see
+/// `connection: close` (HAProxy's remedy for servers that then stop chunking), and the
+/// server connection is still used for one request only.
+#[test]
+fn http_pretend_keepalive_hides_the_close_from_the_server() {
+    let a = HttpBackend::start("A");
+    let b = HttpBackend::start("B");
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}    option httpclose\nfrontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   use_backend b if {{ path_beg /b }}\n    default_backend a\n\
+         backend a\n    option http-pretend-keepalive\n    server A {}\n\
+         backend b\n    server B {}\n",
+        a.hostport(),
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let conn_hdr = |r: &Request| {
+        r.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("connection"))
+            .map(|(_, v)| v.clone())
+    };
+    for _ in 0..2 {
+        assert_eq!(http_get(port, "/a").status, 200);
+    }
+    assert_eq!(http_get(port, "/b").status, 200);
+    let ra = a.requests();
+    assert_eq!(ra.len(), 2);
+    assert!(ra.iter().all(|r| conn_hdr(r).is_none()), "{ra:?}");
+    assert_eq!(
+        a.conns(),
+        2,
+        "one server connection per request all the same"
+    );
+    assert_eq!(conn_hdr(&b.last_request()).as_deref(), Some("close"));
+}

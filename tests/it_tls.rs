@@ -1462,7 +1462,7 @@ fn crt_list_option_errors_name_the_file_line_and_option() {
         (
             "[alpn h2 curves X25519] a.example",
             "'curves' is not supported by sluice in crt-list per-certificate options \
-             (supported: alpn, ca-file, ciphers, ciphersuites, ssl-min-ver, ssl-max-ver, verify)",
+             (supported: alpn, ca-file, crl-file, ciphers, ciphersuites, ssl-min-ver, ssl-max-ver, verify)",
         ),
         (
             "[no-tlsv12]",

@@ -870,7 +870,11 @@ impl Fetch {
                 let Some(p) = view.payload() else {
                     return false;
                 };
-                let end = if *len == 0 { p.len() } else { off + len };
+                let end = if *len == 0 {
+                    p.len()
+                } else {
+                    off.saturating_add(*len)
+                };
                 match p.get(*off..end) {
                     Some(b) => f(Sample::Str(b)),
                     None => false,
@@ -1112,6 +1116,8 @@ enum Matcher {
     Len(Vec<IntRange>),
     Int(Vec<IntRange>),
     Ip(Vec<IpNet>),
+    /// A long list of networks (pattern files), indexed.
+    IpIndex(Arc<crate::map::NetIndex>),
 }
 
 /// The exact patterns of a long list: case-sensitive ones, and lowercased `-i` ones.
@@ -1234,7 +1240,7 @@ impl Matcher {
                 };
                 ranges.iter().any(|r| r.contains(v))
             }
-            Matcher::Ip(nets) => {
+            Matcher::Ip(_) | Matcher::IpIndex(_) => {
                 let ip = match s {
                     Sample::Ip(ip) => ip,
                     Sample::Str(v) => match parse_ip(v) {
@@ -1244,7 +1250,11 @@ impl Matcher {
                     Sample::Int(n) => IpAddr::V4((n as u32).into()),
                     Sample::Bool(_) => return false,
                 };
-                nets.iter().any(|n| ip_in(n, ip))
+                match self {
+                    Matcher::Ip(nets) => nets.iter().any(|n| ip_in(n, ip)),
+                    Matcher::IpIndex(idx) => idx.lookup(ip).is_some(),
+                    _ => false,
+                }
             }
         }
     }
@@ -1636,9 +1646,11 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
                 format!("{what} 'req.payload' expects (OFFSET,LENGTH), as in 'req.payload(0,1)'")
             };
             let (o, l) = a.split_once(',').ok_or_else(bad)?;
+            // Bounded by the largest buffer there is to read from.
+            let num = |s: &str| s.trim().parse::<usize>().ok().filter(|n| *n <= 1 << 24);
             Fetch::ReqPayload {
-                off: o.trim().parse().map_err(|_| bad())?,
-                len: l.trim().parse().map_err(|_| bad())?,
+                off: num(o).ok_or_else(bad)?,
+                len: num(l).ok_or_else(bad)?,
             }
         }
         "req.ssl_hello_type" | "req_ssl_hello_type" => no_args(Fetch::ReqSslHelloType)?,
@@ -1984,12 +1996,19 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
                 .collect::<Result<_, _>>()?,
         ),
         "len" => Matcher::Len(parse_int_ranges(&texts)?),
-        "ip" => Matcher::Ip(
-            texts
+        "ip" => {
+            let nets: Vec<IpNet> = texts
                 .iter()
                 .map(|v| parse_ipnet(v))
-                .collect::<Result<_, _>>()?,
-        ),
+                .collect::<Result<_, _>>()?;
+            if nets.len() > 8 {
+                Matcher::IpIndex(Arc::new(crate::map::NetIndex::build(
+                    nets.into_iter().map(|n| (n, 0)),
+                )))
+            } else {
+                Matcher::Ip(nets)
+            }
+        }
         "reg" => {
             let mut res = Vec::with_capacity(values.len());
             for (v, icase) in values {
@@ -2491,6 +2510,19 @@ mod tests {
             "if a",
             &r
         ));
+        // A long list of networks is indexed: the same answers.
+        let nets = dir.join("nets.lst");
+        let many: String = (0..30).map(|i| format!("192.0.{i}.0/24\n")).collect();
+        std::fs::write(&nets, format!("{many}10.1.0.0/16\n2001:db8::/32\n")).unwrap();
+        let n = nets.display();
+        assert!(check(&[&format!("a src -f {n}")], "if a", &r));
+        let mut other = req("GET", "/");
+        other.src = Some(IpAddr::V4(Ipv4Addr::new(10, 2, 0, 1)));
+        assert!(!check(&[&format!("a src -f {n}")], "if a", &other));
+        other.src = Some("2001:db8::7".parse().unwrap());
+        assert!(check(&[&format!("a src -f {n}")], "if a", &other));
+        other.src = Some("::ffff:192.0.29.9".parse().unwrap());
+        assert!(check(&[&format!("a src -f {n}")], "if a", &other));
         let missing = expr_err("path -f /nonexistent/sluice.lst");
         assert!(missing.contains("failed to open pattern file '/nonexistent/sluice.lst'"));
         std::fs::remove_dir_all(&dir).unwrap();

@@ -1285,7 +1285,7 @@ fn field(s: &[u8], words: bool, idx: i64, delims: &[u8], count: i64) -> Option<V
         let end = if count == 0 {
             s.len()
         } else {
-            spans[(first + count - 1).min(n - 1) as usize].1
+            spans[first.saturating_add(count - 1).min(n - 1) as usize].1
         };
         Some(s[start..end].to_vec())
     } else {
@@ -1297,7 +1297,7 @@ fn field(s: &[u8], words: bool, idx: i64, delims: &[u8], count: i64) -> Option<V
         let start = if count == 0 {
             0
         } else {
-            spans[(last - count + 1).max(0) as usize].0
+            spans[last.saturating_sub(count - 1).max(0) as usize].0
         };
         Some(s[start..end].to_vec())
     }
@@ -1519,6 +1519,8 @@ mod tests {
         assert_eq!(s("x,word(1,_)", "___"), "");
         assert_eq!(s("x,word(2,_,0)", "__a__b__"), "b__");
         assert_eq!(s("x,field(2,_,-1)", i), "f2_f3__f5");
+        assert_eq!(s("x,field(3,_,9223372036854775807)", i), "f3__f5");
+        assert_eq!(s("x,field(-3,_,9223372036854775807)", i), "f1_f2_f3");
     }
 
     #[test]

@@ -440,6 +440,10 @@ pub struct ProxyOptions {
     /// `option prefer-last-server`: a client connection's next request goes to the server
     /// its previous one used, while that server is usable and has room.
     pub prefer_last_server: bool,
+    /// `option http-pretend-keepalive`: with `httpclose` or `http-server-close`, the request
+    /// goes to the server without `connection: close` (servers that see it may stop using
+    /// chunked encoding); the connection is closed after the response all the same.
+    pub http_pretend_keepalive: bool,
     /// `option logasap`: log a transaction when its response head is sent (HTTP), or its
     /// server connection is made (TCP), not at its end.
     pub logasap: bool,
@@ -1371,17 +1375,34 @@ impl From<&str> for LfValue {
 /// Header edits shared by `http-request` and `http-response`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderAction {
-    SetHeader { name: String, value: LfValue },
-    AddHeader { name: String, value: LfValue },
-    DelHeader { name: String },
+    SetHeader {
+        name: String,
+        value: LfValue,
+    },
+    AddHeader {
+        name: String,
+        value: LfValue,
+    },
+    DelHeader {
+        name: String,
+    },
+    /// `replace-header NAME REGEX FMT` (`each_value: false`): a field of that name whose
+    /// value the regex matches takes FMT as its value, `\1`..`\9` being the regex's groups;
+    /// `replace-value` does the same to each comma-separated value.
+    Replace {
+        name: String,
+        regex: Re,
+        value: LfValue,
+        each_value: bool,
+    },
 }
 
 impl HeaderAction {
     pub fn value(&self) -> Option<&LfValue> {
         match self {
-            HeaderAction::SetHeader { value, .. } | HeaderAction::AddHeader { value, .. } => {
-                Some(value)
-            }
+            HeaderAction::SetHeader { value, .. }
+            | HeaderAction::AddHeader { value, .. }
+            | HeaderAction::Replace { value, .. } => Some(value),
             HeaderAction::DelHeader { .. } => None,
         }
     }

@@ -395,6 +395,37 @@ pub fn rewrite_target(
     Some(out)
 }
 
+/// `replace-header`: when `re` matches `value`, the whole value becomes `fmt` with its `\N`
+/// expanded; `None` when it does not match.
+pub fn replace_whole(value: &[u8], re: &regex::bytes::Regex, fmt: &[u8]) -> Option<Vec<u8>> {
+    re.captures(value).map(|caps| expand_groups(fmt, &caps))
+}
+
+/// `replace-value`: the same applied to each comma-separated value (the separators and the
+/// blanks after them kept); `None` when no value matched.
+pub fn replace_each_value(value: &[u8], re: &regex::bytes::Regex, fmt: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(value.len() + fmt.len());
+    let mut changed = false;
+    for (i, part) in value.split(|&c| c == b',').enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let lead = part
+            .iter()
+            .position(|c| !matches!(c, b' ' | b'\t'))
+            .unwrap_or(part.len());
+        out.extend_from_slice(&part[..lead]);
+        match replace_whole(&part[lead..], re, fmt) {
+            Some(new) => {
+                changed = true;
+                out.extend_from_slice(&new);
+            }
+            None => out.extend_from_slice(&part[lead..]),
+        }
+    }
+    changed.then_some(out)
+}
+
 /// `value` with each `\N` (N a digit) replaced by group N of `caps` (nothing for a group that
 /// did not take part); other bytes are kept.
 fn expand_groups(value: &[u8], caps: &regex::bytes::Captures) -> Vec<u8> {

@@ -118,6 +118,27 @@ impl Headers {
             }
             HeaderAction::AddHeader { name, .. } => self.add(name, value),
             HeaderAction::DelHeader { name } => self.del(buf, name.as_bytes()),
+            HeaderAction::Replace {
+                name,
+                regex,
+                each_value,
+                ..
+            } => {
+                for (n, v) in &mut self.list {
+                    if !header_eq(n.get(buf), name.as_bytes()) {
+                        continue;
+                    }
+                    let old = v.get(buf);
+                    let new = if *each_value {
+                        crate::http::replace_each_value(old, &regex.0, value.as_bytes())
+                    } else {
+                        crate::http::replace_whole(old, &regex.0, value.as_bytes())
+                    };
+                    if let Some(new) = new {
+                        *v = Hb::Own(new.into_boxed_slice());
+                    }
+                }
+            }
         }
     }
 
@@ -2737,7 +2758,7 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         if head.upgrade {
             extra.extend_from_slice(b"connection: upgrade\r\n");
-        } else if !server_ka && head.version_minor == 1 {
+        } else if !server_ka && head.version_minor == 1 && !bp.options.http_pretend_keepalive {
             extra.extend_from_slice(b"connection: close\r\n");
         } else if server_ka && head.version_minor == 0 {
             extra.extend_from_slice(b"connection: keep-alive\r\n");

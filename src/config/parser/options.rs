@@ -25,6 +25,7 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("log-health-checks", D | B, false),
     ("persist", D | B, false),
     ("prefer-last-server", D | B, false),
+    ("http-pretend-keepalive", D | B, true),
     ("redispatch", D | B, false),
     ("tcp-check", D | B, false),
     // Protocol checks: tcp-check rule sets of their own.
@@ -55,7 +56,6 @@ const UNSUPPORTED: &[&str] = &[
     "http-buffer-request",
     "http-ignore-probes",
     "http-no-delay",
-    "http-pretend-keepalive",
     "http-restrict-req-hdr-names",
     "http-use-proxy-header",
     "http_proxy",
@@ -140,6 +140,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "redispatch" => o.redispatch = false,
             "persist" => o.persist = false,
             "prefer-last-server" => o.prefer_last_server = false,
+            "http-pretend-keepalive" => o.http_pretend_keepalive = false,
             "logasap" => o.logasap = false,
             // Back to plain connects only if that was the check type in force.
             "httpchk" | "tcp-check" => {
@@ -222,6 +223,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "allbackups" => o.allbackups = true,
                 "persist" => o.persist = true,
                 "prefer-last-server" => o.prefer_last_server = true,
+                "http-pretend-keepalive" => o.http_pretend_keepalive = true,
                 "logasap" => o.logasap = true,
                 "dontlognull" => o.dontlognull = true,
                 "dontlog-normal" => o.dontlog_normal = true,

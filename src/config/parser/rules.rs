@@ -21,6 +21,8 @@ const REQUEST_ACTIONS: &[&str] = &[
     "set-header",
     "add-header",
     "del-header",
+    "replace-header",
+    "replace-value",
     "deny",
     "return",
     "redirect",
@@ -35,7 +37,14 @@ const REQUEST_ACTIONS: &[&str] = &[
     "replace-uri",
 ];
 /// `http-response` actions sluice implements.
-const RESPONSE_ACTIONS: &[&str] = &["set-header", "add-header", "del-header", "deny"];
+const RESPONSE_ACTIONS: &[&str] = &[
+    "set-header",
+    "add-header",
+    "del-header",
+    "replace-header",
+    "replace-value",
+    "deny",
+];
 /// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
 const UNSUPPORTED_ACTIONS: &[&str] = &[
     "allow",
@@ -49,8 +58,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "early-hint",
     "normalize-uri",
     "reject",
-    "replace-header",
-    "replace-value",
     "send-spoe-group",
     "set-dst",
     "set-dst-port",
@@ -323,6 +330,21 @@ fn action_error(action: &str, known: &[&str]) -> KwErr {
 
 /// `set-header|add-header NAME VALUE` / `del-header NAME`. `args` excludes the action word.
 fn header_action(action: &str, args: &[String]) -> Result<HeaderAction, String> {
+    if matches!(action, "replace-header" | "replace-value") {
+        let [name, re, fmt] = args else {
+            return Err(format!(
+                "'{action}' expects a header name, a regex and a replacement"
+            ));
+        };
+        let regex = regex::bytes::Regex::new(re)
+            .map_err(|e| format!("'{action}': invalid regex '{re}': {e}"))?;
+        return Ok(HeaderAction::Replace {
+            name: header_name(name)?,
+            regex: crate::config::Re(regex),
+            value: lf_value(fmt)?,
+            each_value: action == "replace-value",
+        });
+    }
     let want = if action == "del-header" { 1 } else { 2 };
     if args.len() < want {
         return Err(if want == 1 {

@@ -25,7 +25,6 @@ const BIND_UNSUPPORTED: &[&str] = &[
     "ca-sign-file",
     "ca-sign-pass",
     "ca-verify-file",
-    "crl-file",
     "crt-ignore-err",
     "npn",
     "accept-netscaler-cip",
@@ -97,7 +96,6 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "proxy-v2-options",
     "redir",
     "usesrc",
-    "crl-file",
     "npn",
     "proto",
     "force-sslv3",
@@ -552,6 +550,8 @@ fn one_server(
             .parse::<std::net::IpAddr>()
             .is_err()
         {
+            crate::resolvers::query(0, host, false, 512)
+                .map_err(|e| format!("server address '{addr}': {e}"))?;
             sv.resolve = Some(crate::resolvers::ServerResolve {
                 section: usize::MAX,
                 section_name: section.clone(),
@@ -579,6 +579,13 @@ pub fn dynamic_server(
     server_opts(opts, &mut o, Some(&mut id))?;
     o.chk.validate()?;
     o.chk.validate_dynamic()?;
+    if o.resolvers.is_some() {
+        return Err(
+            "'resolvers' is not supported by sluice on servers added at run time (declare \
+             the server in the configuration)"
+                .into(),
+        );
+    }
     let origin = Origin {
         file: "stats socket".into(),
         line: 0,

@@ -73,6 +73,55 @@ pub fn response<'a>(fe: &'a Proxy, be: Option<&'a Proxy>, status: u16) -> Cow<'a
     Cow::Owned(builtin(status))
 }
 
+// ---------------------------------------------------------------------------------------------
+// `http-errors` sections, by name, while the configuration is read.
+
+type Section = std::collections::HashMap<u16, Vec<u8>>;
+
+thread_local! {
+    static SECTIONS: std::cell::RefCell<std::collections::HashMap<String, Section>> =
+        std::cell::RefCell::default();
+}
+
+/// Starts a new configuration.
+pub fn reset() {
+    SECTIONS.with(|s| s.borrow_mut().clear());
+}
+
+/// Declares an `http-errors` section (`false`: the name is taken).
+pub fn declare(name: &str) -> bool {
+    SECTIONS.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.contains_key(name) {
+            return false;
+        }
+        s.insert(name.to_string(), Section::new());
+        true
+    })
+}
+
+/// `errorfile CODE FILE` in section `name`.
+pub fn add(name: &str, code: u16, body: Vec<u8>) {
+    SECTIONS.with(|s| {
+        if let Some(sec) = s.borrow_mut().get_mut(name) {
+            sec.insert(code, body);
+        }
+    });
+}
+
+/// The pages of section `name` (all, or those of `codes`); `None` when there is no such
+/// section.
+pub fn section(name: &str, codes: &[u16]) -> Option<Vec<(u16, Vec<u8>)>> {
+    SECTIONS.with(|s| {
+        s.borrow().get(name).map(|sec| {
+            sec.iter()
+                .filter(|(c, _)| codes.is_empty() || codes.contains(c))
+                .map(|(c, b)| (*c, b.clone()))
+                .collect()
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

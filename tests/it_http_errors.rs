@@ -384,3 +384,75 @@ fn sluice_survives_a_burst_of_bad_requests() {
         "sluice must still serve after garbage input"
     );
 }
+
+/// `http-errors` sections imported with `errorfiles` (declared before or after the proxy, all
+/// codes or some), and `http-error status` replies, in the order the lines come.
+#[test]
+fn http_errors_sections_and_http_error_replies() {
+    let dir = TempDir::new();
+    let page = |code: u16, tag: &str| {
+        format!("HTTP/1.1 {code} X\r\nX-Page: {tag}\r\nContent-Length: 2\r\n\r\nok").into_bytes()
+    };
+    let p502 = dir.write("502.http", page(502, "site-502"));
+    let p503 = dir.write("503.http", page(503, "site-503"));
+    let p400 = dir.write("400.http", page(400, "late-400"));
+    let dead = closed_port();
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}http-errors site\n    errorfile 502 {}\n    errorfile 503 {}\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    errorfiles late 400\n\
+         \x20   use_backend empty if {{ path_beg /empty }}\n    default_backend be\n\
+         backend be\n    retries 0\n    errorfiles site 502\n    server s1 127.0.0.1:{dead}\n\
+         backend empty\n    errorfiles site\n\
+         \x20   http-request return status 503 errorfiles site if {{ path /empty/page }}\n\
+         \x20   http-request return status 200 errorfile {} if {{ path /empty/file }}\n\
+         \x20   http-error status 503 content-type text/plain string \"no server\" hdr X-Why empty\n\
+         http-errors late\n    errorfile 400 {}\n",
+        p502.display(),
+        p503.display(),
+        p502.display(),
+        p400.display()
+    );
+    let _s = Sluice::start(&cfg);
+    let get = |path: &str| {
+        let mut c = HttpClient::connect(port);
+        c.get(path)
+    };
+    let r = get("/");
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("x-page"), Some("site-502"));
+    // The `http-error` line after `errorfiles site` wins for 503.
+    let r = get("/empty");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("x-why"), Some("empty"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.body, b"no server");
+    // `return` with a whole page from a section or a file, sent as it is.
+    let r = get("/empty/page");
+    assert_eq!((r.status, r.header("x-page")), (503, Some("site-503")));
+    let r = get("/empty/file");
+    assert_eq!((r.status, r.header("x-page")), (502, Some("site-502")));
+    // A section declared after the proxy that imports it.
+    let mut c = HttpClient::connect(port);
+    let r =
+        c.request("GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
+    assert_eq!(r.status, 400);
+    assert_eq!(r.header("x-page"), Some("late-400"));
+    let (code, err) = Sluice::check(&format!(
+        "{DEFAULTS_HTTP}backend be\n    errorfiles nope\n    http-error status 418 string x\n\
+         \x20   server s1 127.0.0.1:1\nhttp-errors e\n    errorfile 503 /nonexistent/503.http\n"
+    ));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(":7: ") && err.contains("unknown http-errors section 'nope'"),
+        "{err}"
+    );
+    assert!(
+        err.contains(":8: ") && err.contains("status code '418' cannot be customized"),
+        "{err}"
+    );
+    assert!(
+        err.contains(":11: ") && err.contains("cannot read '/nonexistent/503.http'"),
+        "{err}"
+    );
+}

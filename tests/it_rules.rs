@@ -858,3 +858,40 @@ fn http_pretend_keepalive_hides_the_close_from_the_server() {
     );
     assert_eq!(conn_hdr(&b.last_request()).as_deref(), Some("close"));
 }
+
+/// `http-response return`: a server's answer replaced by the proxy's own (here a friendlier
+/// page for the server's 404s), the rest of the server's response never reaching the client.
+#[test]
+fn http_response_return_replaces_the_servers_answer() {
+    let a = HttpBackend::with_handler("A", |r| {
+        if r.target == "/missing" {
+            Reply::status(404, "A", "server's own 404 page")
+        } else if r.target == "/boom" {
+            Reply::status(500, "A", "stack trace")
+        } else {
+            Reply::named("A")
+        }
+    });
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend a\n\
+         backend a\n\
+         \x20   http-response return status 404 content-type text/plain lf-string \"not here (%ST)\" hdr X-Replaced yes if {{ status 404 }}\n\
+         \x20   http-response deny deny_status 502 content-type text/plain lf-string \"hidden %ST from %[src]\" if {{ status 500 }}\n\
+         \x20   server A {}\n",
+        a.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let r = http_get(port, "/missing");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("x-replaced"), Some("yes"));
+    assert_eq!(r.body, b"not here (404)");
+    // A deny's reply with samples, evaluated on the response.
+    let r = http_get(port, "/boom");
+    assert_eq!(r.status, 502);
+    assert_eq!(r.body, b"hidden 500 from 127.0.0.1");
+    let r = http_get(port, "/ok");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-replaced"), None);
+    assert_eq!(r.body, b"A");
+}

@@ -1271,6 +1271,9 @@ pub enum HttpResponseAction {
     Deny(Deny),
     /// `set-var`, `set-var-fmt`, `unset-var`: evaluation goes on.
     SetVar(VarAction),
+    /// `return [status N] [REPLY]` (default 200): the server's response is dropped with its
+    /// connection and the client gets this reply instead.
+    Return(Reply),
 }
 
 /// `deny`'s answer: the status's error page (`errorfile` or built-in), or a reply of its own
@@ -1290,6 +1293,8 @@ pub struct Reply {
     pub headers: Vec<(String, String)>,
     /// Parts evaluated per request (`None`: the reply is all literal).
     pub formats: Option<Box<ReplyFormats>>,
+    /// `errorfile FILE` / `errorfiles NAME`: a whole response sent as it is.
+    pub raw: Option<Vec<u8>>,
 }
 
 /// The parts of a reply written as log-format strings with samples (`lf-string "%[...]"`,
@@ -1306,6 +1311,9 @@ impl Reply {
     /// added when the connection ends after it.
     pub fn render(&self, head_request: bool, close: bool) -> Vec<u8> {
         use std::fmt::Write as _;
+        if let Some(raw) = &self.raw {
+            return raw.clone();
+        }
         let mut r = format!(
             "HTTP/1.1 {} {}\r\ncontent-length: {}\r\n",
             self.status,

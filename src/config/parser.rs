@@ -45,6 +45,7 @@ pub fn load(
     crate::userlist::reset();
     crate::stick::reset();
     crate::map::reset();
+    crate::errorfile::reset();
     for (file, text) in sources {
         let (lines, errors) = tokenize(file, text, env);
         st.errors.extend(errors);
@@ -156,6 +157,7 @@ const SECTIONS: &[&str] = &[
     "listen",
     "userlist",
     "resolvers",
+    "http-errors",
 ];
 /// HAProxy sections sluice does not support (reported once, their lines skipped).
 const UNSUPPORTED_SECTIONS: &[&str] = &[
@@ -164,7 +166,6 @@ const UNSUPPORTED_SECTIONS: &[&str] = &[
     "ring",
     "program",
     "cache",
-    "http-errors",
     "fcgi-app",
     "log-forward",
     "dynamic-update",
@@ -183,6 +184,8 @@ enum Section {
     Proxy(Box<Draft>),
     Userlist(Box<crate::userlist::Userlist>, Origin),
     Resolvers(Box<crate::resolvers::Resolvers>),
+    /// An `http-errors` section (its pages go to the `errorfile` registry as they come).
+    HttpErrors(String),
 }
 
 /// Global-section facts needed after parsing.
@@ -272,6 +275,25 @@ impl State {
                 }
                 self.section = Section::Userlist(u, o);
             }
+            Section::HttpErrors(name) => {
+                let w = &l.words;
+                let r = if w[0] == "errorfile" {
+                    proxy::errorfile_page(w).map(|(code, body)| {
+                        crate::errorfile::add(&name, code, body);
+                    })
+                } else {
+                    Err(format!(
+                        "unknown keyword '{}' in http-errors section (only 'errorfile CODE \
+                         FILE')",
+                        w[0]
+                    ))
+                };
+                if let Err(e) = r {
+                    let msg = format!("'{kw}' in http-errors '{name}': {e}");
+                    self.err(l, msg);
+                }
+                self.section = Section::HttpErrors(name);
+            }
             Section::Resolvers(mut r) => {
                 if let Err(e) = r.keyword(&l.words) {
                     let msg = format!("'{kw}' in resolvers '{}': {e}", r.name);
@@ -314,6 +336,21 @@ impl State {
                 }
                 _ => {
                     self.err(l, "'userlist' expects one name".to_string());
+                    self.section = Section::Skip;
+                }
+            }
+            return;
+        }
+        if kw == "http-errors" {
+            match l.words.get(1..) {
+                Some([name]) => {
+                    if !crate::errorfile::declare(name) {
+                        self.err(l, format!("http-errors '{name}' is already defined"));
+                    }
+                    self.section = Section::HttpErrors(name.clone());
+                }
+                _ => {
+                    self.err(l, "'http-errors' expects one name".to_string());
                     self.section = Section::Skip;
                 }
             }
@@ -515,7 +552,7 @@ impl State {
                 }
                 self.resolvers.push(*r);
             }
-            Section::None | Section::Global | Section::Skip => {}
+            Section::None | Section::Global | Section::Skip | Section::HttpErrors(_) => {}
         }
     }
 
@@ -542,6 +579,22 @@ impl State {
             });
         }
         global::finish(&mut self.global, &self.gx);
+        // `errorfiles NAME` naming a section declared later in the files.
+        for d in &mut self.proxies {
+            for (name, codes, at) in std::mem::take(&mut d.pending_errorfiles) {
+                match crate::errorfile::section(&name, &codes) {
+                    Some(pages) => d.p.errorfiles.extend(pages),
+                    None => errors.push(ConfigError {
+                        file: at.file.clone(),
+                        line: at.line,
+                        message: format!(
+                            "'errorfiles' in {}: unknown http-errors section '{name}'",
+                            d.describe()
+                        ),
+                    }),
+                }
+            }
+        }
         let mut proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
         // `server ... resolvers NAME`: the section by index. As HAProxy, a section named
         // `default` exists without being written, with the nameservers of /etc/resolv.conf.

@@ -1682,9 +1682,15 @@ impl<C: ClientIo> Conn<'_, C> {
 
     /// What a `deny` sends: its own reply, or the status's error page; either way the
     /// connection ends after it.
-    fn deny_answer(&self, d: &crate::config::Deny, head: &RequestHead, txn: &Txn) -> Vec<u8> {
+    fn deny_answer(
+        &self,
+        d: &crate::config::Deny,
+        head: &RequestHead,
+        txn: &Txn,
+        eval: &mut dyn FnMut(&crate::config::logformat::LogFormat) -> String,
+    ) -> Vec<u8> {
         match &d.reply {
-            Some(r) => self.reply_bytes(self.fe, head, txn, r, true),
+            Some(r) => fill_reply(r, head.is_head, true, eval),
             None => {
                 let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
                 crate::errorfile::response(self.fe, be, d.status).into_owned()
@@ -1702,24 +1708,40 @@ impl<C: ClientIo> Conn<'_, C> {
         r: &crate::config::Reply,
         close: bool,
     ) -> Vec<u8> {
-        let Some(f) = &r.formats else {
-            return r.render(head.is_head, close);
-        };
         let src = self.ctx.peer.map(|a| a.ip());
-        let eval = |v: &LfValue| match v {
-            LfValue::Lit(t) => t.clone(),
-            LfValue::Fmt { format, .. } => {
-                self.render_on_request(p, head, src, txn, format, Live::HeaderValue)
-            }
+        fill_reply(r, head.is_head, close, &mut |format| {
+            self.render_on_request(p, head, src, txn, format, Live::HeaderValue)
+        })
+    }
+
+    /// Evaluates a format on the response being processed (the request head is gone from
+    /// the receive buffer by then), as `http-response` header values are.
+    fn render_on_response(
+        &self,
+        bp: &Proxy,
+        txn: &Txn,
+        srv: &crate::backend::ServerState,
+        status: u16,
+        format: &crate::config::logformat::LogFormat,
+    ) -> String {
+        let view = RspView {
+            status,
+            buf: &self.sbuf,
+            hdrs: &self.hdrs,
+            src: self.ctx.peer.map(|a| a.ip()),
+            tls: self.ctx.tls.as_deref(),
+            sess: self.sess(&bp.name),
         };
-        let mut r = r.clone();
-        if let Some(b) = &f.body {
-            r.body = eval(b).into_bytes();
-        }
-        for (i, v) in &f.headers {
-            r.headers[*i].1 = eval(v);
-        }
-        r.render(head.is_head, close)
+        let mut e = self.now_entry(&bp.name, txn);
+        e.server = &srv.name;
+        e.srv_addr = Some(**srv.addr.load());
+        e.status = status.into();
+        let mut v = String::new();
+        self.ctx
+            .w
+            .log
+            .render_now(format, &e, &view, Live::HeaderValue, &mut v);
+        v
     }
 
     async fn act_final(
@@ -1778,6 +1800,7 @@ impl<C: ClientIo> Conn<'_, C> {
                         ),
                     ],
                     formats: None,
+                    raw: None,
                 };
                 txn.term = *b"LR";
                 txn.flags.intercepted = true;
@@ -2308,6 +2331,7 @@ impl<C: ClientIo> Conn<'_, C> {
         let src = self.ctx.peer.map(|a| a.ip());
         let rule_sets: [&Proxy; 2] = [bp, self.fe];
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
+        let mut returned = None;
         let mut denied = None;
         'rules: for p in &rule_sets[..n_sets] {
             for rule in &p.http_response {
@@ -2326,6 +2350,10 @@ impl<C: ClientIo> Conn<'_, C> {
                     HttpResponseAction::Header(a) => a,
                     HttpResponseAction::Deny(d) => {
                         denied = Some(d);
+                        break 'rules;
+                    }
+                    HttpResponseAction::Return(r) => {
+                        returned = Some(r);
                         break 'rules;
                     }
                     HttpResponseAction::SetVar(a) => {
@@ -2350,6 +2378,20 @@ impl<C: ClientIo> Conn<'_, C> {
                 }
             }
         }
+        if let Some(r) = returned {
+            // `http-response return`: the server's response is dropped with its connection
+            // (the rest of it unread), and the client gets the reply, then a close.
+            txn.flags.from_server = false;
+            let srv = slot.server_state();
+            let answer = fill_reply(r, head.is_head, true, &mut |f| {
+                self.render_on_response(bp, txn, srv, resp.status, f)
+            });
+            txn.status = r.status.into();
+            txn.bytes_out = answer.len() as u64;
+            let _ = self.client.send(&answer).await;
+            self.linger = !req_body.done();
+            return None;
+        }
         if let Some(d) = denied {
             // `http-response deny`: the response is not forwarded; its connection is closed
             // with the rest of it unread (dropped on return), and the client gets the deny's
@@ -2359,7 +2401,10 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.flags.from_server = false;
             txn.timings.response = None;
             txn.term = *b"PH";
-            let answer = self.deny_answer(d, head, txn);
+            let srv = slot.server_state();
+            let answer = self.deny_answer(d, head, txn, &mut |f| {
+                self.render_on_response(bp, txn, srv, resp.status, f)
+            });
             txn.status = d.status.into();
             txn.bytes_out = answer.len() as u64;
             let _ = self.client.send(&answer).await;
@@ -2786,6 +2831,30 @@ fn bp_index(shared: &crate::backend::Shared, bp: &Proxy) -> usize {
 }
 
 /// HTTP connection mode of a transaction: the stricter of frontend and backend.
+/// A reply's bytes, its log-format parts (if any) evaluated by `eval`.
+fn fill_reply(
+    r: &crate::config::Reply,
+    head_request: bool,
+    close: bool,
+    eval: &mut dyn FnMut(&crate::config::logformat::LogFormat) -> String,
+) -> Vec<u8> {
+    let Some(f) = &r.formats else {
+        return r.render(head_request, close);
+    };
+    let mut value = |v: &LfValue| match v {
+        LfValue::Lit(t) => t.clone(),
+        LfValue::Fmt { format, .. } => eval(format),
+    };
+    let mut r = r.clone();
+    if let Some(b) = &f.body {
+        r.body = value(b).into_bytes();
+    }
+    for (i, v) in &f.headers {
+        r.headers[*i].1 = value(v);
+    }
+    r.render(head_request, close)
+}
+
 fn effective_mode(fe: &Proxy, be: &Proxy) -> HttpConnMode {
     use HttpConnMode::*;
     match (fe.options.http_conn_mode, be.options.http_conn_mode) {

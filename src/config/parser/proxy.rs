@@ -112,6 +112,9 @@ pub(super) struct Draft {
     /// The `global` section's TLS settings as they stood when this section began (HAProxy
     /// reads them when it parses a line's `ssl`).
     pub tls_defaults: crate::tls::TlsDefaults,
+    /// `errorfiles NAME [CODE...]` naming an `http-errors` section not read yet: applied when
+    /// the configuration is complete.
+    pub pending_errorfiles: Vec<(String, Vec<u16>, Origin)>,
 }
 
 fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
@@ -201,6 +204,9 @@ impl Draft {
             checks_own: [false; 2],
             pending_check_comment: None,
             tls_defaults: crate::tls::TlsDefaults::default(),
+            pending_errorfiles: base
+                .map(|b| b.pending_errorfiles.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -366,6 +372,8 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("description", F | B),
     ("enabled", D | F | B),
     ("errorfile", D | F | B),
+    ("errorfiles", D | F | B),
+    ("http-error", D | F | B),
     ("hash-type", D | B),
     ("fullconn", D | B),
     ("http-request", F | B),
@@ -405,7 +413,6 @@ const UNSUPPORTED: &[&str] = &[
     "dynamic-cookie-key",
     "capture",
     "http-after-response",
-    "http-error",
     "filter",
     "log-format-sd",
     "error-log-format",
@@ -421,7 +428,6 @@ const UNSUPPORTED: &[&str] = &[
     "errorloc",
     "errorloc302",
     "errorloc303",
-    "errorfiles",
     "email-alert",
     "external-check",
     "grace",
@@ -637,6 +643,8 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "balance" => balance(d, l)?,
         "hash-type" => d.p.hash_type = hash_type(w)?,
         "errorfile" => errorfile(d, w)?,
+        "errorfiles" => errorfiles(d, l)?,
+        "http-error" => http_error(d, w)?,
         "option" => options::option(d, l, &w[1..], false)?,
         "no" => match w.get(1).map(String::as_str) {
             Some("option") => options::option(d, l, &w[2..], true)?,
@@ -1186,21 +1194,102 @@ const ERRORFILE_CODES: &[u16] = &[
 ];
 
 fn errorfile(d: &mut Draft, w: &[String]) -> Result<(), String> {
+    let (code, body) = errorfile_page(w)?;
+    d.p.errorfiles.insert(code, body);
+    Ok(())
+}
+
+/// A status code `errorfile`, `errorfiles` and `http-error` may customize.
+fn error_code(code: &str) -> Result<u16, String> {
+    match code.parse::<u16>() {
+        Ok(c) if ERRORFILE_CODES.contains(&c) => Ok(c),
+        _ => {
+            let list: Vec<String> = ERRORFILE_CODES.iter().map(u16::to_string).collect();
+            Err(format!(
+                "status code '{code}' cannot be customized (allowed: {})",
+                list.join(" ")
+            ))
+        }
+    }
+}
+
+/// `errorfile CODE FILE` (in a proxy or an `http-errors` section): the code and the page.
+pub(super) fn errorfile_page(w: &[String]) -> Result<(u16, Vec<u8>), String> {
     let code = arg(w, 1, "status code")?;
     let path = arg(w, 2, "file name")?;
     no_extra(w, 3)?;
-    let code = match code.parse::<u16>() {
-        Ok(c) if ERRORFILE_CODES.contains(&c) => c,
-        _ => {
-            let list: Vec<String> = ERRORFILE_CODES.iter().map(u16::to_string).collect();
-            return Err(format!(
-                "status code '{code}' cannot be customized (allowed: {})",
-                list.join(" ")
-            ));
-        }
-    };
+    let code = error_code(code)?;
     let body = std::fs::read(path).map_err(|e| format!("cannot read '{path}': {e}"))?;
-    d.p.errorfiles.insert(code, body);
+    Ok((code, body))
+}
+
+/// `errorfiles NAME [CODE...]`: the pages of an `http-errors` section (those of the codes
+/// given), overriding the proxy's so far, as a series of `errorfile` lines would.
+fn errorfiles(d: &mut Draft, l: &Line) -> Result<(), String> {
+    let w = &l.words;
+    let name = arg(w, 1, "http-errors section name")?;
+    let codes = w[2..]
+        .iter()
+        .map(|c| error_code(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    match crate::errorfile::section(name, &codes) {
+        Some(pages) => d.p.errorfiles.extend(pages),
+        None => d.pending_errorfiles.push((
+            name.to_string(),
+            codes,
+            Origin {
+                file: l.file.clone(),
+                line: l.line,
+            },
+        )),
+    }
+    Ok(())
+}
+
+/// `http-error status CODE [content-type T] [string S|file F|errorfile F|errorfiles NAME|
+/// default-errorfiles] [hdr N V]...`: the response sluice sends for CODE.
+fn http_error(d: &mut Draft, w: &[String]) -> Result<(), String> {
+    if w.get(1).map(String::as_str) != Some("status") {
+        return Err("'http-error' expects 'status <code>' first".into());
+    }
+    let code = error_code(arg(w, 2, "status code")?)?;
+    let rest = &w[3..];
+    match rest.first().map(String::as_str) {
+        Some("default-errorfiles") => {
+            no_extra(rest, 1)?;
+            d.p.errorfiles.remove(&code);
+            return Ok(());
+        }
+        Some("errorfile") => {
+            let path = arg(rest, 1, "file name")?;
+            no_extra(rest, 2)?;
+            let body = std::fs::read(path).map_err(|e| format!("cannot read '{path}': {e}"))?;
+            d.p.errorfiles.insert(code, body);
+            return Ok(());
+        }
+        Some("errorfiles") => {
+            let name = arg(rest, 1, "http-errors section name")?;
+            no_extra(rest, 2)?;
+            let pages = crate::errorfile::section(name, &[code]).ok_or_else(|| {
+                format!("unknown http-errors section '{name}' (declare it before this line)")
+            })?;
+            d.p.errorfiles.extend(pages);
+            return Ok(());
+        }
+        _ => {}
+    }
+    let mut args = vec!["status".to_string(), code.to_string()];
+    args.extend(rest.iter().cloned());
+    let reply = super::rules::reply_for("http-error", &args, code)?;
+    if reply.formats.is_some() {
+        return Err(
+            "'http-error': log-format values ('lf-string', 'lf-file', 'hdr' with '%[') are \
+             not supported by sluice here (write the text as it should be sent)"
+                .into(),
+        );
+    }
+    d.p.errorfiles
+        .insert(code, reply.render(false, code != 200));
     Ok(())
 }
 

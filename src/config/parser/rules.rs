@@ -38,6 +38,7 @@ const REQUEST_ACTIONS: &[&str] = &[
 ];
 /// `http-response` actions sluice implements.
 const RESPONSE_ACTIONS: &[&str] = &[
+    "return",
     "set-header",
     "add-header",
     "del-header",
@@ -390,7 +391,8 @@ fn deny(args: &[String], default_status: u16) -> Result<Deny, String> {
     let page_only = reply.content_type.is_none()
         && reply.body.is_empty()
         && reply.headers.is_empty()
-        && reply.formats.is_none();
+        && reply.formats.is_none()
+        && reply.raw.is_none();
     Ok(Deny {
         status: reply.status,
         reply: (!page_only).then_some(reply),
@@ -405,6 +407,7 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
     let mut body: Option<Vec<u8>> = None;
     let mut headers = Vec::new();
     let mut formats: Option<Box<crate::config::ReplyFormats>> = None;
+    let mut raw: Option<Vec<u8>> = None;
     let mut i = 0;
     let need = |i: usize, a: &str| -> Result<&String, String> {
         args.get(i + 1)
@@ -417,6 +420,8 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
         "lf-string",
         "file",
         "lf-file",
+        "errorfile",
+        "errorfiles",
         "hdr",
     ];
     if what == "deny" {
@@ -434,7 +439,7 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
                 i += 2;
             }
             "string" | "lf-string" | "file" | "lf-file" => {
-                if body.is_some() {
+                if body.is_some() || raw.is_some() {
                     return Err(format!(
                         "'{what}': only one of 'string', 'lf-string', 'file' and 'lf-file' may \
                          be given"
@@ -491,10 +496,40 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
                 }
                 i += 3;
             }
-            "default-errorfiles" | "errorfile" | "errorfiles" => {
+            "errorfile" | "errorfiles" => {
+                if body.is_some() || raw.is_some() {
+                    return Err(format!(
+                        "'{what}': only one of 'string', 'lf-string', 'file', 'lf-file', \
+                         'errorfile' and 'errorfiles' may be given"
+                    ));
+                }
+                let v = need(i, a)?;
+                raw = Some(if a == "errorfile" {
+                    std::fs::read(v)
+                        .map_err(|e| format!("'{what}': cannot read file '{v}': {e}"))?
+                } else {
+                    let pages = crate::errorfile::section(v, &[status]).ok_or_else(|| {
+                        format!(
+                            "'{what}': unknown http-errors section '{v}' (declare it before \
+                             this line)"
+                        )
+                    })?;
+                    match pages.into_iter().next() {
+                        Some((_, page)) => page,
+                        None => {
+                            return Err(format!(
+                                "'{what}': http-errors '{v}' has no page for status {status} \
+                                 (give 'status' first)"
+                            ));
+                        }
+                    }
+                });
+                i += 2;
+            }
+            "default-errorfiles" => {
                 return Err(format!(
-                    "'{what}': '{a}' is not supported by sluice ('errorfile' in the proxy \
-                     replaces a status's error page)"
+                    "'{what}': 'default-errorfiles' is not supported by sluice (use \
+                     'errorfile FILE', or 'deny' for the error page)"
                 ));
             }
             _ => {
@@ -524,7 +559,13 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
         body: body.unwrap_or_default(),
         headers,
         formats,
+        raw,
     })
+}
+
+/// The reply of `http-error` (as `return`'s).
+pub(super) fn reply_for(what: &str, args: &[String], status: u16) -> Result<Reply, String> {
+    reply(what, args, status)
 }
 
 /// `set-path|set-pathq|set-query|set-uri FMT` and `replace-path|replace-pathq|replace-uri
@@ -878,6 +919,7 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             var_action(a, &w[2..end], false)?.expect("checked just above"),
         ),
         "deny" => HttpResponseAction::Deny(deny(&w[2..end], 502)?),
+        "return" => HttpResponseAction::Return(reply("return", &w[2..end], 200)?),
         a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
     };
     d.needs_http(l, "http-response");

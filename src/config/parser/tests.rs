@@ -2594,7 +2594,8 @@ fn http_request_rules() {
             content_type: None,
             body: Vec::new(),
             headers: Vec::new(),
-            formats: None
+            formats: None,
+            raw: None
         })
     );
     assert_eq!(
@@ -2604,7 +2605,8 @@ fn http_request_rules() {
             content_type: Some("text/plain".into()),
             body: b"gone fishing".to_vec(),
             headers: vec![("X-A".into(), "b".into())],
-            formats: None
+            formats: None,
+            raw: None
         })
     );
     assert_eq!(
@@ -2717,6 +2719,7 @@ fn http_request_rules() {
         body: b"nope".to_vec(),
         headers: vec![("X-A".into(), "b".into())],
         formats: None,
+        raw: None,
     };
     assert_eq!(
         be.http_response[1].action,
@@ -2763,7 +2766,7 @@ fn http_rule_errors() {
         "  http-request redirect location",                                  // 19
         "  http-request redirect location /x set-cookie a=b",                // 20
         "  http-response set-status 503",                                    // 21
-        "  http-response return status 200",                                 // 22
+        "  http-response return status 200 string x",                        // 22
         "  http-response set-header X-A",                                    // 23
         "  http-request del-header X-A -m beg",                              // 24
         "  http-request return file /nonexistent/sluice/body",               // 25
@@ -2821,7 +2824,7 @@ fn http_rule_errors() {
         find(21),
         &["action 'set-status' is not supported by sluice"],
     );
-    has(find(22), &["unknown action 'return'"]);
+    has(find(22), &["a 'content-type' is required with a body"]);
     has(
         find(23),
         &["'set-header' expects a header name and a value"],

@@ -895,3 +895,62 @@ fn http_response_return_replaces_the_servers_answer() {
     assert_eq!(r.header("x-replaced"), None);
     assert_eq!(r.body, b"A");
 }
+
+/// `set-log-level`: a request's log line at another syslog level, or none (`silent`), from
+/// an `http-request` or an `http-response` rule.
+#[test]
+fn set_log_level_changes_or_silences_the_log_line() {
+    let a = HttpBackend::with_handler("A", |r| {
+        if r.target == "/fail" {
+            Reply::status(500, "A", "x")
+        } else {
+            Reply::named("A")
+        }
+    });
+    let port = free_port();
+    let cfg = format!(
+        "global\n    log stdout format short local0\ndefaults\n    mode http\n    log global\n\
+         \x20   option httplog\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   http-request set-log-level silent if {{ path /health }}\n\
+         \x20   http-request set-log-level debug if {{ path /debug }}\n\
+         \x20   http-response set-log-level err if {{ status 500 }}\n\
+         \x20   default_backend a\nbackend a\n    server A {}\n",
+        a.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    for p in ["/health", "/debug", "/fail", "/health", "/plain"] {
+        c.get(p);
+    }
+    // `format short` starts a line with `<LEVEL>`; lines come in request order on one
+    // connection.
+    let lines = s.wait_log_lines(
+        3,
+        |l| l.contains("GET /"),
+        std::time::Duration::from_secs(5),
+    );
+    let at = |p: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(&format!("GET {p} ")))
+            .unwrap_or_else(|| panic!("no line for {p}: {lines:?}"))
+            .clone()
+    };
+    assert!(at("/debug").starts_with("<7>"), "{lines:?}");
+    assert!(at("/fail").starts_with("<3>"), "{lines:?}");
+    assert!(at("/plain").starts_with("<6>"), "{lines:?}");
+    // Had the first /health been logged, it would be among the first three lines.
+    assert!(
+        lines.iter().all(|l| !l.contains("GET /health")),
+        "silent requests are not logged: {lines:?}"
+    );
+    let (code, err) = Sluice::check(&format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind :80\n    http-request set-log-level chatty\n"
+    ));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(":8: ") && err.contains("unknown level 'chatty'"),
+        "{err}"
+    );
+}

@@ -1271,6 +1271,9 @@ pub enum HttpResponseAction {
     Deny(Deny),
     /// `set-var`, `set-var-fmt`, `unset-var`: evaluation goes on.
     SetVar(VarAction),
+    /// `set-log-level LEVEL|silent` (`None`: silent): the transaction's log line goes out at
+    /// that level, or not at all.
+    SetLogLevel(Option<u8>),
     /// `return [status N] [REPLY]` (default 200): the server's response is dropped with its
     /// connection and the client gets this reply instead.
     Return(Reply),
@@ -1438,6 +1441,8 @@ pub enum HttpRequestAction {
     Stick(StickAction),
     /// `set-var`, `set-var-fmt`, `unset-var`: evaluation goes on.
     SetVar(VarAction),
+    /// `set-log-level LEVEL|silent` (`None`: silent).
+    SetLogLevel(Option<u8>),
 }
 
 /// Which part of the request target a rewrite sets.

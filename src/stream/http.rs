@@ -559,6 +559,8 @@ struct Conn<'a, C> {
     /// `unique-id-format`: the current request's id (`%ID`, `%[unique-id]`,
     /// `unique-id-header`).
     unique_id: Option<String>,
+    /// `set-log-level`: the level of this transaction's log line (`Some(None)`: none).
+    log_level: std::cell::Cell<Option<Option<u8>>>,
     out: Vec<u8>,
     bufsize: usize,
     max_head: usize,
@@ -637,6 +639,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         first: true,
         hdrs: Headers::default(),
         unique_id: None,
+        log_level: std::cell::Cell::new(None),
         out: Vec::new(),
         bufsize,
         max_head,
@@ -849,8 +852,10 @@ impl<C: ClientIo> Conn<'_, C> {
         first: bool,
         pending: Option<(u16, [u8; 2], Instant)>,
     ) -> Option<Next> {
-        // A new transaction: the previous one's id and variables must not reach this one.
+        // A new transaction: the previous one's id, log level and variables must not reach
+        // this one.
         self.unique_id = None;
+        self.log_level.set(None);
         {
             use crate::vars::Scope;
             self.ctx.vars.clear(&[Scope::Txn, Scope::Req, Scope::Res]);
@@ -1086,9 +1091,14 @@ impl<C: ClientIo> Conn<'_, C> {
         };
         let interesting =
             crate::log::worth_err(txn.term, txn.retries, txn.redispatched, txn.status);
-        let Some(level) = crate::log::traffic_level(&fe.options, interesting) else {
+        let Some(mut level) = crate::log::traffic_level(&fe.options, interesting) else {
             return;
         };
+        match self.log_level.get() {
+            Some(None) => return,
+            Some(Some(l)) => level = l,
+            None => {}
+        }
         let Some(f) = &fe.options.log_format else {
             self.ctx.w.log.emit(&fe.logs, level, &e.httplog());
             return;
@@ -1406,6 +1416,7 @@ impl<C: ClientIo> Conn<'_, C> {
                     self.track(done);
                 }
                 HttpRequestAction::SetVar(a) => a.run(&self.proxy_view(p, head, src)),
+                HttpRequestAction::SetLogLevel(l) => self.log_level.set(Some(*l)),
                 HttpRequestAction::Header(a) => match a.value() {
                     Some(LfValue::Fmt { format, .. }) => {
                         let v =
@@ -1819,7 +1830,8 @@ impl<C: ClientIo> Conn<'_, C> {
             HttpRequestAction::Header(_)
             | HttpRequestAction::Rewrite(_)
             | HttpRequestAction::Stick(_)
-            | HttpRequestAction::SetVar(_) => {
+            | HttpRequestAction::SetVar(_)
+            | HttpRequestAction::SetLogLevel(_) => {
                 unreachable!("header edits, target rewrites and stick actions are applied in place")
             }
         }
@@ -2358,6 +2370,10 @@ impl<C: ClientIo> Conn<'_, C> {
                     }
                     HttpResponseAction::SetVar(a) => {
                         a.run(&view);
+                        continue;
+                    }
+                    HttpResponseAction::SetLogLevel(l) => {
+                        self.log_level.set(Some(*l));
                         continue;
                     }
                 };

@@ -18,6 +18,7 @@ use crate::config::tokenizer::Line;
 
 /// `http-request` actions sluice implements.
 const REQUEST_ACTIONS: &[&str] = &[
+    "set-log-level",
     "set-header",
     "add-header",
     "del-header",
@@ -39,6 +40,7 @@ const REQUEST_ACTIONS: &[&str] = &[
 /// `http-response` actions sluice implements.
 const RESPONSE_ACTIONS: &[&str] = &[
     "return",
+    "set-log-level",
     "set-header",
     "add-header",
     "del-header",
@@ -62,7 +64,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "send-spoe-group",
     "set-dst",
     "set-dst-port",
-    "set-log-level",
     "set-map",
     "set-mark",
     "set-method",
@@ -563,6 +564,23 @@ fn reply(what: &str, args: &[String], default_status: u16) -> Result<Reply, Stri
     })
 }
 
+/// `set-log-level LEVEL|silent`: the syslog level (`None` for silent).
+fn log_level(args: &[String]) -> Result<Option<u8>, String> {
+    let [l] = args else {
+        return Err("'set-log-level' expects a level (emerg ... debug) or 'silent'".into());
+    };
+    if l == "silent" {
+        return Ok(None);
+    }
+    match super::logs::LEVELS.iter().position(|x| x == l) {
+        Some(i) => Ok(Some(i as u8)),
+        None => Err(format!(
+            "'set-log-level': unknown level '{l}' (expected 'silent' or one of {})",
+            super::logs::LEVELS.join(", ")
+        )),
+    }
+}
+
 /// The reply of `http-error` (as `return`'s).
 pub(super) fn reply_for(what: &str, args: &[String], status: u16) -> Result<Reply, String> {
     reply(what, args, status)
@@ -745,6 +763,7 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         return Err(action_error(action, REQUEST_ACTIONS));
     }
     let action = match action {
+        "set-log-level" => HttpRequestAction::SetLogLevel(log_level(args)?),
         "deny" => HttpRequestAction::Deny(deny(args, 403)?),
         "return" => HttpRequestAction::Return(reply("return", args, 200)?),
         "redirect" => redirect(args)?,
@@ -920,6 +939,7 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         ),
         "deny" => HttpResponseAction::Deny(deny(&w[2..end], 502)?),
         "return" => HttpResponseAction::Return(reply("return", &w[2..end], 200)?),
+        "set-log-level" => HttpResponseAction::SetLogLevel(log_level(&w[2..end])?),
         a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
     };
     d.needs_http(l, "http-response");

@@ -352,12 +352,22 @@ pub fn hash_wt6(key: &[u8]) -> u32 {
 }
 
 pub fn hash_crc32(key: &[u8]) -> u32 {
+    crc_reflected(key, 0xedb8_8320)
+}
+
+/// CRC-32C (Castagnoli), the `crc32c` converter's.
+pub fn hash_crc32c(key: &[u8]) -> u32 {
+    crc_reflected(key, 0x82f6_3b78)
+}
+
+/// A reflected CRC-32 with `poly`, initial and final value all ones.
+fn crc_reflected(key: &[u8], poly: u32) -> u32 {
     let mut crc = 0xffff_ffffu32;
     for &b in key {
         crc ^= b as u32;
         for _ in 0..8 {
             let mask = (crc & 1).wrapping_neg();
-            crc = (crc >> 1) ^ (0xedb8_8320 & mask);
+            crc = (crc >> 1) ^ (poly & mask);
         }
     }
     !crc

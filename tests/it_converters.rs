@@ -11,7 +11,6 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
-use std::sync::{Arc, Mutex};
 
 /// One request on a fresh connection: `GET path` with `Host: host` (none if empty) and the
 /// extra header lines `extra` (each ending in `\r\n`).
@@ -557,65 +556,6 @@ fn missing_files_are_config_errors() {
 // mode tcp: SNI routing through a map
 // ---------------------------------------------------------------------------------------------
 
-/// A TLS 1.2-style ClientHello record offering one cipher suite and, if given, an SNI (as in
-/// it_tcp_request.rs).
-fn client_hello(sni: Option<&str>) -> Vec<u8> {
-    let mut ext = Vec::new();
-    if let Some(name) = sni {
-        let n = name.len() as u16;
-        ext.extend_from_slice(&[0, 0]); // server_name
-        ext.extend_from_slice(&(n + 5).to_be_bytes());
-        ext.extend_from_slice(&(n + 3).to_be_bytes());
-        ext.push(0); // host_name
-        ext.extend_from_slice(&n.to_be_bytes());
-        ext.extend_from_slice(name.as_bytes());
-    }
-    let mut body = vec![3, 3];
-    body.extend_from_slice(&[7u8; 32]); // random
-    body.push(0); // session id
-    body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
-    body.extend_from_slice(&[1, 0]); // null compression
-    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
-    body.extend_from_slice(&ext);
-    let mut hs = vec![1, 0];
-    hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
-    hs.extend_from_slice(&body);
-    let mut rec = vec![0x16, 3, 1];
-    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
-    rec.extend_from_slice(&hs);
-    rec
-}
-
-/// A TCP server that records the first bytes of each connection, then answers its name.
-struct Recorder {
-    b: TcpBackend,
-    seen: Arc<Mutex<Vec<Vec<u8>>>>,
-}
-
-fn recorder(name: &'static str) -> Recorder {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s2 = seen.clone();
-    let b = TcpBackend::with_handler(move |mut s, _| {
-        let mut buf = vec![0u8; 4096];
-        s.set_read_timeout(Some(WAIT)).unwrap();
-        if let Ok(n) = s.read(&mut buf) {
-            s2.lock().unwrap().push(buf[..n].to_vec());
-            let _ = s.write_all(name.as_bytes());
-        }
-    });
-    Recorder { b, seen }
-}
-
-/// Sends `data` on a new connection and reads until sluice closes it.
-fn send(port: u16, data: &[u8]) -> Vec<u8> {
-    let mut c = TcpStream::connect(lo(port)).unwrap();
-    c.set_read_timeout(Some(WAIT)).unwrap();
-    c.write_all(data).unwrap();
-    let mut out = Vec::new();
-    let _ = c.read_to_end(&mut out);
-    out
-}
-
 /// TLS passthrough routed by SNI through a map, HAProxy's usual
 /// `use_backend %[req.ssl_sni,lower,map(sni.map)]` after an inspect-delay: the ClientHello
 /// reaches the server its SNI maps to byte for byte; an unknown or absent SNI (no sample) and
@@ -645,15 +585,15 @@ fn tcp_sni_routing_through_a_map() {
     );
     let _s = Sluice::start(&cfg);
     let hello = client_hello(Some("A.Example.COM"));
-    assert_eq!(send(port, &hello), b"A");
+    assert_eq!(tcp_send(port, &hello), b"A");
     assert_eq!(a.seen.lock().unwrap().as_slice(), &[hello]);
     let hello = client_hello(Some("b.example.com"));
-    assert_eq!(send(port, &hello), b"B");
+    assert_eq!(tcp_send(port, &hello), b"B");
     assert_eq!(b.seen.lock().unwrap().as_slice(), &[hello]);
     // Not in the map, no SNI, or a name with no backend: the rules stop, the default answers
     // (the static `req.len gt 0` rule would have matched).
     for name in [Some("c.example.com"), None, Some("ghost.example.com")] {
-        assert_eq!(send(port, &client_hello(name)), b"OTHER", "{name:?}");
+        assert_eq!(tcp_send(port, &client_hello(name)), b"OTHER", "{name:?}");
     }
     assert_eq!(other.seen.lock().unwrap().len(), 3);
     // In two pieces: sluice waits for the whole ClientHello before choosing.

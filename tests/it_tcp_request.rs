@@ -7,79 +7,6 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
-
-/// A TLS 1.2-style ClientHello record offering one cipher suite and, if given, an SNI.
-fn client_hello(sni: Option<&str>) -> Vec<u8> {
-    client_hello_alpn(sni, &[])
-}
-
-/// [`client_hello`] with an ALPN extension listing `alpn` (none when empty).
-fn client_hello_alpn(sni: Option<&str>, alpn: &[&str]) -> Vec<u8> {
-    let mut ext = Vec::new();
-    if !alpn.is_empty() {
-        let list: Vec<u8> = alpn
-            .iter()
-            .flat_map(|p| [&[p.len() as u8][..], p.as_bytes()].concat())
-            .collect();
-        ext.extend_from_slice(&[0, 16]); // application_layer_protocol_negotiation
-        ext.extend_from_slice(&(list.len() as u16 + 2).to_be_bytes());
-        ext.extend_from_slice(&(list.len() as u16).to_be_bytes());
-        ext.extend_from_slice(&list);
-    }
-    if let Some(name) = sni {
-        let n = name.len() as u16;
-        ext.extend_from_slice(&[0, 0]); // server_name
-        ext.extend_from_slice(&(n + 5).to_be_bytes());
-        ext.extend_from_slice(&(n + 3).to_be_bytes());
-        ext.push(0); // host_name
-        ext.extend_from_slice(&n.to_be_bytes());
-        ext.extend_from_slice(name.as_bytes());
-    }
-    let mut body = vec![3, 3];
-    body.extend_from_slice(&[7u8; 32]); // random
-    body.push(0); // session id
-    body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
-    body.extend_from_slice(&[1, 0]); // null compression
-    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
-    body.extend_from_slice(&ext);
-    let mut hs = vec![1, 0];
-    hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
-    hs.extend_from_slice(&body);
-    let mut rec = vec![0x16, 3, 1];
-    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
-    rec.extend_from_slice(&hs);
-    rec
-}
-
-/// A server that records the first bytes each connection sends, then answers its name.
-struct Recorder {
-    b: TcpBackend,
-    seen: Arc<Mutex<Vec<Vec<u8>>>>,
-}
-
-fn recorder(name: &'static str) -> Recorder {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s2 = seen.clone();
-    let b = TcpBackend::with_handler(move |mut s, _| {
-        let mut buf = vec![0u8; 4096];
-        s.set_read_timeout(Some(WAIT)).unwrap();
-        if let Ok(n) = s.read(&mut buf) {
-            s2.lock().unwrap().push(buf[..n].to_vec());
-            let _ = s.write_all(name.as_bytes());
-        }
-    });
-    Recorder { b, seen }
-}
-
-fn send(port: u16, data: &[u8]) -> Vec<u8> {
-    let mut c = TcpStream::connect(lo(port)).unwrap();
-    c.set_read_timeout(Some(WAIT)).unwrap();
-    c.write_all(data).unwrap();
-    let mut out = Vec::new();
-    let _ = c.read_to_end(&mut out);
-    out
-}
 
 /// [`send`] in two pieces split at `at`: the second goes once sluice has read the first (and
 /// waits for the rest).
@@ -110,17 +37,17 @@ fn tls_passthrough_routed_by_sni() {
     let s = Sluice::start(&cfg);
     // The ClientHello goes to the server its SNI names, byte for byte.
     let hello = client_hello(Some("A.example.com"));
-    assert_eq!(send(port, &hello), b"A");
+    assert_eq!(tcp_send(port, &hello), b"A");
     assert_eq!(a.seen.lock().unwrap().as_slice(), &[hello]);
-    assert_eq!(send(port, &client_hello(Some("other.example"))), b"B");
-    assert_eq!(send(port, &client_hello(None)), b"B");
+    assert_eq!(tcp_send(port, &client_hello(Some("other.example"))), b"B");
+    assert_eq!(tcp_send(port, &client_hello(None)), b"B");
     // A ClientHello sent in two pieces is waited for.
     let hello = client_hello(Some("a.example.com"));
     assert_eq!(send_in_two(port, &hello, 7), b"A");
     assert_eq!(a.seen.lock().unwrap().last().unwrap(), &hello);
     // Not TLS: rejected, logged PR, no server sees it.
     let before = a.b.conns() + b.b.conns();
-    assert_eq!(send(port, b"GET / HTTP/1.0\r\n\r\n"), b"");
+    assert_eq!(tcp_send(port, b"GET / HTTP/1.0\r\n\r\n"), b"");
     let line = s.wait_log_line(|l| l.contains(" PR "), WAIT);
     assert!(line.contains(" fe fe/<NOSRV> "), "{line}");
     assert_eq!(a.b.conns() + b.b.conns(), before);
@@ -142,13 +69,13 @@ fn tls_passthrough_routed_by_alpn() {
     );
     let _s = Sluice::start(&cfg);
     let hello = client_hello_alpn(Some("x.example"), &["acme-tls/1"]);
-    assert_eq!(send(port, &hello), b"ACME");
+    assert_eq!(tcp_send(port, &hello), b"ACME");
     assert_eq!(acme.seen.lock().unwrap().as_slice(), &[hello]);
     assert_eq!(
-        send(port, &client_hello_alpn(None, &["h2", "http/1.1"])),
+        tcp_send(port, &client_hello_alpn(None, &["h2", "http/1.1"])),
         b"WEB"
     );
-    assert_eq!(send(port, &client_hello(None)), b"WEB");
+    assert_eq!(tcp_send(port, &client_hello(None)), b"WEB");
 }
 
 #[test]
@@ -168,8 +95,8 @@ fn backend_content_rules_and_connection_rules() {
         a.b.hostport()
     );
     let _s = Sluice::start(&cfg);
-    assert_eq!(send(p1, b"long enough"), b"A");
-    assert_eq!(send(p1, b"ab"), b"");
+    assert_eq!(tcp_send(p1, b"long enough"), b"A");
+    assert_eq!(tcp_send(p1, b"ab"), b"");
     assert_eq!(a.seen.lock().unwrap().len(), 1);
     assert_eq!(stat_column(&sock, "guarded", "BACKEND", "dreq"), "1");
     // Refused as it connects, before any byte.
@@ -222,10 +149,10 @@ fn http_detected_in_tcp_mode() {
     );
     let _s = Sluice::start(&cfg);
     let req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-    assert_eq!(send(port, req), b"WEB");
+    assert_eq!(tcp_send(port, req), b"WEB");
     assert_eq!(web.seen.lock().unwrap().as_slice(), &[req.to_vec()]);
-    assert_eq!(send(port, b"SSH-2.0-OpenSSH_9.2\r\n"), b"OTHER");
-    assert_eq!(send(port, &[0, 1, 2, 3]), b"OTHER");
+    assert_eq!(tcp_send(port, b"SSH-2.0-OpenSSH_9.2\r\n"), b"OTHER");
+    assert_eq!(tcp_send(port, &[0, 1, 2, 3]), b"OTHER");
     assert_eq!(send_in_two(port, req, 10), b"WEB");
     assert_eq!(web.seen.lock().unwrap().last().unwrap(), &req.to_vec());
 }
@@ -250,13 +177,13 @@ fn first_bytes_route_with_req_payload() {
         other.b.hostport()
     );
     let _s = Sluice::start(&cfg);
-    assert_eq!(send(port, &[5, 1, 0]), b"SOCKS");
+    assert_eq!(tcp_send(port, &[5, 1, 0]), b"SOCKS");
     assert_eq!(socks.seen.lock().unwrap().as_slice(), &[vec![5, 1, 0]]);
-    assert_eq!(send(port, &[3, 0, 0, 19, 14]), b"RDP");
+    assert_eq!(tcp_send(port, &[3, 0, 0, 19, 14]), b"RDP");
     // 03 01 is not RDP's 03 00: the default.
-    assert_eq!(send(port, &[3, 1, 0]), b"OTHER");
+    assert_eq!(tcp_send(port, &[3, 1, 0]), b"OTHER");
     // Text that could be the start of an HTTP request is held up to the inspect delay.
-    assert_eq!(send(port, b"hello"), b"OTHER");
+    assert_eq!(tcp_send(port, b"hello"), b"OTHER");
     let (code, err) = Sluice::check(&format!(
         "{LOGGED_TCP}frontend fe\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 5s\n\
          \x20   acl a req.payload(0,1) -m bin 5\n    acl b req.payload(0) -m bin 05\n\

@@ -1060,7 +1060,7 @@ impl Conv {
                     Hash::Djb2 => crate::lb::hash_djb2(&b),
                     Hash::Wt6 => crate::lb::hash_wt6(&b),
                     Hash::Crc32 => crate::lb::hash_crc32(&b),
-                    Hash::Crc32c => crc32c(&b),
+                    Hash::Crc32c => crate::lb::hash_crc32c(&b),
                 };
                 let h = if *avalanche {
                     crate::lb::full_hash(h)
@@ -1413,18 +1413,6 @@ fn json(s: &[u8], mode: Json) -> Option<Vec<u8>> {
         }
     }
     Some(out)
-}
-
-fn crc32c(b: &[u8]) -> u32 {
-    let mut crc = 0xffff_ffffu32;
-    for &x in b {
-        crc ^= x as u32;
-        for _ in 0..8 {
-            let mask = (crc & 1).wrapping_neg();
-            crc = (crc >> 1) ^ (0x82f6_3b78 & mask);
-        }
-    }
-    !crc
 }
 
 /// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) from seconds since the epoch.

@@ -1779,3 +1779,80 @@ pub fn segments_in(c: &std::net::TcpStream) -> (u32, u32) {
         (info.tcpi_segs_in, info.tcpi_data_segs_in)
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// TCP: a ClientHello to route by, a server that records what it gets
+// ---------------------------------------------------------------------------------------------
+
+/// A TLS 1.2-style ClientHello record offering one cipher suite and, if given, an SNI.
+pub fn client_hello(sni: Option<&str>) -> Vec<u8> {
+    client_hello_alpn(sni, &[])
+}
+
+/// [`client_hello`] with an ALPN extension listing `alpn` (none when empty).
+pub fn client_hello_alpn(sni: Option<&str>, alpn: &[&str]) -> Vec<u8> {
+    let mut ext = Vec::new();
+    if !alpn.is_empty() {
+        let list: Vec<u8> = alpn
+            .iter()
+            .flat_map(|p| [&[p.len() as u8][..], p.as_bytes()].concat())
+            .collect();
+        ext.extend_from_slice(&[0, 16]); // application_layer_protocol_negotiation
+        ext.extend_from_slice(&(list.len() as u16 + 2).to_be_bytes());
+        ext.extend_from_slice(&(list.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&list);
+    }
+    if let Some(name) = sni {
+        let n = name.len() as u16;
+        ext.extend_from_slice(&[0, 0]); // server_name
+        ext.extend_from_slice(&(n + 5).to_be_bytes());
+        ext.extend_from_slice(&(n + 3).to_be_bytes());
+        ext.push(0); // host_name
+        ext.extend_from_slice(&n.to_be_bytes());
+        ext.extend_from_slice(name.as_bytes());
+    }
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&[7u8; 32]); // random
+    body.push(0); // session id
+    body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
+    body.extend_from_slice(&[1, 0]); // null compression
+    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+    body.extend_from_slice(&ext);
+    let mut hs = vec![1, 0];
+    hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    hs.extend_from_slice(&body);
+    let mut rec = vec![0x16, 3, 1];
+    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
+}
+
+/// A server that records the first bytes each connection sends, then answers its name.
+pub struct Recorder {
+    pub b: TcpBackend,
+    pub seen: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+pub fn recorder(name: &'static str) -> Recorder {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let b = TcpBackend::with_handler(move |mut s, _| {
+        let mut buf = vec![0u8; 4096];
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        if let Ok(n) = s.read(&mut buf) {
+            s2.lock().unwrap().push(buf[..n].to_vec());
+            let _ = s.write_all(name.as_bytes());
+        }
+    });
+    Recorder { b, seen }
+}
+
+/// Sends `data` on a new connection to `port` and reads until sluice closes it.
+pub fn tcp_send(port: u16, data: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(data).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    out
+}

@@ -741,20 +741,16 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     };
     let (end, cond) = split_cond(d, w)?;
     let args = &w[2..end];
-    if let Some(a) = stick_action(d, action, args)? {
+    // Stick-table and variable actions are shared with `tcp-request`.
+    let shared = match stick_action(d, action, args)? {
+        Some(a) => Some(HttpRequestAction::Stick(a)),
+        None => var_action(action, args, false)?.map(HttpRequestAction::SetVar),
+    };
+    if let Some(action) = shared {
         d.needs_http(l, "http-request");
         d.p.http_request.push(HttpRequestRule {
             origin: origin(l),
-            action: HttpRequestAction::Stick(a),
-            cond,
-        });
-        return Ok(());
-    }
-    if let Some(a) = var_action(action, args, false)? {
-        d.needs_http(l, "http-request");
-        d.p.http_request.push(HttpRequestRule {
-            origin: origin(l),
-            action: HttpRequestAction::SetVar(a),
+            action,
             cond,
         });
         return Ok(());

@@ -954,3 +954,30 @@ fn set_log_level_changes_or_silences_the_log_line() {
         "{err}"
     );
 }
+
+/// `option http-buffer-request`: no server is chosen or connected to before the body is in
+/// (a client that stops halfway gets a 408 at `timeout http-request`, and the server never
+/// hears of it); a body sent in pieces reaches the server whole.
+#[test]
+fn http_buffer_request_waits_for_the_body() {
+    let a = HttpBackend::with_handler("A", |r| Reply::status(200, "A", r.body.len().to_string()));
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}    timeout http-request 300ms\nfrontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   option http-buffer-request\n    default_backend a\nbackend a\n    server A {}\n",
+        a.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    c.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n01234");
+    let r = c.read_response();
+    assert_eq!(r.status, 408);
+    assert_eq!(a.conns(), 0, "the server never saw the stalled upload");
+    let mut c = HttpClient::connect(port);
+    c.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n01234");
+    c.send("56789");
+    let r = c.read_response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"10");
+    assert_eq!(a.last_request().body, b"0123456789");
+}

@@ -254,6 +254,8 @@ enum Fetch {
         name: crate::vars::VarName,
         default: Option<Box<[u8]>>,
     },
+    /// `uuid([4])`: a random version 4 UUID, new at each evaluation.
+    Uuid,
     /// `str(S)`, `int(N)`, `bool(B)`, `ipv4(A)`, `ipv6(A)`: a constant.
     Const(converter::Val),
     AlwaysTrue,
@@ -602,6 +604,7 @@ impl Fetch {
                 | Fetch::AlwaysFalse
                 | Fetch::Const(_)
                 | Fetch::Var { .. }
+                | Fetch::Uuid
                 | Fetch::ReqPayload { .. }
                 | Fetch::Src
                 | Fetch::SrcPort
@@ -654,7 +657,7 @@ impl Fetch {
         match self {
             Fetch::Res(inner) => inner.out_type(),
             // A variable's type is known only when it is read: taken as text for matching.
-            Fetch::Var { .. } => SmpType::Str,
+            Fetch::Var { .. } | Fetch::Uuid => SmpType::Str,
             Fetch::Const(v) => match v {
                 converter::Val::Str(_) => SmpType::Str,
                 converter::Val::Int(_) => SmpType::Int,
@@ -712,6 +715,26 @@ impl Fetch {
     fn for_each(&self, view: &dyn HttpView, f: &mut dyn FnMut(Sample<'_>) -> bool) -> bool {
         match self {
             Fetch::Const(v) => f(v.as_sample()),
+            Fetch::Uuid => {
+                let mut b = [0u8; 16];
+                if aws_lc_rs::rand::fill(&mut b).is_err() {
+                    return false;
+                }
+                b[6] = (b[6] & 0x0f) | 0x40;
+                b[8] = (b[8] & 0x3f) | 0x80;
+                let h = |r: std::ops::Range<usize>| -> String {
+                    b[r].iter().map(|x| format!("{x:02x}")).collect()
+                };
+                let s = format!(
+                    "{}-{}-{}-{}-{}",
+                    h(0..4),
+                    h(4..6),
+                    h(6..8),
+                    h(8..10),
+                    h(10..16)
+                );
+                f(Sample::Str(s.as_bytes()))
+            }
             Fetch::Var { name, default } => {
                 let found = match view.sess().vars {
                     Some(vs) => vs.get(name),
@@ -1282,6 +1305,7 @@ fn stick_fetch_name(name: &str) -> Option<(Option<usize>, StickWhat)> {
 /// Criteria sluice understands (for suggestions).
 const CRITERIA: &[&str] = &[
     "always_true",
+    "uuid",
     "var",
     "str",
     "int",
@@ -1553,6 +1577,14 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
                 default: d,
             }
         }
+        "uuid" => match args.map(str::trim) {
+            None | Some("") | Some("4") => Fetch::Uuid,
+            Some(v) => {
+                return Err(format!(
+                    "{what} 'uuid': only version 4 is supported (got '{v}')"
+                ));
+            }
+        },
         "str" => Fetch::Const(converter::Val::Str(args.unwrap_or("").as_bytes().to_vec())),
         "int" | "bool" | "ipv4" | "ipv6" => {
             let a = args.unwrap_or("").trim();
@@ -2458,6 +2490,20 @@ mod tests {
         assert!(check(&[], "if HTTP", &tcp));
         assert!(!check(&["p path -m found"], "if p", &tcp));
         assert!(check(&[], "if LOCALHOST", &tcp));
+    }
+
+    #[test]
+    fn uuid_is_random_version_4() {
+        let f = SampleFetch::parse("uuid").unwrap();
+        let r = req("GET", "/");
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        assert!(f.write(&r, &mut a) && f.write(&r, &mut b));
+        let a = String::from_utf8(a).unwrap();
+        assert_eq!(a.len(), 36, "{a}");
+        assert_eq!(&a[14..15], "4", "{a}");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "{a}");
+        assert_ne!(a.as_bytes(), &b[..]);
+        assert!(SampleFetch::parse("uuid(7)").is_err());
     }
 
     #[test]

@@ -444,6 +444,9 @@ pub struct ProxyOptions {
     /// goes to the server without `connection: close` (servers that see it may stop using
     /// chunked encoding); the connection is closed after the response all the same.
     pub http_pretend_keepalive: bool,
+    /// `option http-buffer-request`: a request's body (up to the buffer size) is received
+    /// before a server is chosen.
+    pub http_buffer_request: bool,
     /// `option logasap`: log a transaction when its response head is sent (HTTP), or its
     /// server connection is made (TCP), not at its end.
     pub logasap: bool,

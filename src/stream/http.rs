@@ -1262,6 +1262,19 @@ impl<C: ClientIo> Conn<'_, C> {
                 return self.redirect_response(bp, head, txn, rd).await;
             }
         }
+        // `option http-buffer-request`: the body (up to the buffer) is received before a
+        // server is chosen and connected to; a client that stops sending gets a 408.
+        if (self.fe.options.http_buffer_request || bp.options.http_buffer_request)
+            && !head.expect_continue
+            && let BodyKind::Length(n) = head.body
+        {
+            let room = self.bufsize.saturating_sub(head.head_len) as u64;
+            let want = n.min(room);
+            let t = self.fe.timeouts.http_request.or(self.fe.timeouts.client);
+            if want > 0 && self.read_body_into_buf(head, want, t).await.is_none() {
+                return self.error_response(head, txn, 408, *b"cR").await;
+            }
+        }
         self.forward(head, txn, be_idx).await
     }
 
@@ -1293,7 +1306,10 @@ impl<C: ClientIo> Conn<'_, C> {
             let body: Result<usize, &'static str> = match head.body {
                 BodyKind::None => Ok(0),
                 BodyKind::Length(n) if n <= sp::MAX_POST => {
-                    match self.read_body_into_buf(head, n).await {
+                    match self
+                        .read_body_into_buf(head, n, self.fe.timeouts.client)
+                        .await
+                    {
                         Some(n) => Ok(n),
                         None => {
                             txn.term = *b"CD";
@@ -1334,18 +1350,20 @@ impl<C: ClientIo> Conn<'_, C> {
         Some(self.local_response(head, txn, &resp, status, true).await)
     }
 
-    /// Reads until `n` body bytes follow the head in `cbuf` (`timeout client` applies).
+    /// Reads until `n` body bytes follow the head in `cbuf`, within `t` in all.
     /// `None`: the client went away or timed out.
-    async fn read_body_into_buf(&mut self, head: &RequestHead, n: u64) -> Option<usize> {
+    async fn read_body_into_buf(
+        &mut self,
+        head: &RequestHead,
+        n: u64,
+        t: Option<std::time::Duration>,
+    ) -> Option<usize> {
         let want = head.head_len + n as usize;
+        let deadline = t.map(|t| tokio::time::Instant::now() + t);
         while self.cbuf.len() < want {
             self.cbuf.reserve(want - self.cbuf.len());
-            match super::with_timeout(
-                self.fe.timeouts.client,
-                self.client.read_buf(&mut self.cbuf),
-            )
-            .await
-            {
+            let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+            match super::with_timeout(left, self.client.read_buf(&mut self.cbuf)).await {
                 Some(Ok(k)) if k > 0 => {}
                 _ => return None,
             }

@@ -26,6 +26,7 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("persist", D | B, false),
     ("prefer-last-server", D | B, false),
     ("http-pretend-keepalive", D | B, true),
+    ("http-buffer-request", D | F | B, true),
     ("redispatch", D | B, false),
     ("tcp-check", D | B, false),
     // Protocol checks: tcp-check rule sets of their own.
@@ -53,7 +54,6 @@ const UNSUPPORTED: &[&str] = &[
     "external-check",
     "h1-case-adjust-bogus-client",
     "h1-case-adjust-bogus-server",
-    "http-buffer-request",
     "http-ignore-probes",
     "http-no-delay",
     "http-restrict-req-hdr-names",
@@ -141,6 +141,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "persist" => o.persist = false,
             "prefer-last-server" => o.prefer_last_server = false,
             "http-pretend-keepalive" => o.http_pretend_keepalive = false,
+            "http-buffer-request" => o.http_buffer_request = false,
             "logasap" => o.logasap = false,
             // Back to plain connects only if that was the check type in force.
             "httpchk" | "tcp-check" => {
@@ -224,6 +225,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "persist" => o.persist = true,
                 "prefer-last-server" => o.prefer_last_server = true,
                 "http-pretend-keepalive" => o.http_pretend_keepalive = true,
+                "http-buffer-request" => o.http_buffer_request = true,
                 "logasap" => o.logasap = true,
                 "dontlognull" => o.dontlognull = true,
                 "dontlog-normal" => o.dontlog_normal = true,

@@ -316,6 +316,13 @@ enum Fetch {
     SslCVerify,
     SslCSDn,
     SslCIDn,
+    /// `ssl_c_s_dn(ENTRY[,OCC])`, `ssl_c_i_dn(...)`: one attribute of the subject's (or
+    /// issuer's) DN, the OCC-th from the start (negative: from the end; default the first).
+    SslCDnEntry {
+        issuer: bool,
+        entry: Box<str>,
+        occ: i64,
+    },
     /// `req.len`: bytes of the client's data held so far.
     ReqLen,
     /// `req.payload(OFF,LEN)`: those bytes of the client's first data (LEN 0: all from OFF);
@@ -621,6 +628,7 @@ impl Fetch {
                 | Fetch::SslCVerify
                 | Fetch::SslCSDn
                 | Fetch::SslCIDn
+                | Fetch::SslCDnEntry { .. }
                 | Fetch::ReqLen
                 | Fetch::ReqSslHelloType
                 | Fetch::ReqSslSni
@@ -695,6 +703,7 @@ impl Fetch {
             | Fetch::SslFcAlpn
             | Fetch::SslCSDn
             | Fetch::SslCIDn
+            | Fetch::SslCDnEntry { .. }
             | Fetch::ReqPayload { .. }
             | Fetch::ReqSslSni
             | Fetch::ReqSslAlpn
@@ -969,7 +978,35 @@ impl Fetch {
                 };
                 v.is_some_and(|v| f(Sample::Str(v)))
             }
+            Fetch::SslCDnEntry { issuer, entry, occ } => {
+                let Some(t) = view.tls() else { return false };
+                let dn = if *issuer { &t.c_i_dn } else { &t.c_s_dn };
+                let Some(dn) = dn.as_deref() else {
+                    return false;
+                };
+                match dn_entry(dn, entry, *occ) {
+                    Some(v) => f(Sample::Str(v.as_bytes())),
+                    None => false,
+                }
+            }
         }
+    }
+}
+
+/// The value of the `occ`-th `entry` attribute of a `/K=V/K=V` DN (from the end when
+/// negative).
+fn dn_entry<'a>(dn: &'a str, entry: &str, occ: i64) -> Option<&'a str> {
+    let mut values = dn
+        .split('/')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == entry)
+        .map(|(_, v)| v);
+    if occ >= 0 {
+        values.nth(occ.max(1) as usize - 1)
+    } else {
+        let all: Vec<&str> = values.collect();
+        let back = occ.unsigned_abs() as usize;
+        all.len().checked_sub(back).map(|i| all[i])
     }
 }
 
@@ -1669,6 +1706,28 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "ssl_fc_alpn" => no_args(Fetch::SslFcAlpn)?,
         "ssl_c_used" => no_args(Fetch::SslCUsed)?,
         "ssl_c_verify" => no_args(Fetch::SslCVerify)?,
+        "ssl_c_s_dn" | "ssl_c_i_dn" if args.is_some_and(|a| !a.trim().is_empty()) => {
+            let a = args.unwrap_or("");
+            let mut parts = a.split(',').map(str::trim);
+            let entry = parts.next().unwrap_or("");
+            let occ = match parts.next() {
+                None | Some("") => 1,
+                Some(o) => o
+                    .parse::<i64>()
+                    .map_err(|_| format!("{what} '{base}': '{o}' is not an occurrence number"))?,
+            };
+            if parts.next().is_some() || entry.is_empty() {
+                return Err(format!(
+                    "{what} '{base}({a})': only ENTRY[,OCC] is supported by sluice (no format \
+                     argument)"
+                ));
+            }
+            Fetch::SslCDnEntry {
+                issuer: base == "ssl_c_i_dn",
+                entry: entry.into(),
+                occ,
+            }
+        }
         "ssl_c_s_dn" => no_args(Fetch::SslCSDn)?,
         "ssl_c_i_dn" => no_args(Fetch::SslCIDn)?,
         "req.len" | "req_len" => no_args(Fetch::ReqLen)?,
@@ -2490,6 +2549,16 @@ mod tests {
         assert!(check(&[], "if HTTP", &tcp));
         assert!(!check(&["p path -m found"], "if p", &tcp));
         assert!(check(&[], "if LOCALHOST", &tcp));
+    }
+
+    #[test]
+    fn dn_entries() {
+        let dn = "/C=FR/O=Acme/OU=ops/OU=web/CN=alice";
+        assert_eq!(dn_entry(dn, "CN", 1), Some("alice"));
+        assert_eq!(dn_entry(dn, "OU", 2), Some("web"));
+        assert_eq!(dn_entry(dn, "OU", -2), Some("ops"));
+        assert_eq!(dn_entry(dn, "OU", 3), None);
+        assert_eq!(dn_entry(dn, "L", 1), None);
     }
 
     #[test]

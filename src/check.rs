@@ -1015,7 +1015,7 @@ fn update_state(w: &Worker, pi: usize, si: usize, why: &Why) -> bool {
 }
 
 /// `N active and M backup servers online|left.`
-fn counts(w: &Worker, pi: usize, up: bool) -> String {
+pub(crate) fn counts(w: &Worker, pi: usize, up: bool) -> String {
     let be = w.shared.backend(pi);
     let (act, bck) = be.servers.iter().fold((0, 0), |(a, b), s| {
         if s.usable() {

@@ -347,22 +347,9 @@ impl PatFile {
             .ok()
             .and_then(|r| r.get(i))
             .and_then(|r| r.captures(s));
-        let Some(caps) = caps else {
-            out.extend_from_slice(value);
-            return;
-        };
-        let mut k = 0;
-        while k < value.len() {
-            if value[k] == b'\\' && k + 1 < value.len() && value[k + 1].is_ascii_digit() {
-                let g = (value[k + 1] - b'0') as usize;
-                if let Some(m) = caps.get(g) {
-                    out.extend_from_slice(m.as_bytes());
-                }
-                k += 2;
-            } else {
-                out.push(value[k]);
-                k += 1;
-            }
+        match caps {
+            Some(caps) => out.extend_from_slice(&crate::http::expand_groups(value, &caps)),
+            None => out.extend_from_slice(value),
         }
     }
 }

@@ -537,15 +537,11 @@ async fn resolve(r: &Rc<Resolvers>, name: &str, prefer_v4: bool) -> Result<Vec<I
     Err(last)
 }
 
+/// A query id an off-path sender cannot guess.
 fn rand_id() -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish() as u16
+    let mut b = [0u8; 2];
+    let _ = aws_lc_rs::rand::fill(&mut b);
+    u16::from_ne_bytes(b)
 }
 
 /// HAProxy's choice of an address for a server (`resolv_get_ip_from_response`): the highest
@@ -737,18 +733,12 @@ fn set_rmaint(w: &Worker, f: &mut Follower, why: &str) {
     }
     srv.last_change.store(crate::backend::unix_now(), Relaxed);
     be.changed();
-    let (act, bck) = be.servers.iter().fold((0, 0), |(a, b), s| {
-        if s.usable() {
-            if s.backup { (a, b + 1) } else { (a + 1, b) }
-        } else {
-            (a, b)
-        }
-    });
     let line = format!(
-        "Server {}/{} is going DOWN for maintenance ({why}). {act} active and {bck} backup \
-         servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+        "Server {}/{} is going DOWN for maintenance ({why}). {} {} sessions active, 0 \
+         requeued, {} remaining in queue.",
         p.name,
         srv.name,
+        crate::check::counts(w, f.pi, false),
         srv.served.load(Relaxed),
         srv.queued.load(Relaxed)
     );

@@ -8,9 +8,11 @@
 //! are matched one by one), `fhdr(NAME)` (whole lines), `hdr_cnt(NAME)`, `hdr_val(NAME)`,
 //! `hdr_ip(NAME)`, `method`, `src`, `src_port`, `dst`, `dst_port`, `fe_name`, `be_name`,
 //! `base`, `query`, `url_ip`, `url_port`, `url_param(NAME)`, `cook(NAME)`, `req.proto_http`,
-//! `always_true`, `always_false`, the TLS and `tcp-request content` fetches, the stick-table
-//! fetches (`sc_*`, `scN_*`, `src_*`, `table_*`), and the predefined ACLs HAProxy defines that
-//! can be evaluated from an [`HttpView`].
+//! `always_true`, `always_false`, the TLS fetches (`ssl_c_s_dn(CN)` included) and the
+//! `tcp-request content` ones (`req.payload(OFF,LEN)` included), the stick-table fetches
+//! (`sc_*`, `scN_*`, `src_*`, `table_*`), `var(NAME)`, the constants `str()`, `int()`,
+//! `bool()`, `ipv4()`, `ipv6()`, `uuid`, and the predefined ACLs HAProxy defines that can be
+//! evaluated from an [`HttpView`].
 //! Flags: `-i`, `-n`, `-f FILE`, `-M`, `-m str|beg|end|sub|reg|dir|dom|len|found|ip|int|bool|bin`,
 //! `--`. Criteria may carry converters (`path,lower`), evaluated by [`super::converter`].
 //!
@@ -1120,11 +1122,7 @@ impl SampleFetch {
                     let _ = write!(out, "{n}");
                 }
                 Sample::Ip(ip) => {
-                    let ip = match ip {
-                        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-                        v4 => v4,
-                    };
-                    let _ = write!(out, "{ip}");
+                    let _ = write!(out, "{}", converter::unmap(ip));
                 }
                 Sample::Bool(b) => out.push(if b { b'1' } else { b'0' }),
             }

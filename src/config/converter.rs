@@ -970,7 +970,7 @@ impl Conv {
                 let b = v.into_str();
                 let limit = if *global { 0 } else { 1 };
                 let out = re.replacen(&b, limit, |caps: &regex::bytes::Captures<'_>| {
-                    expand(subst, caps)
+                    crate::http::expand_groups(subst, caps)
                 });
                 Val::Str(out.into_owned())
             }
@@ -1303,24 +1303,6 @@ fn field(s: &[u8], words: bool, idx: i64, delims: &[u8], count: i64) -> Option<V
     }
 }
 
-/// `\0`..`\9` in a `regsub` replacement are the match's groups.
-fn expand(subst: &[u8], caps: &regex::bytes::Captures<'_>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(subst.len());
-    let mut i = 0;
-    while i < subst.len() {
-        if subst[i] == b'\\' && i + 1 < subst.len() && subst[i + 1].is_ascii_digit() {
-            if let Some(m) = caps.get((subst[i + 1] - b'0') as usize) {
-                out.extend_from_slice(m.as_bytes());
-            }
-            i += 2;
-        } else {
-            out.push(subst[i]);
-            i += 1;
-        }
-    }
-    out
-}
-
 /// Percent-decoding; `+` is a space in a form, or after a `?`. A bad `%` escape fails.
 fn url_dec(s: &[u8], form: bool) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(s.len());
@@ -1415,33 +1397,23 @@ fn json(s: &[u8], mode: Json) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) from seconds since the epoch.
+/// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) from seconds since the epoch (dates
+/// before it are the epoch).
 pub(crate) fn http_date(secs: i64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + (m <= 2) as i64;
+    let secs = secs.max(0);
+    let tm = crate::log::Tm::from_system(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64),
+    );
     format!(
         "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
-        DAYS[days.rem_euclid(7) as usize],
-        d,
-        MONTHS[(m - 1) as usize],
-        y,
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
+        DAYS[(secs / 86400 % 7) as usize],
+        tm.day,
+        crate::log::MONTHS[(tm.month - 1) as usize],
+        tm.year,
+        tm.hour,
+        tm.min,
+        tm.sec
     )
 }
 

@@ -31,9 +31,10 @@ mod proptests;
 pub use chunked::ChunkedState;
 pub use head::{MAX_HEADERS, parse_request, parse_response};
 pub use util::{
-    connection_tokens_contain, has_token, header_eq, is_hop_by_hop, keep_alive_params, path_of,
-    query_of, reason_phrase, replace_each_value, replace_whole, request_head_state, rewrite_target,
-    says_close, start_line, trim_first_element, urlencoded_pairs,
+    connection_tokens_contain, expand_groups, has_token, header_eq, is_hop_by_hop,
+    keep_alive_params, path_of, query_of, reason_phrase, replace_each_value, replace_whole,
+    request_head_state, rewrite_target, says_close, start_line, trim_first_element,
+    urlencoded_pairs,
 };
 
 /// A byte range `[start, end)` into the buffer the head was parsed from.

@@ -428,7 +428,7 @@ pub fn replace_each_value(value: &[u8], re: &regex::bytes::Regex, fmt: &[u8]) ->
 
 /// `value` with each `\N` (N a digit) replaced by group N of `caps` (nothing for a group that
 /// did not take part); other bytes are kept.
-fn expand_groups(value: &[u8], caps: &regex::bytes::Captures) -> Vec<u8> {
+pub fn expand_groups(value: &[u8], caps: &regex::bytes::Captures) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.len());
     let mut i = 0;
     while i < value.len() {

@@ -2397,15 +2397,13 @@ impl<C: ClientIo> Conn<'_, C> {
                 };
                 match a.value() {
                     Some(LfValue::Fmt { format, .. }) => {
-                        let mut e = self.now_entry(&bp.name, txn);
-                        e.server = &slot.server_state().name;
-                        e.srv_addr = Some(**slot.server_state().addr.load());
-                        e.status = resp.status.into();
-                        let mut v = String::new();
-                        self.ctx
-                            .w
-                            .log
-                            .render_now(format, &e, &view, Live::HeaderValue, &mut v);
+                        let v = self.render_on_response(
+                            bp,
+                            txn,
+                            slot.server_state(),
+                            resp.status,
+                            format,
+                        );
                         self.hdrs.apply_value(&self.sbuf, a, &v);
                     }
                     _ => self.hdrs.apply(&self.sbuf, a),

@@ -234,6 +234,8 @@ pub struct ServerTlsOpts {
     ca_file: Option<String>,
     crl_file: Option<String>,
     sni: Option<SniExpr>,
+    /// `verifyhost NAME`: the name checked in the certificate when no SNI was sent.
+    verifyhost: Option<String>,
     alpn: Option<Vec<Vec<u8>>>,
     crt: Option<String>,
     min: Option<ProtocolVersion>,
@@ -2033,6 +2035,8 @@ pub const SERVER_TLS_OPTIONS: &[&str] = &[
     "ca-file",
     "crl-file",
     "sni",
+    "verifyhost",
+    "no-verifyhost",
     "alpn",
     "crt",
     "ssl-min-ver",
@@ -2075,6 +2079,15 @@ pub fn parse_server_opt(
             "ca-file" => o.ca_file = Some(val()?),
             "crl-file" => o.crl_file = Some(val()?),
             "sni" => o.sni = Some(parse_sni(&val()?)?),
+            "verifyhost" => {
+                let v = val()?;
+                // Wildcards belong to certificates, not to the name checked against them.
+                if ServerName::try_from(v.clone()).is_err() || v.contains('*') {
+                    return Err(format!("'verifyhost': '{v}' is not a valid host name"));
+                }
+                o.verifyhost = Some(v)
+            }
+            "no-verifyhost" => o.verifyhost = None,
             "alpn" => o.alpn = Some(alpn_list(&val()?)?),
             "crt" => o.crt = Some(val()?),
             "ssl-min-ver" => o.min = Some(parse_version(kw, &val()?)?),
@@ -2183,7 +2196,10 @@ impl ServerTlsOpts {
             })?;
             Arc::new(ChainVerifier {
                 inner,
-                check_name: self.sni.is_some(),
+                verifyhost: self
+                    .verifyhost
+                    .as_ref()
+                    .and_then(|h| ServerName::try_from(h.clone()).ok()),
             })
         } else {
             Arc::new(NoVerify(prov.clone()))
@@ -2218,12 +2234,12 @@ impl ServerTlsOpts {
     }
 }
 
-/// `verify required`: the chain must lead to the CA; the name is checked only when an SNI is
-/// configured (HAProxy checks the name against `sni`/`verifyhost`, and only the chain otherwise).
+/// `verify required`: the chain must lead to the CA. As in HAProxy, the name checked is the SNI
+/// sent, else the `verifyhost` name; with neither, only the chain is checked.
 #[derive(Debug)]
 struct ChainVerifier {
     inner: Arc<rustls::client::WebPkiServerVerifier>,
-    check_name: bool,
+    verifyhost: Option<ServerName<'static>>,
 }
 
 impl ServerCertVerifier for ChainVerifier {
@@ -2235,15 +2251,21 @@ impl ServerCertVerifier for ChainVerifier {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        // An IP address as the name means no SNI went out (see `server_name`).
+        let sni_sent = matches!(server_name, ServerName::DnsName(_));
+        let (name, check) = match (&self.verifyhost, sni_sent) {
+            (Some(host), false) => (host, true),
+            _ => (server_name, sni_sent),
+        };
         match self
             .inner
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+            .verify_server_cert(end_entity, intermediates, name, ocsp, now)
         {
             // webpki checks the chain before the name: a name error means the chain was good.
             Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::NotValidForName
                 | rustls::CertificateError::NotValidForNameContext { .. },
-            )) if !self.check_name => Ok(ServerCertVerified::assertion()),
+            )) if !check => Ok(ServerCertVerified::assertion()),
             r => r,
         }
     }

@@ -1038,6 +1038,10 @@ fn tls_to_servers_with_verify_sni_and_session_reuse() {
 \x20   use_backend b_name if {{ path_beg /name }}\n\
 \x20   use_backend b_alpn if {{ path_beg /alpn }}\n\
 \x20   use_backend b_never if {{ path_beg /never }}\n\
+\x20   use_backend b_vh_bad if {{ path_beg /vhbad }}\n\
+\x20   use_backend b_vh_sni if {{ path_beg /vhsni }}\n\
+\x20   use_backend b_vh_off if {{ path_beg /vhoff }}\n\
+\x20   use_backend b_vh if {{ path_beg /vh }}\n\
 \x20   default_backend b_ok\n\
 backend b_ok\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(backend.example)\n\
 backend b_never\n    http-reuse never\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(backend.example)\n\
@@ -1045,7 +1049,11 @@ backend b_none\n    server s 127.0.0.1:{p} ssl verify none\n\
 backend b_alpn\n    server s 127.0.0.1:{p} ssl verify none alpn h2,http/1.1\n\
 backend b_host\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni req.hdr(host)\n\
 backend b_wrong\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {wrong}\n\
-backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(other.example)\n",
+backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(other.example)\n\
+backend b_vh\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} verifyhost backend.example\n\
+backend b_vh_bad\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} verifyhost other.example\n\
+backend b_vh_sni\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(backend.example) verifyhost other.example\n\
+backend b_vh_off\n    default-server verifyhost other.example\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} no-verifyhost\n",
         p = tb.port,
         ca = ca_file.display(),
         wrong = wrong_file.display()
@@ -1073,6 +1081,15 @@ backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca
     // Verification failures: a failed connection, like a refused one (502).
     assert_eq!(http_get(port, "/wrong").status, 502, "wrong CA");
     assert_eq!(http_get(port, "/name").status, 502, "name mismatch");
+    // `verifyhost`: the name checked when no SNI is sent; the SNI wins when there is one.
+    let r = http_get(port, "/vh");
+    assert_eq!(r.body_str(), "tls-backend sni=-", "verifyhost sends no SNI");
+    assert_eq!(http_get(port, "/vhbad").status, 502, "verifyhost mismatch");
+    assert_eq!(
+        http_get(port, "/vhsni").body_str(),
+        "tls-backend sni=backend.example"
+    );
+    assert_eq!(http_get(port, "/vhoff").status, 200, "no-verifyhost");
     // A keep-alive client's requests share one TLS server connection: at most one handshake
     // for three requests (none when the connection of the first request above is still
     // pooled).

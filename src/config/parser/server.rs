@@ -90,7 +90,6 @@ const SERVER_OPTIONS: &[&str] = &[
 
 /// Real HAProxy server options that sluice does not implement.
 const SERVER_UNSUPPORTED: &[&str] = &[
-    "verifyhost",
     "send-proxy-v2-ssl",
     "send-proxy-v2-ssl-cn",
     "proxy-v2-options",

@@ -196,3 +196,107 @@ fn first_bytes_route_with_req_payload() {
         "{err}"
     );
 }
+
+/// Whether this process may put a socket in TCP repair mode (CAP_NET_ADMIN), as sluice's
+/// `silent-drop` tries first.
+fn can_repair() -> bool {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    nix::sys::socket::setsockopt(&c, nix::sys::socket::sockopt::TcpRepair, &1).is_ok()
+}
+
+/// A client whose connection sluice silently dropped: with TCP repair, nothing at all
+/// reaches it (no answer, no FIN, no RST) until it sends again, which the kernel, holding no
+/// socket for it any more, answers with a reset. Without repair, the reset of the close (its
+/// TTL of 1 does not matter on loopback).
+fn assert_silently_dropped(mut c: TcpStream, repair: bool, what: &str) {
+    let mut b = [0u8; 64];
+    c.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    let r = c.read(&mut b);
+    if !repair {
+        assert!(
+            matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{what}: {r:?}"
+        );
+        return;
+    }
+    assert!(
+        matches!(&r, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut)),
+        "{what}: the client must hear nothing, got {r:?}"
+    );
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    let _ = c.write_all(b"more");
+    let r = c.read(&mut b);
+    assert!(
+        matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{what}: the connection must be gone on sluice's side, got {r:?}"
+    );
+}
+
+/// `silent-drop` in `tcp-request connection`, `tcp-request content`, `http-request` and
+/// `http-response` rules: the connection disappears without the client being told, and the
+/// denial is counted (and logged `PR` in `mode http`).
+#[test]
+fn silent_drop_leaves_the_client_unaware() {
+    let repair = can_repair();
+    let a = recorder("A");
+    let web = HttpBackend::start("web");
+    let dir = TempDir::new();
+    let sock = dir.join("admin.sock");
+    let (p1, p2, p3, p4) = (free_port(), free_port(), free_port(), free_port());
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{LOGGED_TCP}\
+         frontend conn\n    bind 127.0.0.1:{p1}\n    tcp-request connection silent-drop\n\
+         \x20   default_backend raw\n\
+         frontend content\n    bind 127.0.0.1:{p2}\n    tcp-request inspect-delay 2s\n\
+         \x20   tcp-request content silent-drop if {{ req.len ge 4 }}\n    default_backend raw\n\
+         frontend req\n    mode http\n    option httplog\n    bind 127.0.0.1:{p3}\n\
+         \x20   http-request silent-drop if {{ path /drop }}\n    default_backend web\n\
+         frontend rsp\n    mode http\n    option httplog\n    bind 127.0.0.1:{p4}\n\
+         \x20   http-response silent-drop if {{ status 200 }}\n    default_backend web\n\
+         backend raw\n    server a {}\n\
+         backend web\n    mode http\n    server w {}\n",
+        sock.display(),
+        a.b.hostport(),
+        web.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let counted = |fe: &str, col: &str| {
+        wait_until(&format!("{fe} {col} = 1"), WAIT, || {
+            stat_column(&sock, fe, "FRONTEND", col) == "1"
+        })
+    };
+
+    let c = TcpStream::connect(lo(p1)).unwrap();
+    counted("conn", "dcon");
+    assert_silently_dropped(c, repair, "tcp-request connection");
+
+    let mut c = TcpStream::connect(lo(p2)).unwrap();
+    c.write_all(b"hello").unwrap();
+    counted("content", "dreq");
+    assert_silently_dropped(c, repair, "tcp-request content");
+
+    // The same frontend lets another request through: only the matching one is dropped.
+    assert_eq!(http_get(p3, "/ok").status, 200);
+    let mut c = TcpStream::connect(lo(p3)).unwrap();
+    c.write_all(b"GET /drop HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let line = s.wait_log_line(|l| l.contains("GET /drop"), WAIT);
+    assert!(
+        line.contains(" PR--") && line.contains(" req req/<NOSRV> "),
+        "{line}"
+    );
+    counted("req", "dreq");
+    assert_silently_dropped(c, repair, "http-request");
+
+    let mut c = TcpStream::connect(lo(p4)).unwrap();
+    c.write_all(b"GET /r HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let line = s.wait_log_line(|l| l.contains("GET /r "), WAIT);
+    assert!(line.contains(" PR--"), "{line}");
+    counted("rsp", "dreq");
+    assert_silently_dropped(c, repair, "http-response");
+    assert_eq!(web.requests().len(), 2, "/ok and /r reached the server");
+    assert!(a.seen.lock().unwrap().is_empty());
+}

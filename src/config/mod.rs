@@ -1201,6 +1201,8 @@ pub enum TcpAction {
     Accept,
     /// Closes the connection.
     Reject,
+    /// `silent-drop`: the connection disappears without the client being told.
+    SilentDrop,
     /// A stick-table action; evaluation goes on with the next rule.
     Stick(StickAction),
     /// `set-var`, `set-var-fmt`, `unset-var`; evaluation goes on.
@@ -1272,6 +1274,9 @@ pub enum HttpResponseAction {
     /// `deny [deny_status N] [REPLY]` (default 502): the server's response is dropped with its
     /// connection, and the client gets the status's error page or the reply.
     Deny(Deny),
+    /// `silent-drop`: the response is dropped and the client connection disappears without
+    /// the client being told (see `stream::silent_drop`).
+    SilentDrop,
     /// `set-var`, `set-var-fmt`, `unset-var`: evaluation goes on.
     SetVar(VarAction),
     /// `set-log-level LEVEL|silent` (`None`: silent): the transaction's log line goes out at
@@ -1427,6 +1432,8 @@ pub enum HttpRequestAction {
     Header(HeaderAction),
     /// `deny [deny_status N] [REPLY]` (default 403).
     Deny(Deny),
+    /// `silent-drop`: the client connection disappears without the client being told.
+    SilentDrop,
     /// `return [status N] [content-type T] [string S | file F] [hdr N V]...` (default 200).
     Return(Reply),
     Redirect(Redirect),

@@ -568,6 +568,8 @@ struct Conn<'a, C> {
     idle_since: Instant,
     /// An error answer was sent and the connection ends: close it lingering.
     linger: bool,
+    /// `silent-drop`: the connection is closed without a word to the client.
+    dropped: bool,
     /// The stick-table entries the current request tracks (`http-request track-scN`, and
     /// `tcp-request content track-scN`, which in `mode http` run per request).
     sc: crate::stick::Trackers,
@@ -650,6 +652,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             ctx.accepted
         },
         linger: false,
+        dropped: false,
         sc: crate::stick::Trackers::default(),
     };
     let mut first = true;
@@ -685,7 +688,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     }
     if c.linger {
         c.lingering_close().await;
-    } else if c.client.shutdown_before_close() {
+    } else if c.client.shutdown_before_close() && !c.dropped {
         let _ = c.client.shutdown().await;
     }
     c.release_idle_memory();
@@ -1212,8 +1215,9 @@ impl<C: ClientIo> Conn<'_, C> {
         }
         // `tcp-request content` rules run per request in `mode http`, before the
         // `http-request` ones (HAProxy's streams are requests).
-        if !self.content_rules(self.fe, head, src) {
-            return self.content_reject(txn);
+        let verdict = self.content_rules(self.fe, head, src);
+        if verdict != super::Verdict::Go {
+            return self.content_reject(txn, verdict);
         }
         // Frontend http-request rules.
         if let Some(r) = self.run_request_rules(self.fe, head, src, txn) {
@@ -1247,8 +1251,9 @@ impl<C: ClientIo> Conn<'_, C> {
         txn.be = Some(be_idx);
         let bp = &shared.cfg.proxies[be_idx];
         if be_idx != self.ctx.proxy {
-            if !self.content_rules(bp, head, src) {
-                return self.content_reject(txn);
+            let verdict = self.content_rules(bp, head, src);
+            if verdict != super::Verdict::Go {
+                return self.content_reject(txn, verdict);
             }
             if let Some(r) = self.run_request_rules(bp, head, src, txn) {
                 return self.act_final(bp, head, txn, r).await;
@@ -1371,8 +1376,13 @@ impl<C: ClientIo> Conn<'_, C> {
         Some(n as usize)
     }
 
-    /// `tcp-request content` rules of `p` on this request: `false` when one rejects it.
-    fn content_rules(&mut self, p: &Proxy, head: &RequestHead, src: Option<IpAddr>) -> bool {
+    /// `tcp-request content` rules of `p` on this request.
+    fn content_rules(
+        &mut self,
+        p: &Proxy,
+        head: &RequestHead,
+        src: Option<IpAddr>,
+    ) -> super::Verdict {
         use crate::config::TcpAction;
         for r in &p.tcp_content {
             let done = {
@@ -1381,8 +1391,9 @@ impl<C: ClientIo> Conn<'_, C> {
                     continue;
                 }
                 match &r.action {
-                    TcpAction::Accept => return true,
-                    TcpAction::Reject => return false,
+                    TcpAction::Accept => return super::Verdict::Go,
+                    TcpAction::Reject => return super::Verdict::Reject,
+                    TcpAction::SilentDrop => return super::Verdict::SilentDrop,
                     TcpAction::Stick(a) => super::stick_act(a, &view),
                     TcpAction::SetVar(a) => {
                         a.run(&view);
@@ -1392,15 +1403,26 @@ impl<C: ClientIo> Conn<'_, C> {
             };
             self.track(done);
         }
-        true
+        super::Verdict::Go
     }
 
     /// A request rejected by `tcp-request content`: the connection is closed without an
     /// answer, as in HAProxy; logged `PR`.
-    fn content_reject(&mut self, txn: &mut Txn) -> Option<Next> {
+    fn content_reject(&mut self, txn: &mut Txn, verdict: super::Verdict) -> Option<Next> {
         txn.term = *b"PR";
         txn.flags.denied = true;
+        if verdict == super::Verdict::SilentDrop {
+            self.silent_drop();
+        }
         None
+    }
+
+    /// `silent-drop`: the client connection is closed as the transaction ends, without the
+    /// client being told (no answer, no shutdown, no lingering).
+    fn silent_drop(&mut self) {
+        self.client.silent_drop();
+        self.dropped = true;
+        self.linger = false;
     }
 
     /// Keeps an entry a rule of this request started to track; the request counts in it
@@ -1801,6 +1823,12 @@ impl<C: ClientIo> Conn<'_, C> {
                     },
                 };
                 self.local_response(head, txn, &resp, d.status, keep).await
+            }
+            HttpRequestAction::SilentDrop => {
+                txn.term = *b"PR";
+                txn.flags.denied = true;
+                self.silent_drop();
+                None
             }
             HttpRequestAction::Return(reply) => {
                 let bytes = self.reply_bytes(p, head, txn, reply, false);
@@ -2363,6 +2391,7 @@ impl<C: ClientIo> Conn<'_, C> {
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
         let mut returned = None;
         let mut denied = None;
+        let mut dropped = false;
         'rules: for p in &rule_sets[..n_sets] {
             for rule in &p.http_response {
                 let view = RspView {
@@ -2380,6 +2409,10 @@ impl<C: ClientIo> Conn<'_, C> {
                     HttpResponseAction::Header(a) => a,
                     HttpResponseAction::Deny(d) => {
                         denied = Some(d);
+                        break 'rules;
+                    }
+                    HttpResponseAction::SilentDrop => {
+                        dropped = true;
                         break 'rules;
                     }
                     HttpResponseAction::Return(r) => {
@@ -2422,6 +2455,16 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.bytes_out = answer.len() as u64;
             let _ = self.client.send(&answer).await;
             self.linger = !req_body.done();
+            return None;
+        }
+        if dropped {
+            // `http-response silent-drop`: the response goes nowhere (its connection is
+            // dropped on return), and the client is not told; counted and logged as HAProxy
+            // does: a denied request, `PR`.
+            txn.flags.denied = true;
+            txn.flags.from_server = false;
+            txn.term = *b"PR";
+            self.silent_drop();
             return None;
         }
         if let Some(d) = denied {

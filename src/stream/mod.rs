@@ -90,7 +90,13 @@ pub async fn serve(
             vars: Some(&vars),
         };
         let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
-        if !tcp_rules(&p.tcp_connection, &view, &mut sc) {
+        let verdict = tcp_rules(&p.tcp_connection, &view, &mut sc);
+        if verdict != Verdict::Go {
+            if verdict == Verdict::SilentDrop
+                && let Client::Tcp(s, _) = &client
+            {
+                s.silent_drop();
+            }
             fe.counters.denied_conn.fetch_add(1, Relaxed);
             return;
         }
@@ -1000,6 +1006,10 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + 'static {
     /// its head may be waiting for that ACK (Nagle), which `tcp-smart-accept` delays.
     fn quick_ack(&self) {}
 
+    /// `silent-drop`: makes the coming close invisible to the client (nothing on a UNIX
+    /// socket, whose peer is local anyway).
+    fn silent_drop(&self) {}
+
     /// Whether ending the connection needs a shutdown before the close. A plain socket's
     /// close sends the same FIN (and the same RST if unread input remains) as a shutdown
     /// followed by a close, so the shutdown is one syscall per connection for nothing; TLS
@@ -1025,6 +1035,26 @@ impl ClientIo for TcpStream {
 
     fn quick_ack(&self) {
         let _ = socket2::SockRef::from(self).set_tcp_quickack(true);
+    }
+
+    fn silent_drop(&self) {
+        // As HAProxy: with TCP_REPAIR (it needs CAP_NET_ADMIN) the close sends nothing at
+        // all, so the client keeps a connection that no longer exists here. Without it, the
+        // reset the close sends (no lingering) gets a TTL of 1, so that it dies at the first
+        // router (a client on the local network still sees it).
+        // What arrived is acknowledged first: an ACK held back (`tcp-smart-accept`, delayed
+        // ACKs) would have the client retransmit to a socket that no longer exists, and get
+        // the kernel's reset within a retransmission timeout.
+        self.quick_ack();
+        if nix::sys::socket::setsockopt(self, nix::sys::socket::sockopt::TcpRepair, &1).is_ok() {
+            return;
+        }
+        let s = socket2::SockRef::from(self);
+        let _ = match self.peer_addr() {
+            Ok(SocketAddr::V6(_)) => s.set_unicast_hops_v6(1),
+            _ => s.set_ttl_v4(1),
+        };
+        let _ = s.set_linger(Some(Duration::ZERO));
     }
 
     fn shutdown_before_close(&self) -> bool {
@@ -1076,6 +1106,10 @@ impl<S: ClientIo> ClientIo for tokio_rustls::server::TlsStream<S> {
 
     fn quick_ack(&self) {
         self.get_ref().0.quick_ack();
+    }
+
+    fn silent_drop(&self) {
+        self.get_ref().0.silent_drop();
     }
 
     async fn write_all_more(&mut self, buf: &[u8]) -> std::io::Result<()> {
@@ -1142,13 +1176,24 @@ pub(crate) fn stick_act(
     }
 }
 
-/// Runs `tcp-request` rules on a session's first data or its addresses: `false` when one
-/// rejects. Entries tracked go to `sc`.
+/// What `tcp-request` rules decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Accepted, or no rule stopped the session.
+    Go,
+    /// `reject`: closed at once.
+    Reject,
+    /// `silent-drop`: closed without the client being told (`ClientIo::silent_drop`).
+    SilentDrop,
+}
+
+/// Runs `tcp-request` rules on a session's first data or its addresses. Entries tracked go
+/// to `sc`.
 pub(crate) fn tcp_rules(
     rules: &[crate::config::TcpRequestRule],
     base: &http::SrcView<'_>,
     sc: &mut crate::stick::Trackers,
-) -> bool {
+) -> Verdict {
     use crate::config::TcpAction;
     for r in rules {
         let done = {
@@ -1162,8 +1207,9 @@ pub(crate) fn tcp_rules(
                 continue;
             }
             match &r.action {
-                TcpAction::Accept => return true,
-                TcpAction::Reject => return false,
+                TcpAction::Accept => return Verdict::Go,
+                TcpAction::Reject => return Verdict::Reject,
+                TcpAction::SilentDrop => return Verdict::SilentDrop,
                 TcpAction::Stick(a) => stick_act(a, &view),
                 TcpAction::SetVar(a) => {
                     a.run(&view);
@@ -1175,7 +1221,7 @@ pub(crate) fn tcp_rules(
             sc.0[slot] = Some(t);
         }
     }
-    true
+    Verdict::Go
 }
 
 /// `stick match` / `stick on`: the server a stick table names for this request or session,

@@ -229,7 +229,11 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         }
         _ => Vec::new(),
     };
-    if !content_allows(&mut ctx, fe, &held) {
+    let verdict = content_verdict(&mut ctx, fe, &held);
+    if verdict != super::Verdict::Go {
+        if verdict == super::Verdict::SilentDrop {
+            client.silent_drop();
+        }
         fc.denied_req.fetch_add(1, Relaxed);
         log_refused(&ctx, None, start, *b"PR");
         return;
@@ -241,7 +245,15 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
     let bp = &shared.cfg.proxies[be_idx];
     let bc = &shared.backend(be_idx).counters;
     bc.sessions_total.fetch_add(1, Relaxed);
-    if be_idx != ctx.proxy && !content_allows(&mut ctx, bp, &held) {
+    let verdict = if be_idx != ctx.proxy {
+        content_verdict(&mut ctx, bp, &held)
+    } else {
+        super::Verdict::Go
+    };
+    if verdict != super::Verdict::Go {
+        if verdict == super::Verdict::SilentDrop {
+            client.silent_drop();
+        }
         bc.denied_req.fetch_add(1, Relaxed);
         log_refused(&ctx, Some(be_idx), start, *b"PR");
         return;
@@ -387,10 +399,9 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
     );
 }
 
-/// `tcp-request content` rules of `p` on the client's first data `held`: `false` when one
-/// rejects the session. Entries they track join the session's (in `mode tcp` the stream is
-/// the session).
-fn content_allows(ctx: &mut SessionCtx, p: &crate::config::Proxy, held: &[u8]) -> bool {
+/// `tcp-request content` rules of `p` on the client's first data `held`. Entries they track
+/// join the session's (in `mode tcp` the stream is the session).
+fn content_verdict(ctx: &mut SessionCtx, p: &crate::config::Proxy, held: &[u8]) -> super::Verdict {
     // Out of the context while the rules, which see the context, add to it.
     let mut sc = std::mem::take(&mut ctx.sc);
     let allowed = {

@@ -25,6 +25,7 @@ const REQUEST_ACTIONS: &[&str] = &[
     "replace-header",
     "replace-value",
     "deny",
+    "silent-drop",
     "return",
     "redirect",
     "use-service",
@@ -47,6 +48,7 @@ const RESPONSE_ACTIONS: &[&str] = &[
     "replace-header",
     "replace-value",
     "deny",
+    "silent-drop",
 ];
 /// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
 const UNSUPPORTED_ACTIONS: &[&str] = &[
@@ -75,7 +77,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "set-status",
     "set-timeout",
     "set-tos",
-    "silent-drop",
     "strict-mode",
     "tarpit",
     "wait-for-body",
@@ -761,6 +762,10 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let action = match action {
         "set-log-level" => HttpRequestAction::SetLogLevel(log_level(args)?),
         "deny" => HttpRequestAction::Deny(deny(args, 403)?),
+        "silent-drop" => {
+            no_args("silent-drop", args)?;
+            HttpRequestAction::SilentDrop
+        }
         "return" => HttpRequestAction::Return(reply("return", args, 200)?),
         "redirect" => redirect(args)?,
         "use-service" => use_service(args)?,
@@ -849,6 +854,7 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let action = match action {
         "accept" => TcpAction::Accept,
         "reject" => TcpAction::Reject,
+        "silent-drop" => TcpAction::SilentDrop,
         a => match stick_action(d, a, &w[3..end.max(3)])? {
             Some(s) => TcpAction::Stick(s),
             None => match var_action(a, &w[3..end.max(3)], kind == "content")? {
@@ -857,6 +863,7 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                     let mut known = vec![
                         "accept",
                         "reject",
+                        "silent-drop",
                         "set-var(NAME)",
                         "set-var-fmt(NAME)",
                         "unset-var(NAME)",
@@ -873,7 +880,11 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             },
         },
     };
-    if matches!(action, TcpAction::Accept | TcpAction::Reject) && end != 3 {
+    if matches!(
+        action,
+        TcpAction::Accept | TcpAction::Reject | TcpAction::SilentDrop
+    ) && end != 3
+    {
         return Err(format!("unexpected argument '{}' after '{}'", w[3], w[2]).into());
     }
     if kind == "connection"
@@ -934,6 +945,10 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             var_action(a, &w[2..end], false)?.expect("checked just above"),
         ),
         "deny" => HttpResponseAction::Deny(deny(&w[2..end], 502)?),
+        "silent-drop" => {
+            no_args("silent-drop", &w[2..end])?;
+            HttpResponseAction::SilentDrop
+        }
         "return" => HttpResponseAction::Return(reply("return", &w[2..end], 200)?),
         "set-log-level" => HttpResponseAction::SetLogLevel(log_level(&w[2..end])?),
         a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
@@ -1004,4 +1019,12 @@ pub(super) fn stick(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         cond,
     });
     Ok(())
+}
+
+/// An action that takes no argument.
+fn no_args(action: &str, args: &[String]) -> Result<(), KwErr> {
+    match args.first() {
+        Some(a) => Err(format!("'{action}': unexpected argument '{a}'").into()),
+        None => Ok(()),
+    }
 }

@@ -421,6 +421,17 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
             admin(sess, || crate::tls::cli_commit_cert(&shared.cfg, path))
         }
         ["abort", "ssl", "cert", path] => admin(sess, || crate::tls::cli_abort_cert(path)),
+        [
+            verb @ ("show" | "get" | "add" | "set" | "del" | "clear" | "prepare" | "commit"),
+            kind @ ("map" | "acl"),
+            rest @ ..,
+        ] => {
+            if sess.level < CliLevel::Operator {
+                PERMISSION_DENIED.into()
+            } else {
+                crate::map::cli(&shared.cfg.pat_refs, verb, kind, rest)
+            }
+        }
         ["show", "resolvers"] => crate::resolvers::cli_show(&shared.cfg, None),
         ["show", "resolvers", name] => crate::resolvers::cli_show(&shared.cfg, Some(name)),
         ["show", "table", rest @ ..] => {

@@ -171,14 +171,54 @@ pub(crate) struct Expr {
     fetch: Fetch,
     /// Converters applied to each sample (`,lower`), usually none.
     convs: Box<[Conv]>,
+    /// The patterns written on the line.
     matcher: Matcher,
+    /// `-f FILE` patterns, looked up in the file's current version (the runtime API may
+    /// change it), each with its `-i`, and the match method they are looked up with.
+    files: Box<[(Arc<crate::map::PatRef>, bool)]>,
+    file_match: crate::map::Match,
 }
 
 impl Expr {
     fn matches(&self, view: &dyn HttpView) -> bool {
         each_sample(&self.fetch, &self.convs, view, &mut |s| {
             self.matcher.test(s)
+                || self
+                    .files
+                    .iter()
+                    .any(|(f, icase)| file_test(&f.load(), self.file_match, *icase, s))
         })
+    }
+}
+
+/// Whether sample `s` matches a pattern of file `f` by method `m`.
+fn file_test(f: &crate::map::PatFile, m: crate::map::Match, icase: bool, s: Sample<'_>) -> bool {
+    use crate::map::Match;
+    match m {
+        Match::Int => sample_int(s).is_some_and(|n| f.find_int(n).is_some()),
+        Match::Ip => sample_ip(s).is_some_and(|ip| f.find_ip(ip).is_some()),
+        _ => with_text(s, |v| f.find_str(m, v, icase).is_some()),
+    }
+}
+
+/// A sample as an integer, as HAProxy casts it for integer matches.
+fn sample_int(s: Sample<'_>) -> Option<i64> {
+    match s {
+        Sample::Int(n) => Some(n),
+        Sample::Bool(b) => Some(b as i64),
+        Sample::Str(v) => std::str::from_utf8(v).ok().and_then(|t| t.parse().ok()),
+        Sample::Ip(IpAddr::V4(v4)) => Some(u32::from(v4) as i64),
+        Sample::Ip(_) => None,
+    }
+}
+
+/// A sample as an address, as HAProxy casts it for address matches.
+fn sample_ip(s: Sample<'_>) -> Option<IpAddr> {
+    match s {
+        Sample::Ip(ip) => Some(ip),
+        Sample::Str(v) => parse_ip(v),
+        Sample::Int(n) => Some(IpAddr::V4((n as u32).into())),
+        Sample::Bool(_) => None,
     }
 }
 
@@ -1284,29 +1324,11 @@ impl Matcher {
                 with_text(s, |v| ranges.iter().any(|r| r.contains(v.len() as i64)))
             }
             Matcher::Int(ranges) => {
-                let v = match s {
-                    Sample::Int(n) => n,
-                    Sample::Bool(b) => b as i64,
-                    Sample::Str(v) => {
-                        match std::str::from_utf8(v).ok().and_then(|t| t.parse().ok()) {
-                            Some(n) => n,
-                            None => return false,
-                        }
-                    }
-                    Sample::Ip(IpAddr::V4(v4)) => u32::from(v4) as i64,
-                    Sample::Ip(_) => return false,
-                };
-                ranges.iter().any(|r| r.contains(v))
+                sample_int(s).is_some_and(|v| ranges.iter().any(|r| r.contains(v)))
             }
             Matcher::Ip(_) | Matcher::IpIndex(_) => {
-                let ip = match s {
-                    Sample::Ip(ip) => ip,
-                    Sample::Str(v) => match parse_ip(v) {
-                        Some(ip) => ip,
-                        None => return false,
-                    },
-                    Sample::Int(n) => IpAddr::V4((n as u32).into()),
-                    Sample::Bool(_) => return false,
+                let Some(ip) = sample_ip(s) else {
+                    return false;
                 };
                 match self {
                     Matcher::Ip(nets) => nets.iter().any(|n| ip_in(n, ip)),
@@ -1971,8 +1993,8 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
     let (fetch, default_m, convs, ty) = parse_chain(crit, "ACL criterion")?;
     let mut icase = false;
     let mut method: Option<&str> = None;
-    // Patterns read from `-f` files, each with the `-i` in force when its file was named.
-    let mut file_pats: Vec<(String, bool)> = Vec::new();
+    // `-f` files, each with the `-i` in force when it was named.
+    let mut files: Vec<(Arc<crate::map::PatRef>, bool)> = Vec::new();
     let mut as_map = false;
     let mut had_file = false;
     let mut i = 1;
@@ -1992,9 +2014,8 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
                 let Some(path) = words.get(i + 1) else {
                     return Err("missing file name after '-f'".into());
                 };
-                let f = crate::map::load(path, as_map)?;
+                files.push((crate::map::load(path, as_map, "acl")?, icase));
                 had_file = true;
-                file_pats.extend(f.entries.iter().map(|e| (e.key.to_string(), icase)));
                 i += 1;
             }
             "--" => {
@@ -2020,12 +2041,36 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
     // A pattern file, even an empty one, says the patterns are meant to be there.
     let explicit_end = (i > 1 && words[i - 1] == "--") || had_file;
     let inline = &words[i..];
+    let m = method.unwrap_or(default_m);
+    // Files are looked up live with the methods pattern files have; the others (`len`,
+    // `bin`) take their patterns as they are now.
+    let file_match = match m {
+        "str" => Some(crate::map::Match::Str),
+        "beg" => Some(crate::map::Match::Beg),
+        "end" => Some(crate::map::Match::End),
+        "sub" => Some(crate::map::Match::Sub),
+        "dir" => Some(crate::map::Match::Dir),
+        "dom" => Some(crate::map::Match::Dom),
+        "reg" => Some(crate::map::Match::Reg),
+        "int" => Some(crate::map::Match::Int),
+        "ip" => Some(crate::map::Match::Ip),
+        _ => None,
+    };
+    let mut file_pats: Vec<(String, bool)> = Vec::new();
+    if let Some(fm) = file_match {
+        for (f, icase) in &files {
+            f.prepare(fm, *icase)?;
+        }
+    } else {
+        for (f, icase) in std::mem::take(&mut files) {
+            file_pats.extend(f.load().entries.iter().map(|e| (e.key.to_string(), icase)));
+        }
+    }
     let values: Vec<(String, bool)> = file_pats
         .into_iter()
         .chain(inline.iter().map(|v| (v.clone(), icase)))
         .collect();
     let values = &values[..];
-    let m = method.unwrap_or(default_m);
     let compatible = match m {
         // HAProxy casts the sample to what the method compares, which exists for all but
         // booleans to addresses.
@@ -2061,6 +2106,12 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
         ));
     }
     let needs_values = !matches!(m, "found" | "bool");
+    if !needs_values && let Some((f, _)) = files.first() {
+        return Err(format!(
+            "matching method '{m}' takes no pattern, but file '{}' was given",
+            f.path
+        ));
+    }
     if needs_values && values.is_empty() && !explicit_end {
         return Err(format!(
             "no pattern to match against was provided for '{crit}', so this ACL would never \
@@ -2142,6 +2193,8 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
         fetch,
         convs,
         matcher,
+        files: files.into_boxed_slice(),
+        file_match: file_match.unwrap_or(crate::map::Match::Str),
     })
 }
 

@@ -13,7 +13,7 @@ use base64::Engine as _;
 use regex::bytes::{Regex, RegexBuilder};
 
 use super::acl::{Sample, SmpType};
-use crate::map::{Match, PatFile};
+use crate::map::{Match, PatRef};
 use crate::vars::{SetCond, VarName, Vars};
 
 // ---------------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ pub(crate) enum Conv {
         per_sec: i64,
     },
     Map {
-        file: Arc<PatFile>,
+        file: Arc<PatRef>,
         m: Match,
         /// `map_regm`: the value's `\N` take the key's captures.
         regm: bool,
@@ -739,8 +739,15 @@ fn parse_map(name: &str, a: &[String], input: SmpType) -> Result<(Conv, SmpType)
             type_name(input)
         ));
     }
-    let file = crate::map::load(&a[0], true)?;
+    let file = crate::map::load(&a[0], true, "map")?;
     file.prepare(m, false)?;
+    if !regm {
+        file.need_values(match out {
+            SmpType::Int => crate::map::ValueType::Int,
+            SmpType::Ip => crate::map::ValueType::Ip,
+            _ => crate::map::ValueType::Str,
+        });
+    }
     // Every value must read as the output type, as HAProxy checks when it loads the file.
     let typed = |s: &str| -> Option<Val> {
         match out {
@@ -750,7 +757,7 @@ fn parse_map(name: &str, a: &[String], input: SmpType) -> Result<(Conv, SmpType)
         }
     };
     if !regm {
-        for e in &file.entries {
+        for e in &file.load().entries {
             if typed(&e.value).is_none() {
                 return Err(format!(
                     "{}:{}: value '{}' is not a valid {} (converter '{name}')",
@@ -1206,6 +1213,7 @@ impl Conv {
                 out,
                 default,
             } => {
+                let file = file.load();
                 let hit = match m {
                     Match::Int => file.find_int(v.to_int()?),
                     Match::Ip => file.find_ip(v.to_ip()?),

@@ -105,6 +105,8 @@ pub struct Config {
     pub proxies: Vec<Proxy>,
     /// `resolvers` sections, in declaration order.
     pub resolvers: Vec<crate::resolvers::Resolvers>,
+    /// Map and ACL pattern files, by id (what `show map`/`show acl` list and change).
+    pub pat_refs: Vec<std::sync::Arc<crate::map::PatRef>>,
     /// What was accepted with a warning (`file:line: ...`).
     pub warnings: Vec<ConfigError>,
 }

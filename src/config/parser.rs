@@ -220,6 +220,7 @@ impl State {
     }
 
     fn line(&mut self, l: &Line) {
+        crate::map::note_line(&l.file, l.line);
         self.line_inner(l);
         crate::userlist::note_line(&l.file, l.line);
         crate::stick::note_line(&l.file, l.line);
@@ -686,6 +687,7 @@ impl State {
                 global: self.global,
                 proxies,
                 resolvers: self.resolvers,
+                pat_refs: crate::map::take_refs(),
                 warnings: self.warnings,
             });
         }

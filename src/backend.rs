@@ -26,6 +26,10 @@ pub struct ServerState {
     pub addr: ArcSwap<SocketAddr>,
     /// Bumped by each address change, so pooled connections to an old address are dropped.
     pub addr_gen: AtomicU32,
+    /// The host name the server resolves (`show servers state` `srv_fqdn`): its configured
+    /// name, or for a slot of an SRV record the target of the record it holds (none while
+    /// free). Written by the `resolvers` task only.
+    pub fqdn: arc_swap::ArcSwapOption<String>,
     pub puid: u32,
     pub backup: bool,
     /// Current user weight.
@@ -461,6 +465,12 @@ impl ServerState {
             name: s.name.clone(),
             addr: ArcSwap::from_pointee(s.addr),
             addr_gen: AtomicU32::new(0),
+            fqdn: arc_swap::ArcSwapOption::from(
+                s.resolve
+                    .as_ref()
+                    .filter(|r| !r.srv_record)
+                    .map(|r| std::sync::Arc::new(r.hostname.clone())),
+            ),
             puid,
             backup: s.backup,
             weight: AtomicU32::new(s.weight),

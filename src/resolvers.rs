@@ -1,15 +1,24 @@
 //! `resolvers` sections: servers named by a host name (`server s1 app.example.com:80
-//! resolvers dns`) follow that name's DNS records at run time, as HAProxy's do.
+//! resolvers dns`) follow that name's DNS records at run time, as HAProxy's do, and servers
+//! named by an SRV record name (`server-template s 1-5 _http._tcp.example.com resolvers dns`)
+//! are slots that the name's SRV records fill.
 //!
-//! Owns the section's settings, the DNS messages (one A or AAAA question with an EDNS0 size;
-//! the answers' addresses: a few dozen lines of wire format, so no DNS library), and one
-//! task per resolved host name on the first worker thread: every `timeout resolve` it asks
-//! every nameserver, takes the first valid answer, retries and falls back to the other
-//! address family as HAProxy does, and applies the outcome to the servers: a new address
-//! (idle connections to the old one are dropped), maintenance when no valid answer came
-//! within the `hold` period of the error, and back when the name resolves again.
+//! Owns the section's settings, the DNS messages (one A, AAAA or SRV question with an EDNS0
+//! size; the answers' addresses, SRV records and their additional addresses: a few dozen lines
+//! of wire format, so no DNS library), and the resolution tasks on the first worker thread.
+//! One task per resolved host name: every `timeout resolve` it asks every nameserver, takes the
+//! first valid answer, retries and falls back to the other address family as HAProxy does, and
+//! applies the outcome to the servers: a new address (idle connections to the old one are
+//! dropped), maintenance when no valid answer came within the `hold` period of the error, and
+//! back when the name resolves again. One task per SRV record name and backend: each record
+//! of an answer holds one server slot (matched again by target and port on the next answers),
+//! which takes the record's port, weight and target, and the target's address from the
+//! answer's additional section or else from its own A/AAAA resolution; slots without a record
+//! wait in maintenance, and a record missing from the answers frees its slot after `hold
+//! obsolete`.
 //! It must not block a worker (all I/O is async) and does not touch requests.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -39,9 +48,11 @@ pub struct Resolvers {
     pub hold_refused: Duration,
     pub hold_timeout: Duration,
     pub hold_other: Duration,
-    /// `hold valid` and `hold obsolete`: accepted; they concern `do-resolve` and SRV records,
-    /// which sluice does not implement.
+    /// `hold valid` (default 10 s): accepted; it concerns `do-resolve`, which sluice does not
+    /// implement (each resolution here is a fresh query).
     pub hold_valid: Duration,
+    /// `hold obsolete` (default 0): how long an SRV record missing from the answers keeps its
+    /// server slot (HAProxy's `resolv_check_response` purge).
     pub hold_obsolete: Duration,
     /// `accepted_payload_size` (default 512): the EDNS0 size announced.
     pub accepted_payload_size: u16,
@@ -86,6 +97,10 @@ pub struct ServerResolve {
     /// `resolve-opts allow-dup-ip`: servers of a backend resolving the same name may share
     /// an address (by default each takes a different one while there are enough).
     pub allow_dup_ip: bool,
+    /// `hostname` is an SRV record name (HAProxy's rule: it starts with `_`).
+    pub srv_record: bool,
+    /// `resolve-opts ignore-weight`: an SRV record's weight does not change the server's.
+    pub ignore_weight: bool,
 }
 
 /// Why a resolution failed (which `hold` applies).
@@ -97,11 +112,11 @@ pub enum Failure {
     Other,
 }
 
-/// One nameserver's answer to a query.
+/// One nameserver's answer to a query (`T`: the addresses, or the SRV records).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
-    /// NOERROR with at least one address of the type asked.
-    Addrs(Vec<IpAddr>),
+pub enum Answer<T = Vec<IpAddr>> {
+    /// NOERROR with at least one record of the type asked.
+    Records(T),
     Failed(Failure),
     /// Not an answer to this query (wrong id, not a response, malformed): ignored.
     Invalid,
@@ -111,7 +126,21 @@ pub enum Answer {
 
 const TYPE_A: u16 = 1;
 const TYPE_AAAA: u16 = 28;
+const TYPE_SRV: u16 = 33;
 const TYPE_OPT: u16 = 41;
+
+/// One SRV record of an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SrvRecord {
+    /// The target host name, lower case, without the final dot.
+    pub target: String,
+    pub port: u16,
+    pub weight: u16,
+    /// Read, not used: HAProxy 2.6 gives priorities no meaning either.
+    pub priority: u16,
+    /// The target's address from the answer's additional section, if it had one.
+    pub addr: Option<IpAddr>,
+}
 
 // ---------------------------------------------------------------------------------------------
 // Configuration.
@@ -322,6 +351,11 @@ fn nameserver_addr(a: &str) -> Result<SocketAddr, String> {
 /// A query for `name`'s A (`v6: false`) or AAAA records, recursion desired, with an EDNS0
 /// OPT record announcing `payload` bytes.
 pub fn query(id: u16, name: &str, v6: bool, payload: u16) -> Result<Vec<u8>, String> {
+    query_type(id, name, if v6 { TYPE_AAAA } else { TYPE_A }, payload)
+}
+
+/// A query for `name`'s records of type `qtype` (A, AAAA or SRV), as [`query`].
+fn query_type(id: u16, name: &str, qtype: u16, payload: u16) -> Result<Vec<u8>, String> {
     let mut q = Vec::with_capacity(32 + name.len());
     q.extend_from_slice(&id.to_be_bytes());
     q.extend_from_slice(&0x0100u16.to_be_bytes()); // RD
@@ -334,7 +368,7 @@ pub fn query(id: u16, name: &str, v6: bool, payload: u16) -> Result<Vec<u8>, Str
         q.extend_from_slice(label.as_bytes());
     }
     q.push(0);
-    q.extend_from_slice(&(if v6 { TYPE_AAAA } else { TYPE_A }).to_be_bytes());
+    q.extend_from_slice(&qtype.to_be_bytes());
     q.extend_from_slice(&1u16.to_be_bytes()); // IN
     // OPT: root name, type 41, class = payload size, ttl 0, no data.
     q.push(0);
@@ -361,6 +395,58 @@ fn skip_name(m: &[u8], mut at: usize) -> Option<usize> {
             l => at += 1 + l,
         }
     }
+}
+
+/// Reads the (possibly compressed) name at `at`: the name in lower case without the final
+/// dot ("" for the root), and the offset after it where it is written. `None` when it is
+/// malformed: cut short, a reserved label type, a label that is not printable ASCII or holds
+/// a dot, longer than 255 bytes, or a compression pointer that does not point backwards.
+/// Pointers are followed at most 64 times, so a cycle of pointers ends too (as do cycles
+/// through labels, which hit the length limit first).
+fn read_name(m: &[u8], at: usize) -> Option<(String, usize)> {
+    let mut name = String::new();
+    let mut pos = at;
+    let mut after = None;
+    let mut jumps = 0;
+    loop {
+        let len = usize::from(*m.get(pos)?);
+        match len & 0xc0 {
+            0xc0 => {
+                let to = ((len & 0x3f) << 8) | usize::from(*m.get(pos + 1)?);
+                after.get_or_insert(pos + 2);
+                jumps += 1;
+                if to >= pos || jumps > 64 {
+                    return None;
+                }
+                pos = to;
+            }
+            0 if len == 0 => return Some((name, after.unwrap_or(pos + 1))),
+            0 => {
+                let label = m.get(pos + 1..pos + 1 + len)?;
+                if label.iter().any(|&b| !b.is_ascii_graphic() || b == b'.') {
+                    return None;
+                }
+                if !name.is_empty() {
+                    name.push('.');
+                }
+                name.extend(label.iter().map(|b| char::from(b.to_ascii_lowercase())));
+                if name.len() > 255 {
+                    return None;
+                }
+                pos += 1 + len;
+            }
+            // 0x40 and 0x80: extended and reserved label types.
+            _ => return None,
+        }
+    }
+}
+
+/// Skips one resource record at `at` (name, fixed fields, data); the offset after it.
+fn skip_record(m: &[u8], at: usize) -> Option<usize> {
+    let at = skip_name(m, at)?;
+    let len = usize::from(u16_at(m, at + 8)?);
+    m.get(at + 10..at + 10 + len)?;
+    Some(at + 10 + len)
 }
 
 fn u16_at(m: &[u8], at: usize) -> Option<u16> {
@@ -416,27 +502,143 @@ fn parse_inner(m: &[u8], id: u16, v6: bool) -> Option<Answer> {
         // NOERROR without a record of the type asked: the other family may have some.
         Answer::Failed(Failure::Other)
     } else {
-        Answer::Addrs(addrs)
+        Answer::Records(addrs)
     })
+}
+
+/// Reads a response to query `id` asking for `name`'s SRV records: each record (target and
+/// port once, as HAProxy keeps them) with the address the additional section gives for its
+/// target. As HAProxy, the truncated bit is no error for SRV answers (the records that came
+/// are used), and the answer records' owner names are not compared with the question's.
+pub fn parse_srv(m: &[u8], id: u16, name: &str) -> Answer<Vec<SrvRecord>> {
+    parse_srv_inner(m, id, name).unwrap_or(Answer::Invalid)
+}
+
+fn parse_srv_inner(m: &[u8], id: u16, name: &str) -> Option<Answer<Vec<SrvRecord>>> {
+    if m.len() < 12 || u16_at(m, 0)? != id {
+        return Some(Answer::Invalid);
+    }
+    let flags = u16_at(m, 2)?;
+    if flags & 0x8000 == 0 {
+        return Some(Answer::Invalid);
+    }
+    match flags & 0x000f {
+        0 => {}
+        3 => return Some(Answer::Failed(Failure::Nx)),
+        5 => return Some(Answer::Failed(Failure::Refused)),
+        _ => return Some(Answer::Failed(Failure::Other)),
+    }
+    let (qd, an, ns, ar) = (u16_at(m, 4)?, u16_at(m, 6)?, u16_at(m, 8)?, u16_at(m, 10)?);
+    // One question, the one asked: anything else answers another query.
+    if qd != 1 {
+        return Some(Answer::Invalid);
+    }
+    let (qname, mut at) = read_name(m, 12)?;
+    if u16_at(m, at)? != TYPE_SRV || !qname.eq_ignore_ascii_case(name.trim_end_matches('.')) {
+        return Some(Answer::Invalid);
+    }
+    at += 4;
+    let mut recs: Vec<SrvRecord> = Vec::new();
+    for _ in 0..an {
+        at = skip_name(m, at)?;
+        let ty = u16_at(m, at)?;
+        let len = usize::from(u16_at(m, at + 8)?);
+        let start = at + 10;
+        let data = m.get(start..start + len)?;
+        at = start + len;
+        if ty != TYPE_SRV {
+            continue;
+        }
+        // Priority, weight, port, then the target (at least its root label).
+        if len <= 6 {
+            return None;
+        }
+        let (priority, weight, port) = (u16_at(data, 0)?, u16_at(data, 2)?, u16_at(data, 4)?);
+        let (target, end) = read_name(m, start + 6)?;
+        if end > at {
+            return None;
+        }
+        // "." says the service is not available at this name: no server for it.
+        if target.is_empty() {
+            continue;
+        }
+        match recs
+            .iter_mut()
+            .find(|r| r.target == target && r.port == port)
+        {
+            Some(r) => r.weight = weight,
+            None => recs.push(SrvRecord {
+                target,
+                port,
+                weight,
+                priority,
+                addr: None,
+            }),
+        }
+    }
+    if recs.is_empty() {
+        return Some(Answer::Failed(Failure::Other));
+    }
+    for _ in 0..ns {
+        at = skip_record(m, at)?;
+    }
+    // Additional A/AAAA records: each gives its address to the first record of its target
+    // that has none yet (as HAProxy pairs them). Other types (the OPT record) are skipped.
+    for _ in 0..ar {
+        let (owner, next) = read_name(m, at)?;
+        let ty = u16_at(m, next)?;
+        let len = usize::from(u16_at(m, next + 8)?);
+        let data = m.get(next + 10..next + 10 + len)?;
+        at = next + 10 + len;
+        let ip = match (ty, data.len()) {
+            (TYPE_A, 4) => IpAddr::from(<[u8; 4]>::try_from(data).ok()?),
+            (TYPE_AAAA, 16) => IpAddr::from(<[u8; 16]>::try_from(data).ok()?),
+            (TYPE_A | TYPE_AAAA, _) => return None,
+            _ => continue,
+        };
+        if let Some(r) = recs
+            .iter_mut()
+            .find(|r| r.addr.is_none() && r.target == owner)
+        {
+            r.addr = Some(ip);
+        }
+    }
+    Some(Answer::Records(recs))
+}
+
+/// HAProxy 2.6's mapping of an SRV weight (0..=65535) to a server weight (0..=256): rounded
+/// up, so that 0 stays 0 (`(weight + 255) / 256` in `resolv_check_response`; 1.8's `dns.c`
+/// had `weight / 256 + 1`, which made 0 a 1).
+pub fn srv_weight(w: u16) -> u32 {
+    u32::from(w).div_ceil(256)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Resolving.
 
-/// Asks every nameserver once for `name`; the first valid answer, or the last error
-/// (a timeout when no nameserver answered).
-async fn ask(r: &Rc<Resolvers>, name: &str, v6: bool) -> Result<Vec<IpAddr>, Failure> {
+/// How a response to query `id` for a name is read.
+type Parser<T> = fn(&[u8], u16, &str) -> Answer<T>;
+
+/// Asks every nameserver once for `name`'s records of type `qtype`; the first valid answer,
+/// or the last error (a timeout when no nameserver answered).
+async fn ask<T: 'static>(
+    r: &Rc<Resolvers>,
+    name: &str,
+    qtype: u16,
+    parse: Parser<T>,
+) -> Result<T, Failure> {
     let id: u16 = rand_id();
-    let Ok(q) = query(id, name, v6, r.accepted_payload_size) else {
+    let Ok(q) = query_type(id, name, qtype, r.accepted_payload_size) else {
         return Err(Failure::Other);
     };
     let q = Rc::new(q);
+    let name: Rc<str> = name.into();
     let deadline = tokio::time::Instant::now() + r.timeout_retry;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for i in 0..r.nameservers.len() {
-        let (r, q, tx) = (r.clone(), q.clone(), tx.clone());
+        let (r, q, tx, name) = (r.clone(), q.clone(), tx.clone(), name.clone());
         tokio::task::spawn_local(async move {
-            let a = ask_one(&r, i, &q, id, v6, deadline).await;
+            let a = ask_one(&r, i, &q, deadline, |m| parse(m, id, &name)).await;
             let _ = tx.send(a);
         });
     }
@@ -445,7 +647,7 @@ async fn ask(r: &Rc<Resolvers>, name: &str, v6: bool) -> Result<Vec<IpAddr>, Fai
     // Each nameserver's task reports once: its answer, or `None` for none in time.
     while let Some(a) = rx.recv().await {
         match a {
-            Some(Ok(addrs)) => return Ok(addrs),
+            Some(Ok(recs)) => return Ok(recs),
             Some(Err(f)) => last_err = Some(f),
             None => {}
         }
@@ -455,14 +657,13 @@ async fn ask(r: &Rc<Resolvers>, name: &str, v6: bool) -> Result<Vec<IpAddr>, Fai
 
 /// One nameserver's answer to query `q`, from a socket connected to it (so that only its
 /// address and port are read); `None` when nothing valid came before `deadline`.
-async fn ask_one(
+async fn ask_one<T>(
     r: &Resolvers,
     i: usize,
     q: &[u8],
-    id: u16,
-    v6: bool,
     deadline: tokio::time::Instant,
-) -> Option<Result<Vec<IpAddr>, Failure>> {
+    parse: impl Fn(&[u8]) -> Answer<T>,
+) -> Option<Result<T, Failure>> {
     let (ns, st) = (&r.nameservers[i], &r.stats[i]);
     let bind: SocketAddr = if ns.addr.is_ipv6() {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
@@ -491,8 +692,8 @@ async fn ask_one(
                 return None;
             }
         };
-        match parse(&buf[..n], id, v6) {
-            Answer::Addrs(a) => {
+        match parse(&buf[..n]) {
+            Answer::Records(a) => {
                 st.valid.fetch_add(1, Relaxed);
                 return Some(Ok(a));
             }
@@ -518,15 +719,37 @@ async fn ask_one(
     }
 }
 
+/// Asks for `name`'s A (`v6: false`) or AAAA records.
+async fn ask_addrs(r: &Rc<Resolvers>, name: &str, v6: bool) -> Result<Vec<IpAddr>, Failure> {
+    if v6 {
+        ask(r, name, TYPE_AAAA, |m, id, _| parse(m, id, true)).await
+    } else {
+        ask(r, name, TYPE_A, |m, id, _| parse(m, id, false)).await
+    }
+}
+
+/// One SRV resolution: asked again on a timeout or an error answer, at most
+/// `resolve_retries` times (there is no other type to fall back to, as in HAProxy).
+async fn resolve_srv(r: &Rc<Resolvers>, name: &str) -> Result<Vec<SrvRecord>, Failure> {
+    let mut last = Failure::Timeout;
+    for _ in 0..r.resolve_retries {
+        match ask(r, name, TYPE_SRV, parse_srv).await {
+            Ok(recs) => return Ok(recs),
+            Err(f) => last = f,
+        }
+    }
+    Err(last)
+}
+
 /// One resolution as HAProxy makes it: the preferred type; on an error answer, the other
 /// type; on a timeout, the same again; at most `resolve_retries` rounds.
 async fn resolve(r: &Rc<Resolvers>, name: &str, prefer_v4: bool) -> Result<Vec<IpAddr>, Failure> {
     let mut last = Failure::Timeout;
     for _ in 0..r.resolve_retries {
-        match ask(r, name, !prefer_v4).await {
+        match ask_addrs(r, name, !prefer_v4).await {
             Ok(a) => return Ok(a),
             Err(Failure::Timeout) => last = Failure::Timeout,
-            Err(f) => match ask(r, name, prefer_v4).await {
+            Err(f) => match ask_addrs(r, name, prefer_v4).await {
                 Ok(a) => return Ok(a),
                 // The other type's timeout does not hide the first answer's error.
                 Err(Failure::Timeout) => last = f,
@@ -572,23 +795,35 @@ fn choose(
 }
 
 /// Starts the resolution tasks (on the first worker thread): one per section, host name and
-/// preferred family (the query types differ).
+/// preferred family (the query types differ), and one per section, SRV record name and
+/// backend (each backend has its own slots, as HAProxy's `srvrq` is per proxy).
 pub fn spawn(w: &Rc<Worker>) {
     let cfg = &w.shared.cfg;
     let mut keys: Vec<(usize, String, bool)> = Vec::new();
-    for p in &cfg.proxies {
+    let mut srv_keys: Vec<(usize, String, usize)> = Vec::new();
+    for (pi, p) in cfg.proxies.iter().enumerate() {
         for s in &p.servers {
-            if let Some(sr) = &s.resolve {
-                let k = (sr.section, sr.hostname.clone(), sr.prefer_v4);
-                if !keys.contains(&k) {
-                    keys.push(k);
+            let Some(sr) = &s.resolve else { continue };
+            if sr.srv_record {
+                let k = (sr.section, sr.hostname.clone(), pi);
+                if !srv_keys.contains(&k) {
+                    srv_keys.push(k);
                 }
+                continue;
+            }
+            let k = (sr.section, sr.hostname.clone(), sr.prefer_v4);
+            if !keys.contains(&k) {
+                keys.push(k);
             }
         }
     }
     for key in keys {
         let w = w.clone();
         tokio::task::spawn_local(async move { run(w, key).await });
+    }
+    for key in srv_keys {
+        let w = w.clone();
+        tokio::task::spawn_local(async move { run_srv(w, key).await });
     }
 }
 
@@ -601,6 +836,17 @@ struct Follower {
     set_maint: bool,
 }
 
+impl Follower {
+    /// A server that starts without an address is in maintenance for its task.
+    fn new(pi: usize, si: usize, s: &crate::config::Server) -> Follower {
+        Follower {
+            pi,
+            si,
+            set_maint: s.unresolved && !s.disabled,
+        }
+    }
+}
+
 /// Resolves a name with its section every `timeout resolve`, for ever, and applies the
 /// outcome to the servers that follow it.
 async fn run(w: Rc<Worker>, (ri, name, prefer_v4): (usize, String, bool)) {
@@ -610,11 +856,12 @@ async fn run(w: Rc<Worker>, (ri, name, prefer_v4): (usize, String, bool)) {
     for (pi, p) in shared.cfg.proxies.iter().enumerate() {
         for (si, s) in p.servers.iter().enumerate() {
             if s.resolve.as_ref().is_some_and(|sr| {
-                sr.section == ri && sr.hostname == name && sr.prefer_v4 == prefer_v4
+                !sr.srv_record
+                    && sr.section == ri
+                    && sr.hostname == name
+                    && sr.prefer_v4 == prefer_v4
             }) {
-                // A server that starts without an address is in maintenance for this task.
-                let set_maint = s.unresolved && !s.disabled;
-                servers.push(Follower { pi, si, set_maint });
+                servers.push(Follower::new(pi, si, s));
             }
         }
     }
@@ -631,19 +878,23 @@ async fn run(w: Rc<Worker>, (ri, name, prefer_v4): (usize, String, bool)) {
             Err(e) => {
                 let held = last_valid.is_some_and(|t| t.elapsed() < r.hold(e));
                 if !held {
-                    let why = match e {
-                        Failure::Nx => "DNS NX status",
-                        Failure::Refused => "DNS refused status",
-                        Failure::Timeout => "DNS timeout status",
-                        Failure::Other => "unspecified DNS error",
-                    };
                     for f in &mut servers {
-                        set_rmaint(&w, f, why);
+                        set_rmaint(&w, f, failure_reason(e));
                     }
                 }
             }
         }
         tokio::time::sleep(r.timeout_resolve).await;
+    }
+}
+
+/// HAProxy's reason for a maintenance after resolution errors.
+fn failure_reason(e: Failure) -> &'static str {
+    match e {
+        Failure::Nx => "DNS NX status",
+        Failure::Refused => "DNS refused status",
+        Failure::Timeout => "DNS timeout status",
+        Failure::Other => "unspecified DNS error",
     }
 }
 
@@ -683,38 +934,324 @@ fn apply_addrs(w: &Worker, r: &Resolvers, f: &mut Follower, addrs: &[IpAddr]) {
         }
         return;
     };
-    if cur != Some(new) {
-        srv.addr
-            .store(std::sync::Arc::new(SocketAddr::new(new, cur_sa.port())));
-        // Idle pooled connections to the old address are closed when next met.
-        srv.addr_gen.fetch_add(1, Relaxed);
-        if let Some(st) = r.stats.first() {
-            st.update.fetch_add(1, Relaxed);
-        }
-        if let Some(old) = cur {
-            notice(
-                w,
-                f.pi,
-                5,
-                &format!(
-                    "{}/{} changed its IP from {old} to {new} by DNS cache.",
-                    p.name, srv.name
-                ),
-            );
+    set_addr(w, r, f, SocketAddr::new(new, cur_sa.port()), "DNS cache");
+    leave_rmaint(w, f, &sr.hostname);
+}
+
+/// Gives the server a new address (idle pooled connections to the old one are closed when
+/// next met) and says so as HAProxy does when the IP changes: `by DNS cache` after an A/AAAA
+/// answer, `by DNS additional record` from an SRV answer; `(none)` was no address.
+fn set_addr(w: &Worker, r: &Resolvers, f: &Follower, new: SocketAddr, by: &str) {
+    let be = w.shared.backend(f.pi);
+    let srv = &be.servers[f.si];
+    let cur_sa = **srv.addr.load();
+    let unmap = crate::config::converter::unmap;
+    let cur = (!srv.rmaint.load(Relaxed)).then(|| unmap(cur_sa.ip()));
+    if cur == Some(unmap(new.ip())) && cur_sa.port() == new.port() {
+        return;
+    }
+    srv.addr.store(std::sync::Arc::new(new));
+    srv.addr_gen.fetch_add(1, Relaxed);
+    if cur == Some(unmap(new.ip())) {
+        // Only the port (an SRV record's) changed.
+        return;
+    }
+    if let Some(st) = r.stats.first() {
+        st.update.fetch_add(1, Relaxed);
+    }
+    // An A/AAAA answer for a server without an address says nothing, as HAProxy (the server
+    // coming back up is logged instead).
+    if cur.is_none() && by == "DNS cache" {
+        return;
+    }
+    let old = cur.map_or_else(|| "(none)".to_string(), |ip| ip.to_string());
+    notice(
+        w,
+        f.pi,
+        5,
+        &format!(
+            "{}/{} changed its IP from {old} to {} by {by}.",
+            w.shared.cfg.proxies[f.pi].name,
+            srv.name,
+            new.ip()
+        ),
+    );
+}
+
+/// The server has an address again: it leaves resolution maintenance (and the maintenance
+/// that came with it, unless an operator's or the configuration's was there first).
+fn leave_rmaint(w: &Worker, f: &mut Follower, host: &str) {
+    let be = w.shared.backend(f.pi);
+    let srv = &be.servers[f.si];
+    if !srv.rmaint.swap(false, Relaxed) {
+        return;
+    }
+    if std::mem::take(&mut f.set_maint) {
+        srv.maint.store(false, Relaxed);
+    }
+    srv.last_change.store(crate::backend::unix_now(), Relaxed);
+    be.changed();
+    let line = format!(
+        "Server {}/{} ('{host}') is UP/READY (resolves again).",
+        w.shared.cfg.proxies[f.pi].name, srv.name
+    );
+    notice(w, f.pi, 5, &line);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SRV records.
+
+/// One server slot of an SRV record name: a server of the backend named by it.
+struct Slot {
+    f: Follower,
+    /// The record the slot holds; `None` while free (in resolution maintenance).
+    rec: Option<Held>,
+}
+
+/// The record a slot holds.
+struct Held {
+    target: String,
+    port: u16,
+    /// When an answer last had the record (`hold obsolete` counts from there).
+    last_seen: Instant,
+    /// The address came from the answer's additional section: no A/AAAA query is made.
+    from_additional: bool,
+    /// When the target's own A/AAAA resolution last succeeded (its `hold` periods count from
+    /// there).
+    target_valid: Option<Instant>,
+}
+
+/// Resolves an SRV record name every `timeout resolve`, for ever, and fills the backend's
+/// slots named by it with the records.
+async fn run_srv(w: Rc<Worker>, (ri, name, pi): (usize, String, usize)) {
+    let shared = w.shared.clone();
+    let r = Rc::new(shared.cfg.resolvers[ri].clone());
+    let mut slots: Vec<Slot> = Vec::new();
+    for (si, s) in shared.cfg.proxies[pi].servers.iter().enumerate() {
+        if s.resolve
+            .as_ref()
+            .is_some_and(|sr| sr.srv_record && sr.section == ri && sr.hostname == name)
+        {
+            slots.push(Slot {
+                f: Follower::new(pi, si, s),
+                rec: None,
+            });
         }
     }
-    if was_rmaint {
-        srv.rmaint.store(false, Relaxed);
-        if std::mem::take(&mut f.set_maint) {
-            srv.maint.store(false, Relaxed);
+    // Free slots are taken in this order: configuration order first, then the order they
+    // were freed in (HAProxy appends a freed server to its list of free ones).
+    let mut free: VecDeque<usize> = (0..slots.len()).collect();
+    let mut last_valid: Option<Instant> = None;
+    loop {
+        match resolve_srv(&r, &name).await {
+            Ok(recs) => {
+                last_valid = Some(Instant::now());
+                apply_srv(&w, &r, &mut slots, &mut free, &recs);
+            }
+            Err(e) => {
+                // Past the `hold` period of the error, no record is trusted any more.
+                if last_valid.is_none_or(|t| t.elapsed() >= r.hold(e)) {
+                    for (i, slot) in slots.iter_mut().enumerate() {
+                        if slot.rec.is_some() {
+                            release(&w, slot);
+                            free.push_back(i);
+                        }
+                    }
+                }
+            }
         }
-        srv.last_change.store(crate::backend::unix_now(), Relaxed);
-        be.changed();
-        let line = format!(
-            "Server {}/{} ('{}') is UP/READY (resolves again).",
-            p.name, srv.name, sr.hostname
-        );
-        notice(w, f.pi, 5, &line);
+        resolve_targets(&w, &r, &mut slots).await;
+        tokio::time::sleep(r.timeout_resolve).await;
+    }
+}
+
+/// A valid SRV answer, applied as HAProxy's `resolv_check_response`: records seen again are
+/// refreshed, records unseen for longer than `hold obsolete` free their slots, and each
+/// record keeps its slot (matched by target and port) or takes the first free one (records
+/// beyond the slots are left out). Then each record's slot takes its port, weight and the
+/// address from the additional section.
+fn apply_srv(
+    w: &Worker,
+    r: &Resolvers,
+    slots: &mut [Slot],
+    free: &mut VecDeque<usize>,
+    recs: &[SrvRecord],
+) {
+    let now = Instant::now();
+    let holds = |h: &Held, rec: &SrvRecord| h.target == rec.target && h.port == rec.port;
+    for slot in slots.iter_mut() {
+        if let Some(h) = &mut slot.rec
+            && recs.iter().any(|rec| holds(h, rec))
+        {
+            h.last_seen = now;
+        }
+    }
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if slot
+            .rec
+            .as_ref()
+            .is_some_and(|h| now.duration_since(h.last_seen) > r.hold_obsolete)
+        {
+            release(w, slot);
+            free.push_back(i);
+        }
+    }
+    for rec in recs {
+        let i = match slots
+            .iter()
+            .position(|s| s.rec.as_ref().is_some_and(|h| holds(h, rec)))
+        {
+            Some(i) => i,
+            None => {
+                let Some(i) = free.pop_front() else { continue };
+                take(w, &mut slots[i], rec, now);
+                i
+            }
+        };
+        update_slot(w, r, &mut slots[i], rec);
+    }
+}
+
+/// A free slot takes a record: its target becomes the server's host name.
+fn take(w: &Worker, slot: &mut Slot, rec: &SrvRecord, now: Instant) {
+    let srv = &w.shared.backend(slot.f.pi).servers[slot.f.si];
+    srv.fqdn
+        .store(Some(std::sync::Arc::new(rec.target.clone())));
+    slot.rec = Some(Held {
+        target: rec.target.clone(),
+        port: rec.port,
+        last_seen: now,
+        from_additional: false,
+        target_valid: None,
+    });
+    let line = format!(
+        "{}/{} changed its FQDN from (null) to {} by 'SRV record'",
+        w.shared.cfg.proxies[slot.f.pi].name, srv.name, rec.target
+    );
+    notice(w, slot.f.pi, 5, &line);
+}
+
+/// A slot's record as the latest answer has it: the port, the weight (unless `resolve-opts
+/// ignore-weight`) and, from the additional section, the address.
+fn update_slot(w: &Worker, r: &Resolvers, slot: &mut Slot, rec: &SrvRecord) {
+    let shared = &w.shared;
+    let be = shared.backend(slot.f.pi);
+    let srv = &be.servers[slot.f.si];
+    let Some(h) = slot.rec.as_mut() else { return };
+    h.from_additional = rec.addr.is_some();
+    match rec.addr {
+        Some(ip) => {
+            set_addr(
+                w,
+                r,
+                &slot.f,
+                SocketAddr::new(ip, rec.port),
+                "DNS additional record",
+            );
+            leave_rmaint(w, &mut slot.f, &rec.target);
+        }
+        None => {
+            // The target's own resolution gives the address; the port is the record's.
+            let cur = **srv.addr.load();
+            if cur.port() != rec.port {
+                srv.addr
+                    .store(std::sync::Arc::new(SocketAddr::new(cur.ip(), rec.port)));
+                srv.addr_gen.fetch_add(1, Relaxed);
+            }
+        }
+    }
+    let ignore = shared.cfg.proxies[slot.f.pi].servers[slot.f.si]
+        .resolve
+        .as_ref()
+        .is_some_and(|sr| sr.ignore_weight);
+    let weight = srv_weight(rec.weight);
+    if !ignore && srv.weight.load(Relaxed) != weight {
+        // As HAProxy's `server_parse_weight_change_request`: a backend with a static
+        // algorithm refuses weights other than 0 and the initial one (the slot keeps its own).
+        let _ = crate::cli::set_weight(be, srv, &weight.to_string());
+    }
+}
+
+/// The slot's record is gone: the server goes to maintenance, without address, port or host
+/// name, and its slot is free for another record.
+fn release(w: &Worker, slot: &mut Slot) {
+    set_rmaint(w, &mut slot.f, "entry removed from SRV record");
+    let srv = &w.shared.backend(slot.f.pi).servers[slot.f.si];
+    srv.addr.store(std::sync::Arc::new(SocketAddr::new(
+        std::net::Ipv4Addr::UNSPECIFIED.into(),
+        0,
+    )));
+    srv.addr_gen.fetch_add(1, Relaxed);
+    srv.fqdn.store(None);
+    slot.rec = None;
+}
+
+/// The slots whose record came without an address resolve its target with A/AAAA queries,
+/// as a server named by that host would (its `resolve-prefer`, `resolve-net`, and an address
+/// per server of the backend unless `allow-dup-ip`). A target is asked once per round.
+async fn resolve_targets(w: &Worker, r: &Rc<Resolvers>, slots: &mut [Slot]) {
+    let p = &w.shared.cfg.proxies;
+    let mut answers: Vec<(String, bool, Result<Vec<IpAddr>, Failure>)> = Vec::new();
+    for i in 0..slots.len() {
+        let Some(h) = slots[i].rec.as_ref().filter(|h| !h.from_additional) else {
+            continue;
+        };
+        let (target, port) = (h.target.clone(), h.port);
+        let Some(sr) = p[slots[i].f.pi].servers[slots[i].f.si].resolve.as_ref() else {
+            continue;
+        };
+        let res = match answers
+            .iter()
+            .find(|(t, v4, _)| *t == target && *v4 == sr.prefer_v4)
+        {
+            Some((_, _, res)) => res.clone(),
+            None => {
+                let res = resolve(r, &target, sr.prefer_v4).await;
+                answers.push((target.clone(), sr.prefer_v4, res.clone()));
+                res
+            }
+        };
+        let be = w.shared.backend(slots[i].f.pi);
+        match res {
+            Ok(addrs) => {
+                let srv = &be.servers[slots[i].f.si];
+                let unmap = crate::config::converter::unmap;
+                let cur = (!srv.rmaint.load(Relaxed)).then(|| unmap(srv.addr.load().ip()));
+                // The addresses of the other slots holding the same target.
+                let taken: Vec<IpAddr> = slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, o)| {
+                        *j != i
+                            && o.rec.as_ref().is_some_and(|oh| oh.target == target)
+                            && !be.servers[o.f.si].rmaint.load(Relaxed)
+                    })
+                    .map(|(_, o)| unmap(be.servers[o.f.si].addr.load().ip()))
+                    .collect();
+                let slot = &mut slots[i];
+                if let Some(h) = slot.rec.as_mut() {
+                    h.target_valid = Some(Instant::now());
+                }
+                match choose(&addrs, sr, cur, &taken) {
+                    Some(ip) => {
+                        set_addr(w, r, &slot.f, SocketAddr::new(ip, port), "DNS cache");
+                        leave_rmaint(w, &mut slot.f, &target);
+                    }
+                    None => set_rmaint(w, &mut slot.f, "No IP for server"),
+                }
+            }
+            Err(e) => {
+                let slot = &mut slots[i];
+                let held = slot
+                    .rec
+                    .as_ref()
+                    .and_then(|h| h.target_valid)
+                    .is_some_and(|t| t.elapsed() < r.hold(e));
+                if !held {
+                    set_rmaint(w, &mut slot.f, failure_reason(e));
+                }
+            }
+        }
     }
 }
 
@@ -852,7 +1389,7 @@ mod tests {
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         assert_eq!(
             parse(&response(&q, 0, &[a, b], true), 7, false),
-            Answer::Addrs(vec![a, b])
+            Answer::Records(vec![a, b])
         );
         assert_eq!(
             parse(&response(&q, 0, &[a], false), 8, false),
@@ -884,6 +1421,222 @@ mod tests {
         assert_eq!(parse(&tc, 7, false), Answer::Truncated);
     }
 
+    const SRV_NAME: &str = "_http._tcp.app.test";
+    /// Where "app.test" starts in a query for [`SRV_NAME`] (after the header, `_http`, `_tcp`).
+    const APP_AT: u8 = 12 + 6 + 5;
+
+    /// A response to SRV query `q` with `rcode`: for each `(label, port, weight)` an SRV record
+    /// whose target is `label.app.test`, written as the label and a pointer into the question;
+    /// then for each `(label, ip)` an additional record whose owner points at that target
+    /// inside the record data (or is written out when no record has it).
+    fn srv_response(
+        q: &[u8],
+        rcode: u16,
+        recs: &[(&str, u16, u16)],
+        extra: &[(&str, IpAddr)],
+    ) -> Vec<u8> {
+        let qend = skip_name(q, 12).unwrap() + 4;
+        let mut m = q[..qend].to_vec();
+        m[2..4].copy_from_slice(&(0x8180u16 | rcode).to_be_bytes());
+        m[6..8].copy_from_slice(&(recs.len() as u16).to_be_bytes());
+        m[10..12].copy_from_slice(&(extra.len() as u16).to_be_bytes());
+        let mut targets = Vec::new();
+        for (label, port, weight) in recs {
+            m.extend_from_slice(&[0xc0, 12, 0, 33, 0, 1, 0, 0, 0, 60]);
+            let rdlen = 6 + 1 + label.len() + 2;
+            m.extend_from_slice(&(rdlen as u16).to_be_bytes());
+            m.extend_from_slice(&[0, 10]);
+            m.extend_from_slice(&weight.to_be_bytes());
+            m.extend_from_slice(&port.to_be_bytes());
+            targets.push((*label, m.len()));
+            m.push(label.len() as u8);
+            m.extend_from_slice(label.as_bytes());
+            m.extend_from_slice(&[0xc0, APP_AT]);
+        }
+        for (label, ip) in extra {
+            match targets.iter().find(|(l, _)| l == label) {
+                Some(&(_, at)) => m.extend_from_slice(&[0xc0, at as u8]),
+                None => {
+                    m.push(label.len() as u8);
+                    m.extend_from_slice(label.as_bytes());
+                    m.extend_from_slice(&[0xc0, APP_AT]);
+                }
+            }
+            let (ty, data): (u16, Vec<u8>) = match ip {
+                IpAddr::V4(a) => (TYPE_A, a.octets().to_vec()),
+                IpAddr::V6(a) => (TYPE_AAAA, a.octets().to_vec()),
+            };
+            m.extend_from_slice(&ty.to_be_bytes());
+            m.extend_from_slice(&[0, 1, 0, 0, 0, 60]);
+            m.extend_from_slice(&(data.len() as u16).to_be_bytes());
+            m.extend_from_slice(&data);
+        }
+        m
+    }
+
+    fn rec(target: &str, port: u16, weight: u16, addr: Option<IpAddr>) -> SrvRecord {
+        SrvRecord {
+            target: target.into(),
+            port,
+            weight,
+            priority: 10,
+            addr,
+        }
+    }
+
+    #[test]
+    fn srv_query_layout() {
+        let q = query_type(0x4242, SRV_NAME, TYPE_SRV, 1232).unwrap();
+        assert_eq!(&q[12..18], b"\x05_http");
+        assert_eq!(q[usize::from(APP_AT)..usize::from(APP_AT) + 4], *b"\x03app");
+        let end = skip_name(&q, 12).unwrap();
+        assert_eq!(&q[end..end + 4], &[0, 33, 0, 1]);
+        assert_eq!(&q[end + 4..end + 9], &[0, 0, 41, 0x04, 0xd0]);
+    }
+
+    #[test]
+    fn srv_answers_with_compressed_targets_and_additional_records() {
+        let q = query_type(9, SRV_NAME, TYPE_SRV, 512).unwrap();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "2001:db8::2".parse().unwrap();
+        let m = srv_response(
+            &q,
+            0,
+            &[("a1", 8080, 256), ("b2", 8081, 0), ("c3", 8082, 10)],
+            &[("a1", a), ("b2", b), ("zz", a)],
+        );
+        assert_eq!(
+            parse_srv(&m, 9, SRV_NAME),
+            Answer::Records(vec![
+                rec("a1.app.test", 8080, 256, Some(a)),
+                rec("b2.app.test", 8081, 0, Some(b)),
+                // No additional record: its target is resolved by itself.
+                rec("c3.app.test", 8082, 10, None),
+            ])
+        );
+        // The question must be the one asked (names compare without case or final dot).
+        assert!(matches!(
+            parse_srv(&m, 9, "_HTTP._tcp.App.test."),
+            Answer::Records(_)
+        ));
+        assert_eq!(parse_srv(&m, 9, "_http._tcp.other.test"), Answer::Invalid);
+        assert_eq!(parse_srv(&m, 10, SRV_NAME), Answer::Invalid);
+        // Errors, and a NOERROR without records.
+        assert_eq!(
+            parse_srv(&srv_response(&q, 3, &[], &[]), 9, SRV_NAME),
+            Answer::Failed(Failure::Nx)
+        );
+        assert_eq!(
+            parse_srv(&srv_response(&q, 5, &[], &[]), 9, SRV_NAME),
+            Answer::Failed(Failure::Refused)
+        );
+        assert_eq!(
+            parse_srv(&srv_response(&q, 0, &[], &[]), 9, SRV_NAME),
+            Answer::Failed(Failure::Other)
+        );
+        // The same target and port twice is one record (the last weight); the truncated
+        // bit does not spoil an SRV answer, as in HAProxy.
+        let mut m = srv_response(&q, 0, &[("a1", 80, 1), ("a1", 80, 700)], &[]);
+        m[2] |= 0x02;
+        assert_eq!(
+            parse_srv(&m, 9, SRV_NAME),
+            Answer::Records(vec![rec("a1.app.test", 80, 700, None)])
+        );
+        // A response to an A question for the same name.
+        let q4 = query(9, SRV_NAME, false, 512).unwrap();
+        assert_eq!(
+            parse_srv(&response(&q4, 0, &[a], false), 9, SRV_NAME),
+            Answer::Invalid,
+            "an answer to an A question is not an SRV answer"
+        );
+    }
+
+    #[test]
+    fn srv_records_malformed_are_rejected_without_panicking() {
+        let q = query_type(9, SRV_NAME, TYPE_SRV, 512).unwrap();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let good = srv_response(&q, 0, &[("a1", 8080, 256), ("b2", 81, 1)], &[("a1", a)]);
+        assert!(matches!(parse_srv(&good, 9, SRV_NAME), Answer::Records(_)));
+        // Cut anywhere: malformed, ignored.
+        for n in 0..good.len() {
+            assert_eq!(
+                parse_srv(&good[..n], 9, SRV_NAME),
+                Answer::Invalid,
+                "cut at {n}"
+            );
+        }
+        // Any byte changed to any value: no panic, no endless loop.
+        for i in 0..good.len() {
+            for v in [0u8, 1, 6, 0x3f, 0x40, 0x80, 0xc0, 0xff] {
+                let mut m = good.clone();
+                m[i] = v;
+                let _ = parse_srv(&m, 9, SRV_NAME);
+            }
+        }
+        let first_target = q.len() - 11 + 10 + 2 + 6;
+        // A target that is a pointer to itself, or forward.
+        let mut m = good.clone();
+        m[first_target] = 0xc0;
+        m[first_target + 1] = first_target as u8;
+        assert_eq!(parse_srv(&m, 9, SRV_NAME), Answer::Invalid);
+        let mut m = good.clone();
+        m[first_target] = 0xc0;
+        m[first_target + 1] = (first_target + 20) as u8;
+        assert_eq!(parse_srv(&m, 9, SRV_NAME), Answer::Invalid);
+        // Record data too short for priority, weight, port and a name.
+        let mut m = good.clone();
+        m[first_target - 7] = 6;
+        assert_eq!(parse_srv(&m, 9, SRV_NAME), Answer::Invalid);
+        // An A record of the wrong size in the additional section.
+        let mut m = good.clone();
+        let n = m.len();
+        m[n - 5] = 5;
+        m.push(0);
+        assert_eq!(parse_srv(&m, 9, SRV_NAME), Answer::Invalid);
+    }
+
+    #[test]
+    fn names_follow_pointers_and_stop_on_loops() {
+        // "www" then a pointer to "example.com" written at 0.
+        let mut m = b"\x07example\x03com\x00".to_vec();
+        m.extend_from_slice(b"\x03WWW\xc0\x00");
+        assert_eq!(read_name(&m, 13), Some(("www.example.com".into(), 19)));
+        assert_eq!(read_name(&m, 0), Some(("example.com".into(), 13)));
+        assert_eq!(read_name(&[0], 0), Some((String::new(), 1)));
+        // A pointer to a pointer to the name: followed (backwards each time).
+        let mut chain = m.clone();
+        chain.extend_from_slice(&[0xc0, 13, 0xc0, 19]);
+        assert_eq!(read_name(&chain, 21), Some(("www.example.com".into(), 23)));
+        // Loops: a pointer to itself, a label then a pointer back to the label, a pointer
+        // forward to a pointer back (each jump must go backwards).
+        assert_eq!(read_name(&[0xc0, 0], 0), None);
+        assert_eq!(read_name(&[1, b'a', 0xc0, 0], 0), None);
+        assert_eq!(read_name(&[0xc0, 2, 0xc0, 0], 0), None);
+        // Cut short, reserved label types, dots or controls in a label, too long.
+        assert_eq!(read_name(b"\x03ww", 0), None);
+        assert_eq!(read_name(&[0xc0], 0), None);
+        assert_eq!(read_name(&[0x40, 0], 0), None);
+        assert_eq!(read_name(b"\x03a.b\x00", 0), None);
+        assert_eq!(read_name(b"\x02a\n\x00", 0), None);
+        let mut long = Vec::new();
+        for _ in 0..5 {
+            long.push(63);
+            long.extend_from_slice(&[b'x'; 63]);
+        }
+        long.push(0);
+        assert_eq!(read_name(&long, 0), None);
+    }
+
+    #[test]
+    fn srv_weights_map_as_haproxy_2_6() {
+        assert_eq!(srv_weight(0), 0);
+        assert_eq!(srv_weight(1), 1);
+        assert_eq!(srv_weight(256), 1);
+        assert_eq!(srv_weight(257), 2);
+        assert_eq!(srv_weight(512), 2);
+        assert_eq!(srv_weight(65535), 256);
+    }
+
     #[test]
     fn choice_follows_haproxys_scores() {
         let mut sr = ServerResolve {
@@ -893,6 +1646,8 @@ mod tests {
             prefer_v4: true,
             nets: vec![crate::config::acl::parse_ipnet("10.2.0.0/16").unwrap()],
             allow_dup_ip: false,
+            srv_record: false,
+            ignore_weight: false,
         };
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let v = [ip("2001:db8::1"), ip("10.1.0.1"), ip("10.2.0.1")];

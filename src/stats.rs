@@ -888,7 +888,7 @@ fn server_state_line(out: &mut String, be_id: u32, p: &Proxy, s: &ServerState) {
     let _ = writeln!(
         out,
         "{be_id} {} {} {} {} {op} {admin} {} {} {since} {status} {result} {health} {chk_state} \
-         {agent_state} {} {} - {} - 0 {check_port} {check_addr} {agent_addr} {agent_port}",
+         {agent_state} {} {} {} {} {} 0 {check_port} {check_addr} {agent_addr} {agent_port}",
         p.name,
         s.puid,
         s.name,
@@ -897,7 +897,13 @@ fn server_state_line(out: &mut String, be_id: u32, p: &Proxy, s: &ServerState) {
         s.iweight,
         u8::from(p.id.is_some()),
         u8::from(s.conf.id.is_some()),
+        s.fqdn.load().as_deref().map_or("-", String::as_str),
         addr.port(),
+        s.conf
+            .resolve
+            .as_ref()
+            .filter(|r| r.srv_record)
+            .map_or("-", |r| r.hostname.as_str()),
     );
 }
 

@@ -1,6 +1,7 @@
 //! `resolvers` sections and servers that follow DNS at run time: the real binary, a real DNS
 //! server over UDP started by the test (it answers what the test tells it to), real backends
-//! on 127.0.0.1 and 127.0.0.2 with the same port, so that only the address changes.
+//! on 127.0.0.1 and 127.0.0.2 with the same port, so that only the address changes, or on
+//! different ports that SRV records give.
 
 mod common;
 
@@ -16,12 +17,25 @@ enum Dns {
     A(Vec<Ipv4Addr>),
     Nx,
     Silent,
+    Srv(SrvZone),
+}
+
+/// SRV questions (any name) get `records` (target, port, weight), with the targets' A records
+/// in the additional section when `additional`; A questions for a host of `hosts` get its
+/// address; other questions an empty NOERROR.
+#[derive(Clone, Debug)]
+struct SrvZone {
+    records: Vec<(&'static str, u16, u16)>,
+    hosts: Vec<(&'static str, Ipv4Addr)>,
+    additional: bool,
 }
 
 struct DnsServer {
     addr: SocketAddr,
     answer: Arc<Mutex<Dns>>,
     queries: Arc<AtomicUsize>,
+    /// Every question: (type, name).
+    asked: Arc<Mutex<Vec<(u16, String)>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -33,8 +47,9 @@ impl DnsServer {
         let addr = sock.local_addr().unwrap();
         let answer = Arc::new(Mutex::new(initial));
         let queries = Arc::new(AtomicUsize::new(0));
+        let asked = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (a, q, s) = (answer.clone(), queries.clone(), stop.clone());
+        let (a, q, s, log) = (answer.clone(), queries.clone(), stop.clone(), asked.clone());
         std::thread::spawn(move || {
             let mut buf = [0u8; 1500];
             while !s.load(SeqCst) {
@@ -42,6 +57,9 @@ impl DnsServer {
                     continue;
                 };
                 q.fetch_add(1, SeqCst);
+                if let Some(question) = question(&buf[..n]) {
+                    log.lock().unwrap().push(question);
+                }
                 let current = a.lock().unwrap().clone();
                 if let Some(resp) = respond(&buf[..n], &current) {
                     let _ = sock.send_to(&resp, from);
@@ -52,6 +70,7 @@ impl DnsServer {
             addr,
             answer,
             queries,
+            asked,
             stop,
         }
     }
@@ -65,6 +84,21 @@ impl Drop for DnsServer {
     fn drop(&mut self) {
         self.stop.store(true, SeqCst);
     }
+}
+
+/// A query's question: its type and name (queries are not compressed).
+fn question(q: &[u8]) -> Option<(u16, String)> {
+    let mut at = 12;
+    let mut labels = Vec::new();
+    while *q.get(at)? != 0 {
+        let len = usize::from(q[at]);
+        labels.push(String::from_utf8_lossy(q.get(at + 1..at + 1 + len)?).into_owned());
+        at += 1 + len;
+    }
+    Some((
+        u16::from_be_bytes([*q.get(at + 1)?, *q.get(at + 2)?]),
+        labels.join("."),
+    ))
 }
 
 /// The response to a query: the question copied, then the records (names compressed).
@@ -84,6 +118,13 @@ fn respond(q: &[u8], d: &Dns) -> Option<Vec<u8>> {
         Dns::Nx => (3, vec![]),
         Dns::A(v) if qtype == 1 => (0, v.clone()),
         Dns::A(_) => (0, vec![]),
+        Dns::Srv(z) if qtype == 33 => return Some(srv_response(m, z)),
+        Dns::Srv(z) if qtype == 1 => {
+            let name = question(q)?.1;
+            let hosts = z.hosts.iter().filter(|(h, _)| *h == name);
+            (0, hosts.map(|(_, ip)| *ip).collect())
+        }
+        Dns::Srv(_) => (0, vec![]),
     };
     m[2..4].copy_from_slice(&(0x8180u16 | rcode).to_be_bytes());
     m[6..8].copy_from_slice(&(recs.len() as u16).to_be_bytes());
@@ -93,6 +134,65 @@ fn respond(q: &[u8], d: &Dns) -> Option<Vec<u8>> {
         m.extend_from_slice(&ip.octets());
     }
     Some(m)
+}
+
+/// An SRV answer after the question `m`: each record's target written out in its data, and
+/// each additional A record's owner a compression pointer to that target.
+fn srv_response(mut m: Vec<u8>, z: &SrvZone) -> Vec<u8> {
+    m[2..4].copy_from_slice(&0x8180u16.to_be_bytes());
+    m[6..8].copy_from_slice(&(z.records.len() as u16).to_be_bytes());
+    m[8..10].copy_from_slice(&[0, 0]);
+    let mut targets = Vec::new();
+    for (target, port, weight) in &z.records {
+        m.extend_from_slice(&[0xc0, 12, 0, 33, 0, 1, 0, 0, 0, 1]);
+        let mut rdata = vec![0, 0];
+        rdata.extend_from_slice(&weight.to_be_bytes());
+        rdata.extend_from_slice(&port.to_be_bytes());
+        let at = m.len() + 2 + rdata.len();
+        for label in target.split('.') {
+            rdata.push(label.len() as u8);
+            rdata.extend_from_slice(label.as_bytes());
+        }
+        rdata.push(0);
+        m.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        m.extend_from_slice(&rdata);
+        targets.push((*target, at));
+    }
+    let mut additional = 0u16;
+    for (target, at) in targets.iter().filter(|_| z.additional) {
+        for (_, ip) in z.hosts.iter().filter(|(h, _)| h == target) {
+            m.extend_from_slice(&[0xc0 | (*at >> 8) as u8, *at as u8]);
+            m.extend_from_slice(&[0, 1, 0, 1, 0, 0, 0, 1, 0, 4]);
+            m.extend_from_slice(&ip.octets());
+            additional += 1;
+        }
+    }
+    m[10..12].copy_from_slice(&additional.to_be_bytes());
+    m
+}
+
+/// The fields of `show servers state be` for one server (HAProxy's 25 fields: 3 srv_name,
+/// 4 srv_addr, 6 srv_admin_state, 7 srv_uweight, 17 srv_fqdn, 18 srv_port, 19 srvrecord).
+fn state_of(sock: &std::path::Path, srv: &str) -> Vec<String> {
+    let out = stats_cli(sock, "show servers state be");
+    out.lines()
+        .map(|l| l.split(' ').map(String::from).collect::<Vec<_>>())
+        .find(|f| f.len() == 25 && f[3] == srv)
+        .unwrap_or_else(|| panic!("no {srv} in {out}"))
+}
+
+/// The backend names of `n` requests, counted: (name, count), sorted.
+fn tally(port: u16, n: usize) -> Vec<(String, usize)> {
+    let mut t: Vec<(String, usize)> = Vec::new();
+    for _ in 0..n {
+        let w = who(port);
+        match t.iter_mut().find(|(k, _)| *k == w) {
+            Some((_, c)) => *c += 1,
+            None => t.push((w, 1)),
+        }
+    }
+    t.sort();
+    t
 }
 
 /// Two HTTP backends answering their name: on 127.0.0.1:P and 127.0.0.2:P.
@@ -305,7 +405,7 @@ resolvers dup
     nameserver ns1 tcp@127.0.0.1:53
     nameservr ns2 127.0.0.1
 backend be2
-    server-template w 3 _http._tcp.app.sluice.test resolvers dup init-addr none
+    server-template w 3 _http._tcp.app.sluice.test init-addr none
 ",
     );
     assert_eq!(code, 1, "{err}");
@@ -327,7 +427,8 @@ backend be2
         "{err}"
     );
     assert!(
-        err.contains(":15: ") && err.contains("SRV records are not supported"),
+        err.contains(":15: ")
+            && err.contains("an SRV record name ('_service._proto.name') needs 'resolvers'"),
         "{err}"
     );
 }
@@ -385,5 +486,217 @@ fn libc_start_spreads_and_admin_maintenance_stays() {
     );
     let s2 = stat.lines().find(|l| l.starts_with("be,s2,")).unwrap();
     assert!(s2.contains(",UP,") || s2.contains(",no check,"), "{s2}");
+    drop(b);
+}
+
+/// A server-template on an SRV record name: each record fills a slot with its target, port
+/// (two backends on two ports), weight and the additional section's address; the slot left
+/// over waits in maintenance; a record that goes away frees its slot (`hold obsolete` 0) and
+/// traffic goes to the other one only; when it comes back it takes the first free slot.
+#[test]
+fn srv_records_fill_template_slots() {
+    let a = HttpBackend::start("a");
+    let b = HttpBackend::start("b");
+    let zone = |records: Vec<(&'static str, u16, u16)>| {
+        Dns::Srv(SrvZone {
+            records,
+            hosts: vec![("a.sluice.test", lo(1)), ("b.sluice.test", lo(1))],
+            additional: true,
+        })
+    };
+    let both = vec![
+        ("a.sluice.test", a.port(), 256),
+        ("b.sluice.test", b.port(), 512),
+    ];
+    let dns = DnsServer::start(zone(both.clone()));
+    let dir = TempDir::new();
+    let (cfg, port) = config(
+        &dir,
+        &dns,
+        "",
+        "    balance roundrobin\n    \
+         server-template s 1-3 _http._tcp.app.sluice.test resolvers dns check inter 100ms",
+    );
+    let s = Sluice::start(&cfg);
+    let sock = dir.join("s.sock");
+    wait_until("two slots filled", Duration::from_secs(10), || {
+        state_of(&sock, "s1")[6] == "0" && state_of(&sock, "s2")[6] == "0"
+    });
+    let s1 = state_of(&sock, "s1");
+    assert_eq!(
+        (&s1[4], &s1[7], &s1[17], &s1[18], &s1[19]),
+        (
+            &"127.0.0.1".to_string(),
+            &"1".to_string(),
+            &"a.sluice.test".to_string(),
+            &a.port().to_string(),
+            &"_http._tcp.app.sluice.test".to_string()
+        ),
+        "{s1:?}"
+    );
+    // SRV weights 256 and 512 are server weights 1 and 2 (HAProxy 2.6: weight / 256 rounded
+    // up; the `weight / 256 + 1` of older versions would give 2 and 3).
+    let s2 = state_of(&sock, "s2");
+    assert_eq!(
+        (&s2[7], &s2[17], &s2[18]),
+        (
+            &"2".to_string(),
+            &"b.sluice.test".to_string(),
+            &b.port().to_string()
+        ),
+        "{s2:?}"
+    );
+    // The third slot has no record: maintenance (resolution), no address nor host name.
+    let s3 = state_of(&sock, "s3");
+    assert_eq!(
+        (&s3[4], &s3[6], &s3[17]),
+        (&"0.0.0.0".to_string(), &"32".to_string(), &"-".to_string())
+    );
+    let stat = stats_cli(&sock, "show stat");
+    let line = stat.lines().find(|l| l.starts_with("be,s3,")).unwrap();
+    assert!(line.contains(",MAINT (resolution),"), "{line}");
+    s.wait_stderr_line(
+        |l| l.contains("be/s1 changed its FQDN from (null) to a.sluice.test by 'SRV record'"),
+        Duration::from_secs(5),
+    );
+    s.wait_stderr_line(
+        |l| l.contains("be/s2 changed its IP from (none) to 127.0.0.1 by DNS additional record."),
+        Duration::from_secs(5),
+    );
+    // Health checks go to the records' addresses and ports.
+    wait_until("checks pass", Duration::from_secs(10), || {
+        ["s1", "s2"].iter().all(|srv| {
+            stat_column(&sock, "be", srv, "check_status") == "L4OK"
+                && stat_column(&sock, "be", srv, "status") == "UP"
+        })
+    });
+    // Both ports serve, b twice as often as a.
+    let t = tally(port, 6);
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert!(t[0].0 == "a" && t[1].0 == "b" && t[1].1 > t[0].1, "{t:?}");
+
+    // b's record goes away: its slot is freed at the next answer.
+    dns.set(zone(both[..1].to_vec()));
+    s.wait_stderr_line(
+        |l| {
+            l.contains(
+                "Server be/s2 is going DOWN for maintenance (entry removed from SRV record).",
+            )
+        },
+        Duration::from_secs(10),
+    );
+    let s2 = state_of(&sock, "s2");
+    assert_eq!(
+        (&s2[4], &s2[6], &s2[17]),
+        (&"0.0.0.0".to_string(), &"32".to_string(), &"-".to_string())
+    );
+    let stat = stats_cli(&sock, "show stat");
+    let line = stat.lines().find(|l| l.starts_with("be,s2,")).unwrap();
+    assert!(line.contains(",MAINT (resolution),"), "{line}");
+    assert_eq!(tally(port, 4), [("a".to_string(), 4)]);
+    assert_eq!(state_of(&sock, "s1")[6], "0", "a keeps its slot");
+
+    // Back: it takes the first free slot, s3 (s2 was freed after it).
+    dns.set(zone(both));
+    wait_until("b in s3", Duration::from_secs(10), || {
+        let s3 = state_of(&sock, "s3");
+        s3[6] == "0" && s3[17] == "b.sluice.test"
+    });
+    assert_eq!(state_of(&sock, "s2")[6], "32");
+    assert_eq!(tally(port, 6).len(), 2);
+}
+
+/// `hold obsolete`: a record missing from the answers keeps its slot for that long.
+#[test]
+fn srv_hold_obsolete_keeps_a_missing_record() {
+    let a = HttpBackend::start("a");
+    let b = HttpBackend::start("b");
+    let zone = |records: Vec<(&'static str, u16, u16)>| {
+        Dns::Srv(SrvZone {
+            records,
+            hosts: vec![("a.sluice.test", lo(1)), ("b.sluice.test", lo(1))],
+            additional: true,
+        })
+    };
+    let both = vec![
+        ("a.sluice.test", a.port(), 1),
+        ("b.sluice.test", b.port(), 1),
+    ];
+    let dns = DnsServer::start(zone(both.clone()));
+    let dir = TempDir::new();
+    let (cfg, port) = config(
+        &dir,
+        &dns,
+        "hold obsolete 60s",
+        "    server-template s 2 _http._tcp.app.sluice.test resolvers dns",
+    );
+    let _s = Sluice::start(&cfg);
+    let sock = dir.join("s.sock");
+    wait_until("two slots filled", Duration::from_secs(10), || {
+        state_of(&sock, "s1")[6] == "0" && state_of(&sock, "s2")[6] == "0"
+    });
+    dns.set(zone(both[..1].to_vec()));
+    let before = dns.queries.load(SeqCst);
+    wait_until("five more resolutions", Duration::from_secs(10), || {
+        dns.queries.load(SeqCst) >= before + 5
+    });
+    let s2 = state_of(&sock, "s2");
+    assert_eq!(
+        (&s2[6], &s2[17]),
+        (&"0".to_string(), &"b.sluice.test".to_string())
+    );
+    assert_eq!(tally(port, 4).len(), 2, "b still serves");
+}
+
+/// Records without additional addresses: each target is resolved with A queries (here to
+/// 127.0.0.1 and 127.0.0.2, the same port), as a server named by it would be.
+#[test]
+fn srv_targets_without_additional_records_are_resolved() {
+    let (a, b) = two_backends();
+    let dns = DnsServer::start(Dns::Srv(SrvZone {
+        records: vec![
+            ("a.sluice.test", a.port(), 100),
+            ("b.sluice.test", a.port(), 100),
+        ],
+        hosts: vec![("a.sluice.test", lo(1)), ("b.sluice.test", lo(2))],
+        additional: false,
+    }));
+    let dir = TempDir::new();
+    let (cfg, port) = config(
+        &dir,
+        &dns,
+        "",
+        "    balance roundrobin\n    \
+         server-template s 2 _http._tcp.app.sluice.test:80 resolvers dns",
+    );
+    let s = Sluice::start(&cfg);
+    let sock = dir.join("s.sock");
+    wait_until("two slots resolved", Duration::from_secs(10), || {
+        state_of(&sock, "s1")[6] == "0" && state_of(&sock, "s2")[6] == "0"
+    });
+    let (s1, s2) = (state_of(&sock, "s1"), state_of(&sock, "s2"));
+    assert_eq!(
+        (&s1[4], &s1[17]),
+        (&"127.0.0.1".to_string(), &"a.sluice.test".to_string())
+    );
+    assert_eq!(
+        (&s2[4], &s2[17]),
+        (&"127.0.0.2".to_string(), &"b.sluice.test".to_string())
+    );
+    // The records' port, not the one written after the name.
+    assert_eq!(s1[18], a.port().to_string());
+    let asked = dns.asked.lock().unwrap().clone();
+    for host in ["a.sluice.test", "b.sluice.test"] {
+        assert!(asked.contains(&(1, host.to_string())), "{asked:?}");
+    }
+    assert!(
+        asked.contains(&(33, "_http._tcp.app.sluice.test".to_string())),
+        "{asked:?}"
+    );
+    s.wait_stderr_line(
+        |l| l.contains("Server be/s2 ('b.sluice.test') is UP/READY (resolves again)."),
+        Duration::from_secs(5),
+    );
+    assert_eq!(tally(port, 4), [("a".to_string(), 2), ("b".to_string(), 2)]);
     drop(b);
 }

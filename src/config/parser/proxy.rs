@@ -45,6 +45,8 @@ pub(super) struct ServerOpts {
     pub resolve_prefer_v4: bool,
     pub resolve_nets: Vec<crate::config::IpNet>,
     pub allow_dup_ip: bool,
+    /// `resolve-opts ignore-weight`: SRV records' weights leave the server's alone.
+    pub ignore_weight: bool,
     /// Health-check options (`check`, `inter`, `agent-check`, `track`, ...).
     pub chk: super::checks::ServerCheckOpts,
     pub tls: crate::tls::ServerTlsOpts,
@@ -73,6 +75,7 @@ impl Default for ServerOpts {
             resolve_prefer_v4: false,
             resolve_nets: Vec::new(),
             allow_dup_ip: false,
+            ignore_weight: false,
             chk: super::checks::ServerCheckOpts::default(),
             tls: Default::default(),
         }

@@ -372,7 +372,7 @@ fn server_opts(
                     match opt {
                         "allow-dup-ip" => o.allow_dup_ip = true,
                         "prevent-dup-ip" => o.allow_dup_ip = false,
-                        "ignore-weight" => {}
+                        "ignore-weight" => o.ignore_weight = true,
                         x => {
                             return Err(format!(
                                 "'resolve-opts': unknown option '{x}' (allow-dup-ip, \
@@ -500,13 +500,6 @@ pub(super) fn server_template(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     if first == 0 || last < first || last - first >= 10_000 {
         return Err(bad().into());
     }
-    if addr.starts_with('_') {
-        return Err(format!(
-            "server address '{addr}': SRV records are not supported by sluice (name the \
-             servers' host name instead)"
-        )
-        .into());
-    }
     for i in first..=last {
         one_server(d, l, &format!("{prefix}{i}"), addr, &w[4..])?;
     }
@@ -536,6 +529,12 @@ fn one_server(
     {
         return Err(format!("server id {id} is already used by server '{}'", prev.name).into());
     }
+    // HAProxy's rule: a name starting with '_' ("_service._proto.name") is an SRV record
+    // name. Its servers are slots that the records fill at run time (address, port and
+    // weight), so they start without an address, in maintenance, whatever `init-addr` says.
+    if addr.starts_with('_') {
+        return srv_record_server(d, l, name, addr, &o, id);
+    }
     let sa = server_addr(addr, o.init_addr.as_deref())?;
     let mut sv = make_server(name, origin(l), sa.addr, &o, id, &d.tls_defaults)?;
     sv.unresolved = sa.unresolved;
@@ -558,9 +557,48 @@ fn one_server(
                 prefer_v4: o.resolve_prefer_v4,
                 nets: o.resolve_nets.clone(),
                 allow_dup_ip: o.allow_dup_ip,
+                srv_record: false,
+                ignore_weight: o.ignore_weight,
             });
         }
     }
+    d.p.servers.push(sv);
+    Ok(())
+}
+
+/// A server (or template slot) named by an SRV record name (`_http._tcp.example.com`, a port
+/// after it is ignored: the records give the port): it needs a resolvers section.
+fn srv_record_server(
+    d: &mut Draft,
+    l: &Line,
+    name: &str,
+    addr: &str,
+    o: &ServerOpts,
+    id: Option<u32>,
+) -> Result<(), KwErr> {
+    let Some(section) = &o.resolvers else {
+        return Err(format!(
+            "server address '{addr}': an SRV record name ('_service._proto.name') needs \
+             'resolvers' to be resolved"
+        )
+        .into());
+    };
+    let host = addr.split_once(':').map_or(addr, |(h, _)| h);
+    crate::resolvers::query(0, host, false, 512)
+        .map_err(|e| format!("server address '{addr}': {e}"))?;
+    let any = std::net::SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0);
+    let mut sv = make_server(name, origin(l), any, o, id, &d.tls_defaults)?;
+    sv.unresolved = true;
+    sv.resolve = Some(crate::resolvers::ServerResolve {
+        section: usize::MAX,
+        section_name: section.clone(),
+        hostname: host.to_string(),
+        prefer_v4: o.resolve_prefer_v4,
+        nets: o.resolve_nets.clone(),
+        allow_dup_ip: o.allow_dup_ip,
+        srv_record: true,
+        ignore_weight: o.ignore_weight,
+    });
     d.p.servers.push(sv);
     Ok(())
 }

@@ -34,6 +34,10 @@ pub struct Options {
     pub ignored: Vec<String>,
     /// `-x PATH`: take the listening sockets of the process behind this stats socket.
     pub sockets_from: Option<PathBuf>,
+    /// `-W` / `-Ws`: master-worker mode (see `master`).
+    pub master: bool,
+    /// `-Ws`: tell systemd about readiness and reloads (`Type=notify` units).
+    pub systemd: bool,
 }
 
 impl Options {
@@ -51,6 +55,8 @@ impl Options {
             terminate_pids: Vec::new(),
             ignored: Vec::new(),
             sockets_from: None,
+            master: false,
+            systemd: false,
         };
         let mut i = 0;
         let value = |i: &mut usize, flag: &str| -> Result<String, String> {
@@ -105,8 +111,13 @@ impl Options {
                     let v = value(&mut i, a)?;
                     o.ignored.push(format!("{a} {v}"));
                 }
-                "-W" | "-Ws" | "-dI" | "-dW" | "-dG" | "-de" | "-dp" | "-dS" | "-dr" | "-dV"
-                | "-dK" | "-dR" | "-dD" | "-dF" | "-dZ" => o.ignored.push(a.to_string()),
+                "-W" => o.master = true,
+                "-Ws" => {
+                    o.master = true;
+                    o.systemd = true;
+                }
+                "-dI" | "-dW" | "-dG" | "-de" | "-dp" | "-dS" | "-dr" | "-dV" | "-dK" | "-dR"
+                | "-dD" | "-dF" | "-dZ" => o.ignored.push(a.to_string()),
                 _ if a.starts_with("-dM") => o.ignored.push(a.to_string()),
                 _ if a.starts_with('-') => return Err(format!("unknown option '{a}'")),
                 // HAProxy treats a bare word as a config file too.

@@ -23,6 +23,7 @@ pub mod lb;
 pub mod listener;
 pub mod log;
 pub mod map;
+pub mod master;
 pub mod pool;
 pub mod prometheus;
 pub mod reload;

@@ -30,7 +30,7 @@ Usage : sluice [-f <cfgfile|cfgdir>]* [ -vdVD ] [ -n <maxconn> ] [ -N <maxpconn>
         -n sets the maximum total # of connections (uses ulimit -n)\n\
         -sf/-st [pid ]* finishes/terminates old pids once sluice listens\n\
         -x <unix_socket> get listening sockets from a stats socket with 'expose-fd listeners'\n\
-        Accepted for compatibility: -dM[...], -dI, -dW, -dG, -de, -dp, -dS, -dr, -dV, -L <name>, -m <megs>, -N <n>, -W, -Ws, -S <sock>\n",
+        Accepted for compatibility: -dM[...], -dI, -dW, -dG, -de, -dp, -dS, -dr, -dV, -L <name>, -m <megs>, -N <n>, -S <sock>\n        -W master-worker mode ; -Ws also notifies systemd (Type=notify)\n",
         env!("CARGO_PKG_VERSION"),
         sluice::config::HAPROXY_COMPAT_VERSION
     )
@@ -78,7 +78,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             let files: Vec<PathBuf> = opts.files.clone();
-            let cfg = match sluice::config::load_files(&files) {
+            let mut cfg = match sluice::config::load_files(&files) {
                 Ok(c) => c,
                 Err(errs) => {
                     for e in &errs {
@@ -109,6 +109,31 @@ fn main() -> ExitCode {
                     println!("Configuration file is valid");
                 }
                 return ExitCode::SUCCESS;
+            }
+            // Master-worker mode: this process starts and watches the workers that serve.
+            if (opts.master || cfg.global.master_worker.is_some()) && !sluice::master::is_worker() {
+                let daemon = (opts.daemon || cfg.global.daemon) && !opts.foreground;
+                let pidfile = opts.pidfile.clone().or(cfg.global.pidfile.clone());
+                let keep = cfg.global.master_worker == Some(true);
+                drop(cfg);
+                let code = sluice::master::run(&opts, daemon, pidfile.as_deref(), keep);
+                return ExitCode::from(code.clamp(0, 255) as u8);
+            }
+            // A worker also opens the private stats socket its master gave it: the next
+            // worker takes the listeners through it.
+            if let Some(path) = sluice::master::worker_socket() {
+                cfg.global.stats_sockets.push(sluice::config::StatsSocket {
+                    addr: sluice::config::BindAddr::Unix(path),
+                    origin: sluice::config::Origin {
+                        file: "(master)".into(),
+                        line: 0,
+                    },
+                    level: sluice::config::CliLevel::Admin,
+                    mode: Some(0o600),
+                    uid: None,
+                    gid: None,
+                    expose_fd: true,
+                });
             }
             match sluice::run(cfg, &opts) {
                 Ok(()) => ExitCode::SUCCESS,

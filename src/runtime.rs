@@ -228,11 +228,20 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         );
     }
     // Daemon mode: after binding (errors reach the terminal), before any thread starts.
-    let daemon = (opts.daemon || cfg.global.daemon) && !opts.foreground;
+    // A master's worker: the master owns daemon mode and the pidfile, and the worker dies
+    // with it.
+    let worker = crate::master::is_worker();
+    crate::master::follow_master();
+    let daemon = (opts.daemon || cfg.global.daemon) && !opts.foreground && !worker;
     if daemon {
         nix::unistd::daemon(true, false).map_err(|e| format!("cannot go to background: {e}"))?;
     }
-    if let Some(pf) = opts.pidfile.as_ref().or(cfg.global.pidfile.as_ref()) {
+    if let Some(pf) = opts
+        .pidfile
+        .as_ref()
+        .or(cfg.global.pidfile.as_ref())
+        .filter(|_| !worker)
+    {
         std::fs::write(pf, format!("{}\n", pid()))
             .map_err(|e| format!("cannot write pidfile '{}': {e}", pf.display()))?;
     }
@@ -297,6 +306,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         handles.push(h);
     }
     drop(state_rx);
+    crate::master::notify_ready();
 
     let hard_stop_after = cfg.global.hard_stop_after;
     let shared_ctl = shared.clone();

@@ -118,6 +118,8 @@ pub struct Global {
     /// `maxconn`; `None` = derived from the file-descriptor limit, as HAProxy does.
     pub maxconn: Option<u32>,
     pub daemon: bool,
+    /// `master-worker [no-exit-on-failure]`: `Some(no-exit-on-failure?)`.
+    pub master_worker: Option<bool>,
     pub pidfile: Option<PathBuf>,
     pub logs: Vec<LogTarget>,
     pub cpu_map: Vec<CpuMap>,
@@ -231,6 +233,7 @@ impl Default for Global {
             nbthread: None,
             maxconn: None,
             daemon: false,
+            master_worker: None,
             pidfile: None,
             logs: Vec::new(),
             cpu_map: Vec::new(),

@@ -9,6 +9,7 @@ const KEYWORDS: &[&str] = &[
     "nbthread",
     "maxconn",
     "daemon",
+    "master-worker",
     "pidfile",
     "log",
     "cpu-map",
@@ -63,7 +64,6 @@ const UNSUPPORTED: &[&str] = &[
     "resetenv",
     "unsetenv",
     "localpeer",
-    "master-worker",
     "mworker-max-reloads",
     "quiet",
     "debug",
@@ -153,6 +153,21 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
         "daemon" => {
             no_extra(w, 1)?;
             g.daemon = true;
+        }
+        "master-worker" => {
+            g.master_worker = Some(match w.get(1).map(String::as_str) {
+                None => false,
+                Some("no-exit-on-failure") => {
+                    no_extra(w, 2)?;
+                    true
+                }
+                Some(x) => {
+                    return Err(format!(
+                        "'master-worker' only supports 'no-exit-on-failure', not '{x}'"
+                    )
+                    .into());
+                }
+            });
         }
         "pidfile" => {
             g.pidfile = Some(arg(w, 1, "file name")?.into());

@@ -1,0 +1,142 @@
+//! Master-worker mode (`-W`, `-Ws`, `global master-worker`), as Debian's and Red Hat's
+//! haproxy.service run it (`-Ws -f CONFIG -p PIDFILE`, `Type=notify`, `ExecReload=kill -USR2
+//! $MAINPID`): systemd hears READY/RELOADING/STOPPING on `NOTIFY_SOCKET`, a reload serves the
+//! new configuration without refusing a connection, a bad configuration leaves the current
+//! worker serving, and SIGTERM takes everything down.
+
+mod common;
+
+use common::*;
+use nix::sys::signal::Signal;
+use std::os::unix::net::UnixDatagram;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+fn config(port: u16, body: &str) -> String {
+    format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   http-request return status 200 content-type text/plain string {body}\n"
+    )
+}
+
+/// The next message systemd would get.
+fn next(n: &UnixDatagram) -> String {
+    let mut b = [0u8; 256];
+    let k = n.recv(&mut b).expect("a notification in time");
+    String::from_utf8_lossy(&b[..k]).into_owned()
+}
+
+#[test]
+fn systemd_notify_reloads_and_stops() {
+    let tmp = TempDir::new();
+    let notify_path = tmp.join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(WAIT)).unwrap();
+    let pidfile = tmp.join("pid");
+    let port = free_port();
+    let s = Sluice::builder(&config(port, "one"))
+        .arg("-Ws")
+        .arg("-p")
+        .arg(pidfile.display().to_string())
+        .env("NOTIFY_SOCKET", &notify_path.display().to_string())
+        .start();
+    // The master is the service's main process: it says so, and the pidfile holds it.
+    assert_eq!(next(&notify), format!("READY=1\nMAINPID={}", s.pid()));
+    assert_eq!(
+        std::fs::read_to_string(&pidfile).unwrap().trim(),
+        s.pid().to_string()
+    );
+    assert_eq!(http_get(port, "/").body_str(), "one");
+
+    // A reload while a client keeps connecting: every connection is served, by the old
+    // configuration or the new one.
+    std::fs::write(&s.cfg_path, config(port, "two")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, bad) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let load = {
+        let (stop, ok, bad) = (stop.clone(), ok.clone(), bad.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let r = http_raw(
+                    port,
+                    "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                );
+                if r.status == 200 && matches!(r.body_str().as_str(), "one" | "two") {
+                    ok.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    bad.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    wait_until("requests before the reload", WAIT, || {
+        ok.load(Ordering::SeqCst) > 20
+    });
+    s.signal(Signal::SIGUSR2);
+    assert_eq!(next(&notify), "RELOADING=1");
+    assert_eq!(next(&notify), "READY=1");
+    let at_ready = ok.load(Ordering::SeqCst);
+    wait_until("requests after the reload", WAIT, || {
+        ok.load(Ordering::SeqCst) > at_ready + 20
+    });
+    stop.store(true, Ordering::SeqCst);
+    load.join().unwrap();
+    assert_eq!(
+        bad.load(Ordering::SeqCst),
+        0,
+        "a connection failed during the reload"
+    );
+    assert_eq!(http_get(port, "/").body_str(), "two");
+    s.wait_stderr_line(
+        |l| l.contains("Former worker #0") && l.contains("exited"),
+        WAIT,
+    );
+
+    // A configuration error: the reload fails, the current worker goes on.
+    std::fs::write(&s.cfg_path, config(port, "three") + "    bogus-keyword\n").unwrap();
+    s.signal(Signal::SIGUSR2);
+    assert_eq!(next(&notify), "RELOADING=1");
+    assert_eq!(next(&notify), "READY=1");
+    let alert = s.wait_stderr_line(|l| l.contains("Reload failed"), WAIT);
+    assert!(alert.contains("exited with code 1"), "{alert}");
+    assert!(s.stderr.text().contains("unknown keyword 'bogus-keyword'"));
+    assert_eq!(http_get(port, "/").body_str(), "two");
+
+    // SIGTERM: the workers go, then the master.
+    s.signal(Signal::SIGTERM);
+    assert_eq!(next(&notify), "STOPPING=1");
+    let st = s.wait_exit(WAIT).expect("the master exits");
+    assert!(st.success(), "{st:?}");
+    assert!(connect_refused(port));
+}
+
+/// `master-worker` in the global section, without `-W`: the same mode, and a worker that
+/// dies takes the master with it (HAProxy's default, without `no-exit-on-failure`).
+#[test]
+fn master_worker_keyword() {
+    let port = free_port();
+    let cfg = format!("global\n    master-worker\n{}", config(port, "kw"));
+    let s = Sluice::builder(&cfg).start();
+    assert_eq!(http_get(port, "/").body_str(), "kw");
+    let line = s.wait_stderr_line(|l| l.contains("New worker #0"), WAIT);
+    let worker: i32 = line
+        .split('(')
+        .nth(2)
+        .and_then(|p| p.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("worker pid in {line:?}"));
+    assert_ne!(worker, s.pid());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), Signal::SIGKILL).unwrap();
+    let st = s.wait_exit(WAIT).expect("the master follows its worker");
+    assert!(!st.success());
+    s.wait_stderr_line(
+        |l| l.contains("Current worker #0") && l.contains("code 137"),
+        WAIT,
+    );
+    let (code, out) = Sluice::check("global\n    master-worker sometimes\n");
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("'master-worker' only supports 'no-exit-on-failure'"),
+        "{out}"
+    );
+}

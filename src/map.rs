@@ -547,6 +547,58 @@ impl PatRef {
     }
 }
 
+impl PatRef {
+    /// `set-map` from a rule: the value of every entry with `key`, or a new entry. Keys and
+    /// values the file's users could not read are ignored, as a CLI command would refuse them.
+    pub fn rule_set(&self, key: &str, value: &str) {
+        if self.validate(key, value).is_err() {
+            return;
+        }
+        let _ed = lock(&self.edit);
+        let cur = self.load();
+        let mut same = cur.entries.iter().filter(|e| &*e.key == key).peekable();
+        let entries = if same.peek().is_none() {
+            let mut v = cur.entries.clone();
+            v.push(Entry::new(key, value, 0));
+            v
+        } else if same.all(|e| &*e.value == value) {
+            return; // nothing changes: no copy
+        } else {
+            let mut v = cur.entries.clone();
+            for e in v.iter_mut().filter(|e| &*e.key == key) {
+                e.value = value.into();
+            }
+            v
+        };
+        self.publish(entries);
+    }
+
+    /// `add-acl` from a rule: the pattern, unless the file has it.
+    pub fn rule_add(&self, key: &str) {
+        if self.validate_key(key).is_err() {
+            return;
+        }
+        let _ed = lock(&self.edit);
+        if self.load().entries.iter().any(|e| &*e.key == key) {
+            return;
+        }
+        let mut entries = self.load().entries.clone();
+        entries.push(Entry::new(key, "", 0));
+        self.publish(entries);
+    }
+
+    /// `del-map` / `del-acl` from a rule: every entry with `key`.
+    pub fn rule_del(&self, key: &str) {
+        let _ed = lock(&self.edit);
+        if !self.load().entries.iter().any(|e| &*e.key == key) {
+            return;
+        }
+        let mut entries = self.load().entries.clone();
+        entries.retain(|e| &*e.key != key);
+        self.publish(entries);
+    }
+}
+
 /// Locks a mutex, a poisoned one included (its data are plain lists, valid at every step).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

@@ -180,3 +180,96 @@ fn maps_and_acl_files_change_at_run_time() {
     assert_eq!(route(port, "k"), "C");
     assert_eq!(route(port, "z.example"), "A");
 }
+
+/// `set-map`, `del-map`, `add-acl`, `del-acl` in `http-request` and `http-response` rules:
+/// requests change the files that later requests are routed and filtered by, as the CLI
+/// commands do.
+#[test]
+fn rules_change_maps_and_acls() {
+    let dir = TempDir::new();
+    let hosts = dir.write("hosts.map", "");
+    let banned = dir.write("banned.lst", "");
+    let seen = dir.write("seen.lst", "");
+    let admin = dir.join("admin.sock");
+    let (a, b, c) = (
+        HttpBackend::start("A"),
+        HttpBackend::start("B"),
+        HttpBackend::start("C"),
+    );
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {admin} level admin\n\
+         {DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   acl banned req.hdr(x-client) -f {banned}\n\
+         \x20   acl seen_ok str(200) -f {seen}\n\
+         \x20   http-request set-map({hosts}) %[req.hdr(x-key)] %[req.hdr(x-val)] if {{ path /set }}\n\
+         \x20   http-request del-map({hosts}) %[req.hdr(x-key)] if {{ path /del }}\n\
+         \x20   http-request add-acl({banned}) %[req.hdr(x-ban)] if {{ path /ban }}\n\
+         \x20   http-request del-acl({banned}) %[req.hdr(x-ban)] if {{ path /unban }}\n\
+         \x20   http-request deny if banned\n\
+         \x20   http-request return status 200 content-type text/plain string done if {{ path /set }} || {{ path /del }} || {{ path /ban }} || {{ path /unban }}\n\
+         \x20   http-request return status 200 content-type text/plain string seen-200 if {{ path /seen }} seen_ok\n\
+         \x20   http-response add-acl({seen}) %ST\n\
+         \x20   use_backend %[req.hdr(host),map({hosts},be_c)]\n\
+         {}{}{}",
+        backend_section("be_a", "", &[&a]),
+        backend_section("be_b", "", &[&b]),
+        backend_section("be_c", "", &[&c]),
+        admin = admin.display(),
+        banned = banned.display(),
+        seen = seen.display(),
+        hosts = hosts.display(),
+    );
+    let _s = Sluice::start(&cfg);
+    let call = |path: &str, headers: &str| {
+        let r = http_raw(
+            port,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n"),
+        );
+        assert_eq!(r.status, 200, "{path}: {}", r.body_str());
+    };
+    let s = stats_cli(&admin, &format!("show acl {}", seen.display()));
+    assert_eq!(s, "\n", "nothing answered yet");
+    assert_eq!(route(port, "h.example"), "C");
+    call("/set", "x-key: h.example\r\nx-val: be_a\r\n");
+    assert_eq!(route(port, "h.example"), "A");
+    // set-map replaces the value instead of adding a second entry.
+    call("/set", "x-key: h.example\r\nx-val: be_b\r\n");
+    assert_eq!(route(port, "h.example"), "B");
+    let h = hosts.display().to_string();
+    let shown = stats_cli(&admin, &format!("show map {h}"));
+    assert_eq!(
+        shown.lines().filter(|l| !l.is_empty()).count(),
+        1,
+        "{shown}"
+    );
+    assert!(shown.contains(" h.example be_b\n"), "{shown}");
+    call("/del", "x-key: h.example\r\n");
+    assert_eq!(route(port, "h.example"), "C");
+
+    // add-acl / del-acl: a client banned by a request, then pardoned.
+    let evil = |r: &str| {
+        http_raw(
+            port,
+            format!("GET {r} HTTP/1.1\r\nHost: x\r\nx-client: evil\r\nConnection: close\r\n\r\n"),
+        )
+        .status
+    };
+    assert_eq!(evil("/"), 200);
+    call("/ban", "x-ban: evil\r\n");
+    call("/ban", "x-ban: evil\r\n");
+    let bl = stats_cli(&admin, &format!("show acl {}", banned.display()));
+    assert_eq!(
+        bl.lines().filter(|l| l.ends_with(" evil")).count(),
+        1,
+        "{bl}"
+    );
+    assert_eq!(evil("/"), 403);
+    call("/unban", "x-ban: evil\r\n");
+    assert_eq!(evil("/"), 200);
+
+    // http-response add-acl: the statuses servers answered (all 200 here), once each.
+    assert_eq!(http_get(port, "/seen").body_str(), "seen-200");
+    let s = stats_cli(&admin, &format!("show acl {}", seen.display()));
+    assert_eq!(s.lines().filter(|l| l.ends_with(" 200")).count(), 1, "{s}");
+}

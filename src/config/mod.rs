@@ -1282,6 +1282,8 @@ pub enum HttpResponseAction {
     /// `silent-drop`: the response is dropped and the client connection disappears without
     /// the client being told (see `stream::silent_drop`).
     SilentDrop,
+    /// `set-map`, `del-map`, `add-acl`, `del-acl`: evaluation goes on.
+    PatEdit(PatEdit),
     /// `set-var`, `set-var-fmt`, `unset-var`: evaluation goes on.
     SetVar(VarAction),
     /// `set-log-level LEVEL|silent` (`None`: silent): the transaction's log line goes out at
@@ -1396,6 +1398,50 @@ impl From<&str> for LfValue {
     }
 }
 
+/// `set-map(FILE) KEY VALUE`, `del-map(FILE) KEY`, `add-acl(FILE) KEY`, `del-acl(FILE) KEY`
+/// (`http-request` and `http-response`): a rule changes a pattern file as the CLI's `set map`,
+/// `del map`, `add acl`, `del acl` do. KEY and VALUE are log-format strings.
+#[derive(Debug, Clone)]
+pub struct PatEdit {
+    pub op: PatOp,
+    pub file: std::sync::Arc<crate::map::PatRef>,
+    pub key: LfValue,
+    /// `set-map` only.
+    pub value: LfValue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatOp {
+    /// Sets the value of the entries with the key, or adds one.
+    SetMap,
+    DelMap,
+    /// Adds the pattern unless the file has it.
+    AddAcl,
+    DelAcl,
+}
+
+impl PatEdit {
+    /// Carries the edit out with the key and value evaluated on the transaction.
+    pub fn apply(&self, key: &str, value: &str) {
+        match self.op {
+            PatOp::SetMap => self.file.rule_set(key, value),
+            PatOp::AddAcl => self.file.rule_add(key),
+            PatOp::DelMap | PatOp::DelAcl => self.file.rule_del(key),
+        }
+    }
+}
+
+impl PartialEq for PatEdit {
+    fn eq(&self, o: &PatEdit) -> bool {
+        self.op == o.op
+            && std::sync::Arc::ptr_eq(&self.file, &o.file)
+            && self.key == o.key
+            && self.value == o.value
+    }
+}
+
+impl Eq for PatEdit {}
+
 /// Header edits shared by `http-request` and `http-response`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderAction {
@@ -1439,6 +1485,8 @@ pub enum HttpRequestAction {
     Deny(Deny),
     /// `silent-drop`: the client connection disappears without the client being told.
     SilentDrop,
+    /// `set-map`, `del-map`, `add-acl`, `del-acl`: evaluation goes on.
+    PatEdit(PatEdit),
     /// `return [status N] [content-type T] [string S | file F] [hdr N V]...` (default 200).
     Return(Reply),
     Redirect(Redirect),

@@ -1457,6 +1457,17 @@ impl<C: ClientIo> Conn<'_, C> {
                 }
                 HttpRequestAction::SetVar(a) => a.run(&self.proxy_view(p, head, src)),
                 HttpRequestAction::SetLogLevel(l) => self.log_level.set(Some(*l)),
+                HttpRequestAction::PatEdit(e) => {
+                    let render = |v: &LfValue| match v {
+                        LfValue::Lit(t) => t.clone(),
+                        LfValue::Fmt { format, .. } => {
+                            self.render_on_request(p, head, src, txn, format, Live::HeaderValue)
+                        }
+                    };
+                    let key = render(&e.key);
+                    let value = render(&e.value);
+                    e.apply(&key, &value);
+                }
                 HttpRequestAction::Header(a) => match a.value() {
                     Some(LfValue::Fmt { format, .. }) => {
                         let v =
@@ -1877,7 +1888,8 @@ impl<C: ClientIo> Conn<'_, C> {
             | HttpRequestAction::Rewrite(_)
             | HttpRequestAction::Stick(_)
             | HttpRequestAction::SetVar(_)
-            | HttpRequestAction::SetLogLevel(_) => {
+            | HttpRequestAction::SetLogLevel(_)
+            | HttpRequestAction::PatEdit(_) => {
                 unreachable!("header edits, target rewrites and stick actions are applied in place")
             }
         }
@@ -2425,6 +2437,22 @@ impl<C: ClientIo> Conn<'_, C> {
                     }
                     HttpResponseAction::SetLogLevel(l) => {
                         self.log_level.set(Some(*l));
+                        continue;
+                    }
+                    HttpResponseAction::PatEdit(e) => {
+                        let render = |v: &LfValue| match v {
+                            LfValue::Lit(t) => t.clone(),
+                            LfValue::Fmt { format, .. } => self.render_on_response(
+                                bp,
+                                txn,
+                                slot.server_state(),
+                                resp.status,
+                                format,
+                            ),
+                        };
+                        let key = render(&e.key);
+                        let value = render(&e.value);
+                        e.apply(&key, &value);
                         continue;
                     }
                 };

@@ -56,8 +56,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "cache-use",
     "cache-store",
     "capture",
-    "del-acl",
-    "del-map",
     "disable-l7-retry",
     "do-resolve",
     "early-hint",
@@ -66,7 +64,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "send-spoe-group",
     "set-dst",
     "set-dst-port",
-    "set-map",
     "set-mark",
     "set-method",
     "set-nice",
@@ -81,7 +78,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "tarpit",
     "wait-for-body",
     "wait-for-handshake",
-    "add-acl",
 ];
 
 /// Parses `set-var(NAME[,COND...]) EXPR`, `set-var-fmt(NAME[,COND...]) FMT` and
@@ -747,6 +743,10 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         Some(a) => Some(HttpRequestAction::Stick(a)),
         None => var_action(action, args, false)?.map(HttpRequestAction::SetVar),
     };
+    let shared = match shared {
+        Some(a) => Some(a),
+        None => pat_edit(action, args)?.map(HttpRequestAction::PatEdit),
+    };
     if let Some(action) = shared {
         d.needs_http(l, "http-request");
         d.p.http_request.push(HttpRequestRule {
@@ -926,6 +926,20 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let Some(action) = w.get(1).map(String::as_str) else {
         return Err(format!("missing action (one of {})", RESPONSE_ACTIONS.join(", ")).into());
     };
+    if ["set-map(", "del-map(", "add-acl(", "del-acl("]
+        .iter()
+        .any(|p| action.starts_with(p))
+    {
+        let (end, cond) = split_cond(d, w)?;
+        let e = pat_edit(action, &w[2..end])?.expect("one of the four, by its name");
+        d.needs_http(l, "http-response");
+        d.p.http_response.push(HttpResponseRule {
+            origin: origin(l),
+            action: HttpResponseAction::PatEdit(e),
+            cond,
+        });
+        return Ok(());
+    }
     if !RESPONSE_ACTIONS.contains(&action) && !action.contains("-var") {
         if ["track-sc", "sc-inc-gpc", "sc-set-gpt"]
             .iter()
@@ -1027,4 +1041,48 @@ fn no_args(action: &str, args: &[String]) -> Result<(), KwErr> {
         Some(a) => Err(format!("'{action}': unexpected argument '{a}'").into()),
         None => Ok(()),
     }
+}
+
+/// `set-map(FILE) KEY VALUE`, `del-map(FILE) KEY`, `add-acl(FILE) KEY`, `del-acl(FILE) KEY`
+/// (`None`: `action` is none of them). The file is read like a map or ACL file using it, and
+/// must exist (HAProxy accepts a file no rule reads, and then changes nothing).
+fn pat_edit(action: &str, args: &[String]) -> Result<Option<crate::config::PatEdit>, KwErr> {
+    use crate::config::PatOp;
+    let Some((kw, rest)) = action.split_once('(') else {
+        return Ok(None);
+    };
+    let op = match kw {
+        "set-map" => PatOp::SetMap,
+        "del-map" => PatOp::DelMap,
+        "add-acl" => PatOp::AddAcl,
+        "del-acl" => PatOp::DelAcl,
+        _ => return Ok(None),
+    };
+    let path = match rest.strip_suffix(')') {
+        Some(p) if !p.is_empty() => p,
+        _ => return Err(format!("'{kw}' expects a file name in parentheses").into()),
+    };
+    let want = if op == PatOp::SetMap { 2 } else { 1 };
+    if args.len() != want {
+        return Err(format!(
+            "'{kw}' expects {}",
+            if want == 2 {
+                "a key and a value (log-format strings)"
+            } else {
+                "a key (a log-format string)"
+            }
+        )
+        .into());
+    }
+    let is_map = matches!(op, PatOp::SetMap | PatOp::DelMap);
+    let file = crate::map::load(path, is_map, if is_map { "map" } else { "acl" })?;
+    Ok(Some(crate::config::PatEdit {
+        op,
+        file,
+        key: lf_value(&args[0])?,
+        value: match args.get(1) {
+            Some(v) => lf_value(v)?,
+            None => Default::default(),
+        },
+    }))
 }

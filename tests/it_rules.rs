@@ -981,3 +981,31 @@ fn http_buffer_request_waits_for_the_body() {
     assert_eq!(r.body, b"10");
     assert_eq!(a.last_request().body, b"0123456789");
 }
+
+/// `http-response` formats may read the response they run on (`res.hdr`, `status`), in
+/// header values and variables, as in HAProxy; a log format still may not (the response is
+/// gone when the line is written).
+#[test]
+fn response_fetches_in_http_response_formats() {
+    let t = two(
+        "    http-response set-header X-Echo %[res.hdr(x-server)]-%[status]\n\
+         \x20   http-response set-var(txn.srv) res.hdr(x-server),lower\n\
+         \x20   http-response add-header X-Var %[var(txn.srv)]",
+        "",
+    );
+    let r = http_get(t.port, "/");
+    assert_eq!(r.server(), "A");
+    assert_eq!(r.header("x-echo"), Some("A-200"));
+    assert_eq!(r.header("x-var"), Some("a"));
+    let (code, out) = Sluice::check(&format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:1\n    log-format %[res.hdr(x)]\n\
+         \x20   http-request set-header X %[res.hdr(x)]\n    default_backend b\n\
+         backend b\n    server s 127.0.0.1:1\n"
+    ));
+    assert_eq!(code, 1);
+    assert!(
+        out.contains(":8: ") && out.contains("'res.hdr' is not supported by sluice in log formats"),
+        "{out}"
+    );
+    assert!(out.contains(":9: "), "{out}");
+}

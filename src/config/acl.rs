@@ -1062,6 +1062,11 @@ pub struct SampleFetch {
     text: Box<str>,
 }
 
+thread_local! {
+    /// Set while an `http-response` rule is parsed (see `SampleFetch::on_response`).
+    static RESPONSE_FORMATS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl SampleFetch {
     /// Parses `name` or `name(args)`. ACL-only forms (`path_beg`, `hdr_sub(x)`) are not fetches.
     pub fn parse(word: &str) -> Result<SampleFetch, String> {
@@ -1079,6 +1084,15 @@ impl SampleFetch {
         self.fetch.is_payload()
     }
 
+    /// Runs `f` (the parsing of an `http-response` rule) with response fetches allowed in
+    /// the formats it parses: they are evaluated on the response, never in a log line.
+    pub fn on_response<R>(f: impl FnOnce() -> R) -> R {
+        RESPONSE_FORMATS.with(|r| r.set(true));
+        let out = f();
+        RESPONSE_FORMATS.with(|r| r.set(false));
+        out
+    }
+
     fn parse_in(word: &str, payload_ok: bool) -> Result<SampleFetch, String> {
         const WHAT: &str = "sample fetch";
         let (fetch_word, _) = converter::split(word)?;
@@ -1090,7 +1104,7 @@ impl SampleFetch {
                 "unknown {WHAT} '{name}' ('_{default_m}' forms are ACL matches, not fetches)"
             ));
         }
-        if fetch.is_response() {
+        if fetch.is_response() && !RESPONSE_FORMATS.with(std::cell::Cell::get) {
             let (name, _) = split_criterion(fetch_word, WHAT)?;
             return Err(format!(
                 "{WHAT} '{name}' is not supported by sluice in log formats (it reads the \

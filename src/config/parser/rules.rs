@@ -922,6 +922,10 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
 
 /// `http-response ACTION ARGS... [if|unless COND]`.
 pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    crate::config::acl::SampleFetch::on_response(|| http_response_rule(d, l))
+}
+
+fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let w = &l.words;
     let Some(action) = w.get(1).map(String::as_str) else {
         return Err(format!("missing action (one of {})", RESPONSE_ACTIONS.join(", ")).into());

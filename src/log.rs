@@ -568,6 +568,7 @@ impl Logger {
                                     unique_id: e.unique_id,
                                     sc: Default::default(),
                                     vars: e.vars,
+                                    pp: None,
                                 },
                             );
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])

@@ -194,12 +194,52 @@ fn parse_v2(buf: &[u8]) -> Received {
     Received::Header { len, addrs }
 }
 
+/// The TLVs of a whole version 2 header, in order (none for a version 1 line, and none past
+/// a malformed one). HAProxy's `fc_pp_authority` is type 0x02, `fc_pp_unique_id` 0x05.
+pub fn tlvs(header: &[u8]) -> Vec<(u8, Box<[u8]>)> {
+    let mut out = Vec::new();
+    if !header.starts_with(V2_SIG) || header.len() < 16 {
+        return out;
+    }
+    let addr_len = match header[13] >> 4 {
+        1 => 12,
+        2 => 36,
+        3 => 216,
+        _ => 0,
+    };
+    let mut at = 16 + addr_len;
+    while let Some(&[t, hi, lo]) = header.get(at..at + 3) {
+        let end = at + 3 + usize::from(u16::from_be_bytes([hi, lo]));
+        let Some(v) = header.get(at + 3..end) else {
+            break;
+        };
+        out.push((t, v.into()));
+        at = end;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn sa(s: &str) -> Option<SocketAddr> {
         Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn tlvs_after_the_addresses() {
+        let mut h = header(Version::V2, sa("192.0.2.1:5555"), sa("198.51.100.2:80"));
+        let extra: &[u8] = &[
+            0x02, 0, 3, b'a', b'.', b'b', 0x05, 0, 2, b'i', b'd', 0x05, 0, 9,
+        ];
+        let n = u16::from_be_bytes([h[14], h[15]]) + extra.len() as u16;
+        h[14..16].copy_from_slice(&n.to_be_bytes());
+        h.extend_from_slice(extra);
+        let t = tlvs(&h);
+        // The last TLV claims more bytes than there are: dropped.
+        assert_eq!(t, vec![(0x02, b"a.b"[..].into()), (0x05, b"id"[..].into())]);
+        assert!(tlvs(b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n").is_empty());
     }
 
     #[test]

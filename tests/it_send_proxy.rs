@@ -292,3 +292,56 @@ fn accept_proxy_takes_the_client_address_from_the_header() {
         "{line}"
     );
 }
+
+/// `fc_pp_authority` and `fc_pp_unique_id`: the authority (type 0x02) and unique id (0x05)
+/// TLVs of a PROXY v2 header, for headers, variables and conditions; empty without them.
+#[test]
+fn accept_proxy_v2_tlvs() {
+    use sluice::send_proxy::{Version, header};
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port} accept-proxy\n\
+         \x20   http-request deny if {{ fc_pp_authority -m str blocked.example }}\n\
+         \x20   http-request set-var(txn.id) fc_pp_unique_id\n\
+         \x20   http-request set-header X-PP-Id %[var(txn.id)]\n\
+         \x20   http-request set-header X-PP-Authority %[fc_pp_authority]\n\
+         \x20   default_backend be\nbackend be\n    server s1 {}\n",
+        b.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let with_tlvs = |tlvs: &[(u8, &[u8])]| {
+        let mut h = header(
+            Version::V2,
+            Some("192.0.2.10:5555".parse().unwrap()),
+            Some("198.51.100.1:80".parse().unwrap()),
+        );
+        for (t, v) in tlvs {
+            h.push(*t);
+            h.extend_from_slice(&(v.len() as u16).to_be_bytes());
+            h.extend_from_slice(v);
+        }
+        let n = (h.len() - 16) as u16;
+        h[14..16].copy_from_slice(&n.to_be_bytes());
+        h
+    };
+    let get = |h: Vec<u8>| {
+        let mut c = HttpClient::connect(port);
+        c.wire.stream.write_all(&h).unwrap();
+        c.request("GET / HTTP/1.1\r\nHost: t\r\n\r\n").status
+    };
+    let h = with_tlvs(&[
+        (0x02, b"app.example"),
+        (0x04, b"\0\0\0\0"),
+        (0x05, b"req-42"),
+    ]);
+    assert_eq!(get(h), 200);
+    let r = b.last_request();
+    assert_eq!(r.header("x-pp-id"), Some("req-42"));
+    assert_eq!(r.header("x-pp-authority"), Some("app.example"));
+    assert_eq!(get(with_tlvs(&[(0x02, b"blocked.example")])), 403);
+    assert_eq!(get(with_tlvs(&[])), 200);
+    let r = b.last_request();
+    assert_eq!(r.header("x-pp-id"), Some(""));
+    assert_eq!(r.header("x-pp-authority"), Some(""));
+}

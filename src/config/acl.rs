@@ -79,6 +79,8 @@ pub struct Sess<'a> {
     pub sc: crate::stick::ScView<'a>,
     /// The session's and the transaction's variables (`var()`).
     pub vars: Option<&'a crate::vars::Vars>,
+    /// TLVs of the client's PROXY v2 header (`fc_pp_authority`, `fc_pp_unique_id`).
+    pub pp: Option<&'a crate::stream::PpTlvs>,
 }
 
 /// Set when a configuration reads the address a client connected to (`dst`, `dst_port`,
@@ -382,6 +384,9 @@ enum Fetch {
     ReqSslAlpn,
     /// `unique-id`: the request's `unique-id-format` id.
     UniqueId,
+    /// `fc_pp_authority` (type 0x02), `fc_pp_unique_id` (0x05): a TLV of the client's PROXY
+    /// protocol v2 header.
+    PpTlv(u8),
     /// `http_auth(L)`: the request's Basic credentials are valid in userlist L.
     HttpAuth(crate::userlist::UserlistRef),
     /// `http_auth_group(L)`: the groups of the user the credentials authenticate in L.
@@ -678,6 +683,7 @@ impl Fetch {
                 | Fetch::ProtoHttp
                 // Made from the request, but kept with the session until it is logged.
                 | Fetch::UniqueId
+                | Fetch::PpTlv(_)
                 | Fetch::Stick { .. }
                 | Fetch::TableAvl(_)
                 | Fetch::TableCnt(_)
@@ -749,7 +755,8 @@ impl Fetch {
             | Fetch::ReqPayload { .. }
             | Fetch::ReqSslSni
             | Fetch::ReqSslAlpn
-            | Fetch::UniqueId => SmpType::Str,
+            | Fetch::UniqueId
+            | Fetch::PpTlv(_) => SmpType::Str,
             Fetch::Src | Fetch::Dst | Fetch::UrlIp | Fetch::HdrIp { .. } => SmpType::Ip,
             Fetch::SrcPort
             | Fetch::DstPort
@@ -964,6 +971,10 @@ impl Fetch {
             },
             Fetch::ReqSslAlpn => match view.payload().and_then(crate::tls::peek::alpn) {
                 Some(n) => f(Sample::Str(n)),
+                None => false,
+            },
+            Fetch::PpTlv(t) => match view.sess().pp.and_then(|p| p.get(*t)) {
+                Some(v) => f(Sample::Str(v)),
                 None => false,
             },
             Fetch::UniqueId => match view.sess().unique_id {
@@ -1377,6 +1388,8 @@ fn stick_fetch_name(name: &str) -> Option<(Option<usize>, StickWhat)> {
 const CRITERIA: &[&str] = &[
     "always_true",
     "uuid",
+    "fc_pp_authority",
+    "fc_pp_unique_id",
     "var",
     "str",
     "int",
@@ -1782,6 +1795,8 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "req.ssl_sni" | "req_ssl_sni" => no_args(Fetch::ReqSslSni)?,
         "req.ssl_alpn" => no_args(Fetch::ReqSslAlpn)?,
         "unique-id" => no_args(Fetch::UniqueId)?,
+        "fc_pp_authority" => no_args(Fetch::PpTlv(0x02))?,
+        "fc_pp_unique_id" => no_args(Fetch::PpTlv(0x05))?,
         "table_avl" | "table_cnt" => {
             let t = match args.map(str::trim).filter(|a| !a.is_empty()) {
                 Some(a) => crate::stick::reference(a),

@@ -1693,6 +1693,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 txn: Some(&self.sc),
             },
             vars: Some(&self.ctx.vars),
+            pp: self.ctx.pp.as_deref(),
         }
     }
 

@@ -63,6 +63,7 @@ pub async fn serve(
         !p.options.httplog && !p.options.tcplog && log_format.is_none() && !p.logs.is_empty();
     // getsockname() only when a log line, a rule (`dst`) or a PROXY header to a server may
     // need it: it is a syscall per connection.
+    let mut pp: Option<Box<PpTlvs>> = None;
     let mut local = match &client {
         Client::Tcp(s, _)
             if connect_line
@@ -88,6 +89,7 @@ pub async fn serve(
             unique_id: None,
             sc: Default::default(),
             vars: Some(&vars),
+            pp: None,
         };
         let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
         let verdict = tcp_rules(&p.tcp_connection, &view, &mut sc);
@@ -112,11 +114,13 @@ pub async fn serve(
             unreachable!("accept-proxy is refused on UNIX binds")
         };
         match with_timeout(limit, read_proxy_header(s)).await {
-            Some(Ok(Some((src, dst)))) => {
-                peer = Some(src);
-                local = Some(dst);
+            Some(Ok((addrs, tlvs))) => {
+                if let Some((src, dst)) = addrs {
+                    peer = Some(src);
+                    local = Some(dst);
+                }
+                pp = tlvs;
             }
-            Some(Ok(None)) => {}
             Some(Err(())) | None => {
                 fe.counters.req_errors.fetch_add(1, Relaxed);
                 connection_error(
@@ -149,6 +153,7 @@ pub async fn serve(
         tls: None,
         sc,
         vars,
+        pp,
         _adm: adm,
     };
     if let Some(tls) = tls {
@@ -388,7 +393,7 @@ fn connection_error(
 /// incomplete, then exactly its rest. `Ok(None)`: a LOCAL/UNKNOWN header.
 async fn read_proxy_header(
     s: &mut TcpStream,
-) -> Result<Option<(std::net::SocketAddr, std::net::SocketAddr)>, ()> {
+) -> Result<(Option<(SocketAddr, SocketAddr)>, Option<Box<PpTlvs>>), ()> {
     use crate::send_proxy::{Received, parse};
     use tokio::io::AsyncReadExt;
     let mut taken: Vec<u8> = Vec::new();
@@ -404,7 +409,10 @@ async fn read_proxy_header(
             Received::Header { len, addrs } => {
                 let rest = len - taken.len();
                 s.read_exact(&mut buf[..rest]).await.map_err(|_| ())?;
-                return Ok(addrs);
+                taken.extend_from_slice(&buf[..rest]);
+                let tlvs = crate::send_proxy::tlvs(&taken);
+                let pp = (!tlvs.is_empty()).then(|| Box::new(PpTlvs(tlvs)));
+                return Ok((addrs, pp));
             }
             Received::Invalid => return Err(()),
             Received::Partial if seen.len() > 4096 => return Err(()),
@@ -413,6 +421,18 @@ async fn read_proxy_header(
                 taken.extend_from_slice(&buf[..n]);
             }
         }
+    }
+}
+
+/// The TLVs of the client's PROXY protocol version 2 header (`fc_pp_authority`,
+/// `fc_pp_unique_id`), in order.
+#[derive(Debug)]
+pub struct PpTlvs(pub Vec<(u8, Box<[u8]>)>);
+
+impl PpTlvs {
+    /// The value of the first TLV of type `t`.
+    pub fn get(&self, t: u8) -> Option<&[u8]> {
+        self.0.iter().find(|e| e.0 == t).map(|e| &*e.1)
     }
 }
 
@@ -438,6 +458,8 @@ pub struct SessionCtx {
     pub sc: crate::stick::Trackers,
     /// The session's variables and its current transaction's (`set-var`, `var()`).
     pub vars: crate::vars::Vars,
+    /// TLVs of the client's PROXY v2 header (`accept-proxy`), if it had any.
+    pub pp: Option<Box<PpTlvs>>,
     _adm: Admission,
 }
 
@@ -460,6 +482,7 @@ impl SessionCtx {
                 txn: None,
             },
             vars: Some(&self.vars),
+            pp: self.pp.as_deref(),
         }
     }
 }

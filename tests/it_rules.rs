@@ -1009,3 +1009,64 @@ fn response_fetches_in_http_response_formats() {
     );
     assert!(out.contains(":9: "), "{out}");
 }
+
+/// `option checkcache`: a response a shared cache could store together with its
+/// `Set-Cookie` is blocked (502, `PH`, HAProxy's alert); what the cookie rules exempt passes.
+#[test]
+fn checkcache_blocks_cacheable_cookies() {
+    let b = HttpBackend::with_handler("s1", |r| {
+        let mut headers = vec![("X-Server".to_string(), "s1".to_string())];
+        let mut h = |n: &str, v: &str| headers.push((n.into(), v.into()));
+        let path = r.target.trim_start_matches('/');
+        let status = if path.starts_with("302") { 302 } else { 200 };
+        if path != "plain" {
+            h("Set-Cookie", "SID=secret");
+        }
+        match path {
+            "private" => h("Cache-Control", "max-age=60, private"),
+            "nocache-cookie" => h("Cache-Control", "no-cache=\"set-cookie\""),
+            "pragma" => h("Pragma", "no-cache"),
+            "maxage0" => h("Cache-Control", "max-age=0"),
+            "maxage60" => h("Cache-Control", "max-age=60"),
+            "302public" => h("Cache-Control", "public"),
+            _ => {}
+        }
+        Reply::Full {
+            status,
+            headers,
+            body: b"body".to_vec(),
+        }
+    });
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+         backend be\n    option checkcache\n    server s1 {}\n",
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    for (path, want) in [
+        ("/plain", 200),
+        ("/cookie", 502),
+        ("/private", 200),
+        ("/nocache-cookie", 200),
+        ("/pragma", 200),
+        ("/maxage0", 200),
+        ("/maxage60", 502),
+        ("/302", 302),
+        ("/302public", 502),
+    ] {
+        assert_eq!(http_get(port, path).status, want, "{path}");
+    }
+    let post = http_raw(
+        port,
+        "POST /cookie HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(post.status, 200, "a POST response is not cacheable");
+    let alert = s.wait_log_line(|l| l.contains("Blocking cacheable cookie"), WAIT);
+    assert!(
+        alert.contains("Blocking cacheable cookie in response from instance be, server s1."),
+        "{alert}"
+    );
+    let line = s.wait_log_line(|l| l.contains("GET /cookie "), WAIT);
+    assert!(line.contains(" 502 ") && line.contains(" PH--"), "{line}");
+}

@@ -452,6 +452,9 @@ pub struct ProxyOptions {
     /// `option http-buffer-request`: a request's body (up to the buffer size) is received
     /// before a server is chosen.
     pub http_buffer_request: bool,
+    /// `option checkcache`: a response that a shared cache could store with its
+    /// `Set-Cookie` is blocked (502, `PH`).
+    pub checkcache: bool,
     /// `option logasap`: log a transaction when its response head is sent (HTTP), or its
     /// server connection is made (TCP), not at its end.
     pub logasap: bool,

@@ -121,6 +121,8 @@ pub struct RequestHead {
     /// `Expect: 100-continue`.
     pub expect_continue: bool,
     pub is_head: bool,
+    /// GET, HEAD, OPTIONS or TRACE: its response may be cached (`option checkcache`).
+    pub cacheable_method: bool,
     pub is_connect: bool,
     /// `Content-Length` came as a list or in several fields (all equal, or parsing would
     /// have failed): it is forwarded as one field with one value, as HAProxy does.

@@ -428,6 +428,46 @@ fn conn_name_hash(
 /// A `401`/`407` whose challenge authenticates the connection rather than each request
 /// (NTLM, Negotiate/Kerberos): the connection must stay with this client (HAProxy marks such
 /// connections private too).
+/// `option checkcache`: whether a shared cache could keep this response with the cookie it
+/// sets: a `Set-Cookie` on a response to GET/HEAD/OPTIONS/TRACE with a cacheable status, or
+/// marked `Cache-Control: public`, and not made uncacheable (`private`, `no-store`,
+/// `no-cache`, `max-age=0`, `s-maxage=0`, `Pragma: no-cache`) nor its cookies excluded
+/// (`no-cache="set-cookie"`). HAProxy's rules, header by header in order.
+fn cacheable_cookie(status: u16, method_ok: bool, hdrs: &Headers, buf: &[u8]) -> bool {
+    let mut cacheable = method_ok
+        && matches!(
+            status,
+            200 | 203 | 204 | 206 | 300 | 301 | 404 | 405 | 410 | 414 | 501
+        );
+    let mut cookies_too = cacheable;
+    let mut set_cookie = false;
+    for (n, v) in &hdrs.list {
+        let (n, v) = (n.get(buf), v.get(buf));
+        if header_eq(n, b"set-cookie") {
+            set_cookie = true;
+        } else if header_eq(n, b"pragma") {
+            if v.split(|&b| b == b',')
+                .any(|d| d.trim_ascii().eq_ignore_ascii_case(b"no-cache"))
+            {
+                (cacheable, cookies_too) = (false, false);
+            }
+        } else if header_eq(n, b"cache-control") {
+            for d in v.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                let l = d.to_ascii_lowercase();
+                match l.as_slice() {
+                    b"public" => (cacheable, cookies_too) = (true, true),
+                    b"private" | b"no-store" | b"no-cache" | b"max-age=0" | b"s-maxage=0" => {
+                        (cacheable, cookies_too) = (false, false)
+                    }
+                    _ if l.starts_with(b"no-cache=\"set-cookie") => cookies_too = false,
+                    _ => {}
+                }
+            }
+        }
+    }
+    set_cookie && cacheable && cookies_too
+}
+
 fn connection_auth_challenge(status: u16, hdrs: &Headers, buf: &[u8]) -> bool {
     let name: &[u8] = match status {
         401 => b"www-authenticate",
@@ -2399,6 +2439,9 @@ impl<C: ClientIo> Conn<'_, C> {
             self.hdrs.set_content_length(&self.sbuf, resp.cl_value);
         }
         private = private || connection_auth_challenge(resp.status, &self.hdrs, &self.sbuf);
+        // `option checkcache` judges the server's own headers, as HAProxy does.
+        let cacheable_cookie = bp.options.checkcache
+            && cacheable_cookie(resp.status, head.cacheable_method, &self.hdrs, &self.sbuf);
         let src = self.ctx.peer.map(|a| a.ip());
         let rule_sets: [&Proxy; 2] = [bp, self.fe];
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
@@ -2495,6 +2538,22 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.term = *b"PR";
             self.silent_drop();
             return None;
+        }
+        let checkcache_deny = crate::config::Deny {
+            status: 502,
+            reply: None,
+        };
+        if cacheable_cookie && denied.is_none() {
+            // `option checkcache`: blocked as an `http-response deny` would block it, with
+            // HAProxy's alert.
+            let line = format!(
+                "Blocking cacheable cookie in response from instance {}, server {}.",
+                bp.name,
+                slot.server_state().name
+            );
+            eprintln!("[ALERT] ({}) : {line}", std::process::id());
+            self.ctx.w.log.emit(&bp.logs, 1, &line);
+            denied = Some(&checkcache_deny);
         }
         if let Some(d) = denied {
             // `http-response deny`: the response is not forwarded; its connection is closed

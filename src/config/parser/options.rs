@@ -27,6 +27,7 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("prefer-last-server", D | B, false),
     ("http-pretend-keepalive", D | B, true),
     ("http-buffer-request", D | F | B, true),
+    ("checkcache", D | B, true),
     ("redispatch", D | B, false),
     ("tcp-check", D | B, false),
     // Protocol checks: tcp-check rule sets of their own.
@@ -48,7 +49,6 @@ const OPTIONS: &[(&str, u8, bool)] = &[
 const UNSUPPORTED: &[&str] = &[
     "accept-invalid-http-request",
     "accept-invalid-http-response",
-    "checkcache",
     "contstats",
     "disable-h2-upgrade",
     "external-check",
@@ -142,6 +142,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "prefer-last-server" => o.prefer_last_server = false,
             "http-pretend-keepalive" => o.http_pretend_keepalive = false,
             "http-buffer-request" => o.http_buffer_request = false,
+            "checkcache" => o.checkcache = false,
             "logasap" => o.logasap = false,
             // Back to plain connects only if that was the check type in force.
             "httpchk" | "tcp-check" => {
@@ -226,6 +227,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "prefer-last-server" => o.prefer_last_server = true,
                 "http-pretend-keepalive" => o.http_pretend_keepalive = true,
                 "http-buffer-request" => o.http_buffer_request = true,
+                "checkcache" => o.checkcache = true,
                 "logasap" => o.logasap = true,
                 "dontlognull" => o.dontlognull = true,
                 "dontlog-normal" => o.dontlog_normal = true,

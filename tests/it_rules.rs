@@ -990,13 +990,24 @@ fn response_fetches_in_http_response_formats() {
     let t = two(
         "    http-response set-header X-Echo %[res.hdr(x-server)]-%[status]\n\
          \x20   http-response set-var(txn.srv) res.hdr(x-server),lower\n\
-         \x20   http-response add-header X-Var %[var(txn.srv)]",
+         \x20   http-response add-header X-Var %[var(txn.srv)]\n\
+         \x20   http-response set-header X-Method %[method]\n\
+         \x20   http-response set-header X-Options yes if { method OPTIONS }",
         "",
     );
     let r = http_get(t.port, "/");
     assert_eq!(r.server(), "A");
     assert_eq!(r.header("x-echo"), Some("A-200"));
     assert_eq!(r.header("x-var"), Some("a"));
+    // The request's method is kept for the response rules, as in HAProxy.
+    assert_eq!(r.header("x-method"), Some("GET"));
+    assert_eq!(r.header("x-options"), None);
+    let r = http_raw(
+        t.port,
+        "OPTIONS / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.header("x-method"), Some("OPTIONS"));
+    assert_eq!(r.header("x-options"), Some("yes"));
     let (code, out) = Sluice::check(&format!(
         "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:1\n    log-format %[res.hdr(x)]\n\
          \x20   http-request set-header X %[res.hdr(x)]\n    default_backend b\n\

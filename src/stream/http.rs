@@ -267,6 +267,8 @@ impl HttpView for ReqView<'_> {
 /// A response as `http-response` rules see it (request-only fetches see the request).
 struct RspView<'a> {
     status: u16,
+    /// The request's method (the rest of the request is gone).
+    method: &'a [u8],
     buf: &'a [u8],
     hdrs: &'a Headers,
     src: Option<IpAddr>,
@@ -276,7 +278,7 @@ struct RspView<'a> {
 
 impl HttpView for RspView<'_> {
     fn method(&self) -> &[u8] {
-        b""
+        self.method
     }
     fn uri(&self) -> &[u8] {
         b""
@@ -532,6 +534,9 @@ struct Txn {
     get_or_head: bool,
     /// `compression`: the algorithm the request accepts, if the proxies compress.
     comp: Option<crate::compression::Algo>,
+    /// The request's method (up to 16 bytes), for `method` in `http-response` rules, which
+    /// run once the request has left the buffer (HAProxy keeps it with the transaction too).
+    method: ([u8; 16], u8),
 }
 
 impl Txn {
@@ -559,6 +564,7 @@ impl Txn {
             post: false,
             get_or_head: false,
             comp: None,
+            method: ([0; 16], 0),
         }
     }
 }
@@ -933,6 +939,11 @@ impl<C: ClientIo> Conn<'_, C> {
         let mut txn = Txn::new(start);
         txn.t_req = start.elapsed().as_millis() as i64;
         txn.bytes_in = head.head_len as u64;
+        let m = head.method.of(&self.cbuf);
+        if m.len() <= 16 {
+            txn.method.0[..m.len()].copy_from_slice(m);
+            txn.method.1 = m.len() as u8;
+        }
         // Every request counts in the entries the session tracks.
         self.ctx.sc.add(crate::stick::Data::HttpReqCnt, 1);
         let custom = self.fe.options.log_format.as_deref();
@@ -1829,6 +1840,7 @@ impl<C: ClientIo> Conn<'_, C> {
     ) -> String {
         let view = RspView {
             status,
+            method: &txn.method.0[..usize::from(txn.method.1)],
             buf: &self.sbuf,
             hdrs: &self.hdrs,
             src: self.ctx.peer.map(|a| a.ip()),
@@ -2452,6 +2464,7 @@ impl<C: ClientIo> Conn<'_, C> {
             for rule in &p.http_response {
                 let view = RspView {
                     status: resp.status,
+                    method: &txn.method.0[..usize::from(txn.method.1)],
                     buf: &self.sbuf,
                     hdrs: &self.hdrs,
                     src,

@@ -1081,3 +1081,27 @@ fn checkcache_blocks_cacheable_cookies() {
     let line = s.wait_log_line(|l| l.contains("GET /cookie "), WAIT);
     assert!(line.contains(" 502 ") && line.contains(" PH--"), "{line}");
 }
+
+/// Request fetches the response rules cannot read are refused in their formats, as HAProxy
+/// refuses them ("may not be reliably used here"), with the way out in the message.
+#[test]
+fn request_fetches_refused_in_http_response_formats() {
+    for f in [
+        "path",
+        "req.hdr(host)",
+        "url_param(a)",
+        "cook(a)",
+        "capture.req.uri",
+    ] {
+        let (code, out) = Sluice::check(&format!(
+            "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:1\n\
+             \x20   http-response set-header X %[{f}]\n    default_backend b\n\
+             backend b\n    server s 127.0.0.1:1\n"
+        ));
+        assert_eq!(code, 1, "{f}: {out}");
+        assert!(
+            out.contains(":8: ") && out.contains("set-var(txn.NAME)"),
+            "{f}: {out}"
+        );
+    }
+}

@@ -1073,6 +1073,17 @@ pub struct SampleFetch {
     text: Box<str>,
 }
 
+/// Fetches that read the request's head (or body), which HAProxy refuses in the formats of
+/// `http-response` rules ("may not be reliably used here"); `method` and `capture.req.*`
+/// are kept with the transaction and stay allowed, and `hdr` reads the response there.
+fn reads_request_head(name: &str) -> bool {
+    let base = name.split_once('_').map_or(name, |(b, _)| b);
+    (name.starts_with("req.") && !name.starts_with("req.ssl") && name != "req.len")
+        || matches!(base, "path" | "url" | "query" | "base" | "cook" | "urlp")
+        || name == "base32"
+        || name.starts_with("http_auth")
+}
+
 thread_local! {
     /// Set while an `http-response` rule is parsed (see `SampleFetch::on_response`).
     static RESPONSE_FORMATS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -1115,7 +1126,24 @@ impl SampleFetch {
                 "unknown {WHAT} '{name}' ('_{default_m}' forms are ACL matches, not fetches)"
             ));
         }
-        if fetch.is_response() && !RESPONSE_FORMATS.with(std::cell::Cell::get) {
+        let on_response = RESPONSE_FORMATS.with(std::cell::Cell::get);
+        if on_response {
+            let (name, _) = split_criterion(fetch_word, WHAT)?;
+            if name.starts_with("capture.req.") && name != "capture.req.method" {
+                return Err(format!(
+                    "{WHAT} '{name}' is not supported by sluice in 'http-response' rules (the \
+                     request line is not kept; use 'http-request set-var(txn.NAME)')"
+                ));
+            }
+            if reads_request_head(name) {
+                return Err(format!(
+                    "{WHAT} '{name}' may not be reliably used here: it reads the request's \
+                     head, which is gone when 'http-response' rules run (keep what they need \
+                     in a variable with 'http-request set-var(txn.NAME)')"
+                ));
+            }
+        }
+        if fetch.is_response() && !on_response {
             let (name, _) = split_criterion(fetch_word, WHAT)?;
             return Err(format!(
                 "{WHAT} '{name}' is not supported by sluice in log formats (it reads the \

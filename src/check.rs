@@ -973,7 +973,7 @@ fn update_state(w: &Worker, pi: usize, si: usize, why: &Why) -> bool {
         counts(w, pi, up),
     );
     let pid = std::process::id();
-    eprintln!(
+    crate::say!(
         "[{}] ({pid}) : {line}",
         if up { "NOTICE" } else { "WARNING" },
     );
@@ -985,7 +985,7 @@ fn update_state(w: &Worker, pi: usize, si: usize, why: &Why) -> bool {
             "backend"
         };
         let line = format!("{kind} {} has no server available!", p.name);
-        eprintln!("[ALERT] ({pid}) : {line}");
+        crate::say!("[ALERT] ({pid}) : {line}");
         w.log.emit(&p.logs, 0, &line);
     }
     let h = &srv.conf.health;

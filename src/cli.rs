@@ -1470,11 +1470,11 @@ async fn serve_unix(
         return;
     };
     match x.send(&s).await {
-        Ok(n) => eprintln!(
+        Ok(n) => crate::say!(
             "[NOTICE] ({}) : {n} listening socket(s) handed to a new process (_getsocks)",
             std::process::id()
         ),
-        Err(e) => eprintln!(
+        Err(e) => crate::say!(
             "[WARNING] ({}) : _getsocks: cannot send the listening sockets: {e}",
             std::process::id()
         ),

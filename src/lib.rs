@@ -8,6 +8,18 @@
 //! owns certificates, rustls configurations and handshakes, `handshake` when client
 //! handshakes may start on a thread.
 
+/// `eprintln!` in a single write: lines from the master and its workers (or from several
+/// threads) share stderr, and a line written in one `write` (under `PIPE_BUF`) never
+/// interleaves with another, where `eprintln!`'s piecewise writes do.
+#[macro_export]
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let mut line = format!($($t)*);
+        line.push('\n');
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }};
+}
+
 pub mod backend;
 pub mod check;
 pub mod cli;

@@ -41,13 +41,13 @@ fn main() -> ExitCode {
     let opts = match Options::parse(&args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("[ALERT] (sluice) : {e}\n{}", usage());
+            sluice::say!("[ALERT] (sluice) : {e}\n{}", usage());
             return ExitCode::from(1);
         }
     };
     match opts.action {
         Action::Help => {
-            eprintln!("{}", usage());
+            sluice::say!("{}", usage());
             ExitCode::from(1) // HAProxy exits 1 on -h too
         }
         Action::Version => {
@@ -64,14 +64,14 @@ fn main() -> ExitCode {
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(1),
                 Err(e) => {
-                    eprintln!("[ALERT] (sluice) : failed to evaluate condition '{expr}': {e}");
+                    sluice::say!("[ALERT] (sluice) : failed to evaluate condition '{expr}': {e}");
                     ExitCode::from(2)
                 }
             }
         }
         Action::Check | Action::Run => {
             if opts.files.is_empty() {
-                eprintln!(
+                sluice::say!(
                     "[ALERT] (sluice) : No configuration file specified (use -f).\n{}",
                     usage()
                 );
@@ -82,9 +82,9 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(errs) => {
                     for e in &errs {
-                        eprintln!("[ALERT] (sluice) : config : {e}");
+                        sluice::say!("[ALERT] (sluice) : config : {e}");
                     }
-                    eprintln!(
+                    sluice::say!(
                         "[ALERT] (sluice) : config : Fatal errors found in configuration ({} error{}).",
                         errs.len(),
                         if errs.len() == 1 { "" } else { "s" }
@@ -94,11 +94,11 @@ fn main() -> ExitCode {
             };
             if !opts.quiet {
                 for w in &cfg.warnings {
-                    eprintln!("[WARNING] (sluice) : config : {w}");
+                    sluice::say!("[WARNING] (sluice) : config : {w}");
                 }
             }
             if cfg.global.zero_warning && !cfg.warnings.is_empty() {
-                eprintln!(
+                sluice::say!(
                     "[ALERT] (sluice) : config : Some warnings were found and 'zero-warning' is \
                      set. Aborting."
                 );
@@ -138,7 +138,7 @@ fn main() -> ExitCode {
             match sluice::run(cfg, &opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("[ALERT] (sluice) : {e}");
+                    sluice::say!("[ALERT] (sluice) : {e}");
                     ExitCode::from(1)
                 }
             }

@@ -401,7 +401,9 @@ impl PatFile {
                 }
                 return self.exact_lower().get(&low[..s.len()]).copied();
             }
-            Match::Str => StrKind::Exact,
+            Match::Str => {
+                return self.exact_lower().get(&*s.to_ascii_lowercase()).copied();
+            }
             // HAProxy keeps prefixes in a tree: the longest matching one wins.
             Match::Beg => {
                 return self

@@ -27,6 +27,13 @@ const ENV_SOCK: &str = "SLUICE_WORKER_SOCK";
 /// Set in a worker's environment: the master's datagram socket, told `READY <pid>` once the
 /// worker serves.
 const ENV_READY: &str = "SLUICE_MASTER_READY";
+/// Set in a worker's environment: the master's pid (a worker whose master is already gone
+/// when it starts exits).
+const ENV_MASTER: &str = "SLUICE_MASTER_PID";
+
+/// In a worker: the master's socket, connected at start-up, before `chroot` and `user` take
+/// the path and the permission to reach it away.
+static READY: std::sync::OnceLock<UnixDatagram> = std::sync::OnceLock::new();
 
 /// One worker process.
 #[derive(Debug)]
@@ -51,20 +58,33 @@ pub fn is_worker() -> bool {
     std::env::var_os(ENV_SOCK).is_some()
 }
 
-/// In a worker: dies with the master (`SIGTERM`, as a soft stop would be of no use to
-/// anyone then).
-pub fn follow_master() {
-    if is_worker() {
-        let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
+/// In a worker, before it drops privileges: dies with the master (`SIGTERM`, as a soft stop
+/// would be of no use to anyone then), and connects the socket it will report readiness on.
+pub fn follow_master() -> Result<(), String> {
+    if !is_worker() {
+        return Ok(());
     }
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
+    // The master may have gone before the death signal was armed.
+    let master = std::env::var(ENV_MASTER)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok());
+    if master.is_some_and(|m| nix::unistd::getppid().as_raw() != m) {
+        return Err("the master process is gone".into());
+    }
+    if let Some(path) = std::env::var_os(ENV_READY) {
+        let s = UnixDatagram::unbound()
+            .and_then(|s| s.connect(&path).map(|()| s))
+            .map_err(|e| format!("cannot reach the master: {e}"))?;
+        let _ = READY.set(s);
+    }
+    Ok(())
 }
 
 /// In a worker, once it serves: tells the master.
 pub fn notify_ready() {
-    if let Some(path) = std::env::var_os(ENV_READY)
-        && let Ok(s) = UnixDatagram::unbound()
-    {
-        let _ = s.send_to(format!("READY {}", std::process::id()).as_bytes(), path);
+    if let Some(s) = READY.get() {
+        let _ = s.send(format!("READY {}", std::process::id()).as_bytes());
     }
 }
 
@@ -76,7 +96,7 @@ pub fn run(opts: &Options, daemon: bool, pidfile: Option<&Path>, keep_on_failure
     match run_inner(opts, daemon, pidfile, keep_on_failure) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("[ALERT]    ({}) : {e}", std::process::id());
+            crate::say!("[ALERT]    ({}) : {e}", std::process::id());
             1
         }
     }
@@ -96,9 +116,12 @@ fn run_inner(
         std::fs::write(pf, format!("{me}\n"))
             .map_err(|e| format!("cannot write pidfile '{}': {e}", pf.display()))?;
     }
-    // Private: the sockets in it hand out every listening socket to whoever connects.
-    let dir = std::env::temp_dir().join(format!("sluice-master-{me}"));
-    let _ = std::fs::remove_dir_all(&dir);
+    // Private: the sockets in it hand out every listening socket to whoever connects. A
+    // fresh name, created here (never one that exists: another user could own it).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!("sluice-master-{me}-{nanos:x}"));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
@@ -139,14 +162,31 @@ fn run_inner(
         let mut old: Vec<Worker> = Vec::new();
         let mut started = false;
         let mut stopping = false;
+        // False once the current worker died and `no-exit-on-failure` kept the master.
+        let mut current_alive = true;
         let mut buf = [0u8; 64];
         loop {
             let reload = tokio::select! {
                 _ = usr2.recv() => true,
                 _ = hup.recv() => true,
-                _ = term.recv() => { stop(&mut stopping, systemd, Signal::SIGTERM, &current, &pending, &old); false }
-                _ = int.recv() => { stop(&mut stopping, systemd, Signal::SIGINT, &current, &pending, &old); false }
-                _ = usr1.recv() => { stop(&mut stopping, systemd, Signal::SIGUSR1, &current, &pending, &old); false }
+                _ = term.recv() => {
+                    if !stop(&mut stopping, systemd, Signal::SIGTERM, current_alive.then_some(&current), &pending, &old) {
+                        return Ok(0);
+                    }
+                    false
+                }
+                _ = int.recv() => {
+                    if !stop(&mut stopping, systemd, Signal::SIGINT, current_alive.then_some(&current), &pending, &old) {
+                        return Ok(0);
+                    }
+                    false
+                }
+                _ = usr1.recv() => {
+                    if !stop(&mut stopping, systemd, Signal::SIGUSR1, current_alive.then_some(&current), &pending, &old) {
+                        return Ok(0);
+                    }
+                    false
+                }
                 r = ready.recv(&mut buf) => {
                     let Ok(n) = r else { continue };
                     let Some(pid) = std::str::from_utf8(&buf[..n]).ok()
@@ -154,12 +194,19 @@ fn run_inner(
                         .and_then(|p| p.parse::<i32>().ok()) else { continue };
                     if pending.as_ref().is_some_and(|w| w.pid.as_raw() == pid) {
                         let new = pending.take().expect("checked just above");
-                        eprintln!("[NOTICE]   ({me}) : Loading success.");
-                        old.push(std::mem::replace(&mut current, new));
-                        sd_notify(systemd, "READY=1");
+                        crate::say!("[NOTICE]   ({me}) : Loading success.");
+                        let prev = std::mem::replace(&mut current, new);
+                        if current_alive {
+                            let _ = kill(prev.pid, Signal::SIGUSR1);
+                            old.push(prev);
+                        }
+                        current_alive = true;
+                        if !stopping {
+                            sd_notify(systemd, "READY=1");
+                        }
                     } else if current.pid.as_raw() == pid && !started {
                         started = true;
-                        eprintln!("[NOTICE]   ({me}) : Loading success.");
+                        crate::say!("[NOTICE]   ({me}) : Loading success.");
                         sd_notify(systemd, &format!("READY=1\nMAINPID={me}"));
                     }
                     false
@@ -174,22 +221,25 @@ fn run_inner(
                         };
                         if let Some(i) = old.iter().position(|w| w.pid == pid) {
                             let w = old.remove(i);
-                            eprintln!("[NOTICE]   ({me}) : Former worker #{} ({pid}) exited with code {code}", w.num);
+                            crate::say!("[NOTICE]   ({me}) : Former worker #{} ({pid}) exited with code {code}", w.num);
                             let _ = std::fs::remove_file(&w.sock);
                         } else if pending.as_ref().is_some_and(|w| w.pid == pid) {
                             let w = pending.take().expect("checked just above");
                             let _ = std::fs::remove_file(&w.sock);
-                            eprintln!("[ALERT]    ({me}) : Reload failed: the new worker ({pid}) exited with code {code}; worker #{} ({}) goes on serving.", current.num, current.pid);
-                            sd_notify(systemd, "READY=1");
-                        } else if current.pid == pid {
+                            crate::say!("[ALERT]    ({me}) : Reload failed: the new worker ({pid}) exited with code {code}; worker #{} ({}) goes on serving.", current.num, current.pid);
+                            if !stopping {
+                                sd_notify(systemd, "READY=1");
+                            }
+                        } else if current.pid == pid && current_alive {
+                            current_alive = false;
                             if stopping {
-                                eprintln!("[NOTICE]   ({me}) : Current worker #{} ({pid}) exited with code {code}", current.num);
+                                crate::say!("[NOTICE]   ({me}) : Current worker #{} ({pid}) exited with code {code}", current.num);
                                 if pending.is_none() && old.is_empty() {
                                     return Ok(code);
                                 }
                                 continue;
                             }
-                            eprintln!("[ALERT]    ({me}) : Current worker #{} ({pid}) exited with code {code}", current.num);
+                            crate::say!("[ALERT]    ({me}) : Current worker #{} ({pid}) exited with code {code}", current.num);
                             if !keep_on_failure || !started {
                                 // As HAProxy: the other workers go too, and so does the master.
                                 stopping = true;
@@ -203,7 +253,7 @@ fn run_inner(
                         } else {
                             continue;
                         }
-                        if stopping && pending.is_none() && old.is_empty() && !alive(current.pid) {
+                        if stopping && pending.is_none() && old.is_empty() && !current_alive {
                             return Ok(0);
                         }
                     }
@@ -212,16 +262,17 @@ fn run_inner(
             };
             if reload && !stopping {
                 if pending.is_some() {
-                    eprintln!("[WARNING]  ({me}) : A reload is already in progress; ignored.");
+                    crate::say!("[WARNING]  ({me}) : A reload is already in progress; ignored.");
                     continue;
                 }
-                eprintln!("[WARNING]  ({me}) : Reloading: starting a new worker");
+                crate::say!("[WARNING]  ({me}) : Reloading: starting a new worker");
                 sd_notify(systemd, "RELOADING=1");
                 num += 1;
-                match spawn(&exe, opts, &dir, &ready_path, num, Some(&current)) {
+                let from = current_alive.then_some(&current);
+                match spawn(&exe, opts, &dir, &ready_path, num, from) {
                     Ok(w) => pending = Some(w),
                     Err(e) => {
-                        eprintln!("[ALERT]    ({me}) : {e}");
+                        crate::say!("[ALERT]    ({me}) : {e}");
                         sd_notify(systemd, "READY=1");
                     }
                 }
@@ -230,24 +281,23 @@ fn run_inner(
     })
 }
 
-/// Forwards a stop signal to every worker.
+/// Forwards a stop signal to every live worker; `false` when there is none left to wait for.
 fn stop(
     stopping: &mut bool,
     systemd: bool,
     s: Signal,
-    current: &Worker,
+    current: Option<&Worker>,
     pending: &Option<Worker>,
     old: &[Worker],
-) {
+) -> bool {
     *stopping = true;
     sd_notify(systemd, "STOPPING=1");
-    for w in std::iter::once(current).chain(pending).chain(old) {
+    let mut any = false;
+    for w in current.into_iter().chain(pending).chain(old) {
         let _ = kill(w.pid, s);
+        any = true;
     }
-}
-
-fn alive(pid: Pid) -> bool {
-    kill(pid, None).is_ok()
+    any
 }
 
 /// Starts a worker: this binary on the same configuration, in the foreground; `from`: the
@@ -274,18 +324,19 @@ fn spawn(
     if opts.debug {
         c.arg("-d");
     }
+    // The current worker is soft-stopped by the master once this one is ready (not by this
+    // one with `-sf` as it starts: it may still fail after taking the sockets).
     if let Some(w) = from {
-        c.arg("-x")
-            .arg(&w.sock)
-            .arg("-sf")
-            .arg(w.pid.as_raw().to_string());
+        c.arg("-x").arg(&w.sock);
     }
-    c.env(ENV_SOCK, &sock).env(ENV_READY, ready);
+    c.env(ENV_SOCK, &sock)
+        .env(ENV_READY, ready)
+        .env(ENV_MASTER, std::process::id().to_string());
     let child = c
         .spawn()
         .map_err(|e| format!("cannot start a worker: {e}"))?;
     let pid = Pid::from_raw(child.id() as i32);
-    eprintln!(
+    crate::say!(
         "[NOTICE]   ({}) : New worker #{num} ({pid}) forked",
         std::process::id()
     );

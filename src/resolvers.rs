@@ -1285,7 +1285,7 @@ fn set_rmaint(w: &Worker, f: &mut Follower, why: &str) {
 /// A state change, on standard error and to the proxy's log targets (as check transitions).
 fn notice(w: &Worker, pi: usize, level: u8, line: &str) {
     let p = &w.shared.cfg.proxies[pi];
-    eprintln!(
+    crate::say!(
         "[{}] ({}) : {line}",
         if level <= 3 { "WARNING" } else { "NOTICE" },
         std::process::id()

@@ -65,7 +65,7 @@ fn settle_maxconn(cfg: &Config, opts: &Options) -> Result<(u32, usize), String> 
             }
             Err(e) => {
                 warnings += 1;
-                eprintln!(
+                crate::say!(
                     "[WARNING] ({}) : cannot set the open-file limit from {soft} to \
                      {want_soft}: {e}",
                     pid()
@@ -89,7 +89,7 @@ fn settle_maxconn(cfg: &Config, opts: &Options) -> Result<(u32, usize), String> 
                 return Err(format!("{why}; 'strict-limits' makes this fatal."));
             }
             warnings += 1;
-            eprintln!(
+            crate::say!(
                 "[WARNING] ({}) : {why}; using maxconn {fit}. Raise 'ulimit -n' to allow more.",
                 pid()
             );
@@ -121,7 +121,7 @@ fn warn_config(cfg: &Config) -> usize {
         }
         if !missing.is_empty() {
             n += 1;
-            eprintln!(
+            crate::say!(
                 "[WARNING] ({}) : config : missing timeouts for {} '{}'. | While not properly invalid, you will certainly encounter various problems | with such a configuration. To fix this, please ensure that all following | timeouts are set to a non-zero value: '{}'.",
                 pid(),
                 match p.kind {
@@ -162,7 +162,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         Some(path) => match crate::reload::fetch(path) {
             Ok(i) => {
                 if opts.debug {
-                    eprintln!(
+                    crate::say!(
                         "[NOTICE] ({}) : took {} listening socket(s) from '{}'",
                         pid(),
                         i.len(),
@@ -173,7 +173,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
             }
             Err(e) => {
                 // As HAProxy: the reload goes on, binding anew.
-                eprintln!("[WARNING] ({}) : {e}; binding new sockets instead.", pid());
+                crate::say!("[WARNING] ({}) : {e}; binding new sockets instead.", pid());
                 crate::reload::Inherited::default()
             }
         },
@@ -201,7 +201,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     if opts.debug {
         for l in &listeners {
             let p = &cfg.proxies[l.proxy];
-            eprintln!(
+            crate::say!(
                 "[NOTICE] ({}) : {} '{}' listening on {} ({} thread{}, mode {})",
                 pid(),
                 if p.kind.has_backend() {
@@ -217,12 +217,12 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
             );
         }
         for f in &opts.ignored {
-            eprintln!(
+            crate::say!(
                 "[NOTICE] ({}) : flag '{f}' accepted for compatibility; it has no effect in sluice",
                 pid()
             );
         }
-        eprintln!(
+        crate::say!(
             "[NOTICE] ({}) : {nbthread} worker thread(s), global maxconn {maxconn}",
             pid()
         );
@@ -231,7 +231,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
     // A master's worker: the master owns daemon mode and the pidfile, and the worker dies
     // with it.
     let worker = crate::master::is_worker();
-    crate::master::follow_master();
+    crate::master::follow_master()?;
     let daemon = (opts.daemon || cfg.global.daemon) && !opts.foreground && !worker;
     if daemon {
         nix::unistd::daemon(true, false).map_err(|e| format!("cannot go to background: {e}"))?;
@@ -331,7 +331,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
                 _ = sigterm.recv() => { let _ = state_tx.send(RunState::HardStop); }
                 _ = sigusr1.recv() => {
                     if *state_tx.borrow() == RunState::Running {
-                        eprintln!("[WARNING] ({}) : soft stop requested (SIGUSR1): closing listeners, finishing in-flight requests.", pid());
+                        crate::say!("[WARNING] ({}) : soft stop requested (SIGUSR1): closing listeners, finishing in-flight requests.", pid());
                         shared_ctl.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
                         if let Some(x) = shared_ctl.exposed.get() {
                             x.release_unless_handed_out();
@@ -343,7 +343,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
                     }
                 }
                 _ = sleep_hard => {
-                    eprintln!("[WARNING] ({}) : hard-stop-after reached: closing remaining connections.", pid());
+                    crate::say!("[WARNING] ({}) : hard-stop-after reached: closing remaining connections.", pid());
                     let _ = state_tx.send(RunState::HardStop);
                     hard_deadline = None;
                 }
@@ -381,7 +381,7 @@ fn set_identity(g: &crate::config::Global) -> Result<(), String> {
         if nix::unistd::getgroups().is_ok_and(|v| !v.is_empty())
             && let Err(e) = nix::unistd::setgroups(&[])
         {
-            eprintln!(
+            crate::say!(
                 "[WARNING] ({}) : [sluice.main()] Failed to drop supplementary groups: {e}. \
                  Using 'gid'/'group' without 'uid'/'user' is generally useless.",
                 pid()

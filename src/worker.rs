@@ -165,7 +165,7 @@ pub fn spawn(
                     let _ = set.set(*c);
                 }
                 if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
-                    eprintln!(
+                    crate::say!(
                         "[WARNING] (sluice) : thread {}: cpu-map {:?} failed: {e}",
                         id + 1,
                         cpus
@@ -178,7 +178,7 @@ pub fn spawn(
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    eprintln!(
+                    crate::say!(
                         "[ALERT] (sluice) : thread {}: cannot start event loop: {e}",
                         id + 1
                     );
@@ -251,7 +251,7 @@ pub fn spawn(
                     let rx = accept_stop_rx.clone();
                     accept_loops.push(tokio::task::spawn_local(async move {
                         if let Err(e) = accept_loop(w, pidx, bl, sock, rx).await {
-                            eprintln!("[ALERT] (sluice) : accept loop failed: {e}");
+                            crate::say!("[ALERT] (sluice) : accept loop failed: {e}");
                         }
                     }));
                 }
@@ -485,7 +485,7 @@ async fn accept_loop(
                         | Some(libc::ENOBUFS)
                         | Some(libc::ENOMEM)
                 ) {
-                    eprintln!(
+                    crate::say!(
                         "[WARNING] (sluice) : accept(): {e}; pausing this listener for 100ms"
                     );
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -86,11 +86,12 @@ fn systemd_notify_reloads_and_stops() {
         0,
         "a connection failed during the reload"
     );
-    assert_eq!(http_get(port, "/").body_str(), "two");
+    // The former worker may take a last connection until its soft stop closes its listeners.
     s.wait_stderr_line(
         |l| l.contains("Former worker #0") && l.contains("exited"),
         WAIT,
     );
+    assert_eq!(http_get(port, "/").body_str(), "two");
 
     // A configuration error: the reload fails, the current worker goes on.
     std::fs::write(&s.cfg_path, config(port, "three") + "    bogus-keyword\n").unwrap();
@@ -139,4 +140,46 @@ fn master_worker_keyword() {
         out.contains("'master-worker' only supports 'no-exit-on-failure'"),
         "{out}"
     );
+}
+
+/// Workers that drop privileges and chroot themselves (`uid`, `gid`, `chroot`, as the
+/// packaged configurations do) still report to the master, so systemd hears READY and a
+/// reload replaces them. Needs root to change identity; skipped otherwise.
+#[test]
+fn workers_that_drop_privileges_still_report() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: changing uid needs root");
+        return;
+    }
+    let tmp = TempDir::new();
+    let jail = tmp.join("jail");
+    std::fs::create_dir(&jail).unwrap();
+    let notify_path = tmp.join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(WAIT)).unwrap();
+    let port = free_port();
+    let cfg = |body: &str| {
+        format!(
+            "global\n    uid 65534\n    gid 65534\n    chroot {}\n{}",
+            jail.display(),
+            config(port, body)
+        )
+    };
+    let s = Sluice::builder(&cfg("jailed"))
+        .arg("-Ws")
+        .env("NOTIFY_SOCKET", &notify_path.display().to_string())
+        .start();
+    assert_eq!(next(&notify), format!("READY=1\nMAINPID={}", s.pid()));
+    assert_eq!(http_get(port, "/").body_str(), "jailed");
+    std::fs::write(&s.cfg_path, cfg("again")).unwrap();
+    s.signal(Signal::SIGUSR2);
+    assert_eq!(next(&notify), "RELOADING=1");
+    assert_eq!(next(&notify), "READY=1");
+    s.wait_stderr_line(
+        |l| l.contains("Former worker #0") && l.contains("exited"),
+        WAIT,
+    );
+    assert_eq!(http_get(port, "/").body_str(), "again");
+    s.signal(Signal::SIGTERM);
+    assert!(s.wait_exit(WAIT).expect("the master exits").success());
 }

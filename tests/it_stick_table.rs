@@ -25,6 +25,17 @@ fn entry(dir: &TempDir, table: &str, key: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The entry of `key` once `ready` holds for it: a response reaches the client before the
+/// transaction's end is accounted (the counters and `use` of the entry it tracks).
+fn settled(dir: &TempDir, table: &str, key: &str, ready: impl Fn(&str) -> bool) -> String {
+    let mut last = None;
+    wait_until(&format!("entry {key} of {table} settled"), WAIT, || {
+        last = entry(dir, table, key);
+        last.as_deref().is_some_and(&ready)
+    });
+    last.expect("checked by wait_until")
+}
+
 /// Value of column `col` (`http_req_cnt`, `http_req_rate(10000)`, `use`, ...) in an entry line.
 fn col(line: &str, col: &str) -> u64 {
     line.split(' ')
@@ -60,7 +71,7 @@ frontend fe
         3,
         "denied requests never reach the server"
     );
-    let e = entry(&dir, "fe", "127.0.0.1").expect("the client is in the table");
+    let e = settled(&dir, "fe", "127.0.0.1", |e| col(e, "conn_cur") == 0);
     // Tracked per request: every request counts a "connection", and none is current now.
     assert_eq!(col(&e, "http_req_cnt"), 6, "{e}");
     assert_eq!(col(&e, "http_req_rate(10000)"), 6, "{e}");
@@ -322,6 +333,7 @@ backend be2
     let mut c = HttpClient::connect(port);
     c.send("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
     c.read_response();
+    settled(&dir, "fe", "127.0.0.1", |e| col(e, "use") == 0);
     assert_eq!(cli("clear table fe key 10.0.0.2"), "\n");
     assert!(entry(&dir, "fe", "10.0.0.2").is_none());
     assert_eq!(cli("clear table fe"), "\n");

@@ -301,7 +301,7 @@ pub fn tokenize(
                     None => errors.push(err(n, "'.endif' without a matching '.if'".into())),
                 },
                 ".diag" | ".notice" | ".warning" if active => {
-                    eprintln!(
+                    crate::say!(
                         "[{}] (sluice) : config : {file}:{n}: {cond}",
                         first.trim_start_matches('.').to_uppercase()
                     );

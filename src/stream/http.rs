@@ -2451,9 +2451,6 @@ impl<C: ClientIo> Conn<'_, C> {
             self.hdrs.set_content_length(&self.sbuf, resp.cl_value);
         }
         private = private || connection_auth_challenge(resp.status, &self.hdrs, &self.sbuf);
-        // `option checkcache` judges the server's own headers, as HAProxy does.
-        let cacheable_cookie = bp.options.checkcache
-            && cacheable_cookie(resp.status, head.cacheable_method, &self.hdrs, &self.sbuf);
         let src = self.ctx.peer.map(|a| a.ip());
         let rule_sets: [&Proxy; 2] = [bp, self.fe];
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
@@ -2556,7 +2553,11 @@ impl<C: ClientIo> Conn<'_, C> {
             status: 502,
             reply: None,
         };
-        if cacheable_cookie && denied.is_none() {
+        // `option checkcache` judges the response as the rules left it, as HAProxy does.
+        if bp.options.checkcache
+            && denied.is_none()
+            && cacheable_cookie(resp.status, head.cacheable_method, &self.hdrs, &self.sbuf)
+        {
             // `option checkcache`: blocked as an `http-response deny` would block it, with
             // HAProxy's alert.
             let line = format!(
@@ -2564,7 +2565,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 bp.name,
                 slot.server_state().name
             );
-            eprintln!("[ALERT] ({}) : {line}", std::process::id());
+            crate::say!("[ALERT] ({}) : {line}", std::process::id());
             self.ctx.w.log.emit(&bp.logs, 1, &line);
             denied = Some(&checkcache_deny);
         }

@@ -550,20 +550,31 @@ fn one_server(
         {
             crate::resolvers::query(0, host, false, 512)
                 .map_err(|e| format!("server address '{addr}': {e}"))?;
-            sv.resolve = Some(crate::resolvers::ServerResolve {
-                section: usize::MAX,
-                section_name: section.clone(),
-                hostname: host.to_string(),
-                prefer_v4: o.resolve_prefer_v4,
-                nets: o.resolve_nets.clone(),
-                allow_dup_ip: o.allow_dup_ip,
-                srv_record: false,
-                ignore_weight: o.ignore_weight,
-            });
+            sv.resolve = Some(server_resolve(&o, section, host, false));
         }
     }
     d.p.servers.push(sv);
     Ok(())
+}
+
+/// How a server follows DNS: `host` (an A/AAAA name, or an SRV record name) in `resolvers`
+/// section `section` (its index is set once the sections are known).
+fn server_resolve(
+    o: &ServerOpts,
+    section: &str,
+    host: &str,
+    srv_record: bool,
+) -> crate::resolvers::ServerResolve {
+    crate::resolvers::ServerResolve {
+        section: usize::MAX,
+        section_name: section.to_string(),
+        hostname: host.to_string(),
+        prefer_v4: o.resolve_prefer_v4,
+        nets: o.resolve_nets.clone(),
+        allow_dup_ip: o.allow_dup_ip,
+        srv_record,
+        ignore_weight: o.ignore_weight,
+    }
 }
 
 /// A server (or template slot) named by an SRV record name (`_http._tcp.example.com`, a port
@@ -589,16 +600,7 @@ fn srv_record_server(
     let any = std::net::SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0);
     let mut sv = make_server(name, origin(l), any, o, id, &d.tls_defaults)?;
     sv.unresolved = true;
-    sv.resolve = Some(crate::resolvers::ServerResolve {
-        section: usize::MAX,
-        section_name: section.clone(),
-        hostname: host.to_string(),
-        prefer_v4: o.resolve_prefer_v4,
-        nets: o.resolve_nets.clone(),
-        allow_dup_ip: o.allow_dup_ip,
-        srv_record: true,
-        ignore_weight: o.ignore_weight,
-    });
+    sv.resolve = Some(server_resolve(o, section, host, true));
     d.p.servers.push(sv);
     Ok(())
 }

@@ -112,11 +112,15 @@ fn main() -> ExitCode {
             }
             // Master-worker mode: this process starts and watches the workers that serve.
             if (opts.master || cfg.global.master_worker.is_some()) && !sluice::master::is_worker() {
-                let daemon = (opts.daemon || cfg.global.daemon) && !opts.foreground;
                 let pidfile = opts.pidfile.clone().or(cfg.global.pidfile.clone());
-                let keep = cfg.global.master_worker == Some(true);
+                let mc = sluice::master::MasterCfg {
+                    daemon: (opts.daemon || cfg.global.daemon) && !opts.foreground,
+                    pidfile: pidfile.as_deref(),
+                    keep_on_failure: cfg.global.master_worker == Some(true),
+                    max_reloads: cfg.global.mworker_max_reloads,
+                };
                 drop(cfg);
-                let code = sluice::master::run(&opts, daemon, pidfile.as_deref(), keep);
+                let code = sluice::master::run(&opts, &mc);
                 return ExitCode::from(code.clamp(0, 255) as u8);
             }
             // A worker also opens the private stats socket its master gave it: the next

@@ -43,6 +43,8 @@ struct Worker {
     sock: PathBuf,
     /// The reload that started it (0 for the first).
     num: u32,
+    /// Reloads it has outlived (`mworker-max-reloads`).
+    reloads: u32,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -92,8 +94,17 @@ pub fn notify_ready() {
 // The master's side.
 
 /// The master's main loop; returns the exit code.
-pub fn run(opts: &Options, daemon: bool, pidfile: Option<&Path>, keep_on_failure: bool) -> i32 {
-    match run_inner(opts, daemon, pidfile, keep_on_failure) {
+/// How the master runs: `daemon`, the pidfile it writes, `master-worker no-exit-on-failure`,
+/// and `mworker-max-reloads`.
+pub struct MasterCfg<'a> {
+    pub daemon: bool,
+    pub pidfile: Option<&'a Path>,
+    pub keep_on_failure: bool,
+    pub max_reloads: Option<u32>,
+}
+
+pub fn run(opts: &Options, mc: &MasterCfg<'_>) -> i32 {
+    match run_inner(opts, mc) {
         Ok(code) => code,
         Err(e) => {
             crate::say!("[ALERT]    ({}) : {e}", std::process::id());
@@ -102,17 +113,13 @@ pub fn run(opts: &Options, daemon: bool, pidfile: Option<&Path>, keep_on_failure
     }
 }
 
-fn run_inner(
-    opts: &Options,
-    daemon: bool,
-    pidfile: Option<&Path>,
-    keep_on_failure: bool,
-) -> Result<i32, String> {
-    if daemon {
+fn run_inner(opts: &Options, mc: &MasterCfg<'_>) -> Result<i32, String> {
+    let keep_on_failure = mc.keep_on_failure;
+    if mc.daemon {
         nix::unistd::daemon(true, false).map_err(|e| format!("cannot go to background: {e}"))?;
     }
     let me = std::process::id();
-    if let Some(pf) = pidfile {
+    if let Some(pf) = mc.pidfile {
         std::fs::write(pf, format!("{me}\n"))
             .map_err(|e| format!("cannot write pidfile '{}': {e}", pf.display()))?;
     }
@@ -199,6 +206,15 @@ fn run_inner(
                         if current_alive {
                             let _ = kill(prev.pid, Signal::SIGUSR1);
                             old.push(prev);
+                        }
+                        // `mworker-max-reloads`: a former worker still finishing its
+                        // connections after that many reloads is stopped outright.
+                        for w in &mut old {
+                            w.reloads += 1;
+                            if mc.max_reloads.is_some_and(|m| w.reloads > m) {
+                                crate::say!("[WARNING]  ({me}) : Former worker #{} ({}) outlived {} reload(s) (mworker-max-reloads): sending SIGTERM.", w.num, w.pid, w.reloads - 1);
+                                let _ = kill(w.pid, Signal::SIGTERM);
+                            }
                         }
                         current_alive = true;
                         if !stopping {
@@ -342,7 +358,12 @@ fn spawn(
     );
     // Reaped by the SIGCHLD handler, not through `child`.
     drop(child);
-    Ok(Worker { pid, sock, num })
+    Ok(Worker {
+        pid,
+        sock,
+        num,
+        reloads: 0,
+    })
 }
 
 /// `-Ws`: a state change for systemd (`Type=notify` units), when it asked for them.

@@ -183,3 +183,49 @@ fn workers_that_drop_privileges_still_report() {
     s.signal(Signal::SIGTERM);
     assert!(s.wait_exit(WAIT).expect("the master exits").success());
 }
+
+/// `mworker-max-reloads 1`: a former worker still serving a long connection is stopped once
+/// it has outlived one more reload; without the limit it would finish that connection.
+#[test]
+fn mworker_max_reloads_stops_lingering_workers() {
+    let origin = TcpBackend::echo();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    mworker-max-reloads 1\n\
+         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\
+         listen l\n    bind 127.0.0.1:{port}\n    server o {}\n",
+        origin.hostport()
+    );
+    let s = Sluice::builder(&cfg).arg("-W").start();
+    // A tunnel held open through worker #0: its soft stop waits for it.
+    let mut held = std::net::TcpStream::connect(lo(port)).unwrap();
+    held.set_read_timeout(Some(WAIT)).unwrap();
+    let echo = |c: &mut std::net::TcpStream| -> std::io::Result<[u8; 4]> {
+        use std::io::{Read, Write};
+        c.write_all(b"ping")?;
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).map(|()| b)
+    };
+    assert_eq!(&echo(&mut held).unwrap(), b"ping");
+    s.signal(Signal::SIGUSR2);
+    wait_until("two loadings", WAIT, || {
+        s.stderr.text().matches("Loading success.").count() == 2
+    });
+    // One reload outlived: still serving its tunnel.
+    assert_eq!(&echo(&mut held).unwrap(), b"ping");
+    s.signal(Signal::SIGUSR2);
+    wait_until("three loadings", WAIT, || {
+        s.stderr.text().matches("Loading success.").count() == 3
+    });
+    let line = s.wait_stderr_line(|l| l.contains("mworker-max-reloads"), WAIT);
+    assert!(line.contains("Former worker #0"), "{line}");
+    s.wait_stderr_line(
+        |l| l.contains("Former worker #0") && l.contains("exited"),
+        WAIT,
+    );
+    assert!(echo(&mut held).is_err(), "the tunnel ended with its worker");
+    // The current worker serves new connections.
+    let mut fresh = std::net::TcpStream::connect(lo(port)).unwrap();
+    fresh.set_read_timeout(Some(WAIT)).unwrap();
+    assert_eq!(&echo(&mut fresh).unwrap(), b"ping");
+}

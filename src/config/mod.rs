@@ -120,6 +120,8 @@ pub struct Global {
     pub daemon: bool,
     /// `master-worker [no-exit-on-failure]`: `Some(no-exit-on-failure?)`.
     pub master_worker: Option<bool>,
+    /// `mworker-max-reloads N`: a former worker outliving N reloads gets SIGTERM.
+    pub mworker_max_reloads: Option<u32>,
     pub pidfile: Option<PathBuf>,
     pub logs: Vec<LogTarget>,
     pub cpu_map: Vec<CpuMap>,
@@ -234,6 +236,7 @@ impl Default for Global {
             maxconn: None,
             daemon: false,
             master_worker: None,
+            mworker_max_reloads: None,
             pidfile: None,
             logs: Vec::new(),
             cpu_map: Vec::new(),

@@ -10,6 +10,7 @@ const KEYWORDS: &[&str] = &[
     "maxconn",
     "daemon",
     "master-worker",
+    "mworker-max-reloads",
     "pidfile",
     "log",
     "cpu-map",
@@ -64,7 +65,6 @@ const UNSUPPORTED: &[&str] = &[
     "resetenv",
     "unsetenv",
     "localpeer",
-    "mworker-max-reloads",
     "quiet",
     "debug",
     "expose-experimental-directives",
@@ -153,6 +153,17 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
         "daemon" => {
             no_extra(w, 1)?;
             g.daemon = true;
+        }
+        "mworker-max-reloads" => {
+            let Some(v) = w.get(1) else {
+                return Err("'mworker-max-reloads' expects an integer argument"
+                    .to_string()
+                    .into());
+            };
+            no_extra(w, 2)?;
+            g.mworker_max_reloads = Some(v.parse().map_err(|_| {
+                format!("'mworker-max-reloads' expects a non-negative integer, not '{v}'")
+            })?);
         }
         "master-worker" => {
             g.master_worker = Some(match w.get(1).map(String::as_str) {

@@ -41,8 +41,6 @@ struct Worker {
     pid: Pid,
     /// Its private stats socket.
     sock: PathBuf,
-    /// The reload that started it (0 for the first).
-    num: u32,
     /// Reloads it has outlived (`mworker-max-reloads`).
     reloads: u32,
 }
@@ -212,7 +210,7 @@ fn run_inner(opts: &Options, mc: &MasterCfg<'_>) -> Result<i32, String> {
                         for w in &mut old {
                             w.reloads += 1;
                             if mc.max_reloads.is_some_and(|m| w.reloads > m) {
-                                crate::say!("[WARNING]  ({me}) : Former worker #{} ({}) outlived {} reload(s) (mworker-max-reloads): sending SIGTERM.", w.num, w.pid, w.reloads - 1);
+                                crate::say!("[WARNING]  ({me}) : Former worker ({}) outlived {} reload(s) (mworker-max-reloads): sending SIGTERM.", w.pid, w.reloads - 1);
                                 let _ = kill(w.pid, Signal::SIGTERM);
                             }
                         }
@@ -237,25 +235,25 @@ fn run_inner(opts: &Options, mc: &MasterCfg<'_>) -> Result<i32, String> {
                         };
                         if let Some(i) = old.iter().position(|w| w.pid == pid) {
                             let w = old.remove(i);
-                            crate::say!("[NOTICE]   ({me}) : Former worker #{} ({pid}) exited with code {code}", w.num);
+                            crate::say!("[WARNING]  ({me}) : Former worker ({pid}) exited with code {code} ({})", why(code));
                             let _ = std::fs::remove_file(&w.sock);
                         } else if pending.as_ref().is_some_and(|w| w.pid == pid) {
                             let w = pending.take().expect("checked just above");
                             let _ = std::fs::remove_file(&w.sock);
-                            crate::say!("[ALERT]    ({me}) : Reload failed: the new worker ({pid}) exited with code {code}; worker #{} ({}) goes on serving.", current.num, current.pid);
+                            crate::say!("[ALERT]    ({me}) : Reload failed: the new worker ({pid}) exited with code {code} ({}); worker ({}) goes on serving.", why(code), current.pid);
                             if !stopping {
                                 sd_notify(systemd, "READY=1");
                             }
                         } else if current.pid == pid && current_alive {
                             current_alive = false;
                             if stopping {
-                                crate::say!("[NOTICE]   ({me}) : Current worker #{} ({pid}) exited with code {code}", current.num);
+                                crate::say!("[WARNING]  ({me}) : Current worker ({pid}) exited with code {code} ({})", why(code));
                                 if pending.is_none() && old.is_empty() {
                                     return Ok(code);
                                 }
                                 continue;
                             }
-                            crate::say!("[ALERT]    ({me}) : Current worker #{} ({pid}) exited with code {code}", current.num);
+                            crate::say!("[ALERT]    ({me}) : Current worker ({pid}) exited with code {code} ({})", why(code));
                             if !keep_on_failure || !started {
                                 // As HAProxy: the other workers go too, and so does the master.
                                 stopping = true;
@@ -306,6 +304,12 @@ fn stop(
     pending: &Option<Worker>,
     old: &[Worker],
 ) -> bool {
+    if !*stopping {
+        crate::say!(
+            "[WARNING]  ({}) : Exiting Master process...",
+            std::process::id()
+        );
+    }
     *stopping = true;
     sd_notify(systemd, "STOPPING=1");
     let mut any = false;
@@ -353,7 +357,7 @@ fn spawn(
         .map_err(|e| format!("cannot start a worker: {e}"))?;
     let pid = Pid::from_raw(child.id() as i32);
     crate::say!(
-        "[NOTICE]   ({}) : New worker #{num} ({pid}) forked",
+        "[NOTICE]   ({}) : New worker ({pid}) forked",
         std::process::id()
     );
     // Reaped by the SIGCHLD handler, not through `child`.
@@ -361,7 +365,6 @@ fn spawn(
     Ok(Worker {
         pid,
         sock,
-        num,
         reloads: 0,
     })
 }
@@ -399,3 +402,17 @@ impl Drop for RemoveDir {
 }
 
 use std::os::unix::fs::DirBuilderExt as _;
+
+/// HAProxy's words for a worker's exit code: "Exit", or the signal that ended it (128 + N).
+fn why(code: i32) -> String {
+    match code - 128 {
+        n if n <= 0 => "Exit".into(),
+        1 => "Hangup".into(),
+        2 => "Interrupt".into(),
+        6 => "Aborted".into(),
+        9 => "Killed".into(),
+        11 => "Segmentation fault".into(),
+        15 => "Terminated".into(),
+        n => format!("Signal {n}"),
+    }
+}

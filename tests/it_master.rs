@@ -20,6 +20,26 @@ fn config(port: u16, body: &str) -> String {
 }
 
 /// The next message systemd would get.
+/// The pids of the workers the master started, in order (its "New worker (PID) forked").
+fn worker_pids(s: &Sluice) -> Vec<i32> {
+    s.stderr
+        .snapshot()
+        .iter()
+        .filter_map(|l| {
+            let rest = l.split("New worker (").nth(1)?;
+            rest.split(')').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// Whether the master said that worker `pid` (a former one) has exited.
+fn former_exited(s: &Sluice, pid: i32) -> bool {
+    s.stderr
+        .snapshot()
+        .iter()
+        .any(|l| l.contains(&format!("Former worker ({pid}) exited")))
+}
+
 fn next(n: &UnixDatagram) -> String {
     let mut b = [0u8; 256];
     let k = n.recv(&mut b).expect("a notification in time");
@@ -87,10 +107,8 @@ fn systemd_notify_reloads_and_stops() {
         "a connection failed during the reload"
     );
     // The former worker may take a last connection until its soft stop closes its listeners.
-    s.wait_stderr_line(
-        |l| l.contains("Former worker #0") && l.contains("exited"),
-        WAIT,
-    );
+    let first = worker_pids(&s)[0];
+    wait_until("worker #0 gone", WAIT, || former_exited(&s, first));
     assert_eq!(http_get(port, "/").body_str(), "two");
 
     // A configuration error: the reload fails, the current worker goes on.
@@ -119,19 +137,17 @@ fn master_worker_keyword() {
     let cfg = format!("global\n    master-worker\n{}", config(port, "kw"));
     let s = Sluice::builder(&cfg).start();
     assert_eq!(http_get(port, "/").body_str(), "kw");
-    let line = s.wait_stderr_line(|l| l.contains("New worker #0"), WAIT);
-    let worker: i32 = line
-        .split('(')
-        .nth(2)
-        .and_then(|p| p.split(')').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("worker pid in {line:?}"));
+    let worker = worker_pids(&s)[0];
     assert_ne!(worker, s.pid());
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), Signal::SIGKILL).unwrap();
     let st = s.wait_exit(WAIT).expect("the master follows its worker");
     assert!(!st.success());
     s.wait_stderr_line(
-        |l| l.contains("Current worker #0") && l.contains("code 137"),
+        |l| {
+            l.contains(&format!(
+                "Current worker ({worker}) exited with code 137 (Killed)"
+            ))
+        },
         WAIT,
     );
     let (code, out) = Sluice::check("global\n    master-worker sometimes\n");
@@ -175,10 +191,8 @@ fn workers_that_drop_privileges_still_report() {
     s.signal(Signal::SIGUSR2);
     assert_eq!(next(&notify), "RELOADING=1");
     assert_eq!(next(&notify), "READY=1");
-    s.wait_stderr_line(
-        |l| l.contains("Former worker #0") && l.contains("exited"),
-        WAIT,
-    );
+    let first = worker_pids(&s)[0];
+    wait_until("worker #0 gone", WAIT, || former_exited(&s, first));
     assert_eq!(http_get(port, "/").body_str(), "again");
     s.signal(Signal::SIGTERM);
     assert!(s.wait_exit(WAIT).expect("the master exits").success());
@@ -217,12 +231,13 @@ fn mworker_max_reloads_stops_lingering_workers() {
     wait_until("three loadings", WAIT, || {
         s.stderr.text().matches("Loading success.").count() == 3
     });
+    let first = worker_pids(&s)[0];
     let line = s.wait_stderr_line(|l| l.contains("mworker-max-reloads"), WAIT);
-    assert!(line.contains("Former worker #0"), "{line}");
-    s.wait_stderr_line(
-        |l| l.contains("Former worker #0") && l.contains("exited"),
-        WAIT,
+    assert!(
+        line.contains(&format!("Former worker ({first}) outlived 1 reload(s)")),
+        "{line}"
     );
+    wait_until("worker #0 gone", WAIT, || former_exited(&s, first));
     assert!(echo(&mut held).is_err(), "the tunnel ended with its worker");
     // The current worker serves new connections.
     let mut fresh = std::net::TcpStream::connect(lo(port)).unwrap();

@@ -38,6 +38,8 @@ pub struct Options {
     pub master: bool,
     /// `-Ws`: tell systemd about readiness and reloads (`Type=notify` units).
     pub systemd: bool,
+    /// `-S PATH[,OPTIONS]`: the master CLI's UNIX socket (master-worker mode).
+    pub master_cli: Option<PathBuf>,
 }
 
 impl Options {
@@ -57,6 +59,7 @@ impl Options {
             sockets_from: None,
             master: false,
             systemd: false,
+            master_cli: None,
         };
         let mut i = 0;
         let value = |i: &mut usize, flag: &str| -> Result<String, String> {
@@ -107,7 +110,16 @@ impl Options {
                         o.terminate_pids.extend(pids);
                     }
                 }
-                "-L" | "-m" | "-N" | "-C" | "-S" => {
+                "-S" => {
+                    let v = value(&mut i, a)?;
+                    // Bind options after a comma (`mode`, `user`, ...) are not supported.
+                    let path = v.split(',').next().unwrap_or("");
+                    if path.is_empty() {
+                        return Err("'-S' expects a socket path".into());
+                    }
+                    o.master_cli = Some(PathBuf::from(path.trim_start_matches("unix@")));
+                }
+                "-L" | "-m" | "-N" | "-C" => {
                     let v = value(&mut i, a)?;
                     o.ignored.push(format!("{a} {v}"));
                 }

@@ -39,10 +39,30 @@ static READY: std::sync::OnceLock<UnixDatagram> = std::sync::OnceLock::new();
 #[derive(Debug)]
 struct Worker {
     pid: Pid,
+    /// When it started (`show proc` uptime).
+    since: std::time::Instant,
     /// Its private stats socket.
     sock: PathBuf,
     /// Reloads it has outlived (`mworker-max-reloads`).
     reloads: u32,
+}
+
+/// What a master CLI connection asks of the master's loop.
+enum CliReq {
+    /// `show proc`: the text to answer.
+    ShowProc(tokio::sync::oneshot::Sender<String>),
+    /// `reload`.
+    Reload,
+    /// `@N` / `@!PID`: the private socket of that worker, if there is one.
+    Socket(Target, tokio::sync::oneshot::Sender<Option<PathBuf>>),
+}
+
+/// The process a master CLI command is for.
+enum Target {
+    /// `@1`: the current worker (HAProxy's relative number; there is one worker).
+    Relative(u32),
+    /// `@!PID`: any worker, current or former.
+    Pid(i32),
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -170,10 +190,39 @@ fn run_inner(opts: &Options, mc: &MasterCfg<'_>) -> Result<i32, String> {
         // False once the current worker died and `no-exit-on-failure` kept the master.
         let mut current_alive = true;
         let mut buf = [0u8; 64];
+        let (cli_tx, mut cli_rx) = tokio::sync::mpsc::unbounded_channel::<CliReq>();
+        let started_at = std::time::Instant::now();
+        let (mut reloads, mut failed) = (0u32, 0u32);
+        if let Some(path) = &opts.master_cli {
+            let _ = std::fs::remove_file(path);
+            let l = tokio::net::UnixListener::bind(path)
+                .map_err(|e| format!("master CLI: cannot bind '{}': {e}", path.display()))?;
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+            tokio::spawn(cli_accept(l, cli_tx.clone()));
+        }
         loop {
             let reload = tokio::select! {
                 _ = usr2.recv() => true,
                 _ = hup.recv() => true,
+                Some(req) = cli_rx.recv() => match req {
+                    CliReq::Reload => true,
+                    CliReq::ShowProc(tx) => {
+                        let _ = tx.send(show_proc(me, started_at, (reloads, failed), current_alive.then_some(&current), &old));
+                        false
+                    }
+                    CliReq::Socket(t, tx) => {
+                        let w = match t {
+                            Target::Relative(1) => current_alive.then_some(&current),
+                            Target::Relative(_) => None,
+                            Target::Pid(p) => std::iter::once(&current)
+                                .filter(|_| current_alive)
+                                .chain(&old)
+                                .find(|w| w.pid.as_raw() == p),
+                        };
+                        let _ = tx.send(w.map(|w| w.sock.clone()));
+                        false
+                    }
+                },
                 _ = term.recv() => {
                     if !stop(&mut stopping, systemd, Signal::SIGTERM, current_alive.then_some(&current), &pending, &old) {
                         return Ok(0);
@@ -199,6 +248,7 @@ fn run_inner(opts: &Options, mc: &MasterCfg<'_>) -> Result<i32, String> {
                         .and_then(|p| p.parse::<i32>().ok()) else { continue };
                     if pending.as_ref().is_some_and(|w| w.pid.as_raw() == pid) {
                         let new = pending.take().expect("checked just above");
+                        reloads += 1;
                         crate::say!("[NOTICE]   ({me}) : Loading success.");
                         let prev = std::mem::replace(&mut current, new);
                         if current_alive {
@@ -240,6 +290,7 @@ fn run_inner(opts: &Options, mc: &MasterCfg<'_>) -> Result<i32, String> {
                         } else if pending.as_ref().is_some_and(|w| w.pid == pid) {
                             let w = pending.take().expect("checked just above");
                             let _ = std::fs::remove_file(&w.sock);
+                            failed += 1;
                             crate::say!("[ALERT]    ({me}) : Reload failed: the new worker ({pid}) exited with code {code} ({}); worker ({}) goes on serving.", why(code), current.pid);
                             if !stopping {
                                 sd_notify(systemd, "READY=1");
@@ -293,6 +344,150 @@ fn run_inner(opts: &Options, mc: &MasterCfg<'_>) -> Result<i32, String> {
             }
         }
     })
+}
+
+/// Serves the master CLI (`-S`): `show proc`, `reload`, `@1 CMD` / `@!PID CMD` (the command
+/// relayed to that worker's CLI, at admin level), `help`, `quit`; one command line per
+/// connection, as the stats socket's non-interactive mode.
+async fn cli_accept(l: tokio::net::UnixListener, tx: tokio::sync::mpsc::UnboundedSender<CliReq>) {
+    loop {
+        let Ok((s, _)) = l.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            continue;
+        };
+        tokio::spawn(cli_conn(s, tx.clone()));
+    }
+}
+
+async fn cli_conn(s: tokio::net::UnixStream, tx: tokio::sync::mpsc::UnboundedSender<CliReq>) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let (r, mut w) = s.into_split();
+    let mut line = String::new();
+    let mut r = tokio::io::BufReader::new(r);
+    let read = tokio::time::timeout(std::time::Duration::from_secs(10), r.read_line(&mut line));
+    if !matches!(read.await, Ok(Ok(n)) if n > 0) {
+        return;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let out = match words.as_slice() {
+        ["show", "proc", ..] => {
+            let (otx, orx) = tokio::sync::oneshot::channel();
+            let _ = tx.send(CliReq::ShowProc(otx));
+            orx.await.unwrap_or_default()
+        }
+        ["reload", ..] => {
+            let _ = tx.send(CliReq::Reload);
+            String::new()
+        }
+        [at, rest @ ..] if at.starts_with('@') && !rest.is_empty() => {
+            let t = match at.strip_prefix("@!") {
+                Some(p) => p.parse().ok().map(Target::Pid),
+                None => at[1..].parse().ok().map(Target::Relative),
+            };
+            let sock = match t {
+                Some(t) => {
+                    let (otx, orx) = tokio::sync::oneshot::channel();
+                    let _ = tx.send(CliReq::Socket(t, otx));
+                    orx.await.ok().flatten()
+                }
+                None => None,
+            };
+            match sock {
+                // The worker's own CLI answers; its reply goes back as it is.
+                Some(p) => match tokio::net::UnixStream::connect(&p).await {
+                    Ok(mut ws) => {
+                        let _ = ws
+                            .write_all(format!("{}\n", rest.join(" ")).as_bytes())
+                            .await;
+                        let mut reply = Vec::new();
+                        let _ = tokio::time::timeout(
+                            std::time::Duration::from_secs(10),
+                            ws.read_to_end(&mut reply),
+                        )
+                        .await;
+                        let _ = w.write_all(&reply).await;
+                        return;
+                    }
+                    Err(_) => "Can't find the target CLI!\n".into(),
+                },
+                None => "Can't find the target CLI!\n".into(),
+            }
+        }
+        ["help", ..] | [] => MASTER_HELP.into(),
+        ["quit", ..] => return,
+        _ => format!("Unknown command: '{}'. {MASTER_HELP}", words[0]),
+    };
+    let _ = w.write_all(out.as_bytes()).await;
+    let _ = w.write_all(b"\n").await;
+}
+
+const MASTER_HELP: &str = concat!(
+    "The following commands are valid at this level:\n",
+    "  @!<pid>                                 : send a command to the <pid> process\n",
+    "  @<relative pid>                         : send a command to the <relative pid> process\n",
+    "  reload                                  : reload haproxy\n",
+    "  show proc                               : show processes status\n",
+    "  help [<command>]                        : list matching or all commands\n",
+    "  quit                                    : disconnect\n",
+);
+
+/// `show proc`, in HAProxy's columns.
+fn show_proc(
+    me: u32,
+    since: std::time::Instant,
+    (reloads, failed): (u32, u32),
+    current: Option<&Worker>,
+    old: &[Worker],
+) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    let up = |t: std::time::Instant| {
+        let s = t.elapsed().as_secs();
+        format!(
+            "{}d{:02}h{:02}m{:02}s",
+            s / 86400,
+            s / 3600 % 24,
+            s / 60 % 60,
+            s % 60
+        )
+    };
+    let mut o = format!(
+        "#{:<14} {:<15} {:<15} {:<15} {:<15}\n",
+        "<PID>", "<type>", "<reloads>", "<uptime>", "<version>"
+    );
+    o += &format!(
+        "{:<15} {:<15} {:<15} {:<15} {:<15}\n",
+        me,
+        "master",
+        format!("{reloads} [failed: {failed}]"),
+        up(since),
+        version
+    );
+    o += "# workers\n";
+    if let Some(w) = current {
+        o += &format!(
+            "{:<15} {:<15} {:<15} {:<15} {:<15}\n",
+            w.pid,
+            "worker",
+            0,
+            up(w.since),
+            version
+        );
+    }
+    if !old.is_empty() {
+        o += "# old workers\n";
+        for w in old {
+            o += &format!(
+                "{:<15} {:<15} {:<15} {:<15} {:<15}\n",
+                w.pid,
+                "worker",
+                w.reloads,
+                up(w.since),
+                version
+            );
+        }
+    }
+    o += "# programs\n";
+    o
 }
 
 /// Forwards a stop signal to every live worker; `false` when there is none left to wait for.
@@ -364,6 +559,7 @@ fn spawn(
     drop(child);
     Ok(Worker {
         pid,
+        since: std::time::Instant::now(),
         sock,
         reloads: 0,
     })
@@ -401,7 +597,7 @@ impl Drop for RemoveDir {
     }
 }
 
-use std::os::unix::fs::DirBuilderExt as _;
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 
 /// HAProxy's words for a worker's exit code: "Exit", or the signal that ended it (128 + N).
 fn why(code: i32) -> String {

@@ -244,3 +244,47 @@ fn mworker_max_reloads_stops_lingering_workers() {
     fresh.set_read_timeout(Some(WAIT)).unwrap();
     assert_eq!(&echo(&mut fresh).unwrap(), b"ping");
 }
+
+/// The master CLI (`-S`, as Debian's unit passes it): `show proc` lists the master and its
+/// worker in HAProxy's columns, `@1 CMD` and `@!PID CMD` relay a command to a worker's CLI,
+/// and `reload` reloads.
+#[test]
+fn master_cli() {
+    let tmp = TempDir::new();
+    let sock = tmp.join("master.sock");
+    let port = free_port();
+    let s = Sluice::builder(&config(port, "one"))
+        .arg("-W")
+        .arg("-S")
+        .arg(format!("{},mode,600", sock.display()))
+        .start();
+    let worker = worker_pids(&s)[0];
+    let procs = stats_cli(&sock, "show proc");
+    assert!(
+        procs.starts_with("#<PID>          <type>          <reloads>       <uptime>"),
+        "{procs}"
+    );
+    assert!(
+        procs.contains(&format!("\n{:<15} master          0 [failed: 0]", s.pid())),
+        "{procs}"
+    );
+    assert!(
+        procs.contains(&format!("# workers\n{worker:<15} worker          0 ")),
+        "{procs}"
+    );
+    let info = stats_cli(&sock, "@1 show info");
+    assert!(info.contains(&format!("Pid: {worker}\n")), "{info}");
+    let info = stats_cli(&sock, &format!("@!{worker} show info"));
+    assert!(info.contains(&format!("Pid: {worker}\n")), "{info}");
+    assert_eq!(
+        stats_cli(&sock, "@!1 show info"),
+        "Can't find the target CLI!\n\n"
+    );
+    std::fs::write(&s.cfg_path, config(port, "two")).unwrap();
+    assert_eq!(stats_cli(&sock, "reload"), "\n");
+    wait_until("reloaded", WAIT, || former_exited(&s, worker));
+    assert_eq!(http_get(port, "/").body_str(), "two");
+    let procs = stats_cli(&sock, "show proc");
+    assert!(procs.contains(" master          1 [failed: 0]"), "{procs}");
+    assert!(!procs.contains(&worker.to_string()), "{procs}");
+}

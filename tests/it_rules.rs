@@ -1105,3 +1105,64 @@ fn request_fetches_refused_in_http_response_formats() {
         );
     }
 }
+
+/// `http-request allow` / `http-response allow` end their section's rules (the backend's
+/// still run); `http-response set-status CODE [reason TEXT]` changes the status the client
+/// gets, the logs count, and the later rules see.
+#[test]
+fn allow_and_set_status() {
+    let a = HttpBackend::start("A");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   http-request allow if {{ path_beg /ok }}\n    http-request deny\n\
+         \x20   http-response set-status 201 if {{ status 200 }}\n\
+         \x20   http-response set-header X-Seen %[status]\n\
+         \x20   default_backend be\n\
+         backend be\n    http-request deny deny_status 451 if {{ path /ok/blocked }}\n\
+         \x20   http-response set-status 299 reason \"Almost OK\" if {{ status 200 }} {{ res.hdr(x-server) -m found }}\n\
+         \x20   http-response allow\n    http-response set-header X-Never yes\n\
+         \x20   server s1 {}\n",
+        a.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    assert_eq!(
+        http_get(port, "/x").status,
+        403,
+        "not allowed: the deny runs"
+    );
+    assert_eq!(
+        http_get(port, "/ok/blocked").status,
+        451,
+        "the backend's rules still run"
+    );
+    let r = http_raw(
+        port,
+        "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    // The backend's rules run first: 299 with its reason, then its `allow` skips its last
+    // rule; the frontend's set-status does not match 299.
+    assert_eq!(r.status, 299);
+    assert_eq!(r.reason, "Almost OK");
+    assert_eq!(r.header("x-never"), None);
+    assert_eq!(
+        r.header("x-seen"),
+        Some("299"),
+        "later rules see the new status"
+    );
+    let line = s.wait_log_line(|l| l.contains("GET /ok "), WAIT);
+    assert!(line.contains(" 299 "), "{line}");
+    let (code, out) = Sluice::check(&format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:1\n    http-response set-status 42\n\
+         \x20   http-request allow now\n    default_backend b\nbackend b\n    server s 127.0.0.1:1\n"
+    ));
+    assert_eq!(code, 1);
+    assert!(
+        out.contains(":8: ") && out.contains("from 100 to 999"),
+        "{out}"
+    );
+    assert!(
+        out.contains(":9: ") && out.contains("unexpected argument 'now'"),
+        "{out}"
+    );
+}

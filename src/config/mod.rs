@@ -1288,6 +1288,13 @@ pub enum HttpResponseAction {
     /// `silent-drop`: the response is dropped and the client connection disappears without
     /// the client being told (see `stream::silent_drop`).
     SilentDrop,
+    /// `allow`: no further rule of this section runs.
+    Allow,
+    /// `set-status CODE [reason TEXT]`: the status the client gets (and that is logged).
+    SetStatus {
+        status: u16,
+        reason: Option<String>,
+    },
     /// `set-map`, `del-map`, `add-acl`, `del-acl`: evaluation goes on.
     PatEdit(PatEdit),
     /// `set-var`, `set-var-fmt`, `unset-var`: evaluation goes on.
@@ -1493,6 +1500,8 @@ pub enum HttpRequestAction {
     SilentDrop,
     /// `set-map`, `del-map`, `add-acl`, `del-acl`: evaluation goes on.
     PatEdit(PatEdit),
+    /// `allow`: no further rule of this section runs; the request goes on.
+    Allow,
     /// `return [status N] [content-type T] [string S | file F] [hdr N V]...` (default 200).
     Return(Reply),
     Redirect(Redirect),

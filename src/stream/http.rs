@@ -1508,6 +1508,8 @@ impl<C: ClientIo> Conn<'_, C> {
                 }
                 HttpRequestAction::SetVar(a) => a.run(&self.proxy_view(p, head, src)),
                 HttpRequestAction::SetLogLevel(l) => self.log_level.set(Some(*l)),
+                // `allow`: no more rules of this section; the request goes on.
+                HttpRequestAction::Allow => return None,
                 HttpRequestAction::PatEdit(e) => {
                     let render = |v: &LfValue| match v {
                         LfValue::Lit(t) => t.clone(),
@@ -1942,6 +1944,7 @@ impl<C: ClientIo> Conn<'_, C> {
             | HttpRequestAction::Stick(_)
             | HttpRequestAction::SetVar(_)
             | HttpRequestAction::SetLogLevel(_)
+            | HttpRequestAction::Allow
             | HttpRequestAction::PatEdit(_) => {
                 unreachable!("header edits, target rewrites and stick actions are applied in place")
             }
@@ -2457,10 +2460,13 @@ impl<C: ClientIo> Conn<'_, C> {
         let mut returned = None;
         let mut denied = None;
         let mut dropped = false;
+        // `set-status`: the status (and reason) the client gets; the rules after it see it.
+        let mut cur_status = resp.status;
+        let mut reason: Option<&str> = None;
         'rules: for p in &rule_sets[..n_sets] {
             for rule in &p.http_response {
                 let view = RspView {
-                    status: resp.status,
+                    status: cur_status,
                     method: &txn.method.0[..usize::from(txn.method.1)],
                     buf: &self.sbuf,
                     hdrs: &self.hdrs,
@@ -2481,6 +2487,13 @@ impl<C: ClientIo> Conn<'_, C> {
                         dropped = true;
                         break 'rules;
                     }
+                    // `allow`: no more rules of this section.
+                    HttpResponseAction::Allow => continue 'rules,
+                    HttpResponseAction::SetStatus { status, reason: r } => {
+                        cur_status = *status;
+                        reason = r.as_deref();
+                        continue;
+                    }
                     HttpResponseAction::Return(r) => {
                         returned = Some(r);
                         break 'rules;
@@ -2500,7 +2513,7 @@ impl<C: ClientIo> Conn<'_, C> {
                                 bp,
                                 txn,
                                 slot.server_state(),
-                                resp.status,
+                                cur_status,
                                 format,
                             ),
                         };
@@ -2516,7 +2529,7 @@ impl<C: ClientIo> Conn<'_, C> {
                             bp,
                             txn,
                             slot.server_state(),
-                            resp.status,
+                            cur_status,
                             format,
                         );
                         self.hdrs.apply_value(&self.sbuf, a, &v);
@@ -2556,7 +2569,7 @@ impl<C: ClientIo> Conn<'_, C> {
         // `option checkcache` judges the response as the rules left it, as HAProxy does.
         if bp.options.checkcache
             && denied.is_none()
-            && cacheable_cookie(resp.status, head.cacheable_method, &self.hdrs, &self.sbuf)
+            && cacheable_cookie(cur_status, head.cacheable_method, &self.hdrs, &self.sbuf)
         {
             // `option checkcache`: blocked as an `http-response deny` would block it, with
             // HAProxy's alert.
@@ -2589,9 +2602,14 @@ impl<C: ClientIo> Conn<'_, C> {
             return None;
         }
         if let Some(ck) = &bp.cookie {
-            self.answer_cookie(ck, txn, slot.server, slot.server_state(), resp.status);
+            self.answer_cookie(ck, txn, slot.server, slot.server_state(), cur_status);
         }
         let tunnel_mode = resp.switching || (head.is_connect && (200..300).contains(&resp.status));
+        let status_override = (cur_status != resp.status || reason.is_some()).then(|| {
+            txn.status = cur_status.into();
+            let why = reason.unwrap_or_else(|| crate::http::reason_phrase(cur_status));
+            format!("HTTP/1.1 {cur_status} {why}")
+        });
         let mut encoder = self.start_compression(txn, bp, head, &resp, tunnel_mode);
         let close_delim = resp.body == BodyKind::CloseDelimited && !tunnel_mode;
         // An HTTP/1.0 response with Transfer-Encoding has faulty framing (RFC 9112 §6.1): it is
@@ -2609,7 +2627,10 @@ impl<C: ClientIo> Conn<'_, C> {
             server_ka && !resp.conn_close && !close_delim && !tunnel_mode && req_body.done();
 
         self.out.clear();
-        let status_line = crate::http::start_line(&self.sbuf[..resp.head_len]);
+        let status_line = match &status_override {
+            Some(l) => l.as_bytes(),
+            None => crate::http::start_line(&self.sbuf[..resp.head_len]),
+        };
         self.out.extend_from_slice(status_line);
         self.out.extend_from_slice(b"\r\n");
         let extra: &[&[u8]] = if tunnel_mode && resp.switching {

@@ -18,6 +18,7 @@ use crate::config::tokenizer::Line;
 
 /// `http-request` actions sluice implements.
 const REQUEST_ACTIONS: &[&str] = &[
+    "allow",
     "set-log-level",
     "set-header",
     "add-header",
@@ -49,10 +50,11 @@ const RESPONSE_ACTIONS: &[&str] = &[
     "replace-value",
     "deny",
     "silent-drop",
+    "allow",
+    "set-status",
 ];
 /// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
 const UNSUPPORTED_ACTIONS: &[&str] = &[
-    "allow",
     "cache-use",
     "cache-store",
     "capture",
@@ -71,7 +73,6 @@ const UNSUPPORTED_ACTIONS: &[&str] = &[
     "set-priority-offset",
     "set-src",
     "set-src-port",
-    "set-status",
     "set-timeout",
     "set-tos",
     "strict-mode",
@@ -766,6 +767,10 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             no_args("silent-drop", args)?;
             HttpRequestAction::SilentDrop
         }
+        "allow" => {
+            no_args("allow", args)?;
+            HttpRequestAction::Allow
+        }
         "return" => HttpRequestAction::Return(reply("return", args, 200)?),
         "redirect" => redirect(args)?,
         "use-service" => use_service(args)?,
@@ -967,6 +972,11 @@ fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             no_args("silent-drop", &w[2..end])?;
             HttpResponseAction::SilentDrop
         }
+        "allow" => {
+            no_args("allow", &w[2..end])?;
+            HttpResponseAction::Allow
+        }
+        "set-status" => set_status(&w[2..end])?,
         "return" => HttpResponseAction::Return(reply("return", &w[2..end], 200)?),
         "set-log-level" => HttpResponseAction::SetLogLevel(log_level(&w[2..end])?),
         a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
@@ -1089,4 +1099,20 @@ fn pat_edit(action: &str, args: &[String]) -> Result<Option<crate::config::PatEd
             None => Default::default(),
         },
     }))
+}
+
+/// `set-status CODE [reason TEXT]` (CODE from 100 to 999, as HAProxy takes it).
+fn set_status(args: &[String]) -> Result<crate::config::HttpResponseAction, KwErr> {
+    let usage =
+        || "'set-status' expects a status code from 100 to 999, then optionally 'reason <text>'";
+    let status = match args.first().map(|a| a.parse::<u16>()) {
+        Some(Ok(n)) if (100..=999).contains(&n) => n,
+        _ => return Err(usage().to_string().into()),
+    };
+    let reason = match &args[1..] {
+        [] => None,
+        [k, r] if k == "reason" && !r.contains(['\r', '\n']) => Some(r.clone()),
+        _ => return Err(usage().to_string().into()),
+    };
+    Ok(crate::config::HttpResponseAction::SetStatus { status, reason })
 }

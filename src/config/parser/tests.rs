@@ -2765,7 +2765,7 @@ fn http_rule_errors() {
         "  http-request redirect to /x",                                     // 18
         "  http-request redirect location",                                  // 19
         "  http-request redirect location /x set-cookie a=b",                // 20
-        "  http-response set-status 503",                                    // 21
+        "  http-response set-status 1000",                                   // 21
         "  http-response return status 200 string x",                        // 22
         "  http-response set-header X-A",                                    // 23
         "  http-request del-header X-A -m beg",                              // 24
@@ -2822,7 +2822,7 @@ fn http_rule_errors() {
     );
     has(
         find(21),
-        &["action 'set-status' is not supported by sluice"],
+        &["'set-status' expects a status code from 100 to 999"],
     );
     has(find(22), &["a 'content-type' is required with a body"]);
     has(

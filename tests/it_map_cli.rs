@@ -22,6 +22,17 @@ fn route(port: u16, host: &str) -> String {
     }
 }
 
+/// Servers answering "A", "B" and "C", and backends `be_a`, `be_b`, `be_c` for them.
+fn three_backends() -> ([HttpBackend; 3], String) {
+    let servers = ["A", "B", "C"].map(HttpBackend::start);
+    let text = servers
+        .iter()
+        .zip(["be_a", "be_b", "be_c"])
+        .map(|(s, name)| backend_section(name, "", &[s]))
+        .collect();
+    (servers, text)
+}
+
 #[test]
 fn maps_and_acl_files_change_at_run_time() {
     let dir = TempDir::new();
@@ -29,11 +40,7 @@ fn maps_and_acl_files_change_at_run_time() {
     let block = dir.write("block.lst", "10.0.0.0/8\n");
     let vip = dir.write("vip.lst", "VIP.example\n");
     let (admin, user) = (dir.join("admin.sock"), dir.join("user.sock"));
-    let (a, b, c) = (
-        HttpBackend::start("A"),
-        HttpBackend::start("B"),
-        HttpBackend::start("C"),
-    );
+    let (_servers, backends) = three_backends();
     let port = free_port();
     let cfg = format!(
         "global\n    stats socket {admin} level admin\n    stats socket {user} level user\n\
@@ -42,10 +49,7 @@ fn maps_and_acl_files_change_at_run_time() {
          \x20   http-request deny if blocked\n\
          \x20   http-request return status 200 content-type text/plain string vip if vip\n\
          \x20   use_backend %[req.hdr(host),lower,map({hosts},be_c)]\n\
-         {}{}{}",
-        backend_section("be_a", "", &[&a]),
-        backend_section("be_b", "", &[&b]),
-        backend_section("be_c", "", &[&c]),
+         {backends}",
         admin = admin.display(),
         user = user.display(),
         block = block.display(),
@@ -191,11 +195,7 @@ fn rules_change_maps_and_acls() {
     let banned = dir.write("banned.lst", "");
     let seen = dir.write("seen.lst", "");
     let admin = dir.join("admin.sock");
-    let (a, b, c) = (
-        HttpBackend::start("A"),
-        HttpBackend::start("B"),
-        HttpBackend::start("C"),
-    );
+    let (_servers, backends) = three_backends();
     let port = free_port();
     let cfg = format!(
         "global\n    stats socket {admin} level admin\n\
@@ -211,10 +211,7 @@ fn rules_change_maps_and_acls() {
          \x20   http-request return status 200 content-type text/plain string seen-200 if {{ path /seen }} seen_ok\n\
          \x20   http-response add-acl({seen}) %ST\n\
          \x20   use_backend %[req.hdr(host),map({hosts},be_c)]\n\
-         {}{}{}",
-        backend_section("be_a", "", &[&a]),
-        backend_section("be_b", "", &[&b]),
-        backend_section("be_c", "", &[&c]),
+         {backends}",
         admin = admin.display(),
         banned = banned.display(),
         seen = seen.display(),

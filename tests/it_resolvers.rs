@@ -489,6 +489,16 @@ fn libc_start_spreads_and_admin_maintenance_stays() {
     drop(b);
 }
 
+/// SRV answers with these (target, port, weight) records, their targets' addresses in the
+/// additional section.
+fn zone(records: Vec<(&'static str, u16, u16)>) -> Dns {
+    Dns::Srv(SrvZone {
+        records,
+        hosts: vec![("a.sluice.test", lo(1)), ("b.sluice.test", lo(1))],
+        additional: true,
+    })
+}
+
 /// A server-template on an SRV record name: each record fills a slot with its target, port
 /// (two backends on two ports), weight and the additional section's address; the slot left
 /// over waits in maintenance; a record that goes away frees its slot (`hold obsolete` 0) and
@@ -497,13 +507,6 @@ fn libc_start_spreads_and_admin_maintenance_stays() {
 fn srv_records_fill_template_slots() {
     let a = HttpBackend::start("a");
     let b = HttpBackend::start("b");
-    let zone = |records: Vec<(&'static str, u16, u16)>| {
-        Dns::Srv(SrvZone {
-            records,
-            hosts: vec![("a.sluice.test", lo(1)), ("b.sluice.test", lo(1))],
-            additional: true,
-        })
-    };
     let both = vec![
         ("a.sluice.test", a.port(), 256),
         ("b.sluice.test", b.port(), 512),
@@ -611,13 +614,6 @@ fn srv_records_fill_template_slots() {
 fn srv_hold_obsolete_keeps_a_missing_record() {
     let a = HttpBackend::start("a");
     let b = HttpBackend::start("b");
-    let zone = |records: Vec<(&'static str, u16, u16)>| {
-        Dns::Srv(SrvZone {
-            records,
-            hosts: vec![("a.sluice.test", lo(1)), ("b.sluice.test", lo(1))],
-            additional: true,
-        })
-    };
     let both = vec![
         ("a.sluice.test", a.port(), 1),
         ("b.sluice.test", b.port(), 1),

@@ -2081,8 +2081,9 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
             }
             "-u" => {
                 return Err(
-                    "ACL flag '-u' is not supported by sluice (ACLs cannot be changed at \
-                     runtime, so they need no id)"
+                    "ACL flag '-u' is not supported by sluice (inline patterns cannot be \
+                     changed at runtime; pattern files can, by path: put the patterns in a \
+                     file with '-f')"
                         .into(),
                 );
             }

@@ -265,6 +265,14 @@ impl HttpView for ReqView<'_> {
 }
 
 /// A response as `http-response` rules see it (request-only fetches see the request).
+/// How `http-response` rules ended the response, when one answers instead of the server.
+#[derive(Clone, Copy)]
+enum RspEnd<'r> {
+    Return(&'r crate::config::Reply),
+    Deny(&'r crate::config::Deny),
+    Drop,
+}
+
 struct RspView<'a> {
     status: u16,
     /// The request's method (the rest of the request is gone).
@@ -2457,9 +2465,8 @@ impl<C: ClientIo> Conn<'_, C> {
         let src = self.ctx.peer.map(|a| a.ip());
         let rule_sets: [&Proxy; 2] = [bp, self.fe];
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
-        let mut returned = None;
-        let mut denied = None;
-        let mut dropped = false;
+        // The rule that ended the evaluation with an answer of its own, if one did.
+        let mut end = None;
         // `set-status`: the status (and reason) the client gets; the rules after it see it.
         let mut cur_status = resp.status;
         let mut reason: Option<&str> = None;
@@ -2480,11 +2487,11 @@ impl<C: ClientIo> Conn<'_, C> {
                 let a = match &rule.action {
                     HttpResponseAction::Header(a) => a,
                     HttpResponseAction::Deny(d) => {
-                        denied = Some(d);
+                        end = Some(RspEnd::Deny(d));
                         break 'rules;
                     }
                     HttpResponseAction::SilentDrop => {
-                        dropped = true;
+                        end = Some(RspEnd::Drop);
                         break 'rules;
                     }
                     // `allow`: no more rules of this section.
@@ -2495,7 +2502,7 @@ impl<C: ClientIo> Conn<'_, C> {
                         continue;
                     }
                     HttpResponseAction::Return(r) => {
-                        returned = Some(r);
+                        end = Some(RspEnd::Return(r));
                         break 'rules;
                     }
                     HttpResponseAction::SetVar(a) => {
@@ -2538,21 +2545,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 }
             }
         }
-        if let Some(r) = returned {
-            // `http-response return`: the server's response is dropped with its connection
-            // (the rest of it unread), and the client gets the reply, then a close.
-            txn.flags.from_server = false;
-            let srv = slot.server_state();
-            let answer = fill_reply(r, head.is_head, true, &mut |f| {
-                self.render_on_response(bp, txn, srv, resp.status, f)
-            });
-            txn.status = r.status.into();
-            txn.bytes_out = answer.len() as u64;
-            let _ = self.client.send(&answer).await;
-            self.linger = !req_body.done();
-            return None;
-        }
-        if dropped {
+        if let Some(RspEnd::Drop) = end {
             // `http-response silent-drop`: the response goes nowhere (its connection is
             // dropped on return), and the client is not told; counted and logged as HAProxy
             // does: a denied request, `PR`.
@@ -2568,11 +2561,10 @@ impl<C: ClientIo> Conn<'_, C> {
         };
         // `option checkcache` judges the response as the rules left it, as HAProxy does.
         if bp.options.checkcache
-            && denied.is_none()
+            && end.is_none()
             && cacheable_cookie(cur_status, head.cacheable_method, &self.hdrs, &self.sbuf)
         {
-            // `option checkcache`: blocked as an `http-response deny` would block it, with
-            // HAProxy's alert.
+            // Blocked as an `http-response deny` would block it, with HAProxy's alert.
             let line = format!(
                 "Blocking cacheable cookie in response from instance {}, server {}.",
                 bp.name,
@@ -2580,22 +2572,30 @@ impl<C: ClientIo> Conn<'_, C> {
             );
             crate::say!("[ALERT] ({}) : {line}", std::process::id());
             self.ctx.w.log.emit(&bp.logs, 1, &line);
-            denied = Some(&checkcache_deny);
+            end = Some(RspEnd::Deny(&checkcache_deny));
         }
-        if let Some(d) = denied {
-            // `http-response deny`: the response is not forwarded; its connection is closed
-            // with the rest of it unread (dropped on return), and the client gets the deny's
-            // answer instead, logged `PH` with no response time, as in HAProxy.
-            srv_counters.denied_resp.fetch_add(1, Relaxed);
-            txn.flags.denied_resp = true;
+        if let Some(end) = end {
+            // `http-response return` or `deny`: the server's response is not forwarded; its
+            // connection is closed with the rest of it unread (dropped on return), and the
+            // client gets the rule's answer, then a close.
+            if let RspEnd::Deny(_) = end {
+                // Logged `PH` with no response time, counted in `dresp`, as in HAProxy.
+                srv_counters.denied_resp.fetch_add(1, Relaxed);
+                txn.flags.denied_resp = true;
+                txn.timings.response = None;
+                txn.term = *b"PH";
+            }
             txn.flags.from_server = false;
-            txn.timings.response = None;
-            txn.term = *b"PH";
             let srv = slot.server_state();
-            let answer = self.deny_answer(d, head, txn, &mut |f| {
+            let mut eval = |f: &crate::config::logformat::LogFormat| {
                 self.render_on_response(bp, txn, srv, resp.status, f)
-            });
-            txn.status = d.status.into();
+            };
+            let (answer, status) = match end {
+                RspEnd::Return(r) => (fill_reply(r, head.is_head, true, &mut eval), r.status),
+                RspEnd::Deny(d) => (self.deny_answer(d, head, txn, &mut eval), d.status),
+                RspEnd::Drop => unreachable!("handled above"),
+            };
+            txn.status = status.into();
             txn.bytes_out = answer.len() as u64;
             let _ = self.client.send(&answer).await;
             self.linger = !req_body.done();

@@ -245,6 +245,9 @@ pub struct Counters {
     pub conn_errors: AtomicU64,
     pub resp_errors: AtomicU64,
     pub retries: AtomicU64,
+    /// `http-request cache-use` lookups, and those a stored object answered.
+    pub cache_lookups: AtomicU64,
+    pub cache_hits: AtomicU64,
     pub redispatches: AtomicU64,
     pub queue_timeouts: AtomicU64,
 }

@@ -120,6 +120,7 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
         "update or create a table entry's data",
         CliLevel::Admin,
     ),
+    ("show cache", "show cache status", CliLevel::Admin),
     (
         "show pools",
         "report the server connection pools (idle, safe, used, reuse counters)",
@@ -432,6 +433,7 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
                 crate::map::cli(&shared.cfg.pat_refs, verb, kind, rest)
             }
         }
+        ["show", "cache"] => crate::cache::cli_show(&shared.cfg.caches),
         ["show", "resolvers"] => crate::resolvers::cli_show(&shared.cfg, None),
         ["show", "resolvers", name] => crate::resolvers::cli_show(&shared.cfg, Some(name)),
         ["show", "table", rest @ ..] => {

@@ -21,6 +21,7 @@ macro_rules! say {
 }
 
 pub mod backend;
+pub mod cache;
 pub mod check;
 pub mod cli;
 pub mod cli_args;

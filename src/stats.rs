@@ -485,8 +485,8 @@ pub fn frontend_row(shared: &Shared, idx: usize, p: &Proxy) -> Row {
             r.set(f, 0);
         }
         r.set("intercepted", u(&c.intercepted));
-        r.set("cache_lookups", 0);
-        r.set("cache_hits", 0);
+        r.set("cache_lookups", u(&c.cache_lookups));
+        r.set("cache_hits", u(&c.cache_hits));
     }
     r.set("conn_tot", u(&c.sessions_total));
     r.set("dcon", u(&c.denied_conn));
@@ -761,8 +761,8 @@ pub fn backend_row(shared: &Shared, idx: usize, p: &Proxy, be: &BackendState) ->
         for f in ["comp_in", "comp_out", "comp_byp", "comp_rsp"] {
             r.set(f, 0);
         }
-        r.set("cache_lookups", 0);
-        r.set("cache_hits", 0);
+        r.set("cache_lookups", u(&c.cache_lookups));
+        r.set("cache_hits", u(&c.cache_hits));
     }
     r.set("cli_abrt", u(&c.cli_aborts));
     r.set("srv_abrt", u(&c.srv_aborts));

@@ -61,6 +61,10 @@ pub trait HttpView {
     fn status(&self) -> Option<u16> {
         None
     }
+    /// The cache a response comes from (`res.cache_hit`, `res.cache_name`).
+    fn cache_hit(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// What a view knows of its session beyond the request.
@@ -404,6 +408,9 @@ enum Fetch {
     TableCnt(crate::stick::TableRef),
     /// `status`: the response's status code.
     Status,
+    /// `res.cache_hit`, `res.cache_name`: whether the response comes from a cache, and which.
+    CacheHit,
+    CacheName,
     /// A response fetch (`res.hdr`, `shdr`, ...): the inner header fetch, on a response only.
     Res(Box<Fetch>),
 }
@@ -693,7 +700,10 @@ impl Fetch {
     /// Whether it reads the response (`status`, `res.hdr`), which only `http-response` rules
     /// see.
     fn is_response(&self) -> bool {
-        matches!(self, Fetch::Status | Fetch::Res(_))
+        matches!(
+            self,
+            Fetch::Status | Fetch::Res(_) | Fetch::CacheHit | Fetch::CacheName
+        )
     }
 
     /// Whether it reads the client's first data (`tcp-request content` waits for it).
@@ -721,6 +731,8 @@ impl Fetch {
                 converter::Val::Bool(_) => SmpType::Bool,
             },
             Fetch::Status | Fetch::TableAvl(_) | Fetch::TableCnt(_) => SmpType::Int,
+            Fetch::CacheHit => SmpType::Bool,
+            Fetch::CacheName => SmpType::Str,
             Fetch::Stick { what, .. } => {
                 if *what == StickWhat::Tracked {
                     SmpType::Bool
@@ -995,6 +1007,13 @@ impl Fetch {
                 })
             }
             Fetch::Status => view.status().is_some_and(|s| f(Sample::Int(s.into()))),
+            // Only responses have them: no sample while the request is processed.
+            Fetch::CacheHit => {
+                view.status().is_some() && f(Sample::Bool(view.cache_hit().is_some()))
+            }
+            Fetch::CacheName => {
+                view.status().is_some() && f(Sample::Str(view.cache_hit().unwrap_or("").as_bytes()))
+            }
             Fetch::Stick { at, what, table } => {
                 stick_fetch(*at, *what, table.as_ref(), view).is_some_and(&mut *f)
             }
@@ -1507,6 +1526,8 @@ const CRITERIA: &[&str] = &[
     "cook",
     "req.cook",
     "status",
+    "res.cache_hit",
+    "res.cache_name",
     "res.hdr",
     "res.fhdr",
     "res.hdr_cnt",
@@ -1756,6 +1777,8 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "hdr_val" | "req.hdr_val" => Fetch::HdrVal { name: hdr_name()? },
         "hdr_ip" | "req.hdr_ip" => Fetch::HdrIp { name: hdr_name()? },
         "status" => no_args(Fetch::Status)?,
+        "res.cache_hit" => no_args(Fetch::CacheHit)?,
+        "res.cache_name" => no_args(Fetch::CacheName)?,
         "res.hdr" | "shdr" => Fetch::Res(Box::new(Fetch::Hdr {
             name: hdr_name()?,
             split: true,

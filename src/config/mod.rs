@@ -107,6 +107,8 @@ pub struct Config {
     pub resolvers: Vec<crate::resolvers::Resolvers>,
     /// Map and ACL pattern files, by id (what `show map`/`show acl` list and change).
     pub pat_refs: Vec<std::sync::Arc<crate::map::PatRef>>,
+    /// `cache` sections, in declaration order.
+    pub caches: Vec<std::sync::Arc<crate::cache::Cache>>,
     /// What was accepted with a warning (`file:line: ...`).
     pub warnings: Vec<ConfigError>,
 }
@@ -1305,6 +1307,9 @@ pub enum HttpResponseAction {
     /// `return [status N] [REPLY]` (default 200): the server's response is dropped with its
     /// connection and the client gets this reply instead.
     Return(Reply),
+    /// `cache-store NAME`: the response is kept in the cache, with its header fields as they
+    /// are at this rule, if HAProxy's cache would keep it. Evaluation goes on.
+    CacheStore(crate::cache::Use),
 }
 
 /// `deny`'s answer: the status's error page (`errorfile` or built-in), or a reply of its own
@@ -1521,6 +1526,9 @@ pub enum HttpRequestAction {
     SetVar(VarAction),
     /// `set-log-level LEVEL|silent` (`None`: silent).
     SetLogLevel(Option<u8>),
+    /// `cache-use NAME`: a fresh object of the cache answers the request (after the rest of
+    /// the rules); the request's key is kept for `cache-store`. Evaluation goes on.
+    CacheUse(crate::cache::Use),
 }
 
 /// Which part of the request target a rewrite sets.

@@ -44,6 +44,7 @@ pub fn load(
     let mut st = State::default();
     crate::userlist::reset();
     crate::stick::reset();
+    crate::cache::reset();
     crate::map::reset();
     crate::errorfile::reset();
     for (file, text) in sources {
@@ -158,6 +159,7 @@ const SECTIONS: &[&str] = &[
     "userlist",
     "resolvers",
     "http-errors",
+    "cache",
 ];
 /// HAProxy sections sluice does not support (reported once, their lines skipped).
 const UNSUPPORTED_SECTIONS: &[&str] = &[
@@ -165,7 +167,6 @@ const UNSUPPORTED_SECTIONS: &[&str] = &[
     "mailers",
     "ring",
     "program",
-    "cache",
     "fcgi-app",
     "log-forward",
     "dynamic-update",
@@ -186,6 +187,7 @@ enum Section {
     Resolvers(Box<crate::resolvers::Resolvers>),
     /// An `http-errors` section (its pages go to the `errorfile` registry as they come).
     HttpErrors(String),
+    Cache(Box<crate::cache::Draft>),
 }
 
 /// Global-section facts needed after parsing.
@@ -224,6 +226,7 @@ impl State {
         self.line_inner(l);
         crate::userlist::note_line(&l.file, l.line);
         crate::stick::note_line(&l.file, l.line);
+        crate::cache::note_line(&l.file, l.line);
         for message in take_warnings() {
             self.warnings.push(ConfigError {
                 file: l.file.clone(),
@@ -295,6 +298,13 @@ impl State {
                 }
                 self.section = Section::HttpErrors(name);
             }
+            Section::Cache(mut c) => {
+                if let Err(e) = c.keyword(&l.words) {
+                    let msg = format!("'{kw}' in cache '{}': {e}", c.name);
+                    self.err(l, msg);
+                }
+                self.section = Section::Cache(c);
+            }
             Section::Resolvers(mut r) => {
                 if let Err(e) = r.keyword(&l.words) {
                     let msg = format!("'{kw}' in resolvers '{}': {e}", r.name);
@@ -352,6 +362,19 @@ impl State {
                 }
                 _ => {
                     self.err(l, "'http-errors' expects one name".to_string());
+                    self.section = Section::Skip;
+                }
+            }
+            return;
+        }
+        if kw == "cache" {
+            match l.words.get(1..) {
+                Some([name]) => {
+                    let c = crate::cache::Draft::new(name, origin);
+                    self.section = Section::Cache(Box::new(c));
+                }
+                _ => {
+                    self.err(l, "'cache' expects one name".to_string());
                     self.section = Section::Skip;
                 }
             }
@@ -543,6 +566,16 @@ impl State {
                     });
                 }
             }
+            Section::Cache(c) => {
+                let origin = c.origin.clone();
+                if let Err(message) = c.finish().and_then(crate::cache::declare) {
+                    self.errors.push(ConfigError {
+                        file: origin.file,
+                        line: origin.line,
+                        message,
+                    });
+                }
+            }
             Section::Resolvers(mut r) => {
                 if let Err(message) = r.finish() {
                     self.errors.push(ConfigError {
@@ -577,6 +610,14 @@ impl State {
                     "unable to find stick-table '{name}' (no proxy named '{name}' declares \
                      a 'stick-table')"
                 ),
+            });
+        }
+        for (name, at) in crate::cache::undeclared() {
+            let (file, line) = at.unwrap_or_default();
+            errors.push(ConfigError {
+                file,
+                line,
+                message: format!("unable to find cache '{name}' (no 'cache {name}' section)"),
             });
         }
         global::finish(&mut self.global, &self.gx);
@@ -688,6 +729,7 @@ impl State {
                 proxies,
                 resolvers: self.resolvers,
                 pat_refs: crate::map::take_refs(),
+                caches: crate::cache::take_declared(),
                 warnings: self.warnings,
             });
         }

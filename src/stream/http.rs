@@ -273,6 +273,16 @@ enum RspEnd<'r> {
     Drop,
 }
 
+/// What the `http-response` rules decided.
+struct RspRules<'r> {
+    end: Option<RspEnd<'r>>,
+    /// The status the client gets (`set-status`), and its reason.
+    status: u16,
+    reason: Option<&'r str>,
+    /// The response goes into the cache as it passes (`cache-store`).
+    fill: Option<crate::cache::Filling>,
+}
+
 struct RspView<'a> {
     status: u16,
     /// The request's method (the rest of the request is gone).
@@ -282,9 +292,14 @@ struct RspView<'a> {
     src: Option<IpAddr>,
     tls: Option<&'a crate::tls::TlsInfo>,
     sess: Sess<'a>,
+    /// The cache the response comes from (`res.cache_hit`, `res.cache_name`).
+    cache: Option<&'a str>,
 }
 
 impl HttpView for RspView<'_> {
+    fn cache_hit(&self) -> Option<&str> {
+        self.cache
+    }
     fn method(&self) -> &[u8] {
         self.method
     }
@@ -545,9 +560,24 @@ struct Txn {
     /// The request's method (up to 16 bytes), for `method` in `http-response` rules, which
     /// run once the request has left the buffer (HAProxy keeps it with the transaction too).
     method: ([u8; 16], u8),
+    /// `cache-use`: the request's key, and the object that answers it if one does.
+    cache: Option<Box<crate::cache::Lookup>>,
+    /// The response comes from the cache (`res.cache_hit`; `<CACHE>` in the log).
+    from_cache: bool,
 }
 
+/// The server name a response from the cache is logged with (HAProxy's).
+const CACHE_SERVER: &str = "<CACHE>";
+
 impl Txn {
+    /// The cache the response comes from, if it does.
+    fn cache_hit_name(&self) -> Option<&str> {
+        match &self.cache {
+            Some(l) if self.from_cache => Some(&l.cache.conf.name),
+            _ => None,
+        }
+    }
+
     fn new(start: Instant) -> Txn {
         Txn {
             start,
@@ -573,6 +603,8 @@ impl Txn {
             get_or_head: false,
             comp: None,
             method: ([0; 16], 0),
+            cache: None,
+            from_cache: false,
         }
     }
 }
@@ -781,7 +813,7 @@ enum HeadRead {
     Fail(u16, [u8; 2], Instant),
 }
 
-impl<C: ClientIo> Conn<'_, C> {
+impl<'a, C: ClientIo> Conn<'a, C> {
     /// Gives the buffers and scratch vectors back to the thread.
     fn release_idle_memory(&mut self) {
         let w = &self.ctx.w;
@@ -1101,6 +1133,7 @@ impl<C: ClientIo> Conn<'_, C> {
             frontend: &fe.name,
             backend: bname,
             server: match (txn.be, txn.server.or(txn.failed_server)) {
+                _ if txn.from_cache => CACHE_SERVER,
                 (Some(b), Some(s)) => shared.server(b, s).name.as_str(),
                 _ => "<NOSRV>",
             },
@@ -1282,6 +1315,10 @@ impl<C: ClientIo> Conn<'_, C> {
         if let Some(r) = self.run_request_rules(self.fe, head, src, txn) {
             return self.act_final(self.fe, head, txn, r).await;
         }
+        // A hit of the frontend's `cache-use` is answered by the frontend: no backend.
+        if txn.cache.as_ref().is_some_and(|c| c.hit.is_some()) {
+            return self.serve_cached(head, txn, self.ctx.proxy).await;
+        }
         // The stats page, after the proxy's http-request rules as in HAProxy.
         if self.fe.stats.is_some()
             && let Some(next) = self.stats_page(self.ctx.proxy, head, txn, src).await
@@ -1325,6 +1362,9 @@ impl<C: ClientIo> Conn<'_, C> {
             if let Some(rd) = self.first_redirect(bp, head, src) {
                 return self.redirect_response(bp, head, txn, rd).await;
             }
+        }
+        if txn.cache.as_ref().is_some_and(|c| c.hit.is_some()) {
+            return self.serve_cached(head, txn, be_idx).await;
         }
         // `option http-buffer-request`: the body (up to the buffer) is received before a
         // server is chosen and connected to; a client that stops sending gets a 408.
@@ -1499,7 +1539,7 @@ impl<C: ClientIo> Conn<'_, C> {
         p: &'p Proxy,
         head: &RequestHead,
         src: Option<IpAddr>,
-        txn: &Txn,
+        txn: &mut Txn,
     ) -> Option<&'p HttpRequestAction> {
         for rule in &p.http_request {
             let ok = match &rule.cond {
@@ -1516,6 +1556,7 @@ impl<C: ClientIo> Conn<'_, C> {
                 }
                 HttpRequestAction::SetVar(a) => a.run(&self.proxy_view(p, head, src)),
                 HttpRequestAction::SetLogLevel(l) => self.log_level.set(Some(*l)),
+                HttpRequestAction::CacheUse(u) => self.cache_use(u, p, head, txn),
                 // `allow`: no more rules of this section; the request goes on.
                 HttpRequestAction::Allow => return None,
                 HttpRequestAction::PatEdit(e) => {
@@ -1844,7 +1885,7 @@ impl<C: ClientIo> Conn<'_, C> {
         &self,
         bp: &Proxy,
         txn: &Txn,
-        srv: &crate::backend::ServerState,
+        srv: Option<&crate::backend::ServerState>,
         status: u16,
         format: &crate::config::logformat::LogFormat,
     ) -> String {
@@ -1856,10 +1897,16 @@ impl<C: ClientIo> Conn<'_, C> {
             src: self.ctx.peer.map(|a| a.ip()),
             tls: self.ctx.tls.as_deref(),
             sess: self.sess(&bp.name),
+            cache: txn.cache_hit_name(),
         };
         let mut e = self.now_entry(&bp.name, txn);
-        e.server = &srv.name;
-        e.srv_addr = Some(**srv.addr.load());
+        match srv {
+            Some(srv) => {
+                e.server = &srv.name;
+                e.srv_addr = Some(**srv.addr.load());
+            }
+            None => e.server = CACHE_SERVER,
+        }
         e.status = status.into();
         let mut v = String::new();
         self.ctx
@@ -1952,6 +1999,7 @@ impl<C: ClientIo> Conn<'_, C> {
             | HttpRequestAction::Stick(_)
             | HttpRequestAction::SetVar(_)
             | HttpRequestAction::SetLogLevel(_)
+            | HttpRequestAction::CacheUse(_)
             | HttpRequestAction::Allow
             | HttpRequestAction::PatEdit(_) => {
                 unreachable!("header edits, target rewrites and stick actions are applied in place")
@@ -2462,89 +2510,12 @@ impl<C: ClientIo> Conn<'_, C> {
             self.hdrs.set_content_length(&self.sbuf, resp.cl_value);
         }
         private = private || connection_auth_challenge(resp.status, &self.hdrs, &self.sbuf);
-        let src = self.ctx.peer.map(|a| a.ip());
-        let rule_sets: [&Proxy; 2] = [bp, self.fe];
-        let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
-        // The rule that ended the evaluation with an answer of its own, if one did.
-        let mut end = None;
-        // `set-status`: the status (and reason) the client gets; the rules after it see it.
-        let mut cur_status = resp.status;
-        let mut reason: Option<&str> = None;
-        'rules: for p in &rule_sets[..n_sets] {
-            for rule in &p.http_response {
-                let view = RspView {
-                    status: cur_status,
-                    method: &txn.method.0[..usize::from(txn.method.1)],
-                    buf: &self.sbuf,
-                    hdrs: &self.hdrs,
-                    src,
-                    tls: self.ctx.tls.as_deref(),
-                    sess: self.sess(&bp.name),
-                };
-                if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {
-                    continue;
-                }
-                let a = match &rule.action {
-                    HttpResponseAction::Header(a) => a,
-                    HttpResponseAction::Deny(d) => {
-                        end = Some(RspEnd::Deny(d));
-                        break 'rules;
-                    }
-                    HttpResponseAction::SilentDrop => {
-                        end = Some(RspEnd::Drop);
-                        break 'rules;
-                    }
-                    // `allow`: no more rules of this section.
-                    HttpResponseAction::Allow => continue 'rules,
-                    HttpResponseAction::SetStatus { status, reason: r } => {
-                        cur_status = *status;
-                        reason = r.as_deref();
-                        continue;
-                    }
-                    HttpResponseAction::Return(r) => {
-                        end = Some(RspEnd::Return(r));
-                        break 'rules;
-                    }
-                    HttpResponseAction::SetVar(a) => {
-                        a.run(&view);
-                        continue;
-                    }
-                    HttpResponseAction::SetLogLevel(l) => {
-                        self.log_level.set(Some(*l));
-                        continue;
-                    }
-                    HttpResponseAction::PatEdit(e) => {
-                        let render = |v: &LfValue| match v {
-                            LfValue::Lit(t) => t.clone(),
-                            LfValue::Fmt { format, .. } => self.render_on_response(
-                                bp,
-                                txn,
-                                slot.server_state(),
-                                cur_status,
-                                format,
-                            ),
-                        };
-                        let key = render(&e.key);
-                        let value = render(&e.value);
-                        e.apply(&key, &value);
-                        continue;
-                    }
-                };
-                match a.value() {
-                    Some(LfValue::Fmt { format, .. }) => {
-                        let v = self.render_on_response(
-                            bp,
-                            txn,
-                            slot.server_state(),
-                            cur_status,
-                            format,
-                        );
-                        self.hdrs.apply_value(&self.sbuf, a, &v);
-                    }
-                    _ => self.hdrs.apply(&self.sbuf, a),
-                }
-            }
-        }
+        let RspRules {
+            mut end,
+            status: cur_status,
+            reason,
+            mut fill,
+        } = self.response_rules(bp, txn, Some(slot.server_state()), resp.status);
         if let Some(RspEnd::Drop) = end {
             // `http-response silent-drop`: the response goes nowhere (its connection is
             // dropped on return), and the client is not told; counted and logged as HAProxy
@@ -2588,7 +2559,7 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.flags.from_server = false;
             let srv = slot.server_state();
             let mut eval = |f: &crate::config::logformat::LogFormat| {
-                self.render_on_response(bp, txn, srv, resp.status, f)
+                self.render_on_response(bp, txn, Some(srv), resp.status, f)
             };
             let (answer, status) = match end {
                 RspEnd::Return(r) => (fill_reply(r, head.is_head, true, &mut eval), r.status),
@@ -2611,6 +2582,11 @@ impl<C: ClientIo> Conn<'_, C> {
             format!("HTTP/1.1 {cur_status} {why}")
         });
         let mut encoder = self.start_compression(txn, bp, head, &resp, tunnel_mode);
+        if tunnel_mode
+            || matches!(resp.body, BodyKind::Length(n) if !fill.as_ref().is_some_and(|f| f.fits(n)))
+        {
+            fill = None;
+        }
         let close_delim = resp.body == BodyKind::CloseDelimited && !tunnel_mode;
         // An HTTP/1.0 response with Transfer-Encoding has faulty framing (RFC 9112 §6.1): it is
         // forwarded as received, and the client is told to close, as the server closes.
@@ -2699,9 +2675,11 @@ impl<C: ClientIo> Conn<'_, C> {
         // trailer fields, which follow the compressed body.
         let mut plain = Vec::new();
         let mut trailers = Vec::new();
-        let taken = match &encoder {
-            None => rsp_body.take(&self.sbuf),
-            Some(_) => rsp_body.take_payload(&self.sbuf, &mut plain, &mut trailers),
+        // The payload is needed apart from its framing when it is compressed or stored.
+        let taken = if encoder.is_none() && fill.is_none() {
+            rsp_body.take(&self.sbuf)
+        } else {
+            rsp_body.take_payload(&self.sbuf, &mut plain, &mut trailers)
         };
         let n = match taken {
             Ok(n) => n,
@@ -2714,6 +2692,9 @@ impl<C: ClientIo> Conn<'_, C> {
                 return self.error_response_after_head(txn, 502).await;
             }
         };
+        if let Some(f) = &mut fill {
+            f.push(&plain);
+        }
         match &mut encoder {
             None => self.out.extend_from_slice(&self.sbuf[..n]),
             Some(enc) => {
@@ -2791,9 +2772,10 @@ impl<C: ClientIo> Conn<'_, C> {
                 }
             }
             plain.clear();
-            let taken = match &encoder {
-                None => rsp_body.take(&self.sbuf),
-                Some(_) => rsp_body.take_payload(&self.sbuf, &mut plain, &mut trailers),
+            let taken = if encoder.is_none() && fill.is_none() {
+                rsp_body.take(&self.sbuf)
+            } else {
+                rsp_body.take_payload(&self.sbuf, &mut plain, &mut trailers)
             };
             let n = match taken {
                 Ok(n) => n,
@@ -2808,6 +2790,9 @@ impl<C: ClientIo> Conn<'_, C> {
                 // the tail until what precedes it is acknowledged). Measured: 1 % of 64 KiB
                 // responses from nginx waited 40 ms for their last 4 KiB.
                 stream.quick_ack();
+            }
+            if let Some(f) = &mut fill {
+                f.push(&plain);
             }
             let piece = match &mut encoder {
                 None => &self.sbuf[..n],
@@ -2842,6 +2827,9 @@ impl<C: ClientIo> Conn<'_, C> {
             txn.bytes_out += sent as u64;
             self.sbuf.advance(n);
         }
+        if let Some(f) = fill {
+            f.finish(crate::cache::unix_now());
+        }
         slot.server_state()
             .counters
             .bytes_out
@@ -2870,6 +2858,312 @@ impl<C: ClientIo> Conn<'_, C> {
         } else {
             None
         }
+    }
+
+    /// `http-request cache-use`: the request's key (for a later `cache-store`), and the
+    /// fresh object that answers it, if the request may take one. The first such rule of a
+    /// transaction decides. Counted in the rule's proxy (frontend or backend counters).
+    fn cache_use(&self, u: &crate::cache::Use, p: &Proxy, head: &RequestHead, txn: &mut Txn) {
+        use crate::cache::{Lookup, ReqVary, key, request_policy, request_vary};
+        if txn.cache.is_some() || head.version_minor == 0 {
+            return;
+        }
+        let buf = &self.cbuf[..];
+        // Without a `Host`, HAProxy makes no key: nothing is served, stored nor invalidated.
+        let Some(host) = self.hdrs.first(buf, b"host") else {
+            return;
+        };
+        let fields = || self.hdrs.list.iter().map(|(n, v)| (n.get(buf), v.get(buf)));
+        let policy = request_policy(head.method.of(buf), head.version_minor, fields());
+        let cache = u.get();
+        let key = key(host, self.hdrs.target(buf, head));
+        let vary = if cache.conf.process_vary {
+            request_vary(fields())
+        } else {
+            ReqVary::default()
+        };
+        let mut hit = None;
+        if policy.serve {
+            let shared = self.ctx.shared();
+            let idx = bp_index(shared, p);
+            let counters = match &shared.proxies[idx].be {
+                Some(be) if !std::ptr::eq(p, self.fe) => &be.counters,
+                _ => &shared.proxies[idx].fe.counters,
+            };
+            counters.cache_lookups.fetch_add(1, Relaxed);
+            cache.lookups.fetch_add(1, Relaxed);
+            hit = cache.get(&key, &vary, crate::cache::unix_now());
+            if hit.is_some() {
+                counters.cache_hits.fetch_add(1, Relaxed);
+                cache.hits.fetch_add(1, Relaxed);
+            }
+        }
+        txn.cache = Some(Box::new(Lookup {
+            cache: cache.clone(),
+            key,
+            vary,
+            store: policy.store,
+            hit,
+        }));
+    }
+
+    /// Answers the request with the object `cache-use` found, as HAProxy's cache does: the
+    /// stored head with an `Age`, through the `http-response` rules of the backend and the
+    /// frontend; `304 Not Modified` to a conditional request it satisfies; no body to a
+    /// HEAD. Logged with `<CACHE>` as its server.
+    async fn serve_cached(
+        &mut self,
+        head: &RequestHead,
+        txn: &mut Txn,
+        be_idx: usize,
+    ) -> Option<Next> {
+        use std::io::Write;
+        let obj = txn.cache.as_ref()?.hit.clone()?;
+        txn.from_cache = true;
+        let shared = self.ctx.shared();
+        let bp = &shared.cfg.proxies[be_idx];
+        let buf = &self.cbuf[..];
+        let fields = self.hdrs.list.iter().map(|(n, v)| (n.get(buf), v.get(buf)));
+        let not_modified = crate::cache::not_modified(&obj, fields);
+        let with_body = !head.is_head && !not_modified;
+        let now = crate::cache::unix_now();
+        // The response head goes through the server buffer, where the response rules read
+        // it (it is empty between transactions).
+        if self.sbuf.capacity() == 0 {
+            self.sbuf = self.ctx.w.take_buf(self.bufsize);
+        }
+        self.sbuf.clear();
+        let mut h: Vec<u8> = Vec::with_capacity(obj.status_line.len() + obj.fields.len() + 64);
+        if not_modified {
+            h.extend_from_slice(b"HTTP/1.1 304 Not Modified");
+        } else {
+            h.extend_from_slice(&obj.status_line);
+        }
+        h.extend_from_slice(b"\r\n");
+        h.extend_from_slice(&obj.fields);
+        if !obj.has_length {
+            let _ = write!(h, "content-length: {}\r\n", obj.body.len());
+        }
+        let _ = write!(h, "age: {}\r\n\r\n", (now - obj.born).max(0));
+        self.sbuf.extend_from_slice(&h);
+        let resp = match crate::http::parse_response(&self.sbuf, self.max_head, true, false) {
+            Ok(Parsed::Complete(r)) => r,
+            _ => return self.error_response(head, txn, 500, *b"PH").await,
+        };
+        // Logged as HAProxy logs a hit: no wait, no connect, no response time, `LR`.
+        txn.status = resp.status as i32;
+        txn.term = *b"LR";
+        txn.timings.queue = Some(Duration::ZERO);
+        txn.timings.connect = Some(Duration::ZERO);
+        txn.timings.response = Some(Duration::ZERO);
+        self.hdrs.load(&resp.headers);
+        let RspRules {
+            end,
+            status,
+            reason,
+            fill: _,
+        } = self.response_rules(bp, txn, None, resp.status);
+        self.cbuf.advance(head.head_len);
+        let body_left = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
+        let keep = !head.conn_close
+            && effective_mode(self.fe, bp) != HttpConnMode::Close
+            && !self.ctx.w.stopping.get()
+            && !body_left;
+        if let Some(end) = end {
+            let denied = matches!(end, RspEnd::Deny(_));
+            let mut eval = |f: &crate::config::logformat::LogFormat| {
+                self.render_on_response(bp, txn, None, resp.status, f)
+            };
+            let (answer, status) = match end {
+                RspEnd::Return(r) => (fill_reply(r, head.is_head, true, &mut eval), r.status),
+                RspEnd::Deny(d) => (self.deny_answer(d, head, txn, &mut eval), d.status),
+                RspEnd::Drop => {
+                    txn.flags.denied = true;
+                    txn.term = *b"PR";
+                    self.silent_drop();
+                    return None;
+                }
+            };
+            if denied {
+                txn.flags.denied_resp = true;
+                txn.term = *b"PH";
+            }
+            txn.status = status.into();
+            txn.bytes_out = answer.len() as u64;
+            let _ = self.client.send(&answer).await;
+            self.linger = body_left;
+            return None;
+        }
+        self.out.clear();
+        if status != resp.status || reason.is_some() {
+            txn.status = status.into();
+            let why = reason.unwrap_or_else(|| crate::http::reason_phrase(status));
+            let _ = write!(self.out, "HTTP/1.1 {status} {why}");
+        } else {
+            self.out
+                .extend_from_slice(crate::http::start_line(&self.sbuf[..resp.head_len]));
+        }
+        self.out.extend_from_slice(b"\r\n");
+        let extra: &[&[u8]] = if !keep && head.version_minor == 1 {
+            &[b"connection: close\r\n"]
+        } else {
+            &[]
+        };
+        self.hdrs.write(&self.sbuf, &mut self.out, false, extra);
+        self.sbuf.clear();
+        if with_body {
+            self.out.extend_from_slice(&obj.body);
+        }
+        txn.bytes_out = self.out.len() as u64;
+        if self.client.send(&self.out).await.is_err() {
+            txn.term = *b"CD";
+            return None;
+        }
+        keep.then_some(Next::KeepAlive)
+    }
+
+    /// The `http-response` rules of the backend, then of the frontend, on the response head
+    /// in `self.hdrs` (from a server, `srv`, or from the cache): header edits are applied;
+    /// what ended the evaluation, the status the client gets, and the storing of the
+    /// response (`cache-store`) are returned.
+    fn response_rules<'p>(
+        &mut self,
+        bp: &'p Proxy,
+        txn: &Txn,
+        srv: Option<&crate::backend::ServerState>,
+        status: u16,
+    ) -> RspRules<'p>
+    where
+        'a: 'p,
+    {
+        let src = self.ctx.peer.map(|a| a.ip());
+        let rule_sets: [&'p Proxy; 2] = [bp, self.fe];
+        let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
+        let mut out = RspRules {
+            end: None,
+            status,
+            reason: None,
+            fill: None,
+        };
+        let cache_name = txn.cache_hit_name();
+        'rules: for p in &rule_sets[..n_sets] {
+            for rule in &p.http_response {
+                let view = RspView {
+                    status: out.status,
+                    method: &txn.method.0[..usize::from(txn.method.1)],
+                    buf: &self.sbuf,
+                    hdrs: &self.hdrs,
+                    src,
+                    tls: self.ctx.tls.as_deref(),
+                    sess: self.sess(&bp.name),
+                    cache: cache_name,
+                };
+                if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {
+                    continue;
+                }
+                let a = match &rule.action {
+                    HttpResponseAction::Header(a) => a,
+                    HttpResponseAction::Deny(d) => {
+                        out.end = Some(RspEnd::Deny(d));
+                        break 'rules;
+                    }
+                    HttpResponseAction::SilentDrop => {
+                        out.end = Some(RspEnd::Drop);
+                        break 'rules;
+                    }
+                    // `allow`: no more rules of this section.
+                    HttpResponseAction::Allow => continue 'rules,
+                    HttpResponseAction::SetStatus { status, reason: r } => {
+                        out.status = *status;
+                        out.reason = r.as_deref();
+                        continue;
+                    }
+                    HttpResponseAction::Return(r) => {
+                        out.end = Some(RspEnd::Return(r));
+                        break 'rules;
+                    }
+                    HttpResponseAction::SetVar(a) => {
+                        a.run(&view);
+                        continue;
+                    }
+                    HttpResponseAction::SetLogLevel(l) => {
+                        self.log_level.set(Some(*l));
+                        continue;
+                    }
+                    HttpResponseAction::CacheStore(u) => {
+                        if out.fill.is_none() && cache_name.is_none() {
+                            out.fill = self.cache_store(u, txn, out.status);
+                        }
+                        continue;
+                    }
+                    HttpResponseAction::PatEdit(e) => {
+                        let render = |v: &LfValue| match v {
+                            LfValue::Lit(t) => t.clone(),
+                            LfValue::Fmt { format, .. } => {
+                                self.render_on_response(bp, txn, srv, out.status, format)
+                            }
+                        };
+                        let key = render(&e.key);
+                        let value = render(&e.value);
+                        e.apply(&key, &value);
+                        continue;
+                    }
+                };
+                match a.value() {
+                    Some(LfValue::Fmt { format, .. }) => {
+                        let v = self.render_on_response(bp, txn, srv, out.status, format);
+                        self.hdrs.apply_value(&self.sbuf, a, &v);
+                    }
+                    _ => self.hdrs.apply(&self.sbuf, a),
+                }
+            }
+        }
+        out
+    }
+
+    /// `http-response cache-store`: starts storing the response if the request looked the
+    /// cache up (`cache-use`) and HAProxy's cache would keep both. Its header fields are
+    /// taken as they are now; the `Age` the server gave leaves the response (the object
+    /// counts it, and a response from the cache says its own).
+    fn cache_store(
+        &mut self,
+        u: &crate::cache::Use,
+        txn: &Txn,
+        status: u16,
+    ) -> Option<crate::cache::Filling> {
+        let look = txn.cache.as_deref()?;
+        let cache = u.get();
+        let method = &txn.method.0[..usize::from(txn.method.1)];
+        if method != b"GET" {
+            // A successful unsafe request makes what is stored for its URL stale (RFC 9111
+            // §4.4).
+            if (200..400).contains(&status) && !matches!(method, b"HEAD" | b"OPTIONS" | b"TRACE") {
+                cache.invalidate(&look.key);
+            }
+            return None;
+        }
+        if !look.store {
+            return None;
+        }
+        let buf = &self.sbuf;
+        let fields = self.hdrs.list.iter().map(|(n, v)| (n.get(buf), v.get(buf)));
+        let now = crate::cache::unix_now();
+        let st = crate::cache::storable(&cache.conf, status, fields, &look.vary, now)?;
+        let mut lines = Vec::new();
+        for (n, v) in &self.hdrs.list {
+            let n = n.get(buf);
+            if is_hop_by_hop(n) || header_eq(n, b"transfer-encoding") || header_eq(n, b"age") {
+                continue;
+            }
+            lines.extend_from_slice(n);
+            lines.extend_from_slice(b": ");
+            lines.extend_from_slice(v.get(buf));
+            lines.extend_from_slice(b"\r\n");
+        }
+        let status_line = crate::http::start_line(buf);
+        let f = crate::cache::Filling::start(cache, &look.key, status_line, lines, st)?;
+        self.hdrs.del(&self.sbuf, b"age");
+        Some(f)
     }
 
     /// `compression`, request side: the algorithm the request accepts (`txn.comp`); under

@@ -367,6 +367,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("balance", D | B),
     ("bind", F),
     ("compression", D | F | B),
+    ("filter", F | B),
     ("cookie", D | B),
     ("unique-id-format", D | F),
     ("unique-id-header", D | F),
@@ -416,7 +417,6 @@ const UNSUPPORTED: &[&str] = &[
     "dynamic-cookie-key",
     "capture",
     "http-after-response",
-    "filter",
     "log-format-sd",
     "error-log-format",
     "log-tag",
@@ -754,6 +754,34 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                 in_defaults,
             )?;
             d.needs_http(l, "compression");
+        }
+        "filter" => {
+            // sluice runs the cache before compression, as HAProxy does by default: the
+            // only order a `filter` line may state for these two. Other filters are not
+            // implemented.
+            match (w.get(1).map(String::as_str), w.len()) {
+                (Some("compression"), 2) => {}
+                (Some("cache"), 3) => {
+                    let _ = crate::cache::reference(&w[2]);
+                }
+                (Some("cache"), _) => {
+                    return Err("'filter cache' expects a cache name".to_string().into());
+                }
+                (Some("compression"), _) => {
+                    return Err("'filter compression' takes no argument".to_string().into());
+                }
+                (Some(f @ ("spoe" | "trace" | "bwlim-in" | "bwlim-out" | "fcgi-app")), _) => {
+                    return Err(format!("filter '{f}' is not supported by sluice").into());
+                }
+                (Some(f), _) => {
+                    return Err(format!(
+                        "unknown filter '{f}' (sluice has 'cache' and 'compression')"
+                    )
+                    .into());
+                }
+                (None, _) => return Err("expects a filter name".to_string().into()),
+            }
+            d.needs_http(l, "filter");
         }
         "bind" => server::bind(d, l)?,
         "server" => server::server(d, l)?,

@@ -38,6 +38,7 @@ const REQUEST_ACTIONS: &[&str] = &[
     "replace-path",
     "replace-pathq",
     "replace-uri",
+    "cache-use",
 ];
 /// `http-response` actions sluice implements.
 const RESPONSE_ACTIONS: &[&str] = &[
@@ -52,11 +53,10 @@ const RESPONSE_ACTIONS: &[&str] = &[
     "silent-drop",
     "allow",
     "set-status",
+    "cache-store",
 ];
 /// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
 const UNSUPPORTED_ACTIONS: &[&str] = &[
-    "cache-use",
-    "cache-store",
     "capture",
     "disable-l7-retry",
     "do-resolve",
@@ -731,6 +731,17 @@ fn use_service(args: &[String]) -> Result<HttpRequestAction, String> {
     Ok(HttpRequestAction::UseService(svc))
 }
 
+/// `cache-use NAME`, `cache-store NAME`: the `cache` section (declared before or after).
+fn cache_name(what: &str, args: &[String]) -> Result<crate::cache::Use, String> {
+    match args {
+        [name] => Ok(crate::cache::reference(name)),
+        [] => Err(format!("'{what}' expects a cache name")),
+        [_, extra, ..] => Err(format!(
+            "'{what}': unexpected argument '{extra}' (expected 'if' or 'unless')"
+        )),
+    }
+}
+
 /// `http-request ACTION ARGS... [if|unless COND]`.
 pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let w = &l.words;
@@ -774,6 +785,7 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "return" => HttpRequestAction::Return(reply("return", args, 200)?),
         "redirect" => redirect(args)?,
         "use-service" => use_service(args)?,
+        "cache-use" => HttpRequestAction::CacheUse(cache_name("cache-use", args)?),
         "auth" => HttpRequestAction::Auth {
             realm: match args {
                 [] => None,
@@ -979,6 +991,7 @@ fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "set-status" => set_status(&w[2..end])?,
         "return" => HttpResponseAction::Return(reply("return", &w[2..end], 200)?),
         "set-log-level" => HttpResponseAction::SetLogLevel(log_level(&w[2..end])?),
+        "cache-store" => HttpResponseAction::CacheStore(cache_name("cache-store", &w[2..end])?),
         a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
     };
     d.needs_http(l, "http-response");

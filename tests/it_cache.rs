@@ -98,6 +98,7 @@ fn setup(cache_extra: &str) -> Setup {
          cache c1\n    total-max-size 4\n    max-age 60\n{cache_extra}\n\
          frontend fe\n    bind 127.0.0.1:{port}\n    \
          http-response set-header x-hit \"%[res.cache_hit] %[res.cache_name]\"\n    \
+         http-after-response set-header x-after %[res.cache_hit]\n    \
          default_backend be\n\
          backend be\n    http-request cache-use c1\n    http-response cache-store c1\n    \
          server s1 {o}\n",
@@ -149,6 +150,12 @@ fn a_stored_response_answers_the_next_request_with_its_age() {
     assert!(hit(&second), "{:?}", second.headers);
     assert_eq!(Setup::count(&second), 1, "the origin saw one request");
     assert_eq!(second.body_str(), "/a");
+    assert_eq!(
+        second.header("x-after"),
+        Some("1"),
+        "http-after-response runs on hits"
+    );
+    assert_eq!(first.header("x-after"), Some("0"));
     let age: i64 = second.header("age").unwrap().parse().unwrap();
     assert!(
         (5..=7).contains(&age),

@@ -610,7 +610,7 @@ fn response_samples_only_in_http_response_rules() {
         ));
         assert_ne!(code, 0, "{line}");
         assert!(
-            err.contains("which only 'http-response' rules see"),
+            err.contains("which only 'http-response' and 'http-after-response' rules see"),
             "{line}: {err}"
         );
     }
@@ -1164,5 +1164,81 @@ fn allow_and_set_status() {
     assert!(
         out.contains(":9: ") && out.contains("unexpected argument 'now'"),
         "{out}"
+    );
+}
+
+/// `http-after-response`: on every answer the client gets (the server's, and sluice's own:
+/// deny, redirect, return, 503, 502), backend rules first, then the frontend's; `allow` ends a
+/// section, `set-status` changes the status line. Expected heads are HAProxy 2.6.12's on the
+/// same configuration and requests.
+#[test]
+fn http_after_response_edits_every_answer() {
+    let srv = HttpBackend::start("A");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    \
+         http-request set-var(txn.p) path\n    http-request deny if {{ path /deny }}\n    \
+         http-request redirect location /x if {{ path /redir }}\n    \
+         http-request return status 201 content-type text/plain string hi if {{ path /ret }}\n    \
+         http-after-response set-header x-fe-after \"st=%[status] be=%[be_name]\"\n    \
+         http-after-response add-header x-order fe\n    \
+         http-after-response set-status 299 reason Fine if {{ var(txn.p) -m beg /st }}\n    \
+         use_backend nosrv if {{ path /nosrv }}\n    default_backend be\n\
+         backend be\n    http-response deny if {{ var(txn.p) -m str /rdeny }}\n    \
+         http-after-response add-header x-order be\n    \
+         http-after-response allow if {{ var(txn.p) -m str /allow }}\n    \
+         http-after-response add-header x-order be2\n    server s1 {}\n\
+         backend nosrv\n    http-after-response add-header x-order nosrv\n",
+        srv.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let get = |p: &str| http_get(port, p);
+    let cases: [(&str, u16, &str, &[&str], &str); 8] = [
+        ("/a", 200, "OK", &["be", "be2", "fe"], "st=200 be=be"),
+        ("/sta", 299, "Fine", &["be", "be2", "fe"], "st=200 be=be"),
+        ("/allow", 200, "OK", &["be", "fe"], "st=200 be=be"),
+        ("/deny", 403, "Forbidden", &["fe"], "st=403 be=fe"),
+        ("/redir", 302, "Found", &["fe"], "st=302 be=fe"),
+        ("/ret", 201, "Created", &["fe"], "st=201 be=fe"),
+        (
+            "/nosrv",
+            503,
+            "Service Unavailable",
+            &["nosrv", "fe"],
+            "st=503 be=nosrv",
+        ),
+        (
+            "/rdeny",
+            502,
+            "Bad Gateway",
+            &["be", "be2", "fe"],
+            "st=502 be=be",
+        ),
+    ];
+    for (path, status, reason, order, after) in cases {
+        let r = get(path);
+        assert_eq!((r.status, r.reason.as_str()), (status, reason), "{path}");
+        assert_eq!(r.headers_named("x-order"), order, "{path}");
+        assert_eq!(r.header("x-fe-after"), Some(after), "{path}");
+    }
+    assert_eq!(get("/ret").body_str(), "hi", "the body is kept");
+    // The log has the status the client got.
+    let line = s.wait_log_line(|l| l.contains("GET /sta "), WAIT);
+    assert!(line.contains(" 299 "), "{line}");
+    // Keep-alive survives the rewrite of sluice's own answers.
+    let mut c = HttpClient::connect(port);
+    for _ in 0..2 {
+        let r = c.request("GET /ret HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!((r.status, r.body_str().as_str()), (201, "hi"));
+    }
+    let (code, err) = Sluice::check(&format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    \
+         http-after-response deny\n    default_backend be\nbackend be\n    server s1 {}\n",
+        srv.hostport()
+    ));
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(":12: 'http-after-response' in frontend 'fe': unknown action 'deny'"),
+        "{err}"
     );
 }

@@ -554,6 +554,9 @@ pub struct Proxy {
     pub errorfiles: HashMap<u16, Vec<u8>>,
     pub http_request: Vec<HttpRequestRule>,
     pub http_response: Vec<HttpResponseRule>,
+    /// `http-after-response`: header, status and variable actions on every response the
+    /// client gets, sluice's own included (backend rules first, then the frontend's).
+    pub http_after_response: Vec<HttpResponseRule>,
     /// `cookie NAME ...`: server persistence by a cookie (a backend setting).
     pub cookie: Option<CookieCfg>,
     /// `compression algo|type|offload`.

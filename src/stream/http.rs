@@ -1239,10 +1239,11 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         keep: bool,
     ) -> Option<Next> {
         txn.status = status as i32;
+        let resp = self.after_blob(txn, resp);
         txn.bytes_out = resp.len() as u64;
         self.cbuf.advance(head.head_len);
         let body_left = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
-        if self.client.send(resp).await.is_err() {
+        if self.client.send(&resp).await.is_err() {
             txn.term = *b"CD";
             return None;
         }
@@ -1905,7 +1906,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 e.server = &srv.name;
                 e.srv_addr = Some(**srv.addr.load());
             }
-            None => e.server = CACHE_SERVER,
+            None if txn.from_cache => e.server = CACHE_SERVER,
+            None => {}
         }
         e.status = status.into();
         let mut v = String::new();
@@ -2323,6 +2325,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
         let resp = crate::errorfile::response(self.fe, be, status).into_owned();
         txn.status = status as i32;
+        let resp = self.after_blob(txn, &resp).into_owned();
         txn.bytes_out = resp.len() as u64;
         if txn.term == *b"--" {
             txn.term = *b"SH";
@@ -2567,6 +2570,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 RspEnd::Drop => unreachable!("handled above"),
             };
             txn.status = status.into();
+            let answer = self.after_blob(txn, &answer).into_owned();
             txn.bytes_out = answer.len() as u64;
             let _ = self.client.send(&answer).await;
             self.linger = !req_body.done();
@@ -2575,6 +2579,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         if let Some(ck) = &bp.cookie {
             self.answer_cookie(ck, txn, slot.server, slot.server_state(), cur_status);
         }
+        let (cur_status, reason) =
+            self.after_response_rules(txn, Some(slot.server_state()), (cur_status, reason));
         let tunnel_mode = resp.switching || (head.is_connect && (200..300).contains(&resp.status));
         let status_override = (cur_status != resp.status || reason.is_some()).then(|| {
             txn.status = cur_status.into();
@@ -2860,6 +2866,114 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         }
     }
 
+    /// `http-after-response` rules of the backend (once one is chosen), then of the
+    /// frontend, on the response head in `self.hdrs` (spans into `self.sbuf`): header edits
+    /// are applied; `set-status` changes the returned status and reason.
+    fn after_response_rules<'r>(
+        &mut self,
+        txn: &Txn,
+        srv: Option<&crate::backend::ServerState>,
+        status: (u16, Option<&'r str>),
+    ) -> (u16, Option<&'r str>)
+    where
+        'a: 'r,
+    {
+        let shared: &'a crate::backend::Shared = self.ctx.shared();
+        let be = txn
+            .be
+            .map(|b| &shared.cfg.proxies[b])
+            .filter(|b| !std::ptr::eq(*b, self.fe));
+        // Samples see the backend once there is one (`be_name`), whichever proxy's rule.
+        let seen: &Proxy = txn.be.map_or(self.fe, |b| &shared.cfg.proxies[b]);
+        let src = self.ctx.peer.map(|a| a.ip());
+        let (mut status, mut reason) = status;
+        let cache = txn.cache_hit_name();
+        for p in be.into_iter().chain(std::iter::once(self.fe)) {
+            for rule in &p.http_after_response {
+                let view = RspView {
+                    status,
+                    method: &txn.method.0[..usize::from(txn.method.1)],
+                    buf: &self.sbuf,
+                    hdrs: &self.hdrs,
+                    src,
+                    tls: self.ctx.tls.as_deref(),
+                    sess: self.sess(&seen.name),
+                    cache,
+                };
+                if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {
+                    continue;
+                }
+                match &rule.action {
+                    HttpResponseAction::Allow => break,
+                    HttpResponseAction::SetStatus {
+                        status: s,
+                        reason: r,
+                    } => {
+                        status = *s;
+                        reason = r.as_deref();
+                    }
+                    HttpResponseAction::SetVar(a) => a.run(&view),
+                    HttpResponseAction::Header(a) => match a.value() {
+                        Some(LfValue::Fmt { format, .. }) => {
+                            let v = self.render_on_response(seen, txn, srv, status, format);
+                            self.hdrs.apply_value(&self.sbuf, a, &v);
+                        }
+                        _ => self.hdrs.apply(&self.sbuf, a),
+                    },
+                    // The parser allows no other action here.
+                    _ => {}
+                }
+            }
+        }
+        (status, reason)
+    }
+
+    /// A response sluice made (an error page, a redirect, a `return`...) as the client gets
+    /// it: through the `http-after-response` rules when the proxies have some (the blob is
+    /// parsed, edited and re-written), else untouched.
+    fn after_blob<'b>(&mut self, txn: &mut Txn, resp: &'b [u8]) -> std::borrow::Cow<'b, [u8]> {
+        use std::borrow::Cow;
+        let shared: &'a crate::backend::Shared = self.ctx.shared();
+        let be_has = txn
+            .be
+            .is_some_and(|b| !shared.cfg.proxies[b].http_after_response.is_empty());
+        if !be_has && self.fe.http_after_response.is_empty() {
+            return Cow::Borrowed(resp);
+        }
+        let Ok(Parsed::Complete(rh)) = crate::http::parse_response(resp, resp.len(), true, false)
+        else {
+            return Cow::Borrowed(resp);
+        };
+        if self.sbuf.capacity() == 0 {
+            self.sbuf = self.ctx.w.take_buf(self.bufsize);
+        }
+        // The head goes where the rules read a response head; the spans stay valid (same
+        // bytes at the same offsets).
+        self.sbuf.clear();
+        self.sbuf.extend_from_slice(&resp[..rh.head_len]);
+        self.hdrs.load(&rh.headers);
+        let (status, reason) = self.after_response_rules(txn, None, (rh.status, None));
+        let mut out = Vec::with_capacity(resp.len() + 64);
+        if status != rh.status || reason.is_some() {
+            txn.status = status.into();
+            let why = reason.unwrap_or_else(|| crate::http::reason_phrase(status));
+            out.extend_from_slice(format!("HTTP/1.1 {status} {why}").as_bytes());
+        } else {
+            out.extend_from_slice(crate::http::start_line(&self.sbuf));
+        }
+        out.extend_from_slice(b"\r\n");
+        for (n, v) in &self.hdrs.list {
+            out.extend_from_slice(n.get(&self.sbuf));
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v.get(&self.sbuf));
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&resp[rh.head_len..]);
+        self.sbuf.clear();
+        Cow::Owned(out)
+    }
+
     /// `http-request cache-use`: the request's key (for a later `cache-store`), and the
     /// fresh object that answers it, if the request may take one. The first such rule of a
     /// transaction decides. Counted in the rule's proxy (frontend or backend counters).
@@ -2989,11 +3103,13 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 txn.term = *b"PH";
             }
             txn.status = status.into();
+            let answer = self.after_blob(txn, &answer).into_owned();
             txn.bytes_out = answer.len() as u64;
             let _ = self.client.send(&answer).await;
             self.linger = body_left;
             return None;
         }
+        let (status, reason) = self.after_response_rules(txn, None, (status, reason));
         self.out.clear();
         if status != resp.status || reason.is_some() {
             txn.status = status.into();

@@ -146,6 +146,7 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         errorfiles: HashMap::new(),
         http_request: Vec::new(),
         http_response: Vec::new(),
+        http_after_response: Vec::new(),
         redirects: Vec::new(),
         tcp_connection: Vec::new(),
         tcp_content: Vec::new(),
@@ -385,6 +386,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("http-check", D | B),
     ("tcp-check", D | B),
     ("http-response", F | B),
+    ("http-after-response", F | B),
     ("id", F | B),
     ("log", D | F | B),
     // HAProxy's "May be used in sections" table: not in backends (they log nothing).
@@ -416,7 +418,6 @@ const UNSUPPORTED: &[&str] = &[
     "tcp-response",
     "dynamic-cookie-key",
     "capture",
-    "http-after-response",
     "log-format-sd",
     "error-log-format",
     "log-tag",
@@ -723,6 +724,7 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "use_backend" => rules::use_backend(d, l)?,
         "http-request" => rules::http_request(d, l)?,
         "http-response" => rules::http_response(d, l)?,
+        "http-after-response" => rules::http_after_response(d, l)?,
         "fullconn" => {
             d.p.fullconn =
                 Some(parse_range(arg(w, 1, "number of connections")?, 1, u32::MAX as u64)? as u32);

@@ -260,16 +260,17 @@ fn origin(l: &Line) -> Origin {
 }
 
 /// Splits `words` at the first `if`/`unless`: (action words, condition). Only `http-response`
-/// rules see a response (`status`, `res.hdr`).
+/// and `http-after-response` rules see a response (`status`, `res.hdr`).
 fn split_cond(d: &Draft, words: &[String]) -> Result<(usize, Option<Cond>), String> {
     let r = match words.iter().position(|w| w == "if" || w == "unless") {
         None => (words.len(), None),
         Some(i) => (i, Some(parse_cond(&words[i..], &d.acls)?)),
     };
-    if words[0] != "http-response" && r.1.as_ref().is_some_and(Cond::uses_response) {
+    let on_response = words[0] == "http-response" || words[0] == "http-after-response";
+    if !on_response && r.1.as_ref().is_some_and(Cond::uses_response) {
         return Err(
             "the condition reads the response ('status', 'res.hdr', 'shdr', ...), \
-                    which only 'http-response' rules see"
+                    which only 'http-response' and 'http-after-response' rules see"
                 .to_string(),
         );
     }
@@ -942,6 +943,44 @@ pub(super) fn http_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     crate::config::acl::SampleFetch::on_response(|| http_response_rule(d, l))
 }
 
+/// `http-after-response ACTION ARGS... [if|unless COND]`: HAProxy's header, status and
+/// variable actions.
+pub(super) fn http_after_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
+    let action = l.words.get(1).map(String::as_str).unwrap_or("");
+    let ok = AFTER_RESPONSE_ACTIONS.contains(&action)
+        || action.starts_with("set-var(")
+        || action.starts_with("set-var-fmt(")
+        || action.starts_with("unset-var(");
+    if !ok {
+        if ["capture", "strict-mode"].contains(&action) {
+            return Err(format!("action '{action}' is not supported by sluice").into());
+        }
+        return Err(format!(
+            "unknown action '{action}' (supported: {}, set-var(), set-var-fmt(), unset-var()){}",
+            AFTER_RESPONSE_ACTIONS.join(", "),
+            did_you_mean(action, AFTER_RESPONSE_ACTIONS.iter().copied())
+        )
+        .into());
+    }
+    let n = d.p.http_response.len();
+    crate::config::acl::SampleFetch::on_response(|| http_response_rule(d, l))?;
+    // Parsed as an http-response rule; moved to its own list.
+    let rule = d.p.http_response.remove(n);
+    d.p.http_after_response.push(rule);
+    Ok(())
+}
+
+/// `http-after-response` actions sluice implements (and the `*-var()` ones).
+const AFTER_RESPONSE_ACTIONS: &[&str] = &[
+    "add-header",
+    "allow",
+    "del-header",
+    "replace-header",
+    "replace-value",
+    "set-header",
+    "set-status",
+];
+
 fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let w = &l.words;
     let Some(action) = w.get(1).map(String::as_str) else {
@@ -953,7 +992,7 @@ fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     {
         let (end, cond) = split_cond(d, w)?;
         let e = pat_edit(action, &w[2..end])?.expect("one of the four, by its name");
-        d.needs_http(l, "http-response");
+        d.needs_http(l, &l.words[0]);
         d.p.http_response.push(HttpResponseRule {
             origin: origin(l),
             action: HttpResponseAction::PatEdit(e),
@@ -994,7 +1033,7 @@ fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "cache-store" => HttpResponseAction::CacheStore(cache_name("cache-store", &w[2..end])?),
         a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
     };
-    d.needs_http(l, "http-response");
+    d.needs_http(l, &l.words[0]);
     d.p.http_response.push(HttpResponseRule {
         origin: origin(l),
         action,

@@ -569,6 +569,8 @@ impl Logger {
                                     sc: Default::default(),
                                     vars: e.vars,
                                     pp: None,
+                                    shared: None,
+                                    server: None,
                                 },
                             );
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])

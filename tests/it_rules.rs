@@ -1242,3 +1242,84 @@ fn http_after_response_edits_every_answer() {
         "{err}"
     );
 }
+
+/// Fetches of the proxies' and servers' state and of the process: what HAProxy operators put
+/// in headers (`srv_name`) and conditions (`nbsrv(be) lt 1`), read at the moment the rule
+/// runs.
+#[test]
+fn state_fetches_see_servers_and_proxies() {
+    let a = HttpBackend::start("A");
+    let b = HttpBackend::start("B");
+    let fb = HttpBackend::start("FB");
+    let port = free_port();
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{LOGGED_HTTP}\
+         frontend fe\n    bind 127.0.0.1:{port}\n    \
+         http-request set-header x-nb %[nbsrv(be)]\n    \
+         http-request set-header x-slots %[connslots(be)]\n    \
+         http-request set-header x-ids %[fe_id]/%[be_id]\n    \
+         http-request set-header x-env %[env(SLUICE_T_ENV)]\n    \
+         http-request set-header x-host %[hostname]\n    \
+         http-request set-header x-rand %[rand(10)]\n    \
+         http-request set-header x-date %[date(10)]\n    \
+         http-request set-header x-up %[srv_is_up(be/s2)]\n    \
+         http-response set-header x-srv %[srv_name]/%[srv_id]\n    \
+         use_backend fallback if {{ nbsrv(be) lt 1 }}\n    default_backend be\n\
+         backend be\n    balance first\n    \
+         server s1 {} id 7 maxconn 10 maxqueue 5\n    server s2 {} id 8 maxconn 10 maxqueue 5\n\
+         backend fallback\n    server f {}\n",
+        sock.display(),
+        a.hostport(),
+        b.hostport(),
+        fb.hostport()
+    );
+    let s = Sluice::builder(&cfg).env("SLUICE_T_ENV", "hello").start();
+    let r = http_get(port, "/x");
+    assert_eq!(r.header("x-srv"), Some("s1/7"), "the server that answered");
+    let got = a.last_request();
+    assert_eq!(got.header("x-nb"), Some("2"));
+    assert_eq!(
+        got.header("x-slots"),
+        Some("30"),
+        "2 × (10 free + 5 queue places)"
+    );
+    // No backend yet: be_id is the frontend's, as in HAProxy.
+    assert_eq!(got.header("x-ids"), Some("1/1"));
+    assert_eq!(got.header("x-env"), Some("hello"));
+    assert_eq!(got.header("x-up"), Some("1"));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(got.header("x-host"), Some(host.trim()));
+    let rand: u32 = got.header("x-rand").unwrap().parse().unwrap();
+    assert!(rand < 10);
+    let date: u64 = got.header("x-date").unwrap().parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!((now + 8..=now + 12).contains(&date), "{date} vs {now}");
+    // Servers in maintenance: nbsrv drops, and the condition sends to the fallback.
+    assert_eq!(stats_cli(&sock, "set server be/s2 state maint").trim(), "");
+    let _ = http_get(port, "/y");
+    let got = a.last_request();
+    assert_eq!(
+        (got.header("x-nb"), got.header("x-up")),
+        (Some("1"), Some("0"))
+    );
+    assert_eq!(got.header("x-slots"), Some("15"));
+    assert_eq!(stats_cli(&sock, "set server be/s1 state maint").trim(), "");
+    let r = http_get(port, "/z");
+    assert_eq!(r.server(), "FB");
+    assert_eq!(r.header("x-srv"), Some("f/1"));
+    drop(s);
+    // Arguments are checked at load.
+    let (code, err) = Sluice::check(&format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    \
+         http-request set-header x %[srv_conn(be)]\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        a.hostport()
+    ));
+    assert_ne!(code, 0);
+    assert!(err.contains("'srv_conn' expects BACKEND/SERVER"), "{err}");
+}

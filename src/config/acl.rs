@@ -68,7 +68,7 @@ pub trait HttpView {
 }
 
 /// What a view knows of its session beyond the request.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct Sess<'a> {
     pub peer: Option<SocketAddr>,
     /// The address the client connected to; present only while [`LOCAL_ADDR_USED`] says a
@@ -85,6 +85,10 @@ pub struct Sess<'a> {
     pub vars: Option<&'a crate::vars::Vars>,
     /// TLVs of the client's PROXY v2 header (`fc_pp_authority`, `fc_pp_unique_id`).
     pub pp: Option<&'a crate::stream::PpTlvs>,
+    /// The proxies' run-time state (`nbsrv`, `be_conn`, `fe_id`, ...), where known.
+    pub shared: Option<&'a crate::backend::Shared>,
+    /// The server of the transaction, once its response is being processed (`srv_name`).
+    pub server: Option<&'a crate::backend::ServerState>,
 }
 
 /// Set when a configuration reads the address a client connected to (`dst`, `dst_port`,
@@ -408,6 +412,8 @@ enum Fetch {
     TableCnt(crate::stick::TableRef),
     /// `status`: the response's status code.
     Status,
+    /// Proxy and server state, and the process (`nbsrv`, `srv_name`, `rand`, ...).
+    State(StateFetch),
     /// `res.cache_hit`, `res.cache_name`: whether the response comes from a cache, and which.
     CacheHit,
     CacheName,
@@ -666,6 +672,7 @@ impl Fetch {
                 | Fetch::Const(_)
                 | Fetch::Var { .. }
                 | Fetch::Uuid
+                | Fetch::State(_)
                 | Fetch::ReqPayload { .. }
                 | Fetch::Src
                 | Fetch::SrcPort
@@ -733,6 +740,7 @@ impl Fetch {
             Fetch::Status | Fetch::TableAvl(_) | Fetch::TableCnt(_) => SmpType::Int,
             Fetch::CacheHit => SmpType::Bool,
             Fetch::CacheName => SmpType::Str,
+            Fetch::State(st) => st.out_type(),
             Fetch::Stick { what, .. } => {
                 if *what == StickWhat::Tracked {
                     SmpType::Bool
@@ -1007,6 +1015,7 @@ impl Fetch {
                 })
             }
             Fetch::Status => view.status().is_some_and(|s| f(Sample::Int(s.into()))),
+            Fetch::State(st) => st.for_each(view, f),
             // Only responses have them: no sample while the request is processed.
             Fetch::CacheHit => {
                 view.status().is_some() && f(Sample::Bool(view.cache_hit().is_some()))
@@ -1570,22 +1579,17 @@ const CRITERIA: &[&str] = &[
 /// Sample fetches HAProxy has that sluice does not evaluate (yet).
 const UNSUPPORTED_FETCHES: &[&str] = &[
     "base32",
-    "be_id",
     "capture.req.hdr",
     "cook_cnt",
     "cook_val",
     "dst_conn",
-    "fe_id",
     "http_first_req",
-    "nbsrv",
-    "rand",
     "req.body",
     "req.cook_cnt",
     "req.rdp_cookie",
     "req.ssl_ver",
     "req.ver",
     "req_ver",
-    "srv_id",
     "urlp_val",
 ];
 
@@ -1749,6 +1753,7 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
             })?
         }
         "fe_name" => no_args(Fetch::FeName)?,
+        n if StateFetch::NAMES.contains(&n) => Fetch::State(StateFetch::parse(n, args, what)?),
         "be_name" => no_args(Fetch::BeName)?,
         "base" => no_args(Fetch::Base)?,
         "query" => no_args(Fetch::Query)?,
@@ -2927,5 +2932,270 @@ mod tests {
         assert_eq!(uri_path(b"http://h?x"), Some(&b""[..]));
         assert_eq!(uri_path(b"*"), None);
         assert_eq!(uri_path(b"example.com:443"), None);
+    }
+}
+
+/// Fetches of the proxies' and servers' state and of the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateFetch {
+    /// `nbsrv`, `be_conn`, `queue`, `connslots`, `be_id` of the named backend (`None`: the
+    /// transaction's).
+    Backend(BeWhat, Option<String>),
+    /// `fe_conn`, `fe_id` of the named frontend (`None`: the session's).
+    Frontend(FeWhat, Option<String>),
+    /// `srv_conn(B/S)`, `srv_is_up(B/S)`, `srv_queue(B/S)`.
+    Server(SrvWhat, String, String),
+    /// `srv_name`, `srv_id`: the transaction's server (a response, or the log).
+    CurServer(bool),
+    /// `rand([N])`: uniform in 0..N (0..2^32 without N).
+    Rand(u64),
+    /// `date([OFFSET])`: Unix time in seconds, plus the offset.
+    Date(i64),
+    /// `env(NAME)`, `hostname`: read at start-up.
+    Text(Box<[u8]>),
+    /// `pid`, `nbthread`.
+    Pid,
+    NbThread,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeWhat {
+    NbSrv,
+    Conn,
+    Queue,
+    ConnSlots,
+    Id,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeWhat {
+    Conn,
+    Id,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SrvWhat {
+    Conn,
+    IsUp,
+    Queue,
+}
+
+impl StateFetch {
+    const NAMES: &'static [&'static str] = &[
+        "nbsrv",
+        "be_conn",
+        "queue",
+        "connslots",
+        "be_id",
+        "fe_conn",
+        "fe_id",
+        "srv_conn",
+        "srv_is_up",
+        "srv_queue",
+        "srv_name",
+        "srv_id",
+        "rand",
+        "date",
+        "env",
+        "hostname",
+        "pid",
+        "nbthread",
+    ];
+
+    fn parse(name: &str, args: Option<&str>, what: &str) -> Result<StateFetch, String> {
+        let arg = args.map(str::trim).filter(|a| !a.is_empty());
+        let none = |v: StateFetch| match arg {
+            None => Ok(v),
+            Some(a) => Err(format!("{what} '{name}' takes no argument (got '{a}')")),
+        };
+        let int = |a: &str| {
+            a.parse::<i64>()
+                .map_err(|_| format!("{what} '{name}': '{a}' is not an integer"))
+        };
+        Ok(match name {
+            "nbsrv" => StateFetch::Backend(BeWhat::NbSrv, arg.map(str::to_string)),
+            "be_conn" => StateFetch::Backend(BeWhat::Conn, arg.map(str::to_string)),
+            "queue" => StateFetch::Backend(BeWhat::Queue, arg.map(str::to_string)),
+            "connslots" => StateFetch::Backend(BeWhat::ConnSlots, arg.map(str::to_string)),
+            "be_id" => none(StateFetch::Backend(BeWhat::Id, None))?,
+            "fe_conn" => StateFetch::Frontend(FeWhat::Conn, arg.map(str::to_string)),
+            "fe_id" => none(StateFetch::Frontend(FeWhat::Id, None))?,
+            "srv_conn" | "srv_is_up" | "srv_queue" => {
+                let Some((b, sv)) = arg.and_then(|a| a.split_once('/')) else {
+                    return Err(format!("{what} '{name}' expects BACKEND/SERVER"));
+                };
+                let w = match name {
+                    "srv_conn" => SrvWhat::Conn,
+                    "srv_is_up" => SrvWhat::IsUp,
+                    _ => SrvWhat::Queue,
+                };
+                StateFetch::Server(w, b.to_string(), sv.to_string())
+            }
+            "srv_name" => none(StateFetch::CurServer(true))?,
+            "srv_id" => none(StateFetch::CurServer(false))?,
+            "rand" => match arg {
+                None => StateFetch::Rand(1 << 32),
+                Some(a) => match int(a)? {
+                    n if n > 0 => StateFetch::Rand(n as u64),
+                    _ => return Err(format!("{what} 'rand': the range must be positive")),
+                },
+            },
+            "date" => match arg {
+                None => StateFetch::Date(0),
+                Some(a) => {
+                    let off = a.split(',').next().unwrap_or("").trim();
+                    if a.contains(',') {
+                        return Err(format!(
+                            "{what} 'date': a unit (ms, us) is not supported by sluice"
+                        ));
+                    }
+                    StateFetch::Date(int(off)?)
+                }
+            },
+            "env" => {
+                let Some(n) = arg else {
+                    return Err(format!("{what} 'env' expects a variable name"));
+                };
+                StateFetch::Text(std::env::var(n).unwrap_or_default().into_bytes().into())
+            }
+            "hostname" => none(StateFetch::Text(
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .unwrap_or_default()
+                    .trim()
+                    .as_bytes()
+                    .into(),
+            ))?,
+            "pid" => none(StateFetch::Pid)?,
+            _ => none(StateFetch::NbThread)?,
+        })
+    }
+
+    fn out_type(&self) -> SmpType {
+        match self {
+            StateFetch::Text(_) | StateFetch::CurServer(true) => SmpType::Str,
+            StateFetch::Server(SrvWhat::IsUp, ..) => SmpType::Bool,
+            _ => SmpType::Int,
+        }
+    }
+
+    fn for_each(&self, view: &dyn HttpView, f: &mut dyn FnMut(Sample<'_>) -> bool) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = view.sess();
+        let int = |f: &mut dyn FnMut(Sample<'_>) -> bool, v: i64| f(Sample::Int(v));
+        match self {
+            StateFetch::Rand(n) => {
+                let r = (u128::from(crate::util::rand_u32()) * u128::from(*n)) >> 32;
+                int(f, r as i64)
+            }
+            StateFetch::Date(off) => int(f, crate::cache::unix_now() + off),
+            StateFetch::Text(t) => f(Sample::Str(t)),
+            StateFetch::Pid => int(f, i64::from(std::process::id())),
+            StateFetch::NbThread => match s.shared {
+                Some(sh) => int(f, sh.nbthread as i64),
+                None => false,
+            },
+            StateFetch::CurServer(name) => match s.server {
+                Some(sv) if *name => f(Sample::Str(sv.name.as_bytes())),
+                Some(sv) => int(f, i64::from(sv.puid)),
+                None => false,
+            },
+            StateFetch::Backend(w, name) => {
+                let Some(sh) = s.shared else { return false };
+                let name = name.as_deref().unwrap_or(s.backend);
+                // `be_id` before a backend is chosen is the frontend's (as in HAProxy).
+                let Some(i) = sh
+                    .cfg
+                    .proxies
+                    .iter()
+                    .position(|p| p.name == name && (p.kind.has_backend() || *w == BeWhat::Id))
+                else {
+                    return false;
+                };
+                if *w == BeWhat::Id {
+                    return int(f, i64::from(sh.proxies[i].uuid));
+                }
+                let Some(be) = &sh.proxies[i].be else {
+                    return false;
+                };
+                let servers = be.servers.iter();
+                let v = match w {
+                    BeWhat::NbSrv => {
+                        // Usable active servers, else usable backups (HAProxy's count).
+                        let act = be
+                            .servers
+                            .iter()
+                            .filter(|x| !x.backup && x.usable())
+                            .count();
+                        if act > 0 {
+                            act
+                        } else {
+                            be.servers.iter().filter(|x| x.backup && x.usable()).count()
+                        }
+                    }
+                    BeWhat::Conn => servers.map(|x| x.served.load(Relaxed) as usize).sum(),
+                    BeWhat::Queue => {
+                        be.queued.load(Relaxed) as usize
+                            + servers
+                                .map(|x| x.queued.load(Relaxed) as usize)
+                                .sum::<usize>()
+                    }
+                    BeWhat::ConnSlots => {
+                        // Free connection and queue places on usable servers; -1 when one
+                        // of them has no limit (as HAProxy).
+                        let mut free = 0i64;
+                        for x in be.servers.iter().filter(|x| x.usable()) {
+                            let m = x.maxconn.load(Relaxed);
+                            if m == 0 || x.maxqueue == 0 {
+                                return int(f, -1);
+                            }
+                            free += i64::from(m) - i64::from(x.served.load(Relaxed));
+                            free += i64::from(x.maxqueue) - i64::from(x.queued.load(Relaxed));
+                        }
+                        return int(f, free);
+                    }
+                    BeWhat::Id => unreachable!("answered above"),
+                };
+                int(f, v as i64)
+            }
+            StateFetch::Frontend(w, name) => {
+                let Some(sh) = s.shared else { return false };
+                let name = name.as_deref().unwrap_or(s.frontend);
+                let Some(i) = sh
+                    .cfg
+                    .proxies
+                    .iter()
+                    .position(|p| p.name == name && p.kind.has_frontend())
+                else {
+                    return false;
+                };
+                match w {
+                    FeWhat::Id => int(f, i64::from(sh.proxies[i].uuid)),
+                    FeWhat::Conn => int(f, i64::from(sh.proxies[i].fe.cur_conns.load(Relaxed))),
+                }
+            }
+            StateFetch::Server(w, b, sv) => {
+                let Some(sh) = s.shared else { return false };
+                let Some(i) = sh
+                    .cfg
+                    .proxies
+                    .iter()
+                    .position(|p| p.name == *b && p.kind.has_backend())
+                else {
+                    return false;
+                };
+                let Some(x) = sh.proxies[i]
+                    .be
+                    .as_ref()
+                    .and_then(|be| be.servers.iter().find(|x| x.name == *sv))
+                else {
+                    return false;
+                };
+                match w {
+                    SrvWhat::Conn => int(f, i64::from(x.served.load(Relaxed))),
+                    SrvWhat::Queue => int(f, i64::from(x.queued.load(Relaxed))),
+                    SrvWhat::IsUp => f(Sample::Bool(x.usable())),
+                }
+            }
+        }
     }
 }

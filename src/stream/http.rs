@@ -1797,6 +1797,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             },
             vars: Some(&self.ctx.vars),
             pp: self.ctx.pp.as_deref(),
+            shared: Some(self.ctx.shared()),
+            server: None,
         }
     }
 
@@ -1897,7 +1899,10 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             hdrs: &self.hdrs,
             src: self.ctx.peer.map(|a| a.ip()),
             tls: self.ctx.tls.as_deref(),
-            sess: self.sess(&bp.name),
+            sess: Sess {
+                server: srv,
+                ..self.sess(&bp.name)
+            },
             cache: txn.cache_hit_name(),
         };
         let mut e = self.now_entry(&bp.name, txn);
@@ -2897,7 +2902,10 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     hdrs: &self.hdrs,
                     src,
                     tls: self.ctx.tls.as_deref(),
-                    sess: self.sess(&seen.name),
+                    sess: Sess {
+                        server: srv,
+                        ..self.sess(&seen.name)
+                    },
                     cache,
                 };
                 if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {
@@ -3171,7 +3179,10 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     hdrs: &self.hdrs,
                     src,
                     tls: self.ctx.tls.as_deref(),
-                    sess: self.sess(&bp.name),
+                    sess: Sess {
+                        server: srv,
+                        ..self.sess(&bp.name)
+                    },
                     cache: cache_name,
                 };
                 if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {

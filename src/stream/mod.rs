@@ -90,6 +90,8 @@ pub async fn serve(
             sc: Default::default(),
             vars: Some(&vars),
             pp: None,
+            shared: Some(&w.shared),
+            server: None,
         };
         let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
         let verdict = tcp_rules(&p.tcp_connection, &view, &mut sc);
@@ -483,6 +485,8 @@ impl SessionCtx {
             },
             vars: Some(&self.vars),
             pp: self.pp.as_deref(),
+            shared: Some(self.shared()),
+            server: None,
         }
     }
 }

@@ -912,7 +912,14 @@ fn domain_only(v: &[u8]) -> &[u8] {
 
 impl Shared {
     pub fn new(cfg: Arc<Config>, global_maxconn: u32, nbthread: usize) -> Shared {
-        let uuids = assign_ids(&cfg.proxies.iter().map(|p| p.id).collect::<Vec<_>>());
+        // With a `stats socket`, HAProxy's CLI has a proxy of its own, numbered before the
+        // others: the first automatic id then goes to it (checked with HAProxy 2.6.12).
+        let cli = !cfg.global.stats_sockets.is_empty();
+        let ids: Vec<Option<u32>> = std::iter::once(None)
+            .filter(|_| cli)
+            .chain(cfg.proxies.iter().map(|p| p.id))
+            .collect();
+        let uuids = assign_ids(&ids).into_iter().skip(usize::from(cli));
         let proxies = cfg
             .proxies
             .iter()

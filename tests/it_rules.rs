@@ -1285,8 +1285,8 @@ fn state_fetches_see_servers_and_proxies() {
         Some("30"),
         "2 × (10 free + 5 queue places)"
     );
-    // No backend yet: be_id is the frontend's, as in HAProxy.
-    assert_eq!(got.header("x-ids"), Some("1/1"));
+    // No backend yet: be_id is the frontend's. The CLI's proxy took id 1, as in HAProxy.
+    assert_eq!(got.header("x-ids"), Some("2/2"));
     assert_eq!(got.header("x-env"), Some("hello"));
     assert_eq!(got.header("x-up"), Some("1"));
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();

@@ -140,8 +140,8 @@ fn show_stat_typed_matches_the_csv() {
         assert_eq!(seen, row.values().filter(|v| !v.is_empty()).count());
     }
     assert!(
-        typed.contains("S.2.7.1.svname.1:KNS:str:s2\n"),
-        "server s2 (id 7) of backend be (iid 2):\n{typed}"
+        typed.contains("S.3.7.1.svname.1:KNS:str:s2\n"),
+        "server s2 (id 7) of backend be (iid 3, after the CLI's and fe's):\n{typed}"
     );
     assert!(typed.contains("B.40.0.0.pxname.1:KNS:str:other\n"));
     // With a filter: only backend `other`'s servers.
@@ -227,7 +227,8 @@ fn servers_state_follows_cli_changes() {
     // be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state uweight iweight
     assert_eq!(
         &s1[..9],
-        ["2", "be", "1", "s1", "127.0.0.1", "2", "0", "1", "1"]
+        // be is iid 3: with a stats socket, HAProxy's CLI proxy takes the first id.
+        ["3", "be", "1", "s1", "127.0.0.1", "2", "0", "1", "1"]
     );
     assert_eq!(s1[15], "0", "backend id not forced");
     assert_eq!(s1[16], "0", "server id not forced");
@@ -263,7 +264,7 @@ fn servers_state_follows_cli_changes() {
 
     // All backends; unknown backend.
     let all = cli(&t.user, "show servers state");
-    assert_eq!(all.lines().filter(|l| l.starts_with("2 be ")).count(), 3);
+    assert_eq!(all.lines().filter(|l| l.starts_with("3 be ")).count(), 3);
     assert_eq!(
         all.lines().filter(|l| l.starts_with("40 other ")).count(),
         1

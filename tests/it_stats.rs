@@ -175,7 +175,9 @@ fn csv_header_has_haproxy_26_columns_in_order() {
     );
     let fe = row(&rows, "FRONTEND");
     assert_eq!((fe["type"].as_str(), fe["status"].as_str()), ("0", "OPEN"));
-    assert_eq!((fe["iid"].as_str(), fe["sid"].as_str()), ("1", "0"));
+    // iid 2: with a stats socket, HAProxy's CLI proxy takes the first id (HAProxy 2.6.12
+    // numbers fe 2, be 3 on this configuration).
+    assert_eq!((fe["iid"].as_str(), fe["sid"].as_str()), ("2", "0"));
     assert_eq!(fe["mode"], "http");
     let s1 = row(&rows, "s1");
     let s2 = row(&rows, "s2");
@@ -183,8 +185,8 @@ fn csv_header_has_haproxy_26_columns_in_order() {
         (s1["type"].as_str(), s1["status"].as_str()),
         ("2", "no check")
     );
-    // iid 2 for the backend; explicit `id 7` respected, s1 gets the lowest free id.
-    assert_eq!((s1["iid"].as_str(), s1["sid"].as_str()), ("2", "1"));
+    // iid 3 for the backend; explicit `id 7` respected, s1 gets the lowest free id.
+    assert_eq!((s1["iid"].as_str(), s1["sid"].as_str()), ("3", "1"));
     assert_eq!(s2["sid"], "7");
     assert!(s1["addr"].starts_with("127.0.0.1:"));
     // Columns sluice cannot fill stay empty.
@@ -432,7 +434,7 @@ fn show_stat_filters_by_proxy_type_and_server() {
     let rows: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
     assert_eq!(rows.len(), 2, "{out}");
     assert!(rows[1].starts_with("be,s2,"));
-    let out = cli(&st.admin, "show stat 1 1 -1");
+    let out = cli(&st.admin, "show stat 2 1 -1");
     assert!(out.lines().nth(1).unwrap().starts_with("fe,FRONTEND,"));
     assert_eq!(cli(&st.admin, "show stat nope 1 -1"), "No such proxy.\n\n");
 }

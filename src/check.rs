@@ -1311,6 +1311,8 @@ struct Conn {
     /// A bare layer-4 check's socket: dissolved and kept for the next one when it ends
     /// (see [`SPARE`]).
     spare: bool,
+    /// It goes to the server's UNIX socket (a new connection goes there too).
+    unix: bool,
 }
 
 /// What a check connection carries over its transport: plain, or TLS (`check-ssl`, or a
@@ -1342,6 +1344,7 @@ impl Conn {
             used: false,
             pooled: None,
             spare: false,
+            unix: false,
         }
     }
 
@@ -1672,7 +1675,11 @@ fn pooled_conn(
         epoch,
         false,
     )?;
-    let peer = c.stream.tcp().and_then(|s| s.peer_addr().ok());
+    let unix = matches!(c.stream, crate::stream::ServerStream::Unix(_));
+    let peer = match unix {
+        true => Some(**srv.addr.load()),
+        false => c.stream.tcp().and_then(|s| s.peer_addr().ok()),
+    };
     Some(Conn {
         s: Wire::Raw(c.stream),
         peer,
@@ -1688,6 +1695,7 @@ fn pooled_conn(
             returned: false,
         }),
         spare: false,
+        unix,
     })
 }
 
@@ -1801,7 +1809,10 @@ async fn run_steps(
                 let bare = tls.is_none() && proxy_hdr.is_none() && idx + 1 == steps.len();
                 let addr = SocketAddr::new(ip, port);
                 let src = srv.conf.source;
-                match connect(addr, src, connect_to, proxy_hdr, tls, bare, mux).await {
+                // A server on a UNIX socket is checked there, unless the check names an
+                // address or a port of its own.
+                let unix = srv.conf.unix.as_ref().filter(|_| own_addr);
+                match connect(addr, unix, src, connect_to, proxy_hdr, tls, bare, mux).await {
                     Ok(c) => *conn = Some(c),
                     Err((st, e)) => return Outcome::new(st, 0, format!("{e}{}", at(&what))),
                 }
@@ -1839,7 +1850,9 @@ async fn run_steps(
                 {
                     // The previous response ends the connection: a new one for this request.
                     let src = srv.conf.source;
-                    match connect(a, src, connect_to, conn_proxy, conn_tls, false, conn_mux).await {
+                    let unix = srv.conf.unix.as_ref().filter(|_| c.unix);
+                    let (px, tls, mux) = (conn_proxy, conn_tls, conn_mux);
+                    match connect(a, unix, src, connect_to, px, tls, false, mux).await {
                         Ok(n) => *c = n,
                         Err((st, e)) => return Outcome::new(st, 0, e),
                     }
@@ -2080,8 +2093,10 @@ fn spare_keep(s: tokio::net::TcpStream, v6: bool) {
 /// of the handshake is held back (quick-ack off before connecting) and the connection is
 /// reset once established (linger 0): the server's SYN-ACK proves it listens, and its
 /// application never has to accept and close a connection for every check.
+#[allow(clippy::too_many_arguments)]
 async fn connect(
     addr: SocketAddr,
+    unix: Option<&crate::config::UnixTarget>,
     source: Option<SocketAddr>,
     to: Duration,
     proxy_hdr: Option<&[u8]>,
@@ -2089,6 +2104,29 @@ async fn connect(
     bare: bool,
     mux: Mux,
 ) -> Result<Conn, (Status, String)> {
+    if let Some(t) = unix {
+        // The server's UNIX socket: connected (and the PROXY header sent) as traffic is; no
+        // TLS there.
+        let mut s = match crate::stream::connect_unix(t, Some(to)).await {
+            Ok(s) => s,
+            Err(true) => return Err((Status::L4Tout, String::new())),
+            Err(false) => return Err((Status::L4Con, "Connection refused".to_string())),
+        };
+        if let Some(h) = proxy_hdr
+            && let Err(e) = s.write_all(h).await
+        {
+            return Err((Status::SockErr, e.to_string()));
+        }
+        let mut c = Conn::new(Wire::Raw(crate::stream::ServerStream::Unix(s)), Some(addr));
+        c.unix = true;
+        if mux == Mux::H2 {
+            return Err((
+                Status::SockErr,
+                "HTTP/2 checks on a UNIX socket are not supported by sluice".to_string(),
+            ));
+        }
+        return Ok(c);
+    }
     // Without a `source` to bind, a bare check's socket is one of this thread's spares.
     let spare = bare && source.is_none();
     let connecting = async {
@@ -2141,7 +2179,7 @@ async fn connect(
         Mux::H2 => true,
         Mux::ByAlpn => match &s {
             crate::stream::ServerStream::Tls(t) => t.get_ref().1.alpn_protocol() == Some(b"h2"),
-            crate::stream::ServerStream::Plain(_) => false,
+            _ => false,
         },
     };
     if !h2 {
@@ -2916,7 +2954,7 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = Box::pin(async {
             let src = srv.conf.source;
-            let mut c = connect(addr, src, connect_to, None, None, false, Mux::Plain).await?;
+            let mut c = connect(addr, None, src, connect_to, None, None, false, Mux::Plain).await?;
             if let Some(s) = &target.send
                 && let Some(io) = c.s.raw()
             {

@@ -270,6 +270,8 @@ pub struct Entry<'a> {
     pub be_src: Option<SocketAddr>,
     /// The server's address (`%si`, `%sp`).
     pub srv_addr: Option<SocketAddr>,
+    /// The server listens on a UNIX socket (`%si` is `unix`, `%sp` 0, as in HAProxy).
+    pub srv_unix: bool,
     /// The client connection's TLS handshake (`%sslv`, `%sslc`, `%ft`, `ssl_*` fetches).
     pub tls: Option<&'a crate::tls::TlsInfo>,
     /// `%Th` (handshake) and `%Ti` (idle before the request) in ms; `%Tt` (total).
@@ -699,6 +701,8 @@ impl Logger {
             Var::ClientPort => put_port(out, e.client, "1", fl),
             Var::FeIp => put_ip(out, e.local, "unix", fl),
             Var::FePort => put_port(out, e.local, "1", fl),
+            Var::SrvIp if e.srv_unix => text(out, Some("unix")),
+            Var::SrvPort if e.srv_unix => text(out, Some("0")),
             Var::SrvIp => match e.srv_addr {
                 Some(_) => put_ip(out, e.srv_addr, "-", fl),
                 None => text(out, None),

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Steal, Stealer, Worker as Deque};
 use tokio::io::Interest;
-use tokio::net::TcpStream;
 
 use crate::backend::PoolGauges;
 use crate::stream::ServerStream;
@@ -101,16 +100,16 @@ impl IdleConn {
     /// close (`close_notify`, EOF) or unsolicited, and a connection whose session tickets
     /// came late is merely closed early.
     fn arm(&self, watcher: &Waker) -> bool {
-        let Some(tcp) = self.stream.tcp() else {
+        let Some(sock) = self.stream.sock() else {
             return false;
         };
         let mut cx = Context::from_waker(watcher);
-        if tcp.poll_read_ready(&mut cx).is_pending() {
+        if sock.poll_read_ready(&mut cx).is_pending() {
             return true;
         }
-        match tcp.try_io(Interest::READABLE, || peek(tcp)) {
+        match sock.try_io(Interest::READABLE, || peek(sock.fd())) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                tcp.poll_read_ready(&mut cx).is_pending()
+                sock.poll_read_ready(&mut cx).is_pending()
             }
             _ => false,
         }
@@ -134,14 +133,14 @@ impl IdleConn {
     }
 }
 
-fn peek(s: &TcpStream) -> std::io::Result<usize> {
+fn peek(s: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
     let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-    socket2::SockRef::from(s).recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+    socket2::SockRef::from(&s).recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT)
 }
 
 /// Whether an idle server connection has neither closed nor sent anything, asking the kernel
 /// (a non-blocking `MSG_PEEK`) rather than tokio's readiness cache.
-pub fn socket_alive(s: &TcpStream) -> bool {
+pub fn socket_alive(s: std::os::fd::BorrowedFd<'_>) -> bool {
     matches!(peek(s), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
@@ -624,6 +623,8 @@ mod tests {
         max_reuse: None,
         low_conn: 0,
     };
+
+    use tokio::net::TcpStream;
 
     async fn pair(l: &tokio::net::TcpListener) -> (TcpStream, TcpStream) {
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();

@@ -559,7 +559,11 @@ pub fn server_row(
     }
     r.set("cli_abrt", u(&c.cli_aborts));
     r.set("srv_abrt", u(&c.srv_aborts));
-    r.set("addr", **s.addr.load());
+    match &s.conf.unix {
+        // HAProxy's `addr` column for a UNIX socket.
+        Some(_) => r.set("addr", "unix"),
+        None => r.set("addr", **s.addr.load()),
+    }
     if let Some(c) = &s.conf.cookie {
         r.set("cookie", c);
     }
@@ -892,13 +896,22 @@ fn server_state_line(out: &mut String, be_id: u32, p: &Proxy, s: &ServerState) {
         p.name,
         s.puid,
         s.name,
-        addr.ip(),
+        // A server on a UNIX socket has no IP address nor port: `-` and 0, as HAProxy.
+        if s.conf.unix.is_some() {
+            "-".to_string()
+        } else {
+            addr.ip().to_string()
+        },
         s.weight.load(Relaxed),
         s.iweight,
         u8::from(p.id.is_some()),
         u8::from(s.conf.id.is_some()),
         s.fqdn.load().as_deref().map_or("-", String::as_str),
-        addr.port(),
+        if s.conf.unix.is_some() {
+            0
+        } else {
+            addr.port()
+        },
         s.conf
             .resolve
             .as_ref()

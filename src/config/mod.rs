@@ -983,6 +983,9 @@ pub struct Server {
     /// Port mapping (an address without a port, or `:+N` / `:-N`): connections go to the port
     /// the client connected to plus this offset, and `addr`'s port is 0.
     pub port_map: Option<i32>,
+    /// `unix@PATH`, `/PATH`, `abns@NAME`: the server listens on a UNIX socket (then `addr`
+    /// is unused).
+    pub unix: Option<UnixTarget>,
     /// `source ADDR[:PORT]`: the local address connections to the server are made from.
     pub source: Option<SocketAddr>,
     /// `check` (with its timings), `None` without it.
@@ -996,6 +999,22 @@ pub struct Server {
     /// The TLS options of the line as written, kept so that TLS settings can be built for
     /// checks alone once the proxy is known (`tcp-check connect ssl` on a plain server).
     pub tls_opts: crate::tls::ServerTlsOpts,
+}
+
+/// A server's UNIX socket: a path, or a name in Linux's abstract namespace (`abns@`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnixTarget {
+    Path(std::path::PathBuf),
+    Abstract(String),
+}
+
+impl std::fmt::Display for UnixTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnixTarget::Path(p) => write!(f, "unix@{}", p.display()),
+            UnixTarget::Abstract(n) => write!(f, "abns@{n}"),
+        }
+    }
 }
 
 impl Server {

@@ -1220,6 +1220,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         }
         if let (Some(b), Some(s)) = (txn.be, txn.server) {
             e.srv_addr = Some(**shared.server(b, s).addr.load());
+            e.srv_unix = shared.server(b, s).conf.unix.is_some();
         }
         e.be_src = txn.be_src;
         e.samples = &txn.samples;
@@ -1910,6 +1911,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             Some(srv) => {
                 e.server = &srv.name;
                 e.srv_addr = Some(**srv.addr.load());
+                e.srv_unix = srv.conf.unix.is_some();
             }
             None if txn.from_cache => e.server = CACHE_SERVER,
             None => {}

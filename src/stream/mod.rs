@@ -497,6 +497,45 @@ impl SessionCtx {
 pub enum ServerStream {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<ServerTcp>>),
+    /// A server on a UNIX socket (`server NAME unix@PATH`).
+    Unix(UnixStream),
+}
+
+/// The socket under a server connection, as the pools watch it.
+pub enum Sock<'a> {
+    Tcp(&'a TcpStream),
+    Unix(&'a UnixStream),
+}
+
+impl Sock<'_> {
+    pub fn poll_read_ready(
+        &self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self {
+            Sock::Tcp(s) => s.poll_read_ready(cx),
+            Sock::Unix(s) => s.poll_read_ready(cx),
+        }
+    }
+
+    pub fn try_io<R>(
+        &self,
+        interest: tokio::io::Interest,
+        f: impl FnOnce() -> std::io::Result<R>,
+    ) -> std::io::Result<R> {
+        match self {
+            Sock::Tcp(s) => s.try_io(interest, f),
+            Sock::Unix(s) => s.try_io(interest, f),
+        }
+    }
+
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        match self {
+            Sock::Tcp(s) => s.as_fd(),
+            Sock::Unix(s) => s.as_fd(),
+        }
+    }
 }
 
 /// The TCP socket under a TLS server connection. tokio-rustls offers no way to rebuild a
@@ -590,6 +629,15 @@ impl ServerStream {
         match self {
             ServerStream::Plain(s) => Some(s),
             ServerStream::Tls(s) => s.get_ref().0.0.as_ref(),
+            ServerStream::Unix(_) => None,
+        }
+    }
+
+    /// The socket underneath, TCP or UNIX.
+    pub fn sock(&self) -> Option<Sock<'_>> {
+        match self {
+            ServerStream::Unix(s) => Some(Sock::Unix(s)),
+            _ => self.tcp().map(Sock::Tcp),
         }
     }
 
@@ -607,6 +655,7 @@ impl ServerStream {
     pub fn rehome(self) -> std::io::Result<ServerStream> {
         match self {
             ServerStream::Plain(s) => rehome_tcp(s).map(ServerStream::Plain),
+            ServerStream::Unix(s) => UnixStream::from_std(s.into_std()?).map(ServerStream::Unix),
             ServerStream::Tls(mut t) => {
                 let slot = &mut t.get_mut().0.0;
                 let s = slot.take().ok_or_else(no_socket)?;
@@ -621,6 +670,7 @@ impl ServerStream {
         use tokio::io::AsyncWriteExt;
         match self {
             ServerStream::Plain(s) => s.write_all(buf).await,
+            ServerStream::Unix(s) => s.write_all(buf).await,
             ServerStream::Tls(s) => {
                 s.write_all(buf).await?;
                 s.flush().await
@@ -630,7 +680,8 @@ impl ServerStream {
 
     /// Neither closed nor sent anything while idle (see [`crate::pool::socket_alive`]).
     pub fn alive(&self) -> bool {
-        self.tcp().is_some_and(crate::pool::socket_alive)
+        self.sock()
+            .is_some_and(|s| crate::pool::socket_alive(s.fd()))
     }
 
     /// Usable for another request. With `trust_poller`, the event loop's word suffices when
@@ -640,9 +691,9 @@ impl ServerStream {
     /// connection idle for moments only). Otherwise, or when something did arrive, the
     /// kernel is asked (a peek).
     pub fn reusable(&self, trust_poller: bool) -> bool {
-        if trust_poller && let Some(tcp) = self.tcp() {
+        if trust_poller && let Some(sock) = self.sock() {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            if tcp.poll_read_ready(&mut cx).is_pending() {
+            if sock.poll_read_ready(&mut cx).is_pending() {
                 return true;
             }
         }
@@ -658,6 +709,7 @@ impl AsyncRead for ServerStream {
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            ServerStream::Unix(s) => std::pin::Pin::new(s).poll_read(cx, buf),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
@@ -671,6 +723,7 @@ impl AsyncWrite for ServerStream {
     ) -> std::task::Poll<std::io::Result<usize>> {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            ServerStream::Unix(s) => std::pin::Pin::new(s).poll_write(cx, buf),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
@@ -682,6 +735,7 @@ impl AsyncWrite for ServerStream {
     ) -> std::task::Poll<std::io::Result<usize>> {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            ServerStream::Unix(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_write_vectored(cx, bufs),
         }
     }
@@ -689,6 +743,7 @@ impl AsyncWrite for ServerStream {
     fn is_write_vectored(&self) -> bool {
         match self {
             ServerStream::Plain(s) => s.is_write_vectored(),
+            ServerStream::Unix(s) => s.is_write_vectored(),
             ServerStream::Tls(s) => s.is_write_vectored(),
         }
     }
@@ -699,6 +754,7 @@ impl AsyncWrite for ServerStream {
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            ServerStream::Unix(s) => std::pin::Pin::new(s).poll_flush(cx),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_flush(cx),
         }
     }
@@ -709,6 +765,7 @@ impl AsyncWrite for ServerStream {
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            ServerStream::Unix(s) => std::pin::Pin::new(s).poll_shutdown(cx),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
@@ -810,6 +867,17 @@ async fn connect_stream(
     proxy_hdr: Option<&[u8]>,
 ) -> Result<(ServerStream, Option<Box<str>>), bool> {
     let started = Instant::now();
+    if let Some(t) = &srv.conf.unix {
+        let mut s = connect_unix(t, timeout).await?;
+        if let Some(h) = proxy_hdr
+            && tokio::io::AsyncWriteExt::write_all(&mut s, h)
+                .await
+                .is_err()
+        {
+            return Err(false);
+        }
+        return Ok((ServerStream::Unix(s), None));
+    }
     let mut tcp = connect_one(addr, srv.conf.source, timeout, opts).await?;
     if let Some(h) = proxy_hdr {
         // Before anything else, TLS included. A small write on a new connection: the
@@ -1011,6 +1079,58 @@ async fn connect_one(
             Ok(s)
         }
         Err(e) => Err(e.kind() == std::io::ErrorKind::TimedOut),
+    }
+}
+
+/// A connection to a server's UNIX socket (a path, or an abstract name); `Err(true)` = timed
+/// out. The connect is non-blocking: a server whose listen queue is full makes it wait, as a
+/// TCP connect would.
+pub(crate) async fn connect_unix(
+    t: &crate::config::UnixTarget,
+    timeout: Option<Duration>,
+) -> Result<UnixStream, bool> {
+    let fut = async {
+        let addr = unix_sockaddr(t)?;
+        let s = socket2::Socket::new(
+            socket2::Domain::UNIX,
+            socket2::Type::STREAM.nonblocking(),
+            None,
+        )?;
+        match s.connect(&addr) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        let s = UnixStream::from_std(std::os::unix::net::UnixStream::from(
+            std::os::fd::OwnedFd::from(s),
+        ))?;
+        s.writable().await?;
+        if let Some(e) = s.take_error()? {
+            return Err(e);
+        }
+        Ok(s)
+    };
+    let r = match timeout {
+        Some(d) => match tokio::time::timeout(d, fut).await {
+            Ok(r) => r,
+            Err(_) => return Err(true),
+        },
+        None => fut.await,
+    };
+    r.map_err(|e| e.kind() == std::io::ErrorKind::TimedOut)
+}
+
+/// The socket address of a UNIX target (`abns@`: a leading NUL, Linux's abstract namespace).
+pub(crate) fn unix_sockaddr(t: &crate::config::UnixTarget) -> std::io::Result<socket2::SockAddr> {
+    use std::os::unix::ffi::OsStrExt;
+    match t {
+        crate::config::UnixTarget::Path(p) => socket2::SockAddr::unix(p),
+        crate::config::UnixTarget::Abstract(n) => {
+            let mut name = vec![0u8];
+            name.extend_from_slice(n.as_bytes());
+            socket2::SockAddr::unix(std::ffi::OsStr::from_bytes(&name))
+        }
     }
 }
 

@@ -127,6 +127,10 @@ pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
             let (sr, sw) = s.split();
             tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
         }
+        ServerStream::Unix(s) => {
+            let (sr, sw) = s.split();
+            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
+        }
         ServerStream::Tls(s) => {
             let (sr, sw) = tokio::io::split(&mut **s);
             tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
@@ -584,6 +588,7 @@ fn log_tcp(
     if let (Some(b), Some((s, src))) = (be, srv) {
         let st = shared.server(b, s);
         e.srv_addr = Some(**st.addr.load());
+        e.srv_unix = st.conf.unix.is_some();
         e.be_src = src;
     }
     ctx.w.log.emit(&fe.logs, level, &ctx.w.log.custom(f, &e));

@@ -535,6 +535,11 @@ fn one_server(
     if addr.starts_with('_') {
         return srv_record_server(d, l, name, addr, &o, id);
     }
+    if let Some(t) = unix_target(addr)? {
+        let sv = unix_server(name, origin(l), t, &o, id, &d.tls_defaults)?;
+        d.p.servers.push(sv);
+        return Ok(());
+    }
     let sa = server_addr(addr, o.init_addr.as_deref())?;
     let mut sv = make_server(name, origin(l), sa.addr, &o, id, &d.tls_defaults)?;
     sv.unresolved = sa.unresolved;
@@ -555,6 +560,68 @@ fn one_server(
     }
     d.p.servers.push(sv);
     Ok(())
+}
+
+/// `unix@PATH`, `uxst@PATH`, `/PATH`, `abns@NAME`: a server on a UNIX socket.
+fn unix_target(a: &str) -> Result<Option<crate::config::UnixTarget>, String> {
+    use crate::config::UnixTarget;
+    let t = if let Some(n) = a.strip_prefix("abns@") {
+        UnixTarget::Abstract(n.to_string())
+    } else if let Some(p) = a
+        .strip_prefix("unix@")
+        .or_else(|| a.strip_prefix("uxst@"))
+        .or_else(|| a.starts_with('/').then_some(a))
+    {
+        UnixTarget::Path(p.into())
+    } else {
+        return Ok(None);
+    };
+    match &t {
+        UnixTarget::Path(p) if p.as_os_str().is_empty() => {
+            Err(format!("server address '{a}': missing socket path"))
+        }
+        UnixTarget::Abstract(n) if n.is_empty() => Err(format!(
+            "server address '{a}': missing abstract socket name"
+        )),
+        // sun_path holds 108 bytes, with the terminating NUL (or the leading one of abns@).
+        UnixTarget::Path(p) if p.as_os_str().len() > 107 => Err(format!(
+            "server address '{a}': the path is longer than a UNIX socket address holds (107 \
+             bytes)"
+        )),
+        UnixTarget::Abstract(n) if n.len() > 107 => Err(format!(
+            "server address '{a}': the name is longer than a UNIX socket address holds (107 \
+             bytes)"
+        )),
+        _ => Ok(Some(t)),
+    }
+}
+
+/// A server on a UNIX socket: what a TCP address would give (checks connect to the socket
+/// too), except what needs one.
+fn unix_server(
+    name: &str,
+    origin: Origin,
+    t: crate::config::UnixTarget,
+    o: &ServerOpts,
+    id: Option<u32>,
+    tls: &crate::tls::TlsDefaults,
+) -> Result<Server, KwErr> {
+    let any = std::net::SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0);
+    let mut sv = make_server(name, origin, any, o, id, tls)?;
+    if sv.ssl {
+        return Err(format!(
+            "'ssl' on a server on a UNIX socket ('{t}') is not supported by sluice"
+        )
+        .into());
+    }
+    if o.resolvers.is_some() {
+        return Err(format!("'resolvers': server address '{t}' is not a host name").into());
+    }
+    if sv.source.is_some() {
+        return Err(format!("'source' does not apply to a server on a UNIX socket ('{t}')").into());
+    }
+    sv.unix = Some(t);
+    Ok(sv)
 }
 
 /// How a server follows DNS: `host` (an A/AAAA name, or an SRV record name) in `resolvers`
@@ -667,6 +734,7 @@ fn make_server(
         unresolved: false,
         resolve: None,
         port_map: None,
+        unix: None,
         send_proxy: o.send_proxy,
         source: o.source,
         check: o.chk.check_cfg(),
@@ -764,19 +832,19 @@ pub(super) fn source_addr(a: &str) -> Result<std::net::SocketAddr, String> {
 /// mapping: without a port (`10.0.0.1`), or with `+N`/`-N`, the port is the one the client
 /// connected to, plus N (HAProxy's port mapping); the port returned is then 0.
 fn server_host_port(a: &str) -> Result<(&str, u16, Family, Option<i32>), String> {
-    for unsupported in [
-        "unix@",
-        "abns@",
-        "fd@",
-        "sockpair@",
-        "udp@",
-        "quic4@",
-        "quic6@",
-        "/",
-    ] {
+    for unsupported in ["unix@", "uxst@", "abns@", "/"] {
         if a.starts_with(unsupported) {
             return Err(format!(
-                "server address '{a}': only TCP (IPv4/IPv6) servers are supported by sluice"
+                "server address '{a}': a UNIX socket is not supported here (only on 'server' \
+                 lines of the configuration)"
+            ));
+        }
+    }
+    for unsupported in ["fd@", "sockpair@", "udp@", "quic4@", "quic6@"] {
+        if a.starts_with(unsupported) {
+            return Err(format!(
+                "server address '{a}': only TCP (IPv4/IPv6) and UNIX socket servers are \
+                 supported by sluice"
             ));
         }
     }

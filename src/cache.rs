@@ -96,15 +96,13 @@ impl Draft {
             }
             "max-age" => {
                 let v = one()?;
-                if v.len() > 1 && v[..v.len() - 1].bytes().all(|b| b.is_ascii_digit()) {
-                    let unit = &v[v.len() - 1..];
-                    if !unit.as_bytes()[0].is_ascii_digit() {
-                        return Err(format!(
-                            "'max-age' takes a number of seconds, without a unit (got '{v}', \
-                             which HAProxy would read as {} seconds)",
-                            &v[..v.len() - 1]
-                        ));
-                    }
+                let digits = v.bytes().take_while(u8::is_ascii_digit).count();
+                if digits > 0 && digits < v.len() {
+                    return Err(format!(
+                        "'max-age' takes a number of seconds, without a unit (got '{v}', which \
+                         HAProxy would read as {} seconds)",
+                        &v[..digits]
+                    ));
                 }
                 let n = number(v)?;
                 self.max_age = u32::try_from(n)
@@ -449,15 +447,18 @@ impl Cache {
     /// The fresh object for `key` matching the request's variant digests, if any.
     pub fn get(&self, key: &[u8], vary: &ReqVary, now: i64) -> Option<Arc<Object>> {
         let mut st = self.store();
-        let list = st.entries.get(key)?;
-        let i = list.iter().position(|(_, o)| o.vary.matches(vary))?;
-        if list[i].1.expires <= now {
-            st.remove(key, i);
-            return None;
+        loop {
+            let list = st.entries.get(key)?;
+            let i = list.iter().position(|(_, o)| o.vary.matches(vary))?;
+            if list[i].1.expires <= now {
+                // Expired: gone, and another variant may still match.
+                st.remove(key, i);
+                continue;
+            }
+            let obj = list[i].1.clone();
+            st.touch(key, i);
+            return Some(obj);
         }
-        let obj = list[i].1.clone();
-        st.touch(key, i);
-        Some(obj)
     }
 
     /// Stores `obj` under `key`, in place of the object of the same variant; older objects
@@ -502,11 +503,37 @@ impl Cache {
         }
     }
 
-    /// `show cache`: this cache's lines, in HAProxy's layout (addresses are ids).
+    /// `show cache`: this cache's lines, in HAProxy's layout (addresses are ids). The lock
+    /// is held only to copy what is printed.
     pub fn show(&self, out: &mut String, now: i64) {
         use std::fmt::Write;
-        let st = self.store();
         let total_blocks = self.conf.total_max_size / BLOCK;
+        // (id, hash, vary, size, blocks, readers, expires): one per key, as HAProxy's list
+        // does not show the other variants.
+        let mut rows: Vec<(usize, u32, u64, usize, u64, usize, i64)> = {
+            let st = self.store();
+            st.entries
+                .values()
+                .filter_map(|l| l.first())
+                .map(|(_, o)| {
+                    let o: &Arc<Object> = o;
+                    (
+                        Arc::as_ptr(o) as usize,
+                        o.hash,
+                        o.vary.shown(),
+                        o.size(),
+                        o.blocks,
+                        Arc::strong_count(o) - 1,
+                        o.expires,
+                    )
+                })
+                .collect()
+        };
+        // HAProxy walks its tree of keys: by hash.
+        rows.sort_by_key(|r| (r.1, r.0));
+        // HAProxy counts the blocks of objects no transaction is reading as available (they
+        // may be reused).
+        let busy: u64 = rows.iter().filter(|r| r.5 > 0).map(|r| r.4).sum();
         let base = self as *const Cache as usize;
         let _ = writeln!(
             out,
@@ -514,32 +541,14 @@ impl Cache {
             base,
             self.conf.name,
             base + 0x1000,
-            // HAProxy counts the blocks of objects no transaction is reading as available
-            // (they may be reused).
-            total_blocks
-                - st.entries
-                    .values()
-                    .flatten()
-                    .filter(|e| Arc::strong_count(&e.1) > 1)
-                    .map(|e| e.1.blocks)
-                    .sum::<u64>()
+            total_blocks.saturating_sub(busy)
         );
-        // One line per key: HAProxy's list does not show the other variants.
-        let mut all: Vec<&(u64, Arc<Object>)> =
-            st.entries.values().filter_map(|l| l.first()).collect();
-        // HAProxy walks its tree of keys: by hash.
-        all.sort_by_key(|e| (e.1.hash, e.0));
-        for (_, o) in all {
+        for (id, hash, vary, size, blocks, readers, expires) in rows {
             let _ = writeln!(
                 out,
-                "{:#x} hash:{} vary:{:#018x} size:{} ({} blocks), refcount:{}, expire:{}",
-                Arc::as_ptr(o) as usize,
-                o.hash,
-                o.vary.shown(),
-                o.size(),
-                o.blocks,
-                Arc::strong_count(o) - 1,
-                o.expires - now
+                "{id:#x} hash:{hash} vary:{vary:#018x} size:{size} ({blocks} blocks), \
+                 refcount:{readers}, expire:{}",
+                expires - now
             );
         }
     }
@@ -936,6 +945,11 @@ impl Filling {
         (self.obj.size() as u64).saturating_add(len) < self.cache.conf.max_object_size
     }
 
+    /// Still to be stored (`false` once it outgrew `max-object-size`).
+    pub fn ok(&self) -> bool {
+        self.ok
+    }
+
     /// Payload bytes as they pass.
     pub fn push(&mut self, data: &[u8]) {
         if !self.ok {
@@ -956,7 +970,8 @@ impl Filling {
         if !self.ok {
             return;
         }
-        self.obj.body = bytes::Bytes::from(self.body);
+        // Exactly its size: the store counts what objects hold.
+        self.obj.body = bytes::Bytes::from(self.body.into_boxed_slice());
         self.cache.insert(self.key, self.obj, now);
     }
 }
@@ -1204,6 +1219,11 @@ mod tests {
                 .unwrap_err()
                 .contains("read as 1 seconds")
         );
+        assert!(
+            kw(&mut d, &["max-age", "5é"]).is_err(),
+            "no panic on a multi-byte unit"
+        );
+        assert!(kw(&mut d, &["max-age", "é"]).is_err());
         assert!(kw(&mut d, &["process-vary", "yes"]).is_err());
         assert!(kw(&mut d, &["max-secondary-entries", "0"]).is_err());
         assert!(kw(&mut d, &["total-max-size", "2"]).is_ok());

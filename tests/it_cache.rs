@@ -314,6 +314,45 @@ fn which_responses_are_stored() {
     );
 }
 
+/// `set-status` before `cache-store`: the copy has the status the rules set, and the
+/// rules after it do not reach the copy.
+#[test]
+fn the_copy_is_the_response_as_the_rules_left_it() {
+    let o = origin();
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}cache c1\n    total-max-size 4\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    http-request cache-use c1\n    \
+         http-response set-status 200 reason Fine if {{ status 203 }}\n    \
+         http-response set-header x-before yes\n    http-response cache-store c1\n    \
+         http-response set-header x-after %[res.cache_hit]\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        o.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let get = || {
+        http_raw(
+            port,
+            "GET /p?cc=max-age=30&status=203 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+    };
+    let a = get();
+    assert_eq!((a.status, a.reason.as_str()), (200, "Fine"));
+    let b = get();
+    assert_eq!(
+        (b.status, b.reason.as_str()),
+        (200, "Fine"),
+        "stored as rewritten"
+    );
+    assert_eq!(Setup::count(&b), 1, "from the cache");
+    assert_eq!(b.header("x-before"), Some("yes"));
+    assert_eq!(
+        b.headers_named("x-after"),
+        ["1"],
+        "added on the hit only, once"
+    );
+}
+
 #[test]
 fn conditional_requests_get_304_from_the_cache() {
     let t = setup("");

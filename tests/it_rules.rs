@@ -1299,6 +1299,11 @@ fn state_fetches_see_servers_and_proxies() {
         .unwrap()
         .as_secs();
     assert!((now + 8..=now + 12).contains(&date), "{date} vs {now}");
+    // A draining server does not count (HAProxy counts servers with a weight).
+    assert_eq!(stats_cli(&sock, "set server be/s2 state drain").trim(), "");
+    let _ = http_get(port, "/d");
+    assert_eq!(a.last_request().header("x-nb"), Some("1"));
+    assert_eq!(stats_cli(&sock, "set server be/s2 state ready").trim(), "");
     // Servers in maintenance: nbsrv drops, and the condition sends to the fallback.
     assert_eq!(stats_cli(&sock, "set server be/s2 state maint").trim(), "");
     let _ = http_get(port, "/y");
@@ -1322,4 +1327,22 @@ fn state_fetches_see_servers_and_proxies() {
     ));
     assert_ne!(code, 0);
     assert!(err.contains("'srv_conn' expects BACKEND/SERVER"), "{err}");
+    // Names must exist, as in HAProxy: a typo would make the rule silently never match.
+    let (code, err) = Sluice::check(&format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    \
+         use_backend be if {{ nbsrv(bee) gt 0 }}\n    \
+         http-request set-header x %[srv_conn(be/s9)]\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        a.hostport()
+    ));
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(":12: 'nbsrv': unable to find backend 'bee'"),
+        "{err}"
+    );
+    assert!(
+        err.contains(":13: 'srv_conn': unable to find server 's9' in backend 'be'"),
+        "{err}"
+    );
+    assert!(err.contains("(2 errors)"), "each reported once: {err}");
 }

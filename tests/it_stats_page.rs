@@ -290,11 +290,12 @@ fn admin_actions_from_the_page_apply_at_once() {
     let html = http_get(t.port, "/stats").body_str();
     // A form per backend: a checkbox per server, the backend's id, the actions.
     assert!(html.contains("<input type=\"checkbox\" name=\"s\" value=\"s1\">"));
-    assert!(html.contains("<input type=\"hidden\" name=\"b\" value=\"#2\">"));
+    // be is #3: the stats socket's proxy took id 1 (as in HAProxy), fe 2.
+    assert!(html.contains("<input type=\"hidden\" name=\"b\" value=\"#3\">"));
     assert!(html.contains("<option value=\"maint\">"));
     let mut c = HttpClient::connect(t.port);
     assert_eq!(
-        post_form(&mut c, "s=s1&s=s2&action=maint&b=%232"),
+        post_form(&mut c, "s=s1&s=s2&action=maint&b=%233"),
         "/stats;st=DONE"
     );
     // The same connection goes on (the form body was consumed), and the page shows it.
@@ -333,9 +334,9 @@ fn admin_actions_from_the_page_apply_at_once() {
         post_form(&mut c, "s=s1&action=hdown&b=be"),
         "/stats;st=ERRP"
     );
-    // Health actions on the checked server of `other` (iid 3).
+    // Health actions on the checked server of `other` (iid 4).
     assert_eq!(
-        post_form(&mut c, "s=s3&action=hdown&b=%233"),
+        post_form(&mut c, "s=s3&action=hdown&b=%234"),
         "/stats;st=DONE"
     );
     // The forced result reaches the server's state on its check thread, moments later. A

@@ -2980,6 +2980,60 @@ pub enum SrvWhat {
     Queue,
 }
 
+thread_local! {
+    /// Proxies and servers named by state fetches of the configuration being parsed, checked
+    /// once all proxies are known; and how many of them have their line noted.
+    static NAMED: std::cell::RefCell<(Vec<ProxyRef>, usize)> =
+        const { std::cell::RefCell::new((Vec::new(), 0)) };
+}
+
+/// A proxy (and server) a state fetch names.
+pub struct ProxyRef {
+    pub backend: bool,
+    pub name: String,
+    pub server: Option<String>,
+    pub fetch: &'static str,
+    pub at: crate::util::At,
+}
+
+fn name_proxy(backend: bool, name: &str, server: Option<&str>, fetch: &'static str) {
+    NAMED.with(|n| {
+        n.borrow_mut().0.push(ProxyRef {
+            backend,
+            name: name.to_string(),
+            server: server.map(str::to_string),
+            fetch,
+            at: None,
+        })
+    });
+}
+
+/// Records where the names of the line just parsed were given.
+pub fn note_line(file: &str, line: usize) {
+    NAMED.with(|n| {
+        let (list, done) = &mut *n.borrow_mut();
+        for r in &mut list[*done..] {
+            r.at = Some((file.to_string(), line));
+        }
+        *done = list.len();
+    });
+}
+
+/// The names state fetches gave, for checking; forgets them (the next configuration starts
+/// afresh).
+pub fn take_named() -> Vec<ProxyRef> {
+    NAMED.with(|n| std::mem::take(&mut *n.borrow_mut()).0)
+}
+
+/// The static name of a state fetch (for messages).
+fn fetch_name(n: &str) -> &'static str {
+    StateFetch::NAMES
+        .iter()
+        .find(|x| **x == n)
+        .copied()
+        .unwrap_or("fetch")
+}
+
 impl StateFetch {
     const NAMES: &'static [&'static str] = &[
         "nbsrv",
@@ -3003,6 +3057,17 @@ impl StateFetch {
     ];
 
     fn parse(name: &str, args: Option<&str>, what: &str) -> Result<StateFetch, String> {
+        let st = StateFetch::parse_inner(name, args, what)?;
+        match &st {
+            StateFetch::Backend(_, Some(b)) => name_proxy(true, b, None, fetch_name(name)),
+            StateFetch::Frontend(_, Some(f)) => name_proxy(false, f, None, fetch_name(name)),
+            StateFetch::Server(_, b, sv) => name_proxy(true, b, Some(sv), fetch_name(name)),
+            _ => {}
+        }
+        Ok(st)
+    }
+
+    fn parse_inner(name: &str, args: Option<&str>, what: &str) -> Result<StateFetch, String> {
         let arg = args.map(str::trim).filter(|a| !a.is_empty());
         let none = |v: StateFetch| match arg {
             None => Ok(v),
@@ -3120,16 +3185,24 @@ impl StateFetch {
                 let servers = be.servers.iter();
                 let v = match w {
                     BeWhat::NbSrv => {
-                        // Usable active servers, else usable backups (HAProxy's count).
+                        // Usable active servers with a weight (not draining), else usable
+                        // backups: HAProxy's count.
+                        let usable =
+                            |x: &&crate::backend::ServerState| x.usable() && x.eweight() > 0;
                         let act = be
                             .servers
                             .iter()
-                            .filter(|x| !x.backup && x.usable())
+                            .filter(|x| !x.backup)
+                            .filter(usable)
                             .count();
                         if act > 0 {
                             act
                         } else {
-                            be.servers.iter().filter(|x| x.backup && x.usable()).count()
+                            be.servers
+                                .iter()
+                                .filter(|x| x.backup)
+                                .filter(usable)
+                                .count()
                         }
                     }
                     BeWhat::Conn => servers.map(|x| x.served.load(Relaxed) as usize).sum(),

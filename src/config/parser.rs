@@ -45,6 +45,7 @@ pub fn load(
     crate::userlist::reset();
     crate::stick::reset();
     crate::cache::reset();
+    let _ = crate::config::acl::take_named();
     crate::map::reset();
     crate::errorfile::reset();
     for (file, text) in sources {
@@ -227,6 +228,7 @@ impl State {
         crate::userlist::note_line(&l.file, l.line);
         crate::stick::note_line(&l.file, l.line);
         crate::cache::note_line(&l.file, l.line);
+        crate::config::acl::note_line(&l.file, l.line);
         for message in take_warnings() {
             self.warnings.push(ConfigError {
                 file: l.file.clone(),
@@ -686,6 +688,42 @@ impl State {
             }
         }
         checks::resolve_tracks(&mut proxies, &mut errors);
+        // Proxies and servers named by `nbsrv(B)`, `srv_conn(B/S)`, ...: they must exist.
+        // (A format may be parsed twice: one report per place and name.)
+        let mut named = crate::config::acl::take_named();
+        named.sort_by(|a, b| (&a.at, &a.name, &a.server).cmp(&(&b.at, &b.name, &b.server)));
+        named.dedup_by(|a, b| (&a.at, &a.name, &a.server) == (&b.at, &b.name, &b.server));
+        for r in named {
+            let p = proxies.iter().find(|p| {
+                p.name == r.name
+                    && if r.backend {
+                        p.kind.has_backend()
+                    } else {
+                        p.kind.has_frontend()
+                    }
+            });
+            let problem = match (p, &r.server) {
+                (None, _) => Some(format!(
+                    "'{}': unable to find {} '{}'",
+                    r.fetch,
+                    if r.backend { "backend" } else { "frontend" },
+                    r.name
+                )),
+                (Some(p), Some(sv)) if !p.servers.iter().any(|s| s.name == *sv) => Some(format!(
+                    "'{}': unable to find server '{sv}' in backend '{}'",
+                    r.fetch, r.name
+                )),
+                _ => None,
+            };
+            if let Some(message) = problem {
+                let (file, line) = r.at.unwrap_or_default();
+                errors.push(ConfigError {
+                    file,
+                    line,
+                    message,
+                });
+            }
+        }
         // `fullconn` left unset where a server has `minconn`: 10 % of the maxconn of the
         // frontends that can route to the backend, as HAProxy (a frontend without maxconn
         // counts the global one, else HAProxy's 2000).

@@ -566,6 +566,11 @@ struct Txn {
     from_cache: bool,
 }
 
+/// Whether a status line carries status `code`.
+fn status_code_is(line: &[u8], code: u16) -> bool {
+    line.split(|&b| b == b' ').nth(1) == Some(code.to_string().as_bytes())
+}
+
 /// The server name a response from the cache is logged with (HAProxy's).
 const CACHE_SERVER: &str = "<CACHE>";
 
@@ -2708,6 +2713,9 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         if let Some(f) = &mut fill {
             f.push(&plain);
         }
+        if fill.as_ref().is_some_and(|f| !f.ok()) {
+            fill = None;
+        }
         match &mut encoder {
             None => self.out.extend_from_slice(&self.sbuf[..n]),
             Some(enc) => {
@@ -2806,6 +2814,9 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             }
             if let Some(f) = &mut fill {
                 f.push(&plain);
+            }
+            if fill.as_ref().is_some_and(|f| !f.ok()) {
+                fill = None;
             }
             let piece = match &mut encoder {
                 None => &self.sbuf[..n],
@@ -3137,14 +3148,26 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         };
         self.hdrs.write(&self.sbuf, &mut self.out, false, extra);
         self.sbuf.clear();
-        if with_body {
-            self.out.extend_from_slice(&obj.body);
-        }
-        txn.bytes_out = self.out.len() as u64;
-        if self.client.send(&self.out).await.is_err() {
+        // A small body goes with the head in one write; a large one is written from the
+        // object itself (no copy into the connection's output buffer, which stays small).
+        let body: &[u8] = if with_body { &obj.body } else { &[] };
+        txn.bytes_out = (self.out.len() + body.len()) as u64;
+        let sent = if body.len() <= 16 * 1024 {
+            self.out.extend_from_slice(body);
+            self.client.send(&self.out).await
+        } else {
+            match self.client.write_all_more(&self.out).await {
+                Ok(()) => self.client.send(body).await,
+                Err(e) => Err(e),
+            }
+        };
+        if sent.is_err() {
             txn.term = *b"CD";
             return None;
         }
+        // A request body left unread: the close lingers, so that no reset discards the
+        // answer.
+        self.linger = body_left;
         keep.then_some(Next::KeepAlive)
     }
 
@@ -3221,7 +3244,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     }
                     HttpResponseAction::CacheStore(u) => {
                         if out.fill.is_none() && cache_name.is_none() {
-                            out.fill = self.cache_store(u, txn, out.status);
+                            out.fill = self.cache_store(u, txn, out.status, out.reason);
                         }
                         continue;
                     }
@@ -3259,6 +3282,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         u: &crate::cache::Use,
         txn: &Txn,
         status: u16,
+        reason: Option<&str>,
     ) -> Option<crate::cache::Filling> {
         let look = txn.cache.as_deref()?;
         let cache = u.get();
@@ -3289,7 +3313,16 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             lines.extend_from_slice(v.get(buf));
             lines.extend_from_slice(b"\r\n");
         }
-        let status_line = crate::http::start_line(buf);
+        // The status line as the rules left it (`set-status` before `cache-store`).
+        let received = crate::http::start_line(buf);
+        let rewritten;
+        let status_line = if reason.is_some() || !status_code_is(received, status) {
+            let why = reason.unwrap_or_else(|| crate::http::reason_phrase(status));
+            rewritten = format!("HTTP/1.1 {status} {why}");
+            rewritten.as_bytes()
+        } else {
+            received
+        };
         let f = crate::cache::Filling::start(cache, &look.key, status_line, lines, st)?;
         self.hdrs.del(&self.sbuf, b"age");
         Some(f)

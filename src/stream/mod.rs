@@ -1083,8 +1083,9 @@ async fn connect_one(
 }
 
 /// A connection to a server's UNIX socket (a path, or an abstract name); `Err(true)` = timed
-/// out. The connect is non-blocking: a server whose listen queue is full makes it wait, as a
-/// TCP connect would.
+/// out. A UNIX connect completes at once or fails: a full listen queue (`EAGAIN`) is a
+/// failed attempt (retried as a refused TCP connect is), as in HAProxy, since the socket is
+/// left unconnected.
 pub(crate) async fn connect_unix(
     t: &crate::config::UnixTarget,
     timeout: Option<Duration>,
@@ -1096,12 +1097,7 @@ pub(crate) async fn connect_unix(
             socket2::Type::STREAM.nonblocking(),
             None,
         )?;
-        match s.connect(&addr) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
+        s.connect(&addr)?;
         let s = UnixStream::from_std(std::os::unix::net::UnixStream::from(
             std::os::fd::OwnedFd::from(s),
         ))?;

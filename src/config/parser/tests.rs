@@ -1670,7 +1670,7 @@ fn server_errors() {
         "  server s3 10.0.0.3:80 wieght 2",       // 4
         "  server s4 10.0.0.4:80 weight 257",     // 5
         "  server s5 10.0.0.5:80-90",             // 6
-        "  server s6 unix@/run/app.sock",         // 7
+        "  server s6 fd@3",                       // 7
         "  server s7 10.0.0.7:+x",                // 8
         "  server s8 10.0.0.8:80 id 5",           // 9
         "  server s9 10.0.0.9:80 id 5",           // 10
@@ -1713,7 +1713,7 @@ fn server_errors() {
     );
     has(
         find(7),
-        &["only TCP (IPv4/IPv6) servers are supported by sluice"],
+        &["only TCP (IPv4/IPv6) and UNIX socket servers are supported by sluice"],
     );
     has(find(8), &["invalid port offset '+x'"]);
     has(find(10), &["server id 5 is already used by server 's8'"]);

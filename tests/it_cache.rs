@@ -353,6 +353,48 @@ fn the_copy_is_the_response_as_the_rules_left_it() {
     );
 }
 
+/// With `compression`, the copy is stored plain and compressed on the way out, hit or miss,
+/// for the clients that accept it.
+#[test]
+fn copies_are_compressed_like_the_servers_responses() {
+    let o = origin();
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}cache c1\n    total-max-size 4\n\
+         frontend fe\n    bind 127.0.0.1:{port}\n    http-request cache-use c1\n    \
+         http-response cache-store c1\n    http-response set-header x-hit %[res.cache_hit]\n    \
+         compression algo gzip\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        o.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let get = |ae: &str| {
+        http_raw(
+            port,
+            format!(
+                "GET /z?cc=max-age=30&len=3000 HTTP/1.1\r\nHost: x\r\n{ae}Connection: close\r\n\r\n"
+            ),
+        )
+    };
+    let gunzip = |b: &[u8]| {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(b), &mut out).unwrap();
+        out
+    };
+    for (i, hit) in [(0, "0"), (1, "1")] {
+        let r = get("Accept-Encoding: gzip\r\n");
+        assert_eq!(r.header("x-hit"), Some(hit), "request {i}");
+        assert_eq!(r.header("content-encoding"), Some("gzip"), "request {i}");
+        assert!(r.chunked, "request {i}");
+        assert_eq!(gunzip(&r.body), vec![b'x'; 3000], "request {i}");
+    }
+    // A client that does not accept gzip gets the plain copy.
+    let r = get("");
+    assert_eq!(r.header("x-hit"), Some("1"));
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.body, vec![b'x'; 3000]);
+}
+
 #[test]
 fn conditional_requests_get_304_from_the_cache() {
     let t = setup("");

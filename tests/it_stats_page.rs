@@ -359,7 +359,7 @@ fn admin_actions_from_the_page_apply_at_once() {
     wait_until("s3 health checks disabled", WAIT, || {
         cli(&t.sock, "show servers state other")
             .lines()
-            .any(|l| l.starts_with("3 other 1 s3 ") && l.split(' ').nth(13) == Some("14"))
+            .any(|l| l.starts_with("4 other 1 s3 ") && l.split(' ').nth(13) == Some("14"))
     });
     assert_eq!(
         post_form(&mut c, "s=s3&action=ehlth&b=other"),

@@ -3057,6 +3057,9 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         txn.from_cache = true;
         let shared = self.ctx.shared();
         let bp = &shared.cfg.proxies[be_idx];
+        // `compression`: what the request accepts, read while the request's head is in
+        // `self.hdrs` (a copy from the cache is compressed as the server's response is).
+        self.choose_compression(txn, bp);
         let buf = &self.cbuf[..];
         let fields = self.hdrs.list.iter().map(|(n, v)| (n.get(buf), v.get(buf)));
         let not_modified = crate::cache::not_modified(&obj, fields);
@@ -3081,7 +3084,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         }
         let _ = write!(h, "age: {}\r\n\r\n", (now - obj.born).max(0));
         self.sbuf.extend_from_slice(&h);
-        let resp = match crate::http::parse_response(&self.sbuf, self.max_head, true, false) {
+        let resp = match crate::http::parse_response(&self.sbuf, self.max_head, head.is_head, false)
+        {
             Ok(Parsed::Complete(r)) => r,
             _ => return self.error_response(head, txn, 500, *b"PH").await,
         };
@@ -3131,6 +3135,11 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             return None;
         }
         let (status, reason) = self.after_response_rules(txn, None, (status, reason));
+        let encoder = if with_body {
+            self.start_compression(txn, bp, head, &resp, false)
+        } else {
+            None
+        };
         self.out.clear();
         if status != resp.status || reason.is_some() {
             txn.status = status.into();
@@ -3150,7 +3159,18 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         self.sbuf.clear();
         // A small body goes with the head in one write; a large one is written from the
         // object itself (no copy into the connection's output buffer, which stays small).
-        let body: &[u8] = if with_body { &obj.body } else { &[] };
+        let compressed;
+        let body: &[u8] = match encoder {
+            Some(mut enc) => {
+                let mut b = Vec::new();
+                enc.push(&obj.body, &mut b);
+                enc.finish(&[], &mut b);
+                compressed = b;
+                &compressed
+            }
+            None if with_body => &obj.body,
+            None => &[],
+        };
         txn.bytes_out = (self.out.len() + body.len()) as u64;
         let sent = if body.len() <= 16 * 1024 {
             self.out.extend_from_slice(body);

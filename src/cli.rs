@@ -1420,6 +1420,13 @@ pub fn bind_all(
                 })?;
                 CliListener::Unix(l, Some(path.clone()))
             }
+            BindAddr::Abns(n) => {
+                use std::os::linux::net::SocketAddrExt;
+                let l = std::os::unix::net::SocketAddr::from_abstract_name(n.as_bytes())
+                    .and_then(|a| std::os::unix::net::UnixListener::bind_addr(&a))
+                    .map_err(|e| format!("stats socket at {where_}: cannot bind abns@{n}: {e}"))?;
+                CliListener::Unix(l, None)
+            }
             BindAddr::Tcp(a) => CliListener::Tcp(
                 std::net::TcpListener::bind(a)
                     .map_err(|e| format!("stats socket at {where_}: cannot bind {a}: {e}"))?,

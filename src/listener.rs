@@ -38,6 +38,7 @@ fn describe(addr: &BindAddr) -> String {
         BindAddr::Tcp(a) => a.to_string(),
         BindAddr::Unix(p) => format!("unix@{}", p.display()),
         BindAddr::Fd(n) => format!("fd@{n}"),
+        BindAddr::Abns(n) => format!("abns@{n}"),
     }
 }
 
@@ -145,9 +146,22 @@ pub fn bind_all(
                             tcp_socket(actual, b, backlog, (smart, ka, nolinger))?.into(),
                         ));
                     }
+                    // `tune.rcvbuf.client`, `tune.sndbuf.client`: accepted sockets inherit
+                    // the listener's buffer sizes.
+                    for l in &v {
+                        if let StdListener::Tcp(t) = l {
+                            let s = socket2::SockRef::from(t);
+                            if let Some(n) = cfg.global.rcvbuf_client {
+                                s.set_recv_buffer_size(n as usize)?;
+                            }
+                            if let Some(n) = cfg.global.sndbuf_client {
+                                s.set_send_buffer_size(n as usize)?;
+                            }
+                        }
+                    }
                     Ok(v)
                 }
-                BindAddr::Unix(_) if !taken.is_empty() => {
+                BindAddr::Unix(_) | BindAddr::Abns(_) if !taken.is_empty() => {
                     // The old process's socket, file and all (its copies are duplicates of
                     // one socket).
                     let fd = taken.into_iter().next().ok_or(io::ErrorKind::NotFound)?;
@@ -165,6 +179,13 @@ pub fn bind_all(
                     }
                     let l = StdUnixListener::bind(path)?;
                     cfg.global.unix_bind.apply(path, [None; 3])?;
+                    l.set_nonblocking(true)?;
+                    shared_copies(StdListener::Unix(l), nbthread)
+                }
+                BindAddr::Abns(name) => {
+                    use std::os::linux::net::SocketAddrExt;
+                    let a = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+                    let l = StdUnixListener::bind_addr(&a)?;
                     l.set_nonblocking(true)?;
                     shared_copies(StdListener::Unix(l), nbthread)
                 }

@@ -46,7 +46,10 @@ pub struct Logger {
     pid: u32,
     /// The syslog program name (`log-tag`).
     tag: String,
-    hostname: String,
+    /// `log-send-hostname`: the host name in syslog headers.
+    hostname: Option<String>,
+    /// The system's host name (`%H`).
+    host: String,
 }
 
 pub(crate) const MONTHS: [&str; 12] = [
@@ -143,7 +146,8 @@ impl Logger {
                 .log_tag
                 .clone()
                 .unwrap_or_else(|| "sluice".into()),
-            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            hostname: cfg.global.log_send_hostname.clone(),
+            host: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "localhost".into()),
         }
@@ -163,19 +167,28 @@ impl Logger {
             let level = level.max(t.minlevel);
             line.clear();
             let pri = t.facility as u32 * 8 + level as u32;
-            match t.format {
-                LogFormat::Rfc3164 => {
+            // HAProxy: `log-send-hostname` turns the default format into rfc3164.
+            let format = match t.format {
+                LogFormat::Local if self.hostname.is_some() => LogFormat::Rfc3164,
+                f => f,
+            };
+            match format {
+                LogFormat::Local | LogFormat::Rfc3164 => {
                     let _ = write!(
                         line,
-                        "<{pri}>{} {:>2} {:02}:{:02}:{:02} {}[{}]: ",
+                        "<{pri}>{} {:>2} {:02}:{:02}:{:02} ",
                         MONTHS[(now.month - 1) as usize],
                         now.day,
                         now.hour,
                         now.min,
                         now.sec,
-                        self.tag,
-                        self.pid
                     );
+                    if format == LogFormat::Rfc3164 {
+                        // HAProxy's host name field without `log-send-hostname`.
+                        line.push_str(self.hostname.as_deref().unwrap_or("localhost"));
+                        line.push(' ');
+                    }
+                    let _ = write!(line, "{}[{}]: ", self.tag, self.pid);
                 }
                 LogFormat::Rfc5424 => {
                     let _ = write!(
@@ -188,13 +201,26 @@ impl Logger {
                         now.min,
                         now.sec,
                         now.micros,
-                        self.hostname,
+                        self.hostname.as_deref().unwrap_or("-"),
                         self.tag,
                         self.pid
                     );
                 }
                 LogFormat::Short => {
                     let _ = write!(line, "<{level}>");
+                }
+                LogFormat::Priority => {
+                    let _ = write!(line, "<{pri}>");
+                }
+                LogFormat::Timed | LogFormat::Iso => {
+                    if format == LogFormat::Timed {
+                        let _ = write!(line, "<{level}>");
+                    }
+                    let _ = write!(
+                        line,
+                        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}+00:00 ",
+                        now.year, now.month, now.day, now.hour, now.min, now.sec, now.micros,
+                    );
                 }
                 LogFormat::Raw => {}
             }
@@ -625,7 +651,7 @@ impl Logger {
             Var::BytesIn => num(out, e.bytes_in as i64),
             Var::CookieReq | Var::CookieRsp => text(out, None),
             Var::UniqueId => text(out, e.unique_id),
-            Var::Hostname => text(out, Some(&self.hostname)),
+            Var::Hostname => text(out, Some(&self.host)),
             Var::Status => num(out, e.status as i64),
             Var::DateGmt | Var::DateLocal => put_gmt(out, accept),
             Var::Timestamp => {

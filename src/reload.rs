@@ -35,6 +35,7 @@ pub fn bind_key(addr: &BindAddr) -> Option<String> {
     match addr {
         BindAddr::Tcp(a) => Some(format!("tcp {a}")),
         BindAddr::Unix(p) => Some(format!("unix {}", p.display())),
+        BindAddr::Abns(n) => Some(format!("abns {n}")),
         // Inherited from the parent: the new process inherits its own.
         BindAddr::Fd(_) => None,
     }

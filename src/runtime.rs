@@ -179,6 +179,14 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         },
         None => crate::reload::Inherited::default(),
     };
+    crate::stream::RCVBUF_SERVER.store(
+        cfg.global.rcvbuf_server.unwrap_or(0),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    crate::stream::SNDBUF_SERVER.store(
+        cfg.global.sndbuf_server.unwrap_or(0),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let listeners = crate::listener::bind_all(&cfg, nbthread, &mut inherited)
         .map_err(|e| e.join("\n[ALERT] (sluice) : "))?;
     // Sockets of binds this configuration no longer has close here.

@@ -344,3 +344,65 @@ fn unique_id_format_header_fetch_and_log() {
         assert_eq!(line, format!("id={want} st=200"));
     }
 }
+
+/// The syslog header of each `log ... format F`, as HAProxy 2.6.12 writes it (observed on
+/// the same configuration): `local` (the default) has no host name, `rfc3164` has
+/// `localhost` unless `log-send-hostname`, `rfc5424` has `-`.
+#[test]
+fn syslog_headers_of_every_format() {
+    let b = HttpBackend::start("A");
+    let cases: [(&str, &str, &str); 8] = [
+        (
+            "local",
+            "",
+            r"^<134>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d sluice\[\d+\]: ",
+        ),
+        (
+            "rfc3164",
+            "",
+            r"^<134>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d localhost sluice\[\d+\]: ",
+        ),
+        (
+            "rfc3164",
+            "    log-send-hostname web1\n",
+            r"^<134>\w+ [ \d]\d [\d:]{8} web1 sluice\[",
+        ),
+        (
+            "local",
+            "    log-send-hostname web1\n",
+            r"^<134>\w+ [ \d]\d [\d:]{8} web1 sluice\[",
+        ),
+        (
+            "rfc5424",
+            "",
+            r"^<134>1 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00 - sluice \d+ - - ",
+        ),
+        (
+            "timed",
+            "",
+            r"^<6>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00 [^ ]",
+        ),
+        (
+            "iso",
+            "",
+            r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00 [^ ]",
+        ),
+        ("priority", "", r"^<134>127\.0\.0\.1:\d+ \["),
+    ];
+    for (format, global, re) in cases {
+        let port = free_port();
+        let cfg = format!(
+            "global\n    log stdout format {format} local0\n{global}\
+             defaults\n    mode http\n    log global\n    option httplog\n    \
+             timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\
+             frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+             backend be\n    server s1 {}\n",
+            b.hostport()
+        );
+        let s = Sluice::start(&cfg);
+        let _ = http_get(port, "/fmt");
+        let line = s.wait_log_line(|l| l.contains("GET /fmt"), WAIT);
+        let re = regex::Regex::new(re).unwrap();
+        assert!(re.is_match(&line), "{format} {global:?}: {line}");
+    }
+}

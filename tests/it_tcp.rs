@@ -501,3 +501,39 @@ fn logasap_logs_at_connect() {
         "{lines:?}"
     );
 }
+
+/// `tune.rcvbuf.client` / `tune.sndbuf.server`: the kernel buffers of the listening socket
+/// (which accepted ones inherit) and of server connections, as `ss` shows them (Linux
+/// doubles the value asked for, its bookkeeping overhead).
+#[test]
+fn socket_buffer_sizes_reach_the_kernel() {
+    if std::process::Command::new("ss").arg("-V").output().is_err() {
+        eprintln!("skipped: no ss");
+        return;
+    }
+    let b = TcpBackend::echo();
+    let port = free_port();
+    let cfg = format!(
+        "global\n    tune.rcvbuf.client 65536\n    tune.sndbuf.server 49152\n{LOGGED_TCP}\
+         frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        b.addr
+    );
+    let _s = Sluice::start(&cfg);
+    let ss = |filter: &str| {
+        let out = std::process::Command::new("ss")
+            .args(["-tnm", "-a", filter])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let listening = ss(&format!("sport = :{port}"));
+    assert!(listening.contains("rb131072"), "{listening}");
+    // A connection through: sluice's socket to the server has the send buffer asked for.
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    std::io::Write::write_all(&mut c, b"ping").unwrap();
+    let mut got = [0u8; 4];
+    std::io::Read::read_exact(&mut c, &mut got).unwrap();
+    let to_server = ss(&format!("dport = :{}", b.addr.port()));
+    assert!(to_server.contains("tb98304"), "{to_server}");
+}

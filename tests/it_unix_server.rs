@@ -181,3 +181,32 @@ fn unix_servers_refuse_what_needs_ip() {
     let (code, err) = check("server u /run/x.sock weight 5 maxconn 10");
     assert_eq!(code, 0, "{err}");
 }
+
+/// A proxy chained to another through an abstract socket, as HAProxy users write it
+/// (`server x abns@name` in one proxy, `bind abns@name` in the other).
+#[test]
+fn proxies_chained_through_an_abstract_socket() {
+    let app = HttpBackend::start("app");
+    let port = free_port();
+    let name = format!("sluice-chain-{}", std::process::id());
+    let cfg = format!(
+        "{LOGGED_HTTP}listen front\n    bind 127.0.0.1:{port}\n    server inner abns@{name}\n\
+         frontend inner\n    bind abns@{name}\n    \
+         http-request set-header x-via inner\n    default_backend app\n\
+         backend app\n    server app {}\n",
+        app.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    for p in ["/1", "/2"] {
+        let r = c.request(format!("GET {p} HTTP/1.1\r\nHost: t\r\n\r\n"));
+        assert_eq!((r.status, r.server()), (200, "app".to_string()));
+    }
+    assert_eq!(app.last_request().header("x-via"), Some("inner"));
+    // The inner frontend logs the client as HAProxy logs a UNIX socket's.
+    let line = s.wait_log_line(|l| l.contains(" inner app/app "), WAIT);
+    assert!(line.starts_with("unix:"), "{line}");
+    // `-c` accepts it too (nothing is bound then).
+    let (code, err) = Sluice::check(&cfg);
+    assert_eq!(code, 0, "{err}");
+}

@@ -1499,6 +1499,7 @@ const CRITERIA: &[&str] = &[
     "ssl_fc_cipher",
     "ssl_fc_alpn",
     "ssl_c_used",
+    "ssl_fc_has_crt",
     "ssl_c_verify",
     "ssl_c_s_dn",
     "ssl_c_i_dn",
@@ -1807,7 +1808,9 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "ssl_fc_protocol" => no_args(Fetch::SslFcProtocol)?,
         "ssl_fc_cipher" => no_args(Fetch::SslFcCipher)?,
         "ssl_fc_alpn" => no_args(Fetch::SslFcAlpn)?,
-        "ssl_c_used" => no_args(Fetch::SslCUsed)?,
+        // `ssl_fc_has_crt`: the client sent a certificate on this connection; a resumed
+        // session counts its first handshake's (as `ssl_c_used` does).
+        "ssl_c_used" | "ssl_fc_has_crt" => no_args(Fetch::SslCUsed)?,
         "ssl_c_verify" => no_args(Fetch::SslCVerify)?,
         "ssl_c_s_dn" | "ssl_c_i_dn" if args.is_some_and(|a| !a.trim().is_empty()) => {
             let a = args.unwrap_or("");

@@ -143,9 +143,19 @@ pub struct Global {
     pub runqueue_depth: u32,
     /// `tune.idle-pool.shared on|off` (default on).
     pub idle_pool_shared: bool,
+    /// `tune.rcvbuf.client`, `tune.sndbuf.client`: kernel buffer sizes of client sockets
+    /// (set on the listening sockets, which accepted ones inherit); `None`: the system's.
+    pub rcvbuf_client: Option<u32>,
+    pub sndbuf_client: Option<u32>,
+    /// `tune.rcvbuf.server`, `tune.sndbuf.server`: the same for server connections.
+    pub rcvbuf_server: Option<u32>,
+    pub sndbuf_server: Option<u32>,
     pub hard_stop_after: Option<Duration>,
     /// `log-tag`: the program name in syslog headers (default `sluice`).
     pub log_tag: Option<String>,
+    /// `log-send-hostname [NAME]`: the host name in syslog headers (the system's without
+    /// NAME); it also makes `rfc3164` the default format, as in HAProxy.
+    pub log_send_hostname: Option<String>,
     /// `stats socket` lines, in order.
     pub stats_sockets: Vec<StatsSocket>,
     /// `stats timeout` (default 10s): idle time allowed on a CLI connection.
@@ -250,8 +260,13 @@ impl Default for Global {
             maxsslrate: None,
             runqueue_depth: 200,
             idle_pool_shared: true,
+            rcvbuf_client: None,
+            sndbuf_client: None,
+            rcvbuf_server: None,
+            sndbuf_server: None,
             hard_stop_after: None,
             log_tag: None,
+            log_send_hostname: None,
             stats_sockets: Vec::new(),
             stats_timeout: Duration::from_secs(10),
             checks: GlobalChecks::default(),
@@ -911,6 +926,8 @@ impl UseBackend {
 pub enum BindAddr {
     Tcp(SocketAddr),
     Unix(PathBuf),
+    /// `abns@NAME`: a UNIX socket in Linux's abstract namespace (no file).
+    Abns(String),
     /// `fd@N`: an already-listening socket inherited from the parent process.
     Fd(i32),
 }
@@ -1194,10 +1211,19 @@ pub enum LogDest {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
+    /// HAProxy's default: RFC 3164 without the host name.
     #[default]
+    Local,
     Rfc3164,
     Rfc5424,
+    /// `<level>` and the text.
     Short,
+    /// `<facility*8+level>` and the text.
+    Priority,
+    /// `<level>`, an ISO 8601 date, and the text.
+    Timed,
+    /// An ISO 8601 date and the text.
+    Iso,
     Raw,
 }
 

@@ -1020,6 +1020,11 @@ pub async fn connect_with_slot(
     }
 }
 
+/// `tune.rcvbuf.server`, `tune.sndbuf.server` (0: the system's sizes): process-wide
+/// settings of the configuration in force, read by every server socket.
+pub static RCVBUF_SERVER: AtomicU32 = AtomicU32::new(0);
+pub static SNDBUF_SERVER: AtomicU32 = AtomicU32::new(0);
+
 /// A socket for a connection to a server at `addr` (traffic or check), bound to `source`
 /// (the server's or its backend's `source`), with the final ACK of the TCP handshake held
 /// back when `delay_ack` (`tcp-smart-connect`, bare layer-4 checks).
@@ -1033,6 +1038,14 @@ pub(crate) fn server_socket(
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
+    match RCVBUF_SERVER.load(Relaxed) {
+        0 => {}
+        n => sock.set_recv_buffer_size(n)?,
+    }
+    match SNDBUF_SERVER.load(Relaxed) {
+        0 => {}
+        n => sock.set_send_buffer_size(n)?,
+    }
     if let Some(src) = source {
         // A fixed port needs SO_REUSEADDR to be usable again while earlier connections from
         // it linger in TIME_WAIT (HAProxy sets it too).

@@ -19,6 +19,10 @@ const KEYWORDS: &[&str] = &[
     "tune.maxaccept",
     "tune.runqueue-depth",
     "tune.idle-pool.shared",
+    "tune.rcvbuf.client",
+    "tune.sndbuf.client",
+    "tune.rcvbuf.server",
+    "tune.sndbuf.server",
     "maxconnrate",
     "maxsessrate",
     "maxsslrate",
@@ -47,13 +51,14 @@ const KEYWORDS: &[&str] = &[
     "strict-limits",
     "zero-warning",
     "tune.ssl.default-dh-param",
+    "ssl-dh-param-file",
+    "log-send-hostname",
     "unix-bind",
 ];
 
 /// Real HAProxy global keywords that sluice does not implement.
 const UNSUPPORTED: &[&str] = &[
     "key-base",
-    "log-send-hostname",
     "maxsslconn",
     "maxcomprate",
     "maxcompcpuusage",
@@ -99,7 +104,6 @@ const UNSUPPORTED: &[&str] = &[
     "ssl-load-extra-files",
     "ssl-load-extra-del-ext",
     "ssl-skip-self-issued-ca",
-    "ssl-dh-param-file",
     "ssl-propquery",
     "ssl-provider",
     "ssl-provider-path",
@@ -228,6 +232,16 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             no_extra(w, 1)?;
             g.zero_warning = true;
         }
+        "ssl-dh-param-file" => {
+            let f = arg(w, 1, "a file of Diffie-Hellman parameters")?;
+            no_extra(w, 2)?;
+            std::fs::metadata(f).map_err(|e| format!("cannot read '{f}': {e}"))?;
+            super::warn(
+                "'ssl-dh-param-file' has no effect in sluice: its TLS library has no DHE \
+                 cipher suites (ECDHE ones need no parameters)"
+                    .to_string(),
+            );
+        }
         // Diffie-Hellman parameters serve the DHE suites, which rustls does not have.
         "tune.ssl.default-dh-param" => {
             parse_range(arg(w, 1, "number of bits")?, 1024, 16384)?;
@@ -276,6 +290,21 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
                 _ => g.maxsslrate = v,
             }
         }
+        "tune.rcvbuf.client" | "tune.sndbuf.client" | "tune.rcvbuf.server"
+        | "tune.sndbuf.server" => {
+            let v = parse_size(arg(w, 1, "size in bytes")?)?;
+            no_extra(w, 2)?;
+            let v = u32::try_from(v)
+                .ok()
+                .filter(|v| *v > 0)
+                .ok_or_else(|| format!("'{v}' is out of range (expected 1 to 4294967295)"))?;
+            match kw {
+                "tune.rcvbuf.client" => g.rcvbuf_client = Some(v),
+                "tune.sndbuf.client" => g.sndbuf_client = Some(v),
+                "tune.rcvbuf.server" => g.rcvbuf_server = Some(v),
+                _ => g.sndbuf_server = Some(v),
+            }
+        }
         "tune.idle-pool.shared" => {
             g.idle_pool_shared = match arg(w, 1, "'on' or 'off'")? {
                 "on" => true,
@@ -285,6 +314,16 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             no_extra(w, 2)?;
         }
         "stats" => stats(g, l)?,
+        "log-send-hostname" => {
+            let name = match w.get(1) {
+                Some(n) => n.clone(),
+                None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_else(|_| "localhost".into()),
+            };
+            no_extra(w, 2)?;
+            g.log_send_hostname = Some(name);
+        }
         "log-tag" => {
             let tag = arg(w, 1, "tag")?;
             // An RFC 3164 TAG: printable, no spaces, no ':' / '[' that would end it early.
@@ -504,11 +543,15 @@ fn stats(g: &mut Global, l: &Line) -> Result<(), KwErr> {
                             .filter(|v| *v <= 0o7777)
                             .ok_or_else(|| format!("'mode' expects an octal mode, got '{m}'"))?;
                         if !matches!(sock.addr, BindAddr::Unix(_)) {
-                            return Err("'mode' only applies to UNIX socket paths"
-                                .to_string()
-                                .into());
+                            // HAProxy ignores it there too (a common Docker default).
+                            super::warn(
+                                "'mode' is ignored on a stats socket that is not a UNIX \
+                                 socket path"
+                                    .to_string(),
+                            );
+                        } else {
+                            sock.mode = Some(v);
                         }
-                        sock.mode = Some(v);
                     }
                     "expose-fd" => {
                         match arg(w, i + 1, "what to expose ('listeners')")? {
@@ -520,20 +563,33 @@ fn stats(g: &mut Global, l: &Line) -> Result<(), KwErr> {
                                 .into());
                             }
                         }
-                        if !matches!(sock.addr, BindAddr::Unix(_) | BindAddr::Fd(_)) {
-                            return Err("'expose-fd listeners' needs a UNIX socket (descriptors \
-                                        cannot travel over TCP)"
-                                .to_string()
-                                .into());
+                        if !matches!(
+                            sock.addr,
+                            BindAddr::Unix(_) | BindAddr::Abns(_) | BindAddr::Fd(_)
+                        ) {
+                            // Accepted and ignored, as HAProxy does: descriptors cannot
+                            // travel over TCP.
+                            super::warn(
+                                "'expose-fd listeners' is ignored on a TCP stats socket \
+                                 (descriptors only travel over UNIX sockets)"
+                                    .to_string(),
+                            );
+                        } else {
+                            sock.expose_fd = true;
                         }
-                        sock.expose_fd = true;
                     }
                     o @ ("uid" | "gid" | "user" | "group") => {
-                        if !matches!(sock.addr, BindAddr::Unix(_)) {
-                            return Err(format!("'{o}' only applies to UNIX socket paths").into());
-                        }
                         let (is_uid, id) =
                             owner(o, arg(w, i + 1, &format!("a value after '{o}'"))?)?;
+                        if !matches!(sock.addr, BindAddr::Unix(_)) {
+                            // Ignored there, as in HAProxy.
+                            super::warn(format!(
+                                "'{o}' is ignored on a stats socket that is not a UNIX \
+                                 socket path"
+                            ));
+                            i += 2;
+                            continue;
+                        }
                         if is_uid {
                             sock.uid = Some(id);
                         } else {
@@ -914,10 +970,10 @@ mod tests {
             "stats maxconn 10",
             "stats",
         ]);
-        assert_eq!(e.len(), 7, "{e:?}");
-        assert!(e[3].contains("only supports 'listeners'"), "{e:?}");
-        assert!(e[4].contains("needs a UNIX socket"), "{e:?}");
-        assert!(e[5].contains("'stats maxconn' in 'global' section is not supported"));
+        // `mode` and `expose-fd` on a TCP socket are ignored (with a warning), as in HAProxy.
+        assert_eq!(e.len(), 5, "{e:?}");
+        assert!(e[2].contains("only supports 'listeners'"), "{e:?}");
+        assert!(e[3].contains("'stats maxconn' in 'global' section is not supported"));
         let (g, e) = run(&["stats socket /x level admin expose-fd listeners"]);
         assert!(e.is_empty(), "{e:?}");
         assert!(g.stats_sockets[0].expose_fd);
@@ -926,7 +982,7 @@ mod tests {
         assert!(e.is_empty(), "{e:?}");
         let s = &g.stats_sockets[0];
         assert_eq!((s.uid, s.gid, s.mode), (Some(0), Some(0), Some(0o660)));
-        let (_, e) = run(&[
+        let (g, e) = run(&[
             "stats socket /x user no-such-user-here",
             "stats socket 127.0.0.1:3 uid 0",
         ]);
@@ -934,10 +990,37 @@ mod tests {
             e[0].contains("cannot find user id for 'no-such-user-here'"),
             "{e:?}"
         );
-        assert!(
-            e[1].contains("'uid' only applies to UNIX socket paths"),
-            "{e:?}"
+        assert_eq!(e.len(), 1, "'uid' on a TCP socket is ignored: {e:?}");
+        assert_eq!(g.stats_sockets.last().map(|s| s.uid), Some(None));
+    }
+
+    #[test]
+    fn socket_buffers_and_ignored_tls_parameters() {
+        let (g, e) = run(&[
+            "tune.rcvbuf.client 64k",
+            "tune.sndbuf.client 32768",
+            "tune.rcvbuf.server 1m",
+            "tune.sndbuf.server 4096",
+            "ssl-dh-param-file /dev/null",
+        ]);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(
+            (
+                g.rcvbuf_client,
+                g.sndbuf_client,
+                g.rcvbuf_server,
+                g.sndbuf_server
+            ),
+            (Some(65536), Some(32768), Some(1 << 20), Some(4096))
         );
+        assert!(
+            super::super::take_warnings()
+                .iter()
+                .any(|w| w.contains("'ssl-dh-param-file' has no effect"))
+        );
+        let (_, e) = run(&["tune.rcvbuf.client 0", "ssl-dh-param-file /no/such/dh.pem"]);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[1].contains("cannot read '/no/such/dh.pem'"), "{e:?}");
     }
 
     #[test]

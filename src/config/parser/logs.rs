@@ -22,7 +22,7 @@ pub(super) fn parse_target(w: &[String]) -> Result<LogTarget, String> {
     let dest = dest(addr)?;
     let mut t = LogTarget {
         dest,
-        format: LogFormat::Rfc3164,
+        format: LogFormat::Local,
         facility: 0,
         level: 7,
         minlevel: 0,
@@ -39,17 +39,22 @@ pub(super) fn parse_target(w: &[String]) -> Result<LogTarget, String> {
             }
             Some("format") => {
                 t.format = match arg(w, i + 1, "format name after 'format'")? {
+                    "local" => LogFormat::Local,
                     "rfc3164" => LogFormat::Rfc3164,
                     "rfc5424" => LogFormat::Rfc5424,
                     "short" => LogFormat::Short,
+                    "priority" => LogFormat::Priority,
+                    "timed" => LogFormat::Timed,
+                    "iso" => LogFormat::Iso,
                     "raw" => LogFormat::Raw,
-                    f @ ("iso" | "local" | "priority" | "timed") => {
-                        return Err(format!("log format '{f}' is not supported by sluice"));
-                    }
                     f => {
+                        let known = [
+                            "local", "rfc3164", "rfc5424", "short", "priority", "timed", "iso",
+                            "raw",
+                        ];
                         return Err(format!(
                             "unknown log format '{f}'{}",
-                            did_you_mean(f, ["rfc3164", "rfc5424", "short", "raw"])
+                            did_you_mean(f, known)
                         ));
                     }
                 };

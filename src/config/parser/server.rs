@@ -10,6 +10,7 @@ use super::{KwErr, did_you_mean};
 use crate::config::tokenizer::Line;
 
 const BIND_OPTIONS: &[&str] = &[
+    "allow-0rtt",
     "name",
     "maxconn",
     "backlog",
@@ -46,7 +47,6 @@ const BIND_UNSUPPORTED: &[&str] = &[
     "expose-fd",
     "sigalgs",
     "client-sigalgs",
-    "allow-0rtt",
     "no-ca-names",
     "force-sslv3",
     "force-tlsv10",
@@ -174,6 +174,13 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             }
             "v4v6" => proto.v4v6 = true,
             "v6only" => proto.v6only = true,
+            // Early data is an optimisation a client cannot count on: without it, a client
+            // that offers 0-RTT does a full handshake and sends its request after it.
+            "allow-0rtt" => super::warn(
+                "bind option 'allow-0rtt' has no effect in sluice: TLS 1.3 early data is not \
+                 accepted, clients send their first request after the handshake"
+                    .to_string(),
+            ),
             _ if crate::tls::BIND_TLS_OPTIONS.contains(&opt) => {
                 if let Some(r) = crate::tls::parse_bind_opt(&mut tls, w, &mut i) {
                     r?;
@@ -212,7 +219,11 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     }
     proto.label = label.as_str().into();
     proto.ssl = tls.build(label)?;
-    if proto.accept_proxy && addrs.iter().any(|a| matches!(a, BindAddr::Unix(_))) {
+    if proto.accept_proxy
+        && addrs
+            .iter()
+            .any(|a| matches!(a, BindAddr::Unix(_) | BindAddr::Abns(_)))
+    {
         return Err(
             "'accept-proxy' on a UNIX socket is not supported by sluice (TCP binds only)"
                 .to_string()
@@ -248,8 +259,15 @@ pub(super) fn bind_addr(a: &str) -> Result<Vec<BindAddr>, String> {
         }
         return Ok(vec![BindAddr::Unix(p.into())]);
     }
+    if let Some(n) = a.strip_prefix("abns@") {
+        if n.is_empty() || n.len() > 107 {
+            return Err(format!(
+                "bind address '{a}': an abstract socket name of 1 to 107 bytes is expected"
+            ));
+        }
+        return Ok(vec![BindAddr::Abns(n.to_string())]);
+    }
     for unsupported in [
-        "abns@",
         "sockpair@",
         "udp@",
         "udp4@",
@@ -1004,7 +1022,16 @@ mod tests {
         );
         assert!(bind_addr(":8002-8000").is_err());
         assert!(bind_addr(":0").is_err());
-        assert!(bind_addr("abns@x").unwrap_err().contains("not supported"));
+        assert_eq!(
+            bind_addr("abns@x").unwrap(),
+            vec![BindAddr::Abns("x".into())]
+        );
+        assert!(bind_addr("abns@").is_err());
+        assert!(
+            bind_addr("sockpair@3")
+                .unwrap_err()
+                .contains("not supported")
+        );
     }
 
     fn server_addr_t(a: &str) -> Result<std::net::SocketAddr, String> {

@@ -290,12 +290,13 @@ fn global_log_targets() {
         (&l[1].dest, l[1].format, l[1].facility, l[1].level),
         (&LogDest::Stderr, LogFormat::Short, 3, 6)
     );
-    // Defaults: UDP port 514, RFC3164, every level, 1024 bytes.
+    // Defaults: UDP port 514, HAProxy's `local` (RFC 3164 without the host name), every
+    // level, 1024 bytes.
     assert_eq!(
         l[2],
         LogTarget {
             dest: LogDest::Udp(sa("127.0.0.1:514")),
-            format: LogFormat::Rfc3164,
+            format: LogFormat::Local,
             facility: 16,
             level: 7,
             minlevel: 0,
@@ -387,7 +388,7 @@ fn global_errors() {
         "  nbproc 2",                         // 9
         "  log global",                       // 10
         "  log 127.0.0.1 locl0",              // 11
-        "  log 127.0.0.1 format iso local0",  // 12
+        "  log 127.0.0.1 format isox local0", // 12
         "  log 127.0.0.1 len 10 local0",      // 13
         "  tune.idle-pool.shared maybe",      // 14
         "  hard-stop-after 1q30s",            // 15
@@ -462,7 +463,10 @@ fn global_errors() {
             "did you mean 'local0'",
         ],
     );
-    has(find(12), &["log format 'iso' is not supported by sluice"]);
+    has(
+        find(12),
+        &["unknown log format 'isox' (did you mean 'iso'?)"],
+    );
     has(
         find(13),
         &["log line length", "out of range (expected 80 to 65535)"],
@@ -1021,7 +1025,7 @@ fn bind_errors() {
         "  bind :80 nmae web",       // 7
         "  bind :80 v4v6 v6only",    // 8
         "  bind :80 maxconn many",   // 9
-        "  bind abns@foo",           // 10
+        "  bind sockpair@3",         // 10
         "  bind",                    // 11
         "  bind bad_host!:80",       // 12
         "  bind [::1:80",            // 13
@@ -1048,7 +1052,10 @@ fn bind_errors() {
     );
     has(find(8), &["'v4v6' and 'v6only' cannot be used together"]);
     has(find(9), &["'many' is not a valid number"]);
-    has(find(10), &["'abns@' addresses are not supported by sluice"]);
+    has(
+        find(10),
+        &["'sockpair@' addresses are not supported by sluice"],
+    );
     has(find(11), &["missing address"]);
     has(find(12), &["invalid address 'bad_host!'"]);
     has(find(13), &["missing ']'"]);
@@ -3742,6 +3749,7 @@ fn global_node_description_and_limits() {
         "listen st",
         "  mode http",
         "  bind :80",
+        "  bind :81 allow-0rtt",
         "  stats show-node",
         "  stats show-desc Edge proxy",
     ]);
@@ -3750,9 +3758,16 @@ fn global_node_description_and_limits() {
     assert_eq!(g.description.as_deref(), Some("two words"));
     assert_eq!(g.ulimit_n, Some(4096));
     assert!(g.strict_limits && g.zero_warning);
-    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
     assert!(
         c.warnings[0].message.contains("default-dh-param"),
+        "{:?}",
+        c.warnings
+    );
+    // `allow-0rtt` is accepted with a word: clients do a full handshake.
+    assert_eq!(c.warnings[1].line, 11, "{:?}", c.warnings);
+    assert!(
+        c.warnings[1].message.contains("'allow-0rtt' has no effect"),
         "{:?}",
         c.warnings
     );

@@ -256,6 +256,27 @@ impl Logger {
     }
 }
 
+/// Captured values as HAProxy logs them: `{v1|v2|...}`, an empty value for a slot that
+/// caught nothing, and `"`, `#`, `{`, `|`, `}`, control and non-ASCII bytes as `#XX`.
+fn captures(out: &mut String, (n, v): (usize, &[Option<Box<[u8]>>])) {
+    out.push('{');
+    for i in 0..n {
+        if i > 0 {
+            out.push('|');
+        }
+        if let Some(Some(b)) = v.get(i) {
+            for &c in b.iter() {
+                if !(0x20..0x7f).contains(&c) || matches!(c, b'"' | b'#' | b'{' | b'|' | b'}') {
+                    let _ = write!(out, "#{c:02X}");
+                } else {
+                    out.push(c as char);
+                }
+            }
+        }
+    }
+    out.push('}');
+}
+
 /// Everything an access-log line needs about one HTTP transaction or TCP session.
 #[derive(Debug, Default, Clone)]
 pub struct Entry<'a> {
@@ -314,6 +335,10 @@ pub struct Entry<'a> {
     /// Samples of the `%[fetch]` nodes that read the request, taken when its head arrived
     /// (indexed by the node's slot; `None`: no sample).
     pub samples: &'a [Option<Box<[u8]>>],
+    /// The frontend's request and response captures (`capture request header`, ...):
+    /// how many slots it has, and what they hold (`%hr`, `%hs`, and `option httplog`).
+    pub cap_req: (usize, &'a [Option<Box<[u8]>>]),
+    pub cap_rsp: (usize, &'a [Option<Box<[u8]>>]),
     /// `%ID`: the request's `unique-id-format` value.
     pub unique_id: Option<&'a str>,
     /// The session's variables, for `%[var(...)]`.
@@ -384,6 +409,12 @@ impl Entry<'_> {
             self.cookie[1] as char
         );
         self.counters(&mut out);
+        for c in [self.cap_req, self.cap_rsp] {
+            if c.0 > 0 {
+                out.push(' ');
+                captures(&mut out, c);
+            }
+        }
         out.push_str(" \"");
         out.push_str(self.request);
         out.push('"');
@@ -734,8 +765,20 @@ impl Logger {
                 None => text(out, None),
             },
             Var::SrvPort => put_port(out, e.srv_addr, "-", fl),
-            // No captures in sluice: HAProxy prints nothing for these then.
-            Var::HdrReq | Var::HdrReqList | Var::HdrRsp | Var::HdrRspList => {}
+            Var::HdrReq | Var::HdrRsp => {
+                let c = if matches!(v, Var::HdrReq) {
+                    e.cap_req
+                } else {
+                    e.cap_rsp
+                };
+                if c.0 > 0 {
+                    let mut t = String::new();
+                    captures(&mut t, c);
+                    out.push_str(&t);
+                }
+            }
+            // The CLF lists are not produced yet.
+            Var::HdrReqList | Var::HdrRspList => {}
             Var::Method => text(out, method),
             Var::Uri => text(out, uri),
             Var::Path => text(out, uri.map(|u| u.split('?').next().unwrap_or(u))),

@@ -406,3 +406,66 @@ fn syslog_headers_of_every_format() {
         assert!(re.is_match(&line), "{format} {global:?}: {line}");
     }
 }
+
+/// Header captures and `capture` rules: `{...}` groups in `option httplog` lines and in
+/// `%hr` / `%hs`, in declaration order, truncated, escaped as HAProxy 2.6.12 escapes them
+/// (its line for the same request is the expected one).
+#[test]
+fn captures_in_httplog_lines() {
+    let b = HttpBackend::with_handler("A", |_| Reply::Full {
+        status: 200,
+        headers: vec![
+            ("Content-Type".into(), "text/plain".into()),
+            ("X-R".into(), "r|1".into()),
+        ],
+        body: b"ok".to_vec(),
+    });
+    let port = free_port();
+    let p2 = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    \
+         capture request header Host len 5\n    capture request header X-Missing len 10\n    \
+         capture request header User-Agent len 40\n    \
+         capture response header Content-Type len 4\n    \
+         declare capture response len 10\n    \
+         http-request capture req.hdr(x-a) len 8\n    \
+         http-response capture res.hdr(x-r) id 1\n    default_backend be\n\
+         frontend fe2\n    bind 127.0.0.1:{p2}\n    capture request header Host len 20\n    \
+         log-format \"hr=%hr hs=%hs\"\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        b.hostport(),
+    );
+    let s = Sluice::start(&cfg);
+    let r = http_raw(
+        port,
+        "GET /c HTTP/1.1\r\nHost: example.com\r\nUser-Agent: a \"b\" c|d{e}#f\r\n\
+         X-A: 123456789\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let line = s.wait_log_line(|l| l.contains("GET /c "), WAIT);
+    assert!(
+        line.ends_with(
+            " {examp||a #22b#22 c#7Cd#7Be#7D#23f|12345678} {text|r#7C1} \"GET /c HTTP/1.1\""
+        ),
+        "{line}"
+    );
+    let _ = http_get(p2, "/d");
+    let line = s.wait_log_line(|l| l.starts_with("hr="), WAIT);
+    assert_eq!(line, "hr={test} hs=");
+    // Slots are checked at load.
+    let (code, err) = Sluice::check(&format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    \
+         http-response capture res.hdr(x) id 0\n    default_backend be\n\
+         backend be\n    http-request capture req.hdr(x) len 4\n    server s1 {}\n",
+        b.hostport(),
+    ));
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("this proxy has no response capture slot 0"),
+        "{err}"
+    );
+    assert!(
+        err.contains("'capture ... len' declares a slot of a frontend"),
+        "{err}"
+    );
+}

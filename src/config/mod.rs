@@ -572,6 +572,11 @@ pub struct Proxy {
     /// `http-after-response`: header, status and variable actions on every response the
     /// client gets, sluice's own included (backend rules first, then the frontend's).
     pub http_after_response: Vec<HttpResponseRule>,
+    /// `capture request header NAME len N`, `declare capture request len N`, and the slots
+    /// of `http-request capture ... len N`, in declaration order (the log's `%hr`).
+    pub capture_req: Vec<CaptureSlot>,
+    /// The same for responses (`%hs`).
+    pub capture_rsp: Vec<CaptureSlot>,
     /// `cookie NAME ...`: server persistence by a cookie (a backend setting).
     pub cookie: Option<CookieCfg>,
     /// `compression algo|type|offload`.
@@ -1358,7 +1363,32 @@ pub enum HttpResponseAction {
     /// `cache-store NAME`: the response is kept in the cache, with its header fields as they
     /// are at this rule, if HAProxy's cache would keep it. Evaluation goes on.
     CacheStore(crate::cache::Use),
+    /// `capture EXPR id N`: the sample goes into a response capture slot (`%hs`).
+    Capture(CaptureAction),
 }
+
+/// A capture slot of a frontend: a header (`capture request|response header NAME`) or a
+/// slot that `http-request|http-response capture` rules fill; at most `len` bytes kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureSlot {
+    pub header: Option<String>,
+    pub len: usize,
+}
+
+/// `http-request capture EXPR len N|id N`, `http-response capture EXPR id N`.
+#[derive(Debug, Clone)]
+pub struct CaptureAction {
+    pub expr: SampleFetch,
+    pub slot: usize,
+}
+
+impl PartialEq for CaptureAction {
+    fn eq(&self, o: &CaptureAction) -> bool {
+        self.expr.text() == o.expr.text() && self.slot == o.slot
+    }
+}
+
+impl Eq for CaptureAction {}
 
 /// `deny`'s answer: the status's error page (`errorfile` or built-in), or a reply of its own
 /// when the rule gives `content-type`/`string`/`file`/`hdr`.
@@ -1577,6 +1607,8 @@ pub enum HttpRequestAction {
     /// `cache-use NAME`: a fresh object of the cache answers the request (after the rest of
     /// the rules); the request's key is kept for `cache-store`. Evaluation goes on.
     CacheUse(crate::cache::Use),
+    /// `capture EXPR len N|id N`: the sample goes into a request capture slot (`%hr`).
+    Capture(CaptureAction),
 }
 
 /// Which part of the request target a rewrite sets.

@@ -281,6 +281,8 @@ struct RspRules<'r> {
     reason: Option<&'r str>,
     /// The response goes into the cache as it passes (`cache-store`).
     fill: Option<crate::cache::Filling>,
+    /// `http-response capture`: (slot, value) to keep for the log.
+    captures: Vec<(usize, Box<[u8]>)>,
 }
 
 struct RspView<'a> {
@@ -564,11 +566,44 @@ struct Txn {
     cache: Option<Box<crate::cache::Lookup>>,
     /// The response comes from the cache (`res.cache_hit`; `<CACHE>` in the log).
     from_cache: bool,
+    /// The frontend's capture slots (`%hr`, `%hs`): empty (no allocation) without captures.
+    cap_req: Vec<Option<Box<[u8]>>>,
+    cap_rsp: Vec<Option<Box<[u8]>>>,
 }
 
 /// Whether a status line carries status `code`.
 fn status_code_is(line: &[u8], code: u16) -> bool {
     line.split(|&b| b == b' ').nth(1) == Some(code.to_string().as_bytes())
+}
+
+/// Keeps at most `len` bytes of a captured value in slot `i` (made when first needed).
+fn capture_into(slots: &mut Vec<Option<Box<[u8]>>>, n: usize, i: usize, v: &[u8], len: usize) {
+    if slots.len() < n {
+        slots.resize(n, None);
+    }
+    if let Some(s) = slots.get_mut(i) {
+        *s = Some(v[..v.len().min(len)].into());
+    }
+}
+
+/// `capture request|response header`: the last occurrence of each captured header.
+fn capture_headers(
+    caps: &[crate::config::CaptureSlot],
+    slots: &mut Vec<Option<Box<[u8]>>>,
+    hdrs: &Headers,
+    buf: &[u8],
+) {
+    for (i, c) in caps.iter().enumerate() {
+        let Some(name) = &c.header else { continue };
+        let last = hdrs
+            .list
+            .iter()
+            .rev()
+            .find(|(n, _)| header_eq(n.get(buf), name.as_bytes()));
+        if let Some((_, v)) = last {
+            capture_into(slots, caps.len(), i, v.get(buf), c.len);
+        }
+    }
 }
 
 /// The server name a response from the cache is logged with (HAProxy's).
@@ -610,6 +645,8 @@ impl Txn {
             method: ([0; 16], 0),
             cache: None,
             from_cache: false,
+            cap_req: Vec::new(),
+            cap_rsp: Vec::new(),
         }
     }
 }
@@ -1174,6 +1211,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 .map(|b| b.queued.load(Relaxed))
                 .unwrap_or(0),
             request: &txn.request_line,
+            cap_req: (fe.capture_req.len(), &txn.cap_req),
+            cap_rsp: (fe.capture_rsp.len(), &txn.cap_rsp),
             asap,
             cookie: txn
                 .be
@@ -1305,6 +1344,15 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         self.hdrs.load(&head.headers);
         if head.host_dup {
             self.hdrs.keep_first(&self.cbuf, b"host");
+        }
+        // `capture request header`: as received, before the rules.
+        if !self.fe.capture_req.is_empty() {
+            capture_headers(
+                &self.fe.capture_req,
+                &mut txn.cap_req,
+                &self.hdrs,
+                &self.cbuf,
+            );
         }
         // `unique-id-format`: the id is made as the request arrives, before the rules (a
         // header the server gets carries it; the access log's %ID prints it).
@@ -1564,6 +1612,14 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 HttpRequestAction::SetVar(a) => a.run(&self.proxy_view(p, head, src)),
                 HttpRequestAction::SetLogLevel(l) => self.log_level.set(Some(*l)),
                 HttpRequestAction::CacheUse(u) => self.cache_use(u, p, head, txn),
+                HttpRequestAction::Capture(c) => {
+                    let mut v = Vec::new();
+                    if c.expr.write(&self.proxy_view(p, head, src), &mut v) {
+                        let caps = &self.fe.capture_req;
+                        let len = caps.get(c.slot).map_or(0, |s| s.len);
+                        capture_into(&mut txn.cap_req, caps.len(), c.slot, &v, len);
+                    }
+                }
                 // `allow`: no more rules of this section; the request goes on.
                 HttpRequestAction::Allow => return None,
                 HttpRequestAction::PatEdit(e) => {
@@ -2014,6 +2070,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             | HttpRequestAction::SetVar(_)
             | HttpRequestAction::SetLogLevel(_)
             | HttpRequestAction::CacheUse(_)
+            | HttpRequestAction::Capture(_)
             | HttpRequestAction::Allow
             | HttpRequestAction::PatEdit(_) => {
                 unreachable!("header edits, target rewrites and stick actions are applied in place")
@@ -2525,12 +2582,23 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             self.hdrs.set_content_length(&self.sbuf, resp.cl_value);
         }
         private = private || connection_auth_challenge(resp.status, &self.hdrs, &self.sbuf);
+        // `capture response header`: as received, before the rules.
+        if !self.fe.capture_rsp.is_empty() {
+            capture_headers(
+                &self.fe.capture_rsp,
+                &mut txn.cap_rsp,
+                &self.hdrs,
+                &self.sbuf,
+            );
+        }
         let RspRules {
             mut end,
             status: cur_status,
             reason,
             mut fill,
+            captures,
         } = self.response_rules(bp, txn, Some(slot.server_state()), resp.status);
+        self.keep_captures(txn, captures);
         if let Some(RspEnd::Drop) = end {
             // `http-response silent-drop`: the response goes nowhere (its connection is
             // dropped on return), and the client is not told; counted and logged as HAProxy
@@ -2995,6 +3063,15 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         Cow::Owned(out)
     }
 
+    /// Keeps what `http-response capture` rules took, in the frontend's response slots.
+    fn keep_captures(&self, txn: &mut Txn, captures: Vec<(usize, Box<[u8]>)>) {
+        let caps = &self.fe.capture_rsp;
+        for (i, v) in captures {
+            let len = caps.get(i).map_or(0, |s| s.len);
+            capture_into(&mut txn.cap_rsp, caps.len(), i, &v, len);
+        }
+    }
+
     /// `http-request cache-use`: the request's key (for a later `cache-store`), and the
     /// fresh object that answers it, if the request may take one. The first such rule of a
     /// transaction decides. Counted in the rule's proxy (frontend or backend counters).
@@ -3096,12 +3173,22 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         txn.timings.connect = Some(Duration::ZERO);
         txn.timings.response = Some(Duration::ZERO);
         self.hdrs.load(&resp.headers);
+        if !self.fe.capture_rsp.is_empty() {
+            capture_headers(
+                &self.fe.capture_rsp,
+                &mut txn.cap_rsp,
+                &self.hdrs,
+                &self.sbuf,
+            );
+        }
         let RspRules {
             end,
             status,
             reason,
             fill: _,
+            captures,
         } = self.response_rules(bp, txn, None, resp.status);
+        self.keep_captures(txn, captures);
         self.cbuf.advance(head.head_len);
         let body_left = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
         let keep = !head.conn_close
@@ -3213,6 +3300,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             status,
             reason: None,
             fill: None,
+            captures: Vec::new(),
         };
         let cache_name = txn.cache_hit_name();
         'rules: for p in &rule_sets[..n_sets] {
@@ -3260,6 +3348,13 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     }
                     HttpResponseAction::SetLogLevel(l) => {
                         self.log_level.set(Some(*l));
+                        continue;
+                    }
+                    HttpResponseAction::Capture(c) => {
+                        let mut v = Vec::new();
+                        if c.expr.write(&view, &mut v) {
+                            out.captures.push((c.slot, v.into_boxed_slice()));
+                        }
                         continue;
                     }
                     HttpResponseAction::CacheStore(u) => {

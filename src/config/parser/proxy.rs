@@ -147,6 +147,8 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         http_request: Vec::new(),
         http_response: Vec::new(),
         http_after_response: Vec::new(),
+        capture_req: Vec::new(),
+        capture_rsp: Vec::new(),
         redirects: Vec::new(),
         tcp_connection: Vec::new(),
         tcp_content: Vec::new(),
@@ -387,6 +389,8 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("tcp-check", D | B),
     ("http-response", F | B),
     ("http-after-response", F | B),
+    ("capture", F),
+    ("declare", F),
     ("id", F | B),
     ("log", D | F | B),
     // HAProxy's "May be used in sections" table: not in backends (they log nothing).
@@ -417,7 +421,6 @@ const UNSUPPORTED: &[&str] = &[
     "stick-store-response",
     "tcp-response",
     "dynamic-cookie-key",
-    "capture",
     "log-format-sd",
     "error-log-format",
     "log-tag",
@@ -756,6 +759,59 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                 in_defaults,
             )?;
             d.needs_http(l, "compression");
+        }
+        "capture" => {
+            // `capture request|response header NAME len N`.
+            let which = arg(w, 1, "'request', 'response' or 'cookie'")?;
+            if which == "cookie" {
+                return Err("'capture cookie' is not supported by sluice"
+                    .to_string()
+                    .into());
+            }
+            if which != "request" && which != "response" {
+                return Err(format!("expects 'request' or 'response' (got '{which}')").into());
+            }
+            if arg(w, 2, "'header'")? != "header" {
+                return Err(format!("expects 'capture {which} header NAME len N'").into());
+            }
+            let name = arg(w, 3, "a header name")?.to_string();
+            if arg(w, 4, "'len'")? != "len" {
+                return Err(
+                    format!("expects 'len N' after the header name (got '{}')", w[4]).into(),
+                );
+            }
+            let len = parse_range(arg(w, 5, "a length")?, 1, 65535)? as usize;
+            no_extra(w, 6)?;
+            let slot = crate::config::CaptureSlot {
+                header: Some(name),
+                len,
+            };
+            if which == "request" {
+                d.p.capture_req.push(slot);
+            } else {
+                d.p.capture_rsp.push(slot);
+            }
+            d.needs_http(l, "capture");
+        }
+        "declare" => {
+            // `declare capture request|response len N`: a slot for `capture ... id N` rules.
+            if arg(w, 1, "'capture'")? != "capture" {
+                return Err(format!("only 'declare capture' exists (got '{}')", w[1]).into());
+            }
+            let which = arg(w, 2, "'request' or 'response'")?;
+            if arg(w, 3, "'len'")? != "len" {
+                return Err("expects 'declare capture request|response len N'"
+                    .to_string()
+                    .into());
+            }
+            let len = parse_range(arg(w, 4, "a length")?, 1, 65535)? as usize;
+            no_extra(w, 5)?;
+            let slot = crate::config::CaptureSlot { header: None, len };
+            match which {
+                "request" => d.p.capture_req.push(slot),
+                "response" => d.p.capture_rsp.push(slot),
+                x => return Err(format!("expects 'request' or 'response' (got '{x}')").into()),
+            }
         }
         "filter" => {
             // sluice runs the cache before compression, as HAProxy does by default: the

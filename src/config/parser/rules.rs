@@ -39,6 +39,7 @@ const REQUEST_ACTIONS: &[&str] = &[
     "replace-pathq",
     "replace-uri",
     "cache-use",
+    "capture",
 ];
 /// `http-response` actions sluice implements.
 const RESPONSE_ACTIONS: &[&str] = &[
@@ -54,10 +55,10 @@ const RESPONSE_ACTIONS: &[&str] = &[
     "allow",
     "set-status",
     "cache-store",
+    "capture",
 ];
 /// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
 const UNSUPPORTED_ACTIONS: &[&str] = &[
-    "capture",
     "disable-l7-retry",
     "do-resolve",
     "early-hint",
@@ -732,6 +733,57 @@ fn use_service(args: &[String]) -> Result<HttpRequestAction, String> {
     Ok(HttpRequestAction::UseService(svc))
 }
 
+/// `capture EXPR len N` (request rules of a frontend: a new slot) or `capture EXPR id N` (a
+/// slot declared before, by `declare capture` or an earlier rule, of this proxy).
+fn capture(
+    d: &mut Draft,
+    args: &[String],
+    request: bool,
+) -> Result<crate::config::CaptureAction, String> {
+    let [expr, how, n] = args else {
+        return Err("expects 'capture SAMPLE len N' or 'capture SAMPLE id N'".into());
+    };
+    let expr = crate::config::SampleFetch::parse(expr)?;
+    let n = parse_range(n, 0, 65535)? as usize;
+    let slots = if request {
+        &mut d.p.capture_req
+    } else {
+        &mut d.p.capture_rsp
+    };
+    let slot = match how.as_str() {
+        "len" if request && !d.is_defaults && d.p.kind.has_frontend() => {
+            if n == 0 {
+                return Err("'capture ... len' expects a length of at least 1".into());
+            }
+            slots.push(crate::config::CaptureSlot {
+                header: None,
+                len: n,
+            });
+            slots.len() - 1
+        }
+        "len" => {
+            return Err(
+                "'capture ... len' declares a slot of a frontend ('http-response capture' and \
+                 backends use 'id' with 'declare capture')"
+                    .into(),
+            );
+        }
+        "id" if n < slots.len() => n,
+        "id" => {
+            return Err(format!(
+                "'capture ... id {n}': this proxy has no {} capture slot {n} (declare it first)",
+                if request { "request" } else { "response" }
+            ));
+        }
+        x => {
+            return Err(format!(
+                "expects 'len' or 'id' after the sample (got '{x}')"
+            ));
+        }
+    };
+    Ok(crate::config::CaptureAction { expr, slot })
+}
+
 /// `cache-use NAME`, `cache-store NAME`: the `cache` section (declared before or after).
 fn cache_name(what: &str, args: &[String]) -> Result<crate::cache::Use, String> {
     match args {
@@ -787,6 +839,7 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "redirect" => redirect(args)?,
         "use-service" => use_service(args)?,
         "cache-use" => HttpRequestAction::CacheUse(cache_name("cache-use", args)?),
+        "capture" => HttpRequestAction::Capture(capture(d, args, true)?),
         "auth" => HttpRequestAction::Auth {
             realm: match args {
                 [] => None,
@@ -953,6 +1006,7 @@ pub(super) fn http_after_response(d: &mut Draft, l: &Line) -> Result<(), KwErr> 
         || action.starts_with("unset-var(");
     if !ok {
         if ["capture", "strict-mode"].contains(&action) {
+            // (`capture` there needs slots of the frontend filled after the response.)
             return Err(format!("action '{action}' is not supported by sluice").into());
         }
         return Err(format!(
@@ -1031,6 +1085,7 @@ fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "return" => HttpResponseAction::Return(reply("return", &w[2..end], 200)?),
         "set-log-level" => HttpResponseAction::SetLogLevel(log_level(&w[2..end])?),
         "cache-store" => HttpResponseAction::CacheStore(cache_name("cache-store", &w[2..end])?),
+        "capture" => HttpResponseAction::Capture(capture(d, &w[2..end], false)?),
         a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
     };
     d.needs_http(l, &l.words[0]);

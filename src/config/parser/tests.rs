@@ -3006,7 +3006,7 @@ fn unsupported_haproxy_keywords() {
     for kw in [
         "dynamic-cookie-key secret",
         "tcp-response content accept",
-        "capture request header Host len 20",
+        "persist rdp-cookie",
         "log-format-sd %ci",
         "force-persist if TRUE",
     ] {

@@ -3028,6 +3028,18 @@ pub fn take_named() -> Vec<ProxyRef> {
     NAMED.with(|n| std::mem::take(&mut *n.borrow_mut()).0)
 }
 
+/// The index of the proxy called `name` whose kind `ok` accepts.
+fn proxy_index(
+    sh: &crate::backend::Shared,
+    name: &str,
+    ok: impl Fn(crate::config::ProxyKind) -> bool,
+) -> Option<usize> {
+    sh.cfg
+        .proxies
+        .iter()
+        .position(|p| p.name == name && ok(p.kind))
+}
+
 /// The static name of a state fetch (for messages).
 fn fetch_name(n: &str) -> &'static str {
     StateFetch::NAMES
@@ -3171,12 +3183,7 @@ impl StateFetch {
                 let Some(sh) = s.shared else { return false };
                 let name = name.as_deref().unwrap_or(s.backend);
                 // `be_id` before a backend is chosen is the frontend's (as in HAProxy).
-                let Some(i) = sh
-                    .cfg
-                    .proxies
-                    .iter()
-                    .position(|p| p.name == name && (p.kind.has_backend() || *w == BeWhat::Id))
-                else {
+                let Some(i) = proxy_index(sh, name, |k| k.has_backend() || *w == BeWhat::Id) else {
                     return false;
                 };
                 if *w == BeWhat::Id {
@@ -3236,12 +3243,7 @@ impl StateFetch {
             StateFetch::Frontend(w, name) => {
                 let Some(sh) = s.shared else { return false };
                 let name = name.as_deref().unwrap_or(s.frontend);
-                let Some(i) = sh
-                    .cfg
-                    .proxies
-                    .iter()
-                    .position(|p| p.name == name && p.kind.has_frontend())
-                else {
+                let Some(i) = proxy_index(sh, name, crate::config::ProxyKind::has_frontend) else {
                     return false;
                 };
                 match w {
@@ -3251,12 +3253,7 @@ impl StateFetch {
             }
             StateFetch::Server(w, b, sv) => {
                 let Some(sh) = s.shared else { return false };
-                let Some(i) = sh
-                    .cfg
-                    .proxies
-                    .iter()
-                    .position(|p| p.name == *b && p.kind.has_backend())
-                else {
+                let Some(i) = proxy_index(sh, b, crate::config::ProxyKind::has_backend) else {
                     return false;
                 };
                 let Some(x) = sh.proxies[i]

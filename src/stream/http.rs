@@ -1954,19 +1954,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         status: u16,
         format: &crate::config::logformat::LogFormat,
     ) -> String {
-        let view = RspView {
-            status,
-            method: &txn.method.0[..usize::from(txn.method.1)],
-            buf: &self.sbuf,
-            hdrs: &self.hdrs,
-            src: self.ctx.peer.map(|a| a.ip()),
-            tls: self.ctx.tls.as_deref(),
-            sess: Sess {
-                server: srv,
-                ..self.sess(&bp.name)
-            },
-            cache: txn.cache_hit_name(),
-        };
+        let view = self.rsp_view(txn, status, &bp.name, srv);
         let mut e = self.now_entry(&bp.name, txn);
         match srv {
             Some(srv) => {
@@ -1984,6 +1972,30 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             .log
             .render_now(format, &e, &view, Live::HeaderValue, &mut v);
         v
+    }
+
+    /// The response being processed as rules see it (`be_name` is `backend`; `srv` the
+    /// server that answered, if one did).
+    fn rsp_view<'v>(
+        &'v self,
+        txn: &'v Txn,
+        status: u16,
+        backend: &'v str,
+        srv: Option<&'v crate::backend::ServerState>,
+    ) -> RspView<'v> {
+        RspView {
+            status,
+            method: &txn.method.0[..usize::from(txn.method.1)],
+            buf: &self.sbuf,
+            hdrs: &self.hdrs,
+            src: self.ctx.peer.map(|a| a.ip()),
+            tls: self.ctx.tls.as_deref(),
+            sess: Sess {
+                server: srv,
+                ..self.sess(backend)
+            },
+            cache: txn.cache_hit_name(),
+        }
     }
 
     async fn act_final(
@@ -2582,23 +2594,13 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             self.hdrs.set_content_length(&self.sbuf, resp.cl_value);
         }
         private = private || connection_auth_challenge(resp.status, &self.hdrs, &self.sbuf);
-        // `capture response header`: as received, before the rules.
-        if !self.fe.capture_rsp.is_empty() {
-            capture_headers(
-                &self.fe.capture_rsp,
-                &mut txn.cap_rsp,
-                &self.hdrs,
-                &self.sbuf,
-            );
-        }
         let RspRules {
             mut end,
             status: cur_status,
             reason,
             mut fill,
-            captures,
+            ..
         } = self.response_rules(bp, txn, Some(slot.server_state()), resp.status);
-        self.keep_captures(txn, captures);
         if let Some(RspEnd::Drop) = end {
             // `http-response silent-drop`: the response goes nowhere (its connection is
             // dropped on return), and the client is not told; counted and logged as HAProxy
@@ -2971,24 +2973,10 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             .filter(|b| !std::ptr::eq(*b, self.fe));
         // Samples see the backend once there is one (`be_name`), whichever proxy's rule.
         let seen: &Proxy = txn.be.map_or(self.fe, |b| &shared.cfg.proxies[b]);
-        let src = self.ctx.peer.map(|a| a.ip());
         let (mut status, mut reason) = status;
-        let cache = txn.cache_hit_name();
         for p in be.into_iter().chain(std::iter::once(self.fe)) {
             for rule in &p.http_after_response {
-                let view = RspView {
-                    status,
-                    method: &txn.method.0[..usize::from(txn.method.1)],
-                    buf: &self.sbuf,
-                    hdrs: &self.hdrs,
-                    src,
-                    tls: self.ctx.tls.as_deref(),
-                    sess: Sess {
-                        server: srv,
-                        ..self.sess(&seen.name)
-                    },
-                    cache,
-                };
+                let view = self.rsp_view(txn, status, &seen.name, srv);
                 if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {
                     continue;
                 }
@@ -3061,15 +3049,6 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         out.extend_from_slice(&resp[rh.head_len..]);
         self.sbuf.clear();
         Cow::Owned(out)
-    }
-
-    /// Keeps what `http-response capture` rules took, in the frontend's response slots.
-    fn keep_captures(&self, txn: &mut Txn, captures: Vec<(usize, Box<[u8]>)>) {
-        let caps = &self.fe.capture_rsp;
-        for (i, v) in captures {
-            let len = caps.get(i).map_or(0, |s| s.len);
-            capture_into(&mut txn.cap_rsp, caps.len(), i, &v, len);
-        }
     }
 
     /// `http-request cache-use`: the request's key (for a later `cache-store`), and the
@@ -3173,22 +3152,12 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         txn.timings.connect = Some(Duration::ZERO);
         txn.timings.response = Some(Duration::ZERO);
         self.hdrs.load(&resp.headers);
-        if !self.fe.capture_rsp.is_empty() {
-            capture_headers(
-                &self.fe.capture_rsp,
-                &mut txn.cap_rsp,
-                &self.hdrs,
-                &self.sbuf,
-            );
-        }
         let RspRules {
             end,
             status,
             reason,
-            fill: _,
-            captures,
+            ..
         } = self.response_rules(bp, txn, None, resp.status);
-        self.keep_captures(txn, captures);
         self.cbuf.advance(head.head_len);
         let body_left = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
         let keep = !head.conn_close
@@ -3285,6 +3254,36 @@ impl<'a, C: ClientIo> Conn<'a, C> {
     fn response_rules<'p>(
         &mut self,
         bp: &'p Proxy,
+        txn: &mut Txn,
+        srv: Option<&crate::backend::ServerState>,
+        status: u16,
+    ) -> RspRules<'p>
+    where
+        'a: 'p,
+    {
+        // `capture response header`: as received, before the rules.
+        if !self.fe.capture_rsp.is_empty() {
+            capture_headers(
+                &self.fe.capture_rsp,
+                &mut txn.cap_rsp,
+                &self.hdrs,
+                &self.sbuf,
+            );
+        }
+        let mut out = self.run_response_rules(bp, txn, srv, status);
+        // `http-response capture`: into the frontend's response slots.
+        let caps = &self.fe.capture_rsp;
+        for (i, v) in std::mem::take(&mut out.captures) {
+            let len = caps.get(i).map_or(0, |s| s.len);
+            capture_into(&mut txn.cap_rsp, caps.len(), i, &v, len);
+        }
+        out
+    }
+
+    /// [`Self::response_rules`]' evaluation proper.
+    fn run_response_rules<'p>(
+        &mut self,
+        bp: &'p Proxy,
         txn: &Txn,
         srv: Option<&crate::backend::ServerState>,
         status: u16,
@@ -3292,7 +3291,6 @@ impl<'a, C: ClientIo> Conn<'a, C> {
     where
         'a: 'p,
     {
-        let src = self.ctx.peer.map(|a| a.ip());
         let rule_sets: [&'p Proxy; 2] = [bp, self.fe];
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
         let mut out = RspRules {
@@ -3305,19 +3303,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         let cache_name = txn.cache_hit_name();
         'rules: for p in &rule_sets[..n_sets] {
             for rule in &p.http_response {
-                let view = RspView {
-                    status: out.status,
-                    method: &txn.method.0[..usize::from(txn.method.1)],
-                    buf: &self.sbuf,
-                    hdrs: &self.hdrs,
-                    src,
-                    tls: self.ctx.tls.as_deref(),
-                    sess: Sess {
-                        server: srv,
-                        ..self.sess(&bp.name)
-                    },
-                    cache: cache_name,
-                };
+                let view = self.rsp_view(txn, out.status, &bp.name, srv);
                 if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {
                     continue;
                 }

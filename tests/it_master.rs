@@ -22,6 +22,9 @@ fn config(port: u16, body: &str) -> String {
 /// The next message systemd would get.
 /// The pids of the workers the master started, in order (its "New worker (PID) forked").
 fn worker_pids(s: &Sluice) -> Vec<i32> {
+    // The master's stderr is read on another thread: a started sluice may not have had its
+    // first "New worker" line read yet.
+    s.wait_stderr_line(|l| l.contains("New worker ("), WAIT);
     s.stderr
         .snapshot()
         .iter()

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use crate::config::Origin;
 use crate::http::header_eq;
@@ -556,7 +556,7 @@ impl Cache {
 
 /// `show cache`: every cache and its objects.
 pub fn cli_show(caches: &[Arc<Cache>]) -> String {
-    let now = unix_now();
+    let now = now();
     let mut out = String::new();
     for c in caches {
         c.show(&mut out, now);
@@ -565,11 +565,9 @@ pub fn cli_show(caches: &[Arc<Cache>]) -> String {
     out
 }
 
-/// Unix time in seconds.
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+/// Unix time in seconds, signed: objects' ages and expiry dates are differences.
+fn now() -> i64 {
+    crate::backend::unix_now() as i64
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2890,11 +2890,13 @@ fn server_state_header(w: &Worker, p: &Proxy, srv: &ServerState) -> String {
         }
     };
     let addr = **srv.addr.load();
-    let node = w.shared.cfg.global.node.clone().unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    });
+    let node = w
+        .shared
+        .cfg
+        .global
+        .node
+        .clone()
+        .unwrap_or_else(crate::util::hostname);
     let total: u32 = be
         .servers
         .iter()

@@ -147,9 +147,9 @@ impl Logger {
                 .clone()
                 .unwrap_or_else(|| "sluice".into()),
             hostname: cfg.global.log_send_hostname.clone(),
-            host: std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "localhost".into()),
+            host: Some(crate::util::hostname())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "localhost".into()),
         }
     }
 

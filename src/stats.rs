@@ -959,11 +959,12 @@ pub fn info_fields(shared: &Shared, nbthread: usize) -> Vec<(&'static str, Strin
         .unwrap_or(0);
     let listeners: usize = shared.cfg.proxies.iter().map(|p| p.binds.len()).sum();
     let cur = shared.global_conns.load(Relaxed);
-    let node = shared.cfg.global.node.clone().unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default()
-    });
+    let node = shared
+        .cfg
+        .global
+        .node
+        .clone()
+        .unwrap_or_else(crate::util::hostname);
     let fields: Vec<(&'static str, String)> = vec![
         ("Name", "sluice".into()),
         ("Version", env!("CARGO_PKG_VERSION").into()),

@@ -415,9 +415,7 @@ fn html(
 ) -> String {
     let mut h = String::with_capacity(16 * 1024);
     let pid = std::process::id();
-    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|n| n.trim().to_string())
-        .unwrap_or_default();
+    let node = crate::util::hostname();
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>Statistics Report for \

@@ -16,6 +16,13 @@ fn seed() -> u64 {
     t ^ (&local as *const u8 as u64).rotate_left(32) | 1
 }
 
+/// The system's host name (`node`, `hostname`, `%H`, `log-send-hostname`); empty if unknown.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// xorshift64*: fast, per-thread, good enough for `balance random` and spreading.
 pub fn rand_u32() -> u32 {
     RNG.with(|r| {

@@ -3139,11 +3139,7 @@ impl StateFetch {
                 StateFetch::Text(std::env::var(n).unwrap_or_default().into_bytes().into())
             }
             "hostname" => none(StateFetch::Text(
-                std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .unwrap_or_default()
-                    .trim()
-                    .as_bytes()
-                    .into(),
+                crate::util::hostname().into_bytes().into(),
             ))?,
             "pid" => none(StateFetch::Pid)?,
             _ => none(StateFetch::NbThread)?,
@@ -3167,7 +3163,7 @@ impl StateFetch {
                 let r = (u128::from(crate::util::rand_u32()) * u128::from(*n)) >> 32;
                 int(f, r as i64)
             }
-            StateFetch::Date(off) => int(f, crate::cache::unix_now() + off),
+            StateFetch::Date(off) => int(f, crate::backend::unix_now() as i64 + off),
             StateFetch::Text(t) => f(Sample::Str(t)),
             StateFetch::Pid => int(f, i64::from(std::process::id())),
             StateFetch::NbThread => match s.shared {
@@ -3197,21 +3193,13 @@ impl StateFetch {
                     BeWhat::NbSrv => {
                         // Usable active servers with a weight (not draining), else usable
                         // backups: HAProxy's count.
-                        let usable =
-                            |x: &&crate::backend::ServerState| x.usable() && x.eweight() > 0;
-                        let act = be
-                            .servers
-                            .iter()
-                            .filter(|x| !x.backup)
-                            .filter(usable)
-                            .count();
+                        let act = be.usable_active();
                         if act > 0 {
                             act
                         } else {
                             be.servers
                                 .iter()
-                                .filter(|x| x.backup)
-                                .filter(usable)
+                                .filter(|x| x.backup && x.usable() && x.eweight() > 0)
                                 .count()
                         }
                     }

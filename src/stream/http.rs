@@ -573,7 +573,11 @@ struct Txn {
 
 /// Whether a status line carries status `code`.
 fn status_code_is(line: &[u8], code: u16) -> bool {
-    line.split(|&b| b == b' ').nth(1) == Some(code.to_string().as_bytes())
+    line.split(|&b| b == b' ')
+        .nth(1)
+        .and_then(|t| std::str::from_utf8(t).ok())
+        .and_then(|t| t.parse::<u16>().ok())
+        == Some(code)
 }
 
 /// Keeps at most `len` bytes of a captured value in slot `i` (made when first needed).
@@ -2922,7 +2926,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             self.sbuf.advance(n);
         }
         if let Some(f) = fill {
-            f.finish(crate::cache::unix_now());
+            f.finish(crate::backend::unix_now() as i64);
         }
         slot.server_state()
             .counters
@@ -3083,7 +3087,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             };
             counters.cache_lookups.fetch_add(1, Relaxed);
             cache.lookups.fetch_add(1, Relaxed);
-            hit = cache.get(&key, &vary, crate::cache::unix_now());
+            hit = cache.get(&key, &vary, crate::backend::unix_now() as i64);
             if hit.is_some() {
                 counters.cache_hits.fetch_add(1, Relaxed);
                 cache.hits.fetch_add(1, Relaxed);
@@ -3120,7 +3124,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         let fields = self.hdrs.list.iter().map(|(n, v)| (n.get(buf), v.get(buf)));
         let not_modified = crate::cache::not_modified(&obj, fields);
         let with_body = !head.is_head && !not_modified;
-        let now = crate::cache::unix_now();
+        let now = crate::backend::unix_now() as i64;
         // The response head goes through the server buffer, where the response rules read
         // it (it is empty between transactions).
         if self.sbuf.capacity() == 0 {
@@ -3401,7 +3405,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         }
         let buf = &self.sbuf;
         let fields = self.hdrs.list.iter().map(|(n, v)| (n.get(buf), v.get(buf)));
-        let now = crate::cache::unix_now();
+        let now = crate::backend::unix_now() as i64;
         let st = crate::cache::storable(&cache.conf, status, fields, &look.vary, now)?;
         let mut lines = Vec::new();
         for (n, v) in &self.hdrs.list {

@@ -317,9 +317,9 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
         "log-send-hostname" => {
             let name = match w.get(1) {
                 Some(n) => n.clone(),
-                None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_else(|_| "localhost".into()),
+                None => Some(crate::util::hostname())
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| "localhost".into()),
             };
             no_extra(w, 2)?;
             g.log_send_hostname = Some(name);

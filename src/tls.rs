@@ -1913,8 +1913,9 @@ impl PartialEq for BindTls {
 impl Eq for BindTls {}
 
 impl BindTls {
-    /// The same bind for `mode http`, which speaks HTTP/1.1 only: `h2` is not advertised, so a
-    /// client configured for `alpn h2,http/1.1` falls back to HTTP/1.1 instead of failing.
+    /// The same bind for `proto h1`, whose clients speak HTTP/1.1 only: `h2` is not
+    /// advertised, so a client configured for `alpn h2,http/1.1` falls back to HTTP/1.1
+    /// instead of failing.
     pub fn http1_only(self: &Arc<Self>) -> Arc<BindTls> {
         let h2 = |c: &ServerConfig| c.alpn_protocols.iter().any(|p| p == b"h2");
         if !self.configs.iter().any(|c| h2(c)) {

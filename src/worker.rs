@@ -463,12 +463,15 @@ async fn accept_loop(
                 });
                 let w2 = w.clone();
                 let guard = ActiveGuard::new(&w, key);
-                let tls = bl.bind.ssl.clone();
-                let accept_proxy = bl.bind.accept_proxy.then(|| bl.bind.label.clone());
+                let opts = crate::stream::BindOpts {
+                    tls: bl.bind.ssl.clone(),
+                    accept_proxy: bl.bind.accept_proxy.then(|| bl.bind.label.clone()),
+                    proto: bl.bind.proto,
+                };
                 // Boxed: a session's future is a few KiB, and spawning moves a task's future
                 // three times (memcpy of all of it each time); a box moves as a pointer.
                 let task = tokio::task::spawn_local(Box::pin(async move {
-                    crate::stream::serve(w2, pidx, client, adm, key, tls, accept_proxy).await;
+                    crate::stream::serve(w2, pidx, client, adm, key, opts).await;
                     drop(guard);
                 }));
                 if let Some(e) = w.sessions.borrow_mut().get_mut(key) {

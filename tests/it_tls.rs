@@ -319,7 +319,7 @@ fn strict_sni_refuses_unknown_and_missing_names() {
 }
 
 #[test]
-fn alpn_in_tcp_mode_is_as_configured_and_http_mode_never_picks_h2() {
+fn alpn_in_tcp_mode_is_as_configured_and_http_mode_picks_h2_only_when_offered() {
     let dir = TempDir::new();
     let ca = Ca::new("Test CA");
     let a = ca.leaf("a.example", &["a.example"]);
@@ -351,13 +351,14 @@ backend bh2\n    mode http\n    server s2 {}\n",
     let mut got = [0u8; 13];
     t.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"ping over tls");
-    // mode http: h2 is never advertised, the client falls back to http/1.1.
-    let mut t = tls_connect(hport, Some("a.example"), &c).unwrap();
+    // mode http: h2 is agreed with a client that offers it (it_http2 speaks it), and a
+    // client that offers only http/1.1 gets it.
+    let t = tls_connect(hport, Some("a.example"), &c).unwrap();
+    assert_eq!(t.conn.alpn_protocol(), Some(&b"h2"[..]));
+    let h1 = client_cfg(&ca.pem(), &["http/1.1"], None);
+    let mut t = tls_connect(hport, Some("a.example"), &h1).unwrap();
     assert_eq!(t.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
     assert_eq!(tls_get(&mut t, "/", "a").unwrap().body_str(), "alpn-h1");
-    // A client that asks for h2 only gets no protocol agreed, which rustls refuses.
-    let only_h2 = client_cfg(&ca.pem(), &["h2"], None);
-    assert!(tls_connect(hport, Some("a.example"), &only_h2).is_err());
 }
 
 /// A client that accepts any server certificate.
@@ -1292,9 +1293,10 @@ backend bh\n    mode http\n    server s1 {}\n",
     let mut got = [0u8; 13];
     t.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"per-line alpn");
-    // mode http: a line's h2 is left out as the bind's would be.
-    assert_eq!(alpn(hport, "a.example"), some("http/1.1"));
-    let mut t = tls_connect(hport, Some("a.example"), &c).unwrap();
+    // mode http: a line's h2 is agreed as the bind's would be; HTTP/1.1 clients get theirs.
+    assert_eq!(alpn(hport, "a.example"), some("h2"));
+    let h1 = insecure_cfg(&["http/1.1"]);
+    let mut t = tls_connect(hport, Some("a.example"), &h1).unwrap();
     assert_eq!(tls_get(&mut t, "/", "a").unwrap().body_str(), "s1");
 }
 

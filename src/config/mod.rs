@@ -187,6 +187,8 @@ pub struct Global {
     pub zero_warning: bool,
     /// `unix-bind`: defaults of every UNIX listening socket (binds and stats sockets).
     pub unix_bind: UnixBind,
+    /// `tune.h2.*`.
+    pub h2: H2Tune,
 }
 
 /// `unix-bind [prefix P] [mode M] [user U|uid N] [group G|gid N]`. The prefix is already
@@ -282,6 +284,32 @@ impl Default for Global {
             strict_limits: false,
             zero_warning: false,
             unix_bind: UnixBind::default(),
+            h2: H2Tune::default(),
+        }
+    }
+}
+
+/// `tune.h2.*`: what sluice announces to HTTP/2 clients (HAProxy's defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H2Tune {
+    /// `tune.h2.header-table-size` (default 4096, at most 65536).
+    pub header_table_size: u32,
+    /// `tune.h2.initial-window-size` (default 65535).
+    pub initial_window_size: u32,
+    /// `tune.h2.max-concurrent-streams` (default 100; 0 in the file: no limit).
+    pub max_concurrent_streams: u32,
+    /// `tune.h2.max-frame-size` (default: the larger of 16384 and `tune.bufsize`).
+    pub max_frame_size: Option<u32>,
+}
+
+impl Default for H2Tune {
+    fn default() -> Self {
+        use crate::stream::http2 as h;
+        H2Tune {
+            header_table_size: h::DEFAULT_HEADER_TABLE_SIZE,
+            initial_window_size: h::DEFAULT_INITIAL_WINDOW_SIZE,
+            max_concurrent_streams: h::DEFAULT_MAX_CONCURRENT_STREAMS,
+            max_frame_size: None,
         }
     }
 }
@@ -960,6 +988,8 @@ pub struct Bind {
     pub interface: Option<String>,
     /// `ssl` and its options, certificates loaded (`None`: plain TCP).
     pub ssl: Option<std::sync::Arc<crate::tls::BindTls>>,
+    /// `proto h1|h2`: the HTTP version its clients speak (default: either).
+    pub proto: crate::stream::http2::BindProto,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

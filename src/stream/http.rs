@@ -671,6 +671,8 @@ struct TxnFlags {
 /// The client connection may carry another request (`None` from a transaction = close).
 enum Next {
     KeepAlive,
+    /// The connection turned out to be HTTP/2 (`HeadRead::Http2`).
+    Http2,
 }
 
 struct Conn<'a, C> {
@@ -751,11 +753,14 @@ fn give_scratch(mut list: Vec<(Hb, Hb)>, mut out: Vec<u8>) {
 pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
     let shared = ctx.shared().clone();
     let fe = &shared.cfg.proxies[ctx.proxy];
-    shared.proxies[ctx.proxy]
-        .fe
-        .counters
-        .sessions_total
-        .fetch_add(1, Relaxed);
+    // An HTTP/2 stream is a transaction of its connection's session, counted there.
+    if ctx.h2_line.is_none() {
+        shared.proxies[ctx.proxy]
+            .fe
+            .counters
+            .sessions_total
+            .fetch_add(1, Relaxed);
+    }
     let bufsize = shared.cfg.global.bufsize.max(1024);
     let max_head = bufsize
         .saturating_sub(shared.cfg.global.maxrewrite)
@@ -809,6 +814,20 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         c.first = first;
         match Box::pin(c.transaction(first, pending)).await {
             Some(Next::KeepAlive) => first = false,
+            Some(Next::Http2) => {
+                // The client sent the HTTP/2 preface: the connection is HTTP/2 from here,
+                // starting with the bytes already read.
+                let Conn {
+                    client, mut cbuf, ..
+                } = c;
+                let pre = cbuf.split();
+                ctx.w.give_buf(cbuf);
+                return Box::pin(super::http2::serve(
+                    ctx,
+                    super::http2::Prefixed::new(pre, client),
+                ))
+                .await;
+            }
             None => break,
         }
         if custom_log {
@@ -853,6 +872,8 @@ enum Idle {
 /// Outcome of reading a request head.
 enum HeadRead {
     Got(RequestHead, Instant),
+    /// The first bytes of the connection are the HTTP/2 preface.
+    Http2,
     /// Closed or idle timeout with nothing received: leave silently.
     Gone,
     /// Error to answer with this status (and log), then close.
@@ -940,7 +961,16 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         let start = Instant::now();
         let deadline = t.http_request.map(|d| start + d);
         loop {
-            if !self.cbuf.is_empty() {
+            // A clear-text client may open with the HTTP/2 preface (prior knowledge), which
+            // no HTTP/1 parser must see: a part of it is read on until it is whole.
+            let h2_preface = self.first
+                && self.ctx.proto == super::http2::BindProto::Auto
+                && self.ctx.h2_line.is_none()
+                && super::http2::preface_prefix(&self.cbuf);
+            if h2_preface && self.cbuf.len() >= super::http2::PREFACE_LINE.len() {
+                return HeadRead::Http2;
+            }
+            if !h2_preface && !self.cbuf.is_empty() {
                 match parse_request(&self.cbuf, self.max_head) {
                     Ok(Parsed::Complete(h)) => {
                         if h.body != BodyKind::None && self.smart_accept() {
@@ -998,6 +1028,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         let (head, start) = match self.read_head(pending).await {
             HeadRead::Got(h, s) => (h, s),
             HeadRead::Gone => return None,
+            HeadRead::Http2 => return Some(Next::Http2),
             HeadRead::Fail(status, term, start) => {
                 let mut txn = Txn::new(start);
                 txn.term = term;
@@ -1051,8 +1082,13 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             }
         }
         if log_on {
-            let l = crate::http::start_line(&self.cbuf[..head.head_len]);
-            txn.request_line = String::from_utf8_lossy(l).into_owned();
+            txn.request_line = match &self.ctx.h2_line {
+                Some(l) => l.to_string(),
+                None => {
+                    let l = crate::http::start_line(&self.cbuf[..head.head_len]);
+                    String::from_utf8_lossy(l).into_owned()
+                }
+            };
         }
         let next = self.process(&head, &mut txn).await;
         if !txn.logged {
@@ -2540,10 +2576,19 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 self.cbuf.reserve(self.bufsize);
             }
             tokio::select! {
-                r = super::with_timeout(t_client, self.client.read_buf(&mut self.cbuf)), if want_client => match r {
-                    Some(Ok(n)) if n > 0 => {}
-                    Some(_) => { txn.term = *b"CD"; return None; }
-                    None => { txn.term = *b"cD"; return self.error_response_after_head(txn, 408).await; }
+                // The client's body while it lasts; after it, only an abort (an HTTP/2
+                // stream reset) is watched for: an HTTP/1 client's close may be a half-close.
+                r = async {
+                    if want_client {
+                        Some(super::with_timeout(t_client, self.client.read_buf(&mut self.cbuf)).await)
+                    } else {
+                        self.client.aborted().await;
+                        None
+                    }
+                } => match r {
+                    Some(Some(Ok(n))) if n > 0 => {}
+                    Some(Some(_)) | None => { txn.term = *b"CD"; return None; }
+                    Some(None) => { txn.term = *b"cD"; return self.error_response_after_head(txn, 408).await; }
                 },
                 r = super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)) => match r {
                     Some(Ok(n)) if n > 0 => {}

@@ -7,6 +7,7 @@
 //! itself (that is `config` and `http`).
 
 pub mod http;
+pub mod http2;
 pub mod tcp;
 
 use std::net::SocketAddr;
@@ -30,16 +31,30 @@ pub enum Client {
     Unix(UnixStream),
 }
 
-/// Entry point for every accepted connection; `tls` is the bind's `ssl` configuration.
+/// What a connection's bind says about how to serve it.
+pub struct BindOpts {
+    /// The bind's `ssl` configuration.
+    pub tls: Option<Arc<crate::tls::BindTls>>,
+    /// `accept-proxy`: the bind's label, for the log line of a bad PROXY header.
+    pub accept_proxy: Option<Arc<str>>,
+    /// `proto h1|h2`.
+    pub proto: http2::BindProto,
+}
+
+/// Entry point for every accepted connection.
 pub async fn serve(
     w: Rc<Worker>,
     proxy: usize,
     client: Client,
     adm: Admission,
     key: usize,
-    tls: Option<Arc<crate::tls::BindTls>>,
-    accept_proxy: Option<Arc<str>>,
+    opts: BindOpts,
 ) {
+    let BindOpts {
+        tls,
+        accept_proxy,
+        proto,
+    } = opts;
     let mut client = client;
     let accepted_at = std::time::SystemTime::now();
     let p = &w.shared.cfg.proxies[proxy];
@@ -156,7 +171,9 @@ pub async fn serve(
         sc,
         vars,
         pp,
-        _adm: adm,
+        proto,
+        h2_line: None,
+        _adm: Some(adm),
     };
     if let Some(tls) = tls {
         // Boxed: a TLS session's futures are large and must not size plain sessions' tasks.
@@ -166,6 +183,14 @@ pub async fn serve(
         // Boxed: the tunnel future is large and would size every HTTP connection's task too.
         (Client::Tcp(s, _), Mode::Tcp) => Box::pin(tcp::serve(ctx, s)).await,
         (Client::Unix(s), Mode::Tcp) => Box::pin(tcp::serve(ctx, s)).await,
+        (Client::Tcp(s, _), Mode::Http) if proto == http2::BindProto::H2 => {
+            http2::count_session(&ctx);
+            Box::pin(http2::serve(ctx, s)).await
+        }
+        (Client::Unix(s), Mode::Http) if proto == http2::BindProto::H2 => {
+            http2::count_session(&ctx);
+            Box::pin(http2::serve(ctx, s)).await
+        }
         (Client::Tcp(s, _), Mode::Http) => http::serve(ctx, s).await,
         (Client::Unix(s), Mode::Http) => http::serve(ctx, s).await,
     }
@@ -218,7 +243,18 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
                     }
                     ctx.tls = Some(Box::new(crate::tls::server_info(&s)));
                     ctx.t_handshake = ctx.accepted.elapsed().as_millis() as i64;
-                    if http {
+                    let h2 = match ctx.proto {
+                        http2::BindProto::Auto => ctx
+                            .tls
+                            .as_ref()
+                            .is_some_and(|t| t.alpn.as_deref() == Some(b"h2")),
+                        http2::BindProto::H1 => false,
+                        http2::BindProto::H2 => true,
+                    };
+                    if http && h2 {
+                        http2::count_session(&ctx);
+                        http2::serve(ctx, s).await
+                    } else if http {
                         http::serve(ctx, s).await
                     } else {
                         tcp::serve(ctx, s).await
@@ -428,7 +464,7 @@ async fn read_proxy_header(
 
 /// The TLVs of the client's PROXY protocol version 2 header (`fc_pp_authority`,
 /// `fc_pp_unique_id`), in order.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PpTlvs(pub Vec<(u8, Box<[u8]>)>);
 
 impl PpTlvs {
@@ -462,7 +498,15 @@ pub struct SessionCtx {
     pub vars: crate::vars::Vars,
     /// TLVs of the client's PROXY v2 header (`accept-proxy`), if it had any.
     pub pp: Option<Box<PpTlvs>>,
-    _adm: Admission,
+    /// The bind's `proto`: whether an HTTP/1 session may turn into HTTP/2 on the preface.
+    pub proto: http2::BindProto,
+    /// Set for a stream of an HTTP/2 connection: the request line to log (HAProxy logs the
+    /// absolute URI and `HTTP/2.0`). Such a session is one transaction, not a connection of
+    /// its own: it counts no session and holds no `maxconn` place.
+    pub h2_line: Option<Box<str>>,
+    /// The connection's place in its `maxconn` limits (`None` for an HTTP/2 stream, whose
+    /// connection holds it).
+    _adm: Option<Admission>,
 }
 
 impl SessionCtx {
@@ -1157,6 +1201,13 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + 'static {
         &mut self,
         buf: &[u8],
     ) -> impl std::future::Future<Output = std::io::Result<()>>;
+
+    /// Resolves when the client has abandoned its request (an HTTP/2 stream reset), as
+    /// opposed to closing its side, which a socket's EOF cannot tell apart. Never, for
+    /// sockets.
+    fn aborted(&self) -> impl std::future::Future<Output = ()> {
+        std::future::pending()
+    }
 
     /// Acknowledges what arrived at once (`TCP_QUICKACK`): a client that sends a body after
     /// its head may be waiting for that ACK (Nagle), which `tcp-smart-accept` delays.

@@ -23,6 +23,10 @@ const KEYWORDS: &[&str] = &[
     "tune.sndbuf.client",
     "tune.rcvbuf.server",
     "tune.sndbuf.server",
+    "tune.h2.header-table-size",
+    "tune.h2.initial-window-size",
+    "tune.h2.max-concurrent-streams",
+    "tune.h2.max-frame-size",
     "maxconnrate",
     "maxsessrate",
     "maxsslrate",
@@ -304,6 +308,25 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
                 "tune.rcvbuf.server" => g.rcvbuf_server = Some(v),
                 _ => g.sndbuf_server = Some(v),
             }
+        }
+        "tune.h2.header-table-size" => {
+            g.h2.header_table_size = parse_range(arg(w, 1, "number")?, 0, 65536)? as u32;
+            no_extra(w, 2)?;
+        }
+        "tune.h2.initial-window-size" => {
+            // RFC 9113 §6.5.2: at most 2^31-1.
+            g.h2.initial_window_size = parse_range(arg(w, 1, "number")?, 0, (1 << 31) - 1)? as u32;
+            no_extra(w, 2)?;
+        }
+        "tune.h2.max-concurrent-streams" => {
+            let n = parse_u32(arg(w, 1, "number")?)?;
+            g.h2.max_concurrent_streams = if n == 0 { u32::MAX } else { n };
+            no_extra(w, 2)?;
+        }
+        "tune.h2.max-frame-size" => {
+            // RFC 9113 §6.5.2: 16384 to 16777215.
+            g.h2.max_frame_size = Some(parse_range(arg(w, 1, "number")?, 16384, 16777215)? as u32);
+            no_extra(w, 2)?;
         }
         "tune.idle-pool.shared" => {
             g.idle_pool_shared = match arg(w, 1, "'on' or 'off'")? {

@@ -295,13 +295,30 @@ impl Draft {
                 }
             }
         }
-        if self.p.mode == Mode::Http {
-            // HTTP/1.1 only: never advertise h2 (see tls::BindTls::http1_only).
-            for b in &mut self.p.binds {
-                if let Some(t) = &b.ssl {
-                    b.ssl = Some(t.http1_only());
-                }
+        let what = self.describe();
+        for b in &mut self.p.binds {
+            use crate::stream::http2::BindProto;
+            if self.p.mode == Mode::Tcp && b.proto != BindProto::Auto {
+                errors.push(ConfigError {
+                    file: b.origin.file.clone(),
+                    line: b.origin.line,
+                    message: format!(
+                        "'bind' in {}: 'proto' names an HTTP version, and this proxy is in \
+                         'mode tcp'",
+                        what
+                    ),
+                });
             }
+            // `proto h1`: HTTP/1.1 only, so h2 is never advertised (see
+            // tls::BindTls::http1_only).
+            if b.proto == BindProto::H1
+                && let Some(t) = &b.ssl
+            {
+                b.ssl = Some(t.http1_only());
+            }
+        }
+        if self.p.mode == Mode::Http {
+            // sluice speaks HTTP/1.1 to servers: never offer h2 to them.
             for sv in &mut self.p.servers {
                 if let Some(t) = &sv.tls {
                     sv.tls = Some(t.http1_only());

@@ -18,6 +18,7 @@ const BIND_OPTIONS: &[&str] = &[
     "interface",
     "v4v6",
     "v6only",
+    "proto",
 ];
 
 /// Real HAProxy bind options that sluice does not implement.
@@ -53,7 +54,6 @@ const BIND_UNSUPPORTED: &[&str] = &[
     "force-tlsv11",
     "generate-certificates",
     "tcp-ut",
-    "proto",
     "quic-cc-algo",
     "quic-force-retry",
     "label",
@@ -146,6 +146,7 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         v4v6: false,
         v6only: false,
         interface: None,
+        proto: Default::default(),
         ssl: None,
     };
     let mut tls = crate::tls::BindTlsOpts::default();
@@ -170,6 +171,27 @@ pub(super) fn bind(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             "accept-proxy" => proto.accept_proxy = true,
             "interface" => {
                 proto.interface = Some(arg(w, i + 1, "name after 'interface'")?.to_string());
+                i += 1;
+            }
+            "proto" => {
+                use crate::stream::http2::BindProto;
+                let v = arg(w, i + 1, "protocol name after 'proto'")?;
+                proto.proto = match v {
+                    "h1" => BindProto::H1,
+                    "h2" => BindProto::H2,
+                    "quic" | "none" | "fcgi" => {
+                        return Err(format!(
+                            "'proto {v}' is not supported by sluice (only 'h1' and 'h2')"
+                        )
+                        .into());
+                    }
+                    _ => {
+                        return Err(format!(
+                            "unknown protocol '{v}' after 'proto' (expected 'h1' or 'h2')"
+                        )
+                        .into());
+                    }
+                };
                 i += 1;
             }
             "v4v6" => proto.v4v6 = true,

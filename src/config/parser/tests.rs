@@ -981,6 +981,7 @@ fn bind_addresses() {
             v4v6: false,
             v6only: false,
             interface: None,
+            proto: Default::default(),
             ssl: None,
         }
     );

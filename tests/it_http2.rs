@@ -1,0 +1,634 @@
+//! HTTP/2 clients: prior knowledge on a clear-text bind (detected from the preface, or forced
+//! with `proto h2`), each stream relayed to HTTP/1.1 servers as HAProxy 2.6 relays it (checked
+//! against HAProxy 2.6.12 on the same requests): `host` from `:authority` first, `cookie`
+//! fields merged, bodies of unknown length chunked, hop-by-hop fields dropped from answers,
+//! the request line logged as `METHOD scheme://authority/path HTTP/2.0`, one session per
+//! connection. The client is the `h2` crate's, over real sockets.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(10);
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+type Client = h2::client::SendRequest<Bytes>;
+
+/// An HTTP/2 connection with prior knowledge; its driver runs on the test's runtime.
+async fn connect(port: u16) -> Client {
+    let tcp = tokio::net::TcpStream::connect(lo(port)).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+/// What a stream got back: status, fields, body, trailers.
+struct Got {
+    status: u16,
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Got {
+    fn all(&self, name: &str) -> Vec<String> {
+        self.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+/// Sends `req` with `body` (none: the HEADERS frame ends the stream; the body goes in
+/// several DATA frames otherwise) and reads the whole answer.
+async fn exchange(c: &mut Client, req: http::Request<()>, body: Option<&[u8]>) -> Got {
+    let mut c = c.clone().ready().await.unwrap();
+    let (rsp, mut tx) = c.send_request(req, body.is_none()).unwrap();
+    if let Some(b) = body {
+        for piece in b.chunks(10_000) {
+            tx.reserve_capacity(piece.len());
+            let mut left = Bytes::copy_from_slice(piece);
+            while !left.is_empty() {
+                let n = std::future::poll_fn(|cx| tx.poll_capacity(cx))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let part = left.split_to(n.min(left.len()));
+                tx.send_data(part, false).unwrap();
+            }
+        }
+        tx.send_data(Bytes::new(), true).unwrap();
+    }
+    let rsp = rsp.await.unwrap();
+    let (parts, mut b) = rsp.into_parts();
+    let mut body = Vec::new();
+    while let Some(d) = b.data().await {
+        let d = d.unwrap();
+        body.extend_from_slice(&d);
+        let _ = b.flow_control().release_capacity(d.len());
+    }
+    Got {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// The SETTINGS sluice sends first on a connection opened with the HTTP/2 preface.
+fn server_settings(port: u16) -> std::collections::HashMap<u16, u32> {
+    use std::io::{Read, Write};
+    let mut t = std::net::TcpStream::connect(lo(port)).unwrap();
+    t.set_read_timeout(Some(T)).unwrap();
+    t.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .unwrap();
+    let mut head = [0u8; 9];
+    t.read_exact(&mut head).unwrap();
+    assert_eq!(head[3], 4, "the first frame must be SETTINGS");
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut body = vec![0u8; len];
+    t.read_exact(&mut body).unwrap();
+    body.chunks(6)
+        .map(|c| {
+            (
+                u16::from_be_bytes([c[0], c[1]]),
+                u32::from_be_bytes([c[2], c[3], c[4], c[5]]),
+            )
+        })
+        .collect()
+}
+
+fn get(port: u16, path: &str) -> http::Request<()> {
+    http::Request::builder()
+        .uri(format!("http://127.0.0.1:{port}{path}"))
+        .body(())
+        .unwrap()
+}
+
+fn proxy(fe_extra: &str, global: &str, be: &HttpBackend) -> (Sluice, u16) {
+    let port = free_port();
+    let cfg = format!(
+        "global\n{global}\
+defaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend fe\n    bind 127.0.0.1:{port}\n    option httplog\n    log stdout format raw local0\n{fe_extra}\
+\x20   default_backend be\n\
+backend be\n    server s1 {}\n",
+        be.hostport()
+    );
+    (Sluice::start(&cfg), port)
+}
+
+#[test]
+fn prior_knowledge_requests_reach_http1_servers_as_haproxy_sends_them() {
+    let be = HttpBackend::with_handler("s1", |_| Reply::Full {
+        status: 200,
+        headers: vec![
+            ("Connection".into(), "keep-alive".into()),
+            ("Keep-Alive".into(), "timeout=5".into()),
+            ("Set-Cookie".into(), "s1=one".into()),
+            ("Set-Cookie".into(), "s2=two".into()),
+            ("X-Mixed-Case".into(), "Yes".into()),
+        ],
+        body: b"hello".to_vec(),
+    });
+    let (s, port) = proxy("", "", &be);
+    let got = rt().block_on(async {
+        let mut c = connect(port).await;
+        let req = http::Request::builder()
+            .uri(format!("http://127.0.0.1:{port}/a/b?x=1"))
+            .header("x-foo", "bar")
+            .header("cookie", "a=1")
+            .header("cookie", "b=2")
+            .body(())
+            .unwrap();
+        exchange(&mut c, req, None).await
+    });
+    let r = be.last_request();
+    assert_eq!(
+        String::from_utf8_lossy(&r.raw_head),
+        format!(
+            "GET /a/b?x=1 HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nx-foo: bar\r\n\
+cookie: a=1; b=2\r\n\r\n"
+        )
+    );
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, b"hello");
+    assert_eq!(got.all("set-cookie"), ["s1=one", "s2=two"]);
+    assert_eq!(got.all("x-mixed-case"), ["Yes"]);
+    assert_eq!(got.all("content-length"), ["5"]);
+    for hop in ["connection", "keep-alive", "transfer-encoding"] {
+        assert!(got.all(hop).is_empty(), "{hop} reached the HTTP/2 client");
+    }
+    s.wait_log_line(
+        |l| l.contains(&format!("\"GET http://127.0.0.1:{port}/a/b?x=1 HTTP/2.0\"")),
+        T,
+    );
+    // HTTP/1.1 on the same port is untouched.
+    let r = http_get(port, "/h1");
+    assert_eq!(r.status, 200);
+    s.wait_log_line(|l| l.contains("\"GET /h1 HTTP/1.1\""), T);
+}
+
+#[test]
+fn authority_wins_over_host_and_requests_without_authority_keep_their_host() {
+    let be = HttpBackend::start("s1");
+    let (_s, port) = proxy("", "", &be);
+    rt().block_on(async {
+        let mut c = connect(port).await;
+        let req = http::Request::builder()
+            .uri("http://auth.example/q")
+            .header("host", "host.example")
+            .body(())
+            .unwrap();
+        assert_eq!(exchange(&mut c, req, None).await.status, 200);
+        let r = be.last_request();
+        assert_eq!(r.headers_named("host"), ["auth.example"]);
+        // Origin-form `:path` with no `:authority` (the h2 crate sends none for a
+        // relative URI): the `host` field is passed as it is.
+        let req = http::Request::builder()
+            .uri("/r")
+            .header("host", "only.example")
+            .body(())
+            .unwrap();
+        assert_eq!(exchange(&mut c, req, None).await.status, 200);
+        let r = be.last_request();
+        assert_eq!(r.target, "/r");
+        assert_eq!(r.headers_named("host"), ["only.example"]);
+    });
+}
+
+#[test]
+fn bodies_cross_in_both_directions_beyond_the_flow_control_windows() {
+    // 300 kB each way: several times the 65535-byte initial windows of both sides.
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let answer = big.clone();
+    let be = HttpBackend::with_handler("s1", move |r| {
+        if r.target == "/chunked" {
+            let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            for c in answer.chunks(7000) {
+                raw.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+                raw.extend_from_slice(c);
+                raw.extend_from_slice(b"\r\n");
+            }
+            raw.extend_from_slice(b"0\r\n\r\n");
+            return Reply::Raw(raw);
+        }
+        Reply::Full {
+            status: 200,
+            headers: vec![],
+            body: if r.method == "POST" {
+                format!("got {}", r.body.len()).into_bytes()
+            } else {
+                answer.clone()
+            },
+        }
+    });
+    let (_s, port) = proxy("", "", &be);
+    rt().block_on(async {
+        let mut c = connect(port).await;
+        // Upload with a length: passed with its content-length.
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://127.0.0.1:{port}/up"))
+            .header("content-length", big.len().to_string())
+            .body(())
+            .unwrap();
+        let got = exchange(&mut c, req, Some(&big)).await;
+        assert_eq!(got.body, format!("got {}", big.len()).as_bytes());
+        let r = be.last_request();
+        assert!(!r.chunked);
+        assert_eq!(r.header("content-length"), Some("300000"));
+        assert_eq!(r.body, big);
+        // Upload of unknown length: chunked to the server.
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://127.0.0.1:{port}/up2"))
+            .body(())
+            .unwrap();
+        let got = exchange(&mut c, req, Some(&big)).await;
+        assert_eq!(got.body, format!("got {}", big.len()).as_bytes());
+        let r = be.last_request();
+        assert!(
+            r.chunked,
+            "a body of unknown length must reach the server chunked"
+        );
+        assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+        assert_eq!(r.body, big);
+        // Downloads, with a length and chunked (de-chunked, no length added).
+        let got = exchange(&mut c, get(port, "/down"), None).await;
+        assert_eq!(got.body.len(), big.len());
+        assert!(got.body == big);
+        assert_eq!(got.all("content-length"), ["300000"]);
+        let got = exchange(&mut c, get(port, "/chunked"), None).await;
+        assert!(got.body == big);
+        assert!(got.all("content-length").is_empty());
+        // HEAD: the length of the GET, no body.
+        let req = http::Request::builder()
+            .method("HEAD")
+            .uri(format!("http://127.0.0.1:{port}/down"))
+            .body(())
+            .unwrap();
+        let got = exchange(&mut c, req, None).await;
+        assert_eq!(got.status, 200);
+        assert!(got.body.is_empty());
+        assert_eq!(got.all("content-length"), ["300000"]);
+    });
+}
+
+#[test]
+fn concurrent_streams_count_as_one_session_and_errors_keep_the_connection() {
+    let gate = Gate::new();
+    let be = HttpBackend::gated("s1", &gate);
+    let dead = closed_port();
+    let port = free_port();
+    let sock = TempDir::new();
+    let sock = sock.path().join("stats.sock");
+    let cfg = format!(
+        "global\n    stats socket {}\n    tune.h2.max-concurrent-streams 7\n\
+defaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend fe\n    bind 127.0.0.1:{port}\n    option httplog\n    log stdout format raw local0\n\
+\x20   http-request deny if {{ path_beg /deny }}\n\
+\x20   use_backend down if {{ path_beg /down }}\n    default_backend be\n\
+backend be\n    server s1 {}\n\
+backend down\n    retries 0\n    server d 127.0.0.1:{dead}\n",
+        sock.display(),
+        be.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    // The limit announced is tune.h2.max-concurrent-streams (SETTINGS_MAX_CONCURRENT_STREAMS).
+    assert_eq!(server_settings(port).get(&3), Some(&7));
+    rt().block_on(async {
+        let mut c = connect(port).await;
+        let _ = exchange(&mut c, get(port, "/first"), None).await;
+        // Ten streams at once, held by the server until all have reached it.
+        let tasks: Vec<_> = (0..10)
+            .map(|i| {
+                let mut c = c.clone();
+                tokio::spawn(async move {
+                    exchange(&mut c, get(port, &format!("/slow/{i}")), None).await
+                })
+            })
+            .collect();
+        // At most the announced 7 are open at once; the rest wait in the client.
+        while be.requests().len() < 8 {
+            assert!(tasks.iter().all(|t| !t.is_finished()));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        gate.open();
+        for (i, t) in tasks.into_iter().enumerate() {
+            let g = t.await.unwrap();
+            assert_eq!(g.status, 200);
+            assert_eq!(g.body, format!("/slow/{i}").as_bytes());
+        }
+        // A denial and a dead server are answered on their stream; the connection serves on.
+        assert_eq!(exchange(&mut c, get(port, "/deny"), None).await.status, 403);
+        // (502: sluice's answer to a failed connect, see docs/compat.md; HAProxy's is 503.)
+        assert_eq!(exchange(&mut c, get(port, "/down"), None).await.status, 502);
+        assert_eq!(exchange(&mut c, get(port, "/last"), None).await.status, 200);
+    });
+    s.wait_log_line(|l| l.contains("PR--") && l.contains("/deny HTTP/2.0"), T);
+    s.wait_log_line(
+        |l| l.contains(" 502 ") && l.contains("SC--") && l.contains("/down HTTP/2.0"),
+        T,
+    );
+    wait_until("the connection's end is counted", T, || {
+        stat_column(&sock, "fe", "FRONTEND", "scur") == "0"
+    });
+    // Two connections (the SETTINGS probe and the client's), whatever their streams.
+    assert_eq!(stat_column(&sock, "fe", "FRONTEND", "stot"), "2");
+    assert_eq!(stat_column(&sock, "fe", "FRONTEND", "req_tot"), "14");
+}
+
+#[test]
+fn proto_h2_binds_speak_http2_only_and_proto_h1_binds_never_switch() {
+    let be = HttpBackend::start("s1");
+    let (h2port, h1port) = (free_port(), free_port());
+    let cfg = format!(
+        "defaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend f2\n    bind 127.0.0.1:{h2port} proto h2\n    default_backend be\n\
+frontend f1\n    bind 127.0.0.1:{h1port} proto h1\n    default_backend be\n\
+backend be\n    server s1 {}\n",
+        be.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    rt().block_on(async {
+        let mut c = connect(h2port).await;
+        assert_eq!(exchange(&mut c, get(h2port, "/"), None).await.status, 200);
+    });
+    // HTTP/1.1 on the h2-only bind: closed without an answer, as HAProxy does.
+    let got = tcp_send(h2port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert!(
+        !got.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    // The preface on an h1-only bind is an HTTP/1 request like any other: 400.
+    let got = tcp_send(h1port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    assert!(
+        got.starts_with(b"HTTP/1.1 400"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+#[test]
+fn configuration_errors_for_proto_and_tune_h2() {
+    let bad = [
+        (
+            "frontend f\n    mode tcp\n    bind :8080 proto h2\n    default_backend b\nbackend b\n    mode tcp\n    server s 127.0.0.1:1\n",
+            "'mode tcp'",
+        ),
+        (
+            "frontend f\n    mode http\n    bind :8080 proto h3\n    default_backend b\nbackend b\n    server s 127.0.0.1:1\n",
+            "unknown protocol 'h3'",
+        ),
+        ("global\n    tune.h2.max-frame-size 1000\n", "out of range"),
+        (
+            "global\n    tune.h2.header-table-size 70000\n",
+            "out of range",
+        ),
+    ];
+    for (cfg, want) in bad {
+        let (code, err) = Sluice::check(cfg);
+        assert_eq!(code, 1, "{cfg}");
+        assert!(err.contains(want), "{cfg}: {err}");
+    }
+    let (code, err) = Sluice::check(
+        "global\n    tune.h2.max-concurrent-streams 0\n    tune.h2.initial-window-size 1048576\n\
+\x20   tune.h2.header-table-size 8192\n    tune.h2.max-frame-size 32768\n",
+    );
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Accepts any server certificate.
+#[derive(Debug)]
+struct AnyCert;
+
+impl rustls::client::danger::ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        rustls::crypto::aws_lc_rs::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// A TLS connection offering `alpn`; returns it with the protocol agreed.
+async fn tls_connect(
+    port: u16,
+    alpn: &[&str],
+) -> (
+    tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    Option<Vec<u8>>,
+) {
+    let mut cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .dangerous()
+    .with_custom_certificate_verifier(std::sync::Arc::new(AnyCert))
+    .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let tcp = tokio::net::TcpStream::connect(lo(port)).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("h2.example").unwrap();
+    let t = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let alpn = t.get_ref().1.alpn_protocol().map(|a| a.to_vec());
+    (t, alpn)
+}
+
+#[test]
+fn alpn_h2_on_ssl_binds_serves_http2_and_http1_clients_alike() {
+    let dir = TempDir::new();
+    let ck = rcgen::generate_simple_self_signed(vec!["h2.example".to_string()]).unwrap();
+    let pem = dir.path().join("c.pem");
+    std::fs::write(
+        &pem,
+        format!("{}{}", ck.cert.pem(), ck.signing_key.serialize_pem()),
+    )
+    .unwrap();
+    let be = HttpBackend::with_handler("s1", |r| Reply::echo_target("s1", r));
+    let (port, h1port) = (free_port(), free_port());
+    let cfg = format!(
+        "defaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend fe\n    bind 127.0.0.1:{port} ssl crt {p} alpn h2,http/1.1\n\
+\x20   bind 127.0.0.1:{h1port} ssl crt {p} alpn h2,http/1.1 proto h1\n\
+\x20   option httplog\n    log stdout format raw local0\n\
+\x20   http-request set-header x-alpn %[ssl_fc_alpn]\n    default_backend be\n\
+backend be\n    server s1 {}\n",
+        be.hostport(),
+        p = pem.display()
+    );
+    let s = Sluice::start(&cfg);
+    rt().block_on(async {
+        let (t, alpn) = tls_connect(port, &["h2", "http/1.1"]).await;
+        assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
+        let (send, conn) = h2::client::handshake(t).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut c = send;
+        let req = http::Request::builder()
+            .uri(format!("https://127.0.0.1:{port}/over-tls"))
+            .body(())
+            .unwrap();
+        let got = exchange(&mut c, req, None).await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.body, b"/over-tls");
+        assert_eq!(be.last_request().header("x-alpn"), Some("h2"));
+        // A client without h2 speaks HTTP/1.1 on the same bind.
+        let (mut t, alpn) = tls_connect(port, &["http/1.1"]).await;
+        assert_eq!(alpn.as_deref(), Some(&b"http/1.1"[..]));
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        t.write_all(b"GET /h1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = t.read_to_end(&mut out).await;
+        assert!(
+            out.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        assert_eq!(be.last_request().header("x-alpn"), Some("http/1.1"));
+        // `proto h1`: h2 is not offered even when the bind's alpn lists it.
+        let (_t, alpn) = tls_connect(h1port, &["h2", "http/1.1"]).await;
+        assert_eq!(alpn.as_deref(), Some(&b"http/1.1"[..]));
+    });
+    s.wait_log_line(
+        |l| {
+            l.contains(&format!(
+                "\"GET https://127.0.0.1:{port}/over-tls HTTP/2.0\""
+            ))
+        },
+        T,
+    );
+}
+
+#[test]
+fn soft_stop_lets_streams_in_flight_finish_and_refuses_new_ones() {
+    let gate = Gate::new();
+    let be = HttpBackend::gated("s1", &gate);
+    let (s, port) = proxy("", "", &be);
+    rt().block_on(async {
+        let mut c = connect(port).await;
+        let mut c2 = c.clone();
+        let slow = tokio::spawn(async move { exchange(&mut c2, get(port, "/slow"), None).await });
+        while be.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        s.signal(nix::sys::signal::Signal::SIGUSR1);
+        // The listener goes first; then GOAWAY frames end the connection for new streams.
+        // (A first GOAWAY announces the end, and a second one, a round trip later, names
+        // the last stream served: streams sent in between may still be served.)
+        wait_until("listener closed after SIGUSR1", T, || connect_refused(port));
+        let mut served_late = 0;
+        loop {
+            let Ok(mut ready) = c.clone().ready().await else {
+                break;
+            };
+            let Ok((rsp, _)) = ready.send_request(get(port, "/late"), true) else {
+                break;
+            };
+            match rsp.await {
+                Err(_) => break,
+                Ok(_) => served_late += 1,
+            }
+            assert!(
+                served_late < 100,
+                "new streams are still served after soft stop"
+            );
+        }
+        assert!(s.exit_status().is_none(), "exited with a stream in flight");
+        gate.open();
+        let got = slow.await.unwrap();
+        assert_eq!(got.status, 200);
+        assert_eq!(got.body, b"/slow");
+        let _ = &mut c;
+    });
+    let st = s
+        .wait_exit(T)
+        .expect("sluice did not exit after its last stream");
+    assert!(st.success(), "{st:?}");
+}
+
+#[test]
+fn a_stream_reset_by_the_client_releases_its_server_connection() {
+    let be = HttpBackend::with_handler("s1", |r| {
+        if r.target == "/hang" {
+            return Reply::Hang;
+        }
+        Reply::echo_target("s1", r)
+    });
+    let port = free_port();
+    let sock = TempDir::new();
+    let sock = sock.path().join("stats.sock");
+    let cfg = format!(
+        "global\n    stats socket {}\n\
+defaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+backend be\n    server s1 {}\n",
+        sock.display(),
+        be.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    rt().block_on(async {
+        let mut c = connect(port).await;
+        let mut ready = c.clone().ready().await.unwrap();
+        let (rsp, mut tx) = ready.send_request(get(port, "/hang"), true).unwrap();
+        drop(rsp);
+        while be.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(stat_column(&sock, "be", "s1", "scur"), "1");
+        tx.send_reset(h2::Reason::CANCEL);
+        // The server connection is closed, not kept for the abandoned answer.
+        while be.open_conns() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(stat_column(&sock, "be", "s1", "scur"), "0");
+        // The connection itself serves on.
+        let got = exchange(&mut c, get(port, "/after"), None).await;
+        assert_eq!(got.body, b"/after");
+    });
+}

@@ -2354,14 +2354,24 @@ impl fmt::Debug for ServerTls {
 }
 
 impl ServerTls {
-    /// The same server for `mode http`, which speaks HTTP/1.1 to servers: `h2` is not offered,
-    /// so a server that prefers it answers in HTTP/1.1 instead of a protocol we cannot read.
+    /// The same server spoken to in HTTP/1.1 (`proto h1`, or no `h2` in its `alpn` in `mode
+    /// http`): `h2` is not offered, so a server that prefers it answers in HTTP/1.1.
     pub fn http1_only(self: &Arc<Self>) -> Arc<ServerTls> {
         if !self.config.alpn_protocols.iter().any(|p| p == b"h2") {
             return self.clone();
         }
+        self.with_alpn(|a| a.retain(|p| p != b"h2"))
+    }
+
+    /// The same server with `proto h2` and no `alpn`: `h2` is offered, for servers that speak
+    /// HTTP/2 over TLS only to clients that say so.
+    pub fn offering_h2(self: &Arc<Self>) -> Arc<ServerTls> {
+        self.with_alpn(|a| *a = vec![b"h2".to_vec()])
+    }
+
+    fn with_alpn(&self, f: impl FnOnce(&mut Vec<Vec<u8>>)) -> Arc<ServerTls> {
         let mut cfg = (*self.config).clone();
-        cfg.alpn_protocols.retain(|p| p != b"h2");
+        f(&mut cfg.alpn_protocols);
         Arc::new(ServerTls {
             config: Arc::new(cfg),
             sni: self.sni.clone(),

@@ -8,6 +8,7 @@
 mod common;
 
 use bytes::Bytes;
+use common::h2server::{H2Server, Seen};
 use common::*;
 use std::time::Duration;
 
@@ -37,6 +38,7 @@ struct Got {
     status: u16,
     headers: http::HeaderMap,
     body: Vec<u8>,
+    trailers: Option<http::HeaderMap>,
 }
 
 impl Got {
@@ -77,10 +79,12 @@ async fn exchange(c: &mut Client, req: http::Request<()>, body: Option<&[u8]>) -
         body.extend_from_slice(&d);
         let _ = b.flow_control().release_capacity(d.len());
     }
+    let trailers = b.trailers().await.unwrap();
     Got {
         status: parts.status.as_u16(),
         headers: parts.headers,
         body,
+        trailers,
     }
 }
 
@@ -631,4 +635,164 @@ backend be\n    server s1 {}\n",
         let got = exchange(&mut c, get(port, "/after"), None).await;
         assert_eq!(got.body, b"/after");
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP/2 to servers.
+
+/// One worker thread (each thread keeps its own HTTP/2 connection to a server), and a stats
+/// socket in `dir`.
+fn h2_backend_proxy(server_line: &str) -> (Sluice, u16) {
+    h2_backend_proxy_in(&TempDir::new(), server_line)
+}
+
+fn h2_backend_proxy_in(dir: &TempDir, server_line: &str) -> (Sluice, u16) {
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n    stats socket {}\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend fe\n    bind 127.0.0.1:{port}\n    option httplog\n    log stdout format raw local0\n\
+\x20   default_backend be\n\
+backend be\n    {server_line}\n",
+        dir.path().join("stats.sock").display()
+    );
+    (Sluice::start(&cfg), port)
+}
+
+fn echo(s: &Seen) -> (u16, Vec<(&'static str, String)>, Vec<u8>) {
+    let body = format!("{} {} {} {}", s.method, s.path, s.authority, s.body.len());
+    (200, vec![("x-h2", "yes".into())], body.into_bytes())
+}
+
+#[test]
+fn proto_h2_servers_take_every_request_as_a_stream_of_one_connection() {
+    let srv = H2Server::start(echo);
+    let dir = TempDir::new();
+    let (s, port) = h2_backend_proxy_in(&dir, &format!("server s1 {} proto h2", srv.hostport()));
+    // Three HTTP/1.1 clients, one after the other, and a pipelined pair.
+    for i in 0..3 {
+        let r = http_get(port, &format!("/one/{i}?q=1"));
+        assert_eq!(r.status, 200);
+        // (`http_get` sends `Host: test`, which becomes `:authority`.)
+        assert_eq!(r.body_str(), format!("GET /one/{i} test 0"));
+        assert_eq!(r.header("x-h2"), Some("yes"));
+    }
+    s.wait_log_line(|l| l.contains("\"GET /one/2?q=1 HTTP/1.1\""), T);
+    // Bodies with a length and chunked reach the server whole.
+    let r = http_raw(
+        port,
+        "POST /up HTTP/1.1\r\nHost: h.example\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    );
+    assert_eq!(r.body_str(), "POST /up h.example 5");
+    let r = http_raw(
+        port,
+        "POST /up2 HTTP/1.1\r\nHost: h.example\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n",
+    );
+    assert_eq!(r.body_str(), "POST /up2 h.example 7");
+    let seen = srv.requests();
+    assert_eq!(seen.len(), 5);
+    assert!(
+        seen.iter().all(|r| r.conn == 0),
+        "one connection for all: {seen:?}"
+    );
+    assert!(seen.iter().all(|r| r.scheme == "http"));
+    assert_eq!(seen[4].body, b"abcdefg");
+    assert_eq!(seen[4].header("transfer-encoding"), None);
+    assert_eq!(seen[3].header("content-length"), Some("5"));
+    // One connection, four reuses of it (HAProxy's `connect` and `reuse` columns).
+    let sock = dir.path().join("stats.sock");
+    assert_eq!(stat_column(&sock, "be", "s1", "connect"), "1");
+    assert_eq!(stat_column(&sock, "be", "s1", "reuse"), "4");
+}
+
+#[test]
+fn grpc_through_http2_on_both_sides_keeps_its_trailers() {
+    let srv = H2Server::with_trailers(|s| {
+        let reply = (
+            200,
+            vec![("content-type", "application/grpc".to_string())],
+            s.body.clone(),
+        );
+        (
+            reply,
+            vec![("grpc-status", "0".into()), ("grpc-message", "ok".into())],
+        )
+    });
+    let (_s, port) = h2_backend_proxy(&format!("server s1 {} proto h2", srv.hostport()));
+    let msg = b"\0\0\0\0\x05hello";
+    let got = rt().block_on(async {
+        let mut c = connect(port).await;
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://127.0.0.1:{port}/pkg.Svc/Call"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        exchange(&mut c, req, Some(msg)).await
+    });
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, msg);
+    let t = got
+        .trailers
+        .expect("the server's trailers reach the client");
+    assert_eq!(t.get("grpc-status").unwrap(), "0");
+    assert_eq!(t.get("grpc-message").unwrap(), "ok");
+    let seen = srv.requests();
+    assert_eq!(seen[0].path, "/pkg.Svc/Call");
+    assert_eq!(seen[0].body, msg);
+    assert_eq!(seen[0].header("te"), Some("trailers"));
+    // An HTTP/1.1 client gets them as chunked trailers.
+    let r = http_raw(
+        port,
+        "POST /pkg.Svc/Call HTTP/1.1\r\nHost: g\r\nContent-Type: application/grpc\r\n\
+Content-Length: 10\r\nConnection: close\r\n\r\n\0\0\0\0\x05hello",
+    );
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert!(
+        r.trailers
+            .iter()
+            .any(|(n, v)| n == "grpc-status" && v == "0"),
+        "{:?}",
+        r.trailers
+    );
+}
+
+#[test]
+fn tls_servers_speak_http2_when_alpn_agrees_or_proto_h2_says_so() {
+    let srv = H2Server::start_tls(echo);
+    // `alpn h2,http/1.1`: h2 agreed.
+    let (_s, port) = h2_backend_proxy(&format!(
+        "server s1 {} ssl verify none alpn h2,http/1.1",
+        srv.hostport()
+    ));
+    let r = http_get(port, "/a");
+    assert_eq!(r.body_str(), "GET /a test 0");
+    // `proto h2` without `alpn`: h2 is offered (this server accepts nothing else).
+    let (_s2, port2) = h2_backend_proxy(&format!(
+        "server s1 {} ssl verify none proto h2",
+        srv.hostport()
+    ));
+    let r = http_get(port2, "/b");
+    assert_eq!(r.body_str(), "GET /b test 0");
+    let seen = srv.requests();
+    assert_eq!(seen.len(), 2);
+    assert!(
+        seen.iter().all(|r| r.alpn == "h2" && r.scheme == "https"),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn proto_h2_on_a_tcp_server_is_a_configuration_error() {
+    let (code, err) = Sluice::check("backend b\n    mode tcp\n    server s 127.0.0.1:1 proto h2\n");
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("'proto h2'") && err.contains("'mode tcp'"),
+        "{err}"
+    );
+    let (code, err) =
+        Sluice::check("backend b\n    mode http\n    server s 127.0.0.1:1 proto fcgi\n");
+    assert_eq!(code, 1);
+    assert!(err.contains("not supported"), "{err}");
 }

@@ -289,6 +289,18 @@ impl Default for Global {
     }
 }
 
+/// When a server is spoken to in HTTP/2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServerH2 {
+    /// HTTP/1.1 (`proto h1`, or no `h2` in a TLS server's `alpn`, or `mode tcp`).
+    #[default]
+    Never,
+    /// When TLS agrees on `h2` (`ssl alpn h2,...`).
+    Alpn,
+    /// Always (`proto h2`): prior knowledge in clear text, whatever ALPN says over TLS.
+    Always,
+}
+
 /// `tune.h2.*`: what sluice announces to HTTP/2 clients (HAProxy's defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct H2Tune {
@@ -1032,6 +1044,9 @@ pub struct Server {
     /// `send-proxy` / `send-proxy-v2`: new connections start with a PROXY header carrying
     /// the client's addresses (and stay private to that client).
     pub send_proxy: Option<crate::send_proxy::Version>,
+    /// Whether requests go to this server in HTTP/2 (`proto h2`, or `alpn h2` agreed over
+    /// TLS; `mode http` only).
+    pub h2: ServerH2,
     /// Port mapping (an address without a port, or `:+N` / `:-N`): connections go to the port
     /// the client connected to plus this offset, and `addr`'s port is 0.
     pub port_map: Option<i32>,

@@ -2302,11 +2302,12 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     txn.redispatched = sc.redispatched;
                     // (A redispatch may have gone to a server that sends a PROXY header.)
                     private = sc.slot.server_state().conf.private_conns();
-                    if reuse != HttpReuse::Never && !private {
+                    if reuse != HttpReuse::Never && !private && sc.stream.poolable() {
                         pool.opened((be_idx, sc.slot.server, name), &sc.slot.server_state().pool);
                     }
+                    txn.flags.reused = sc.reused;
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
-                    (sc.stream, sc.sni, sc.slot, 0, epoch, false)
+                    (sc.stream, sc.sni, sc.slot, 0, epoch, sc.reused)
                 }
                 Err(e) => {
                     if let ConnectError::Failed {
@@ -2426,13 +2427,13 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                         uses: 0,
                         private,
                     };
-                    if reuse != HttpReuse::Never {
+                    if reuse != HttpReuse::Never && conn.stream.poolable() {
                         self.ctx
                             .w
                             .pool
                             .opened((be_idx, server, name), &conn.slot.server_state().pool);
                     }
-                    reused = false;
+                    reused = sc.reused;
                 }
                 Err(e) => {
                     txn.term = e.term();

@@ -9,10 +9,11 @@
 //! chunked re-framing, flow control) and nothing else: it must not apply rules, pick servers
 //! or log requests itself.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -69,10 +70,12 @@ struct Chan {
 }
 
 /// One end of a bounded in-memory byte pipe: what it writes the other end reads. Both ends
-/// live on the same thread (`Rc`), as the session and its stream do.
+/// live on the same thread, as the session and its stream do; the mutex is never contended,
+/// and is there because a server connection must be `Send` (pools hand idle ones between
+/// threads; this kind is never pooled, but shares their type).
 pub struct PipeEnd {
-    rx: Rc<RefCell<Chan>>,
-    tx: Rc<RefCell<Chan>>,
+    rx: Arc<Mutex<Chan>>,
+    tx: Arc<Mutex<Chan>>,
     cap: usize,
 }
 
@@ -107,7 +110,7 @@ type Reset = h2::Reason;
 /// A connected pair of pipe ends, each direction buffering at most `cap` bytes.
 pub fn pipe(cap: usize) -> (PipeEnd, PipeEnd) {
     let chan = || {
-        Rc::new(RefCell::new(Chan {
+        Arc::new(Mutex::new(Chan {
             buf: BytesMut::new(),
             closed: false,
             gone: false,
@@ -136,7 +139,7 @@ fn wake(w: &mut Option<Waker>) {
 
 impl PipeEnd {
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut c = self.rx.borrow_mut();
+        let mut c = self.rx.lock().unwrap();
         if !c.buf.is_empty() || c.closed {
             return Poll::Ready(());
         }
@@ -147,11 +150,11 @@ impl PipeEnd {
 
 impl Drop for PipeEnd {
     fn drop(&mut self) {
-        let mut t = self.tx.borrow_mut();
+        let mut t = self.tx.lock().unwrap();
         t.closed = true;
         wake(&mut t.reader);
         drop(t);
-        let mut r = self.rx.borrow_mut();
+        let mut r = self.rx.lock().unwrap();
         r.gone = true;
         wake(&mut r.writer);
     }
@@ -159,11 +162,11 @@ impl Drop for PipeEnd {
 
 /// Reads what `chan` holds into `out` (EOF once it is closed and drained).
 fn read_chan(
-    chan: &RefCell<Chan>,
+    chan: &Mutex<Chan>,
     cx: &mut Context<'_>,
     out: &mut ReadBuf<'_>,
 ) -> Poll<std::io::Result<()>> {
-    let mut c = chan.borrow_mut();
+    let mut c = chan.lock().unwrap();
     if c.buf.is_empty() {
         if c.closed {
             return Poll::Ready(Ok(()));
@@ -194,7 +197,7 @@ impl AsyncWrite for PipeEnd {
         data: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let cap = self.cap;
-        let mut c = self.tx.borrow_mut();
+        let mut c = self.tx.lock().unwrap();
         if c.gone || c.closed {
             return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
         }
@@ -214,7 +217,7 @@ impl AsyncWrite for PipeEnd {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let mut c = self.tx.borrow_mut();
+        let mut c = self.tx.lock().unwrap();
         c.closed = true;
         wake(&mut c.reader);
         Poll::Ready(Ok(()))
@@ -222,8 +225,8 @@ impl AsyncWrite for PipeEnd {
 }
 
 /// Marks the direction `chan` feeds as abandoned by its writer, and closes it.
-fn abort(chan: &RefCell<Chan>) {
-    let mut c = chan.borrow_mut();
+fn abort(chan: &Mutex<Chan>) {
+    let mut c = chan.lock().unwrap();
     c.aborted = true;
     c.closed = true;
     wake(&mut c.on_abort);
@@ -233,7 +236,7 @@ fn abort(chan: &RefCell<Chan>) {
 impl ClientIo for PipeEnd {
     async fn aborted(&self) {
         std::future::poll_fn(|cx| {
-            let mut c = self.rx.borrow_mut();
+            let mut c = self.rx.lock().unwrap();
             if c.aborted {
                 return Poll::Ready(());
             }
@@ -584,14 +587,14 @@ fn log_line(parts: &http::request::Parts) -> String {
 }
 
 /// Splits a pipe end into its read and write halves.
-fn split(p: PipeEnd) -> (PipeReader, PipeEnd) {
+pub(super) fn split(p: PipeEnd) -> (PipeReader, PipeEnd) {
     let r = PipeReader { rx: p.rx.clone() };
     (r, p)
 }
 
 /// The read half of a [`PipeEnd`] (reading only; the write half keeps the pipe open).
-struct PipeReader {
-    rx: Rc<RefCell<Chan>>,
+pub(super) struct PipeReader {
+    rx: Arc<Mutex<Chan>>,
 }
 
 impl AsyncRead for PipeReader {
@@ -631,12 +634,7 @@ async fn pump_request(mut body: h2::RecvStream, mut tx: PipeEnd, chunked: bool) 
     if chunked {
         let mut end = b"0\r\n".to_vec();
         if let Ok(Some(trailers)) = body.trailers().await {
-            for (name, value) in &trailers {
-                end.extend_from_slice(name.as_str().as_bytes());
-                end.extend_from_slice(b": ");
-                end.extend_from_slice(value.as_bytes());
-                end.extend_from_slice(b"\r\n");
-            }
+            write_fields(&mut end, &trailers);
         }
         end.extend_from_slice(b"\r\n");
         let _ = tx.write_all(&end).await;
@@ -767,7 +765,7 @@ async fn read_more(
 
 /// Sends `data` as the stream's flow control allows (waiting for window credit), or only
 /// the end-of-stream flag when `data` is empty.
-async fn send_data(
+pub(super) async fn send_data(
     send: &mut h2::SendStream<Bytes>,
     mut data: Bytes,
     end: bool,
@@ -817,8 +815,18 @@ fn response_head(buf: &[u8], h: &crate::http::ResponseHead) -> http::Response<()
     r
 }
 
+/// Writes `fields` as HTTP/1 field lines (`name: value\r\n`...).
+pub(super) fn write_fields(out: &mut Vec<u8>, fields: &http::HeaderMap) {
+    for (name, value) in fields {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// Trailer field lines (`name: value\r\n`...) as an HTTP/2 trailer block.
-fn trailer_map(lines: &[u8]) -> http::HeaderMap {
+pub(super) fn trailer_map(lines: &[u8]) -> http::HeaderMap {
     let mut m = http::HeaderMap::new();
     for l in lines.split(|&b| b == b'\n') {
         let l = l.strip_suffix(b"\r").unwrap_or(l);

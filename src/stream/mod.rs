@@ -8,6 +8,7 @@
 
 pub mod http;
 pub mod http2;
+pub mod server_h2;
 pub mod tcp;
 
 use std::net::SocketAddr;
@@ -543,6 +544,9 @@ pub enum ServerStream {
     Tls(Box<tokio_rustls::client::TlsStream<ServerTcp>>),
     /// A server on a UNIX socket (`server NAME unix@PATH`).
     Unix(UnixStream),
+    /// A stream on an HTTP/2 connection to the server (`server_h2`), spoken to as HTTP/1.1
+    /// through a pipe. Never pooled: the connection underneath is shared instead.
+    H2(Box<http2::PipeEnd>),
 }
 
 /// The socket under a server connection, as the pools watch it.
@@ -673,7 +677,7 @@ impl ServerStream {
         match self {
             ServerStream::Plain(s) => Some(s),
             ServerStream::Tls(s) => s.get_ref().0.0.as_ref(),
-            ServerStream::Unix(_) => None,
+            ServerStream::Unix(_) | ServerStream::H2(_) => None,
         }
     }
 
@@ -700,6 +704,7 @@ impl ServerStream {
         match self {
             ServerStream::Plain(s) => rehome_tcp(s).map(ServerStream::Plain),
             ServerStream::Unix(s) => UnixStream::from_std(s.into_std()?).map(ServerStream::Unix),
+            ServerStream::H2(_) => Err(no_socket()),
             ServerStream::Tls(mut t) => {
                 let slot = &mut t.get_mut().0.0;
                 let s = slot.take().ok_or_else(no_socket)?;
@@ -715,11 +720,18 @@ impl ServerStream {
         match self {
             ServerStream::Plain(s) => s.write_all(buf).await,
             ServerStream::Unix(s) => s.write_all(buf).await,
+            ServerStream::H2(s) => s.write_all(buf).await,
             ServerStream::Tls(s) => {
                 s.write_all(buf).await?;
                 s.flush().await
             }
         }
+    }
+
+    /// Whether the connection may wait in an idle pool (an HTTP/2 stream may not: its
+    /// connection is shared instead).
+    pub fn poolable(&self) -> bool {
+        !matches!(self, ServerStream::H2(_))
     }
 
     /// Neither closed nor sent anything while idle (see [`crate::pool::socket_alive`]).
@@ -754,6 +766,7 @@ impl AsyncRead for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
             ServerStream::Unix(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            ServerStream::H2(s) => std::pin::Pin::new(&mut **s).poll_read(cx, buf),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
@@ -768,6 +781,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
             ServerStream::Unix(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            ServerStream::H2(s) => std::pin::Pin::new(&mut **s).poll_write(cx, buf),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
@@ -780,6 +794,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
             ServerStream::Unix(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            ServerStream::H2(s) => std::pin::Pin::new(&mut **s).poll_write_vectored(cx, bufs),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_write_vectored(cx, bufs),
         }
     }
@@ -788,6 +803,7 @@ impl AsyncWrite for ServerStream {
         match self {
             ServerStream::Plain(s) => s.is_write_vectored(),
             ServerStream::Unix(s) => s.is_write_vectored(),
+            ServerStream::H2(_) => false,
             ServerStream::Tls(s) => s.is_write_vectored(),
         }
     }
@@ -799,6 +815,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
             ServerStream::Unix(s) => std::pin::Pin::new(s).poll_flush(cx),
+            ServerStream::H2(s) => std::pin::Pin::new(&mut **s).poll_flush(cx),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_flush(cx),
         }
     }
@@ -810,6 +827,7 @@ impl AsyncWrite for ServerStream {
         match self.get_mut() {
             ServerStream::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
             ServerStream::Unix(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            ServerStream::H2(s) => std::pin::Pin::new(&mut **s).poll_shutdown(cx),
             ServerStream::Tls(s) => std::pin::Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
@@ -826,6 +844,9 @@ pub struct ServerConn {
     pub redispatched: bool,
     /// Time to establish the connection (`%Tc`).
     pub connect_time: Duration,
+    /// A stream on an HTTP/2 connection that was already open (a reuse, for logs, counters
+    /// and the replay of a request it fails unanswered).
+    pub reused: bool,
 }
 
 /// Why no server connection could be made.
@@ -909,8 +930,29 @@ async fn connect_stream(
     opts: &crate::config::ProxyOptions,
     host: Option<&[u8]>,
     proxy_hdr: Option<&[u8]>,
-) -> Result<(ServerStream, Option<Box<str>>), bool> {
+    http_bufsize: Option<usize>,
+) -> Result<(ServerStream, Option<Box<str>>, bool), bool> {
+    use crate::config::ServerH2;
     let started = Instant::now();
+    // HTTP/2 (`mode http` only): a new stream on this thread's connection to the server when
+    // there is one. A connection with a PROXY header is its client's alone.
+    let h2 = http_bufsize.filter(|_| srv.conf.h2 != ServerH2::Never);
+    let target = |tls: bool, bufsize: usize| server_h2::Target {
+        tls,
+        fallback_authority: addr.to_string(),
+        bufsize,
+    };
+    let h2_sni = match &srv.conf.tls {
+        Some(t) if srv.conf.ssl => server_sni(t, host),
+        _ => None,
+    };
+    if let Some(bs) = h2
+        && proxy_hdr.is_none()
+        && let Some(s) = server_h2::existing(srv, addr, h2_sni, target(srv.conf.ssl, bs))
+    {
+        return Ok((s, h2_sni.map(Into::into), true));
+    }
+    let private = proxy_hdr.is_some();
     if let Some(t) = &srv.conf.unix {
         let mut s = connect_unix(t, timeout).await?;
         if let Some(h) = proxy_hdr
@@ -920,7 +962,18 @@ async fn connect_stream(
         {
             return Err(false);
         }
-        return Ok((ServerStream::Unix(s), None));
+        if let Some(bs) = h2
+            && srv.conf.h2 == ServerH2::Always
+        {
+            let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
+            let st = server_h2::start(s, srv, addr, None, private, target(false, bs));
+            return match with_timeout(left, st).await {
+                Some(Ok(s)) => Ok((s, None, false)),
+                Some(Err(())) => Err(false),
+                None => Err(true),
+            };
+        }
+        return Ok((ServerStream::Unix(s), None, false));
     }
     let mut tcp = connect_one(addr, srv.conf.source, timeout, opts).await?;
     if let Some(h) = proxy_hdr {
@@ -935,14 +988,39 @@ async fn connect_stream(
     }
     let tls = match &srv.conf.tls {
         Some(t) if srv.conf.ssl => t,
-        _ => return Ok((ServerStream::Plain(tcp), None)),
+        _ => {
+            let Some(bs) = h2.filter(|_| srv.conf.h2 == ServerH2::Always) else {
+                return Ok((ServerStream::Plain(tcp), None, false));
+            };
+            // HTTP/2 with prior knowledge.
+            let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
+            let st = server_h2::start(tcp, srv, addr, None, private, target(false, bs));
+            return match with_timeout(left, st).await {
+                Some(Ok(s)) => Ok((s, None, false)),
+                Some(Err(())) => Err(false),
+                None => Err(true),
+            };
+        }
     };
     let sni = server_sni(tls, host);
     let name = crate::tls::server_name(sni, addr.ip());
     let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
-    match crate::tls::connect(tls, ServerTcp::from(tcp), name, left).await {
-        Ok(s) => Ok((ServerStream::Tls(Box::new(s)), sni.map(Into::into))),
-        Err(e) => Err(e.kind() == std::io::ErrorKind::TimedOut),
+    let s = match crate::tls::connect(tls, ServerTcp::from(tcp), name, left).await {
+        Ok(s) => s,
+        Err(e) => return Err(e.kind() == std::io::ErrorKind::TimedOut),
+    };
+    let agreed_h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
+    match h2 {
+        Some(bs) if srv.conf.h2 == ServerH2::Always || agreed_h2 => {
+            let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
+            let st = server_h2::start(s, srv, addr, sni, private, target(true, bs));
+            match with_timeout(left, st).await {
+                Some(Ok(s)) => Ok((s, sni.map(Into::into), false)),
+                Some(Err(())) => Err(false),
+                None => Err(true),
+            }
+        }
+        _ => Ok((ServerStream::Tls(Box::new(s)), sni.map(Into::into), false)),
     }
 }
 
@@ -970,7 +1048,6 @@ pub async fn connect_with_slot(
             .conf
             .target(**slot.server_state().addr.load(), ctx.local);
         let started = Instant::now();
-        slot.server_state().counters.connects.fetch_add(1, Relaxed);
         let proxy_hdr = slot
             .server_state()
             .conf
@@ -983,6 +1060,7 @@ pub async fn connect_with_slot(
             &bp.options,
             host,
             proxy_hdr.as_deref(),
+            (bp.mode == Mode::Http).then_some(shared.cfg.global.bufsize.max(1024)),
         )
         .await;
         // (A failed TLS handshake counts as a layer-4 error for `observe`, as HAProxy's
@@ -992,8 +1070,12 @@ pub async fn connect_with_slot(
             Err(_) => crate::check::Observed::L4Err,
         };
         crate::check::observe(slot.server_state(), seen);
+        // A stream on an HTTP/2 connection already open is a reuse, not a connection.
+        if !matches!(res, Ok((_, _, true))) {
+            slot.server_state().counters.connects.fetch_add(1, Relaxed);
+        }
         match res {
-            Ok((stream, sni)) => {
+            Ok((stream, sni, reused)) => {
                 return Ok(ServerConn {
                     stream,
                     sni,
@@ -1001,6 +1083,7 @@ pub async fn connect_with_slot(
                     slot,
                     retries: attempt,
                     redispatched,
+                    reused,
                 });
             }
             Err(timeout) => {

@@ -135,6 +135,10 @@ pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
             let (sr, sw) = tokio::io::split(&mut **s);
             tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
         }
+        ServerStream::H2(s) => {
+            let (sr, sw) = tokio::io::split(&mut **s);
+            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
+        }
     }
 }
 

@@ -11,6 +11,8 @@
 
 #![allow(dead_code)]
 
+pub mod h2server;
+
 /// Trailer fields of a chunked body.
 pub type Trailers = Vec<(String, String)>;
 

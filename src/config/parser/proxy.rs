@@ -39,6 +39,8 @@ pub(super) struct ServerOpts {
     pub init_addr: Option<Vec<super::server::InitAddr>>,
     pub minconn: Option<u32>,
     pub send_proxy: Option<crate::send_proxy::Version>,
+    /// `proto h1|h2`: `Some(true)` for h2.
+    pub proto_h2: Option<bool>,
     pub source: Option<std::net::SocketAddr>,
     /// `resolvers NAME`, `resolve-prefer`, `resolve-net`, `resolve-opts`.
     pub resolvers: Option<String>,
@@ -70,6 +72,7 @@ impl Default for ServerOpts {
             init_addr: None,
             minconn: None,
             send_proxy: None,
+            proto_h2: None,
             source: None,
             resolvers: None,
             resolve_prefer_v4: false,
@@ -317,13 +320,47 @@ impl Draft {
                 b.ssl = Some(t.http1_only());
             }
         }
-        if self.p.mode == Mode::Http {
-            // sluice speaks HTTP/1.1 to servers: never offer h2 to them.
-            for sv in &mut self.p.servers {
-                if let Some(t) = &sv.tls {
-                    sv.tls = Some(t.http1_only());
+        // HTTP/2 to servers: `proto h2` always, `alpn h2` when TLS agrees on it, and only in
+        // `mode http` (a TCP proxy relays bytes, whatever protocol they are).
+        for sv in &mut self.p.servers {
+            use crate::config::ServerH2;
+            let alpn_h2 = sv
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.config.alpn_protocols.iter().any(|p| p == b"h2"));
+            sv.h2 = match (self.p.mode, sv.h2) {
+                (Mode::Tcp, ServerH2::Always) => {
+                    errors.push(ConfigError {
+                        file: sv.origin.file.clone(),
+                        line: sv.origin.line,
+                        message: format!(
+                            "'server {}' in {}: 'proto h2' names an HTTP version, and this \
+                             proxy is in 'mode tcp'",
+                            sv.name, what
+                        ),
+                    });
+                    ServerH2::Never
                 }
-            }
+                (Mode::Tcp, _) => ServerH2::Never,
+                (Mode::Http, ServerH2::Always) => {
+                    // Over TLS, servers that pick their protocol by ALPN are told h2.
+                    if sv.ssl
+                        && !alpn_h2
+                        && let Some(t) = &sv.tls
+                    {
+                        sv.tls = Some(t.offering_h2());
+                    }
+                    ServerH2::Always
+                }
+                (Mode::Http, ServerH2::Alpn) if sv.ssl && alpn_h2 => ServerH2::Alpn,
+                (Mode::Http, _) => {
+                    // `proto h1`, or plain HTTP/1.1: never offer h2.
+                    if let Some(t) = &sv.tls {
+                        sv.tls = Some(t.http1_only());
+                    }
+                    ServerH2::Never
+                }
+            };
         }
         if self.p.mode != Mode::Tcp {
             return errors;

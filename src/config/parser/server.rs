@@ -79,6 +79,7 @@ const SERVER_OPTIONS: &[&str] = &[
     "max-reuse",
     "send-proxy",
     "send-proxy-v2",
+    "proto",
     "no-send-proxy",
     "no-send-proxy-v2",
     "source",
@@ -96,7 +97,6 @@ const SERVER_UNSUPPORTED: &[&str] = &[
     "redir",
     "usesrc",
     "npn",
-    "proto",
     "force-sslv3",
     "force-tlsv10",
     "force-tlsv11",
@@ -444,6 +444,24 @@ fn server_opts(
             "send-proxy" => o.send_proxy = Some(crate::send_proxy::Version::V1),
             "send-proxy-v2" => o.send_proxy = Some(crate::send_proxy::Version::V2),
             "no-send-proxy" | "no-send-proxy-v2" => o.send_proxy = None,
+            "proto" => {
+                let v = arg(words, i + 1, "protocol name after 'proto'")?;
+                o.proto_h2 = Some(match v {
+                    "h1" => false,
+                    "h2" => true,
+                    "fcgi" | "none" | "quic" => {
+                        return Err(format!(
+                            "'proto {v}' is not supported by sluice (only 'h1' and 'h2')"
+                        ));
+                    }
+                    _ => {
+                        return Err(format!(
+                            "unknown protocol '{v}' after 'proto' (expected 'h1' or 'h2')"
+                        ));
+                    }
+                });
+                i += 1;
+            }
             // `source ADDR[:PORT]`: the local address of connections to the server (port 0
             // or none: any). `usesrc` and `interface` (transparent proxying) are not
             // supported and stay errors.
@@ -776,6 +794,13 @@ fn make_server(
         port_map: None,
         unix: None,
         send_proxy: o.send_proxy,
+        // Decided with the proxy's mode (`Draft::finish`): `Always` stands for `proto h2`
+        // until then, `Never` for `proto h1`, `Alpn` for neither.
+        h2: match o.proto_h2 {
+            Some(true) => crate::config::ServerH2::Always,
+            Some(false) => crate::config::ServerH2::Never,
+            None => crate::config::ServerH2::Alpn,
+        },
         source: o.source,
         check: o.chk.check_cfg(),
         health: o.chk.health_cfg(),

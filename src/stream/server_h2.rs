@@ -1,0 +1,365 @@
+//! `stream::server_h2`: HTTP/2 to servers (`server ... proto h2`, or `ssl alpn h2` agreed).
+//! A thread keeps one HTTP/2 connection per server (and SNI) and runs every request to that
+//! server on it as a stream, up to the server's `SETTINGS_MAX_CONCURRENT_STREAMS`. To the
+//! session a stream looks like a server connection of its own ([`ServerStream::H2`]): the
+//! session writes its HTTP/1.1 request into a pipe and reads an HTTP/1.1 answer from it; a
+//! task here translates both ways, as `stream::http2` does for clients.
+//!
+//! It owns the server-side connections and their translation, nothing else: which server,
+//! retries, timeouts and logs stay with the session. Connections carrying a PROXY header
+//! (`send-proxy`) belong to one client and are never shared.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::ServerStream;
+use super::http2::{PipeEnd, pipe};
+use crate::http::{BodyKind, ChunkedState, Parsed, parse_request};
+
+// ---------------------------------------------------------------------------------------------
+// Types.
+
+/// Which shared connection a request may use: the server (by its state's address, stable
+/// while the configuration lives), its current address, and the SNI sent.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    server: usize,
+    addr: std::net::SocketAddr,
+    sni: Option<Box<str>>,
+}
+
+/// An open HTTP/2 connection to a server.
+struct Upstream {
+    send: h2::client::SendRequest<Bytes>,
+    /// Cleared by the connection's task when it ends.
+    open: Rc<std::cell::Cell<bool>>,
+    /// Which of this thread's connections it is (a newer one may have replaced it).
+    id: u64,
+}
+
+thread_local! {
+    /// This thread's HTTP/2 server connections.
+    static CONNS: RefCell<HashMap<Key, Upstream>> = RefCell::new(HashMap::new());
+    static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How a stream's request is written for the server.
+pub struct Target {
+    /// `https` over TLS.
+    pub tls: bool,
+    /// `:authority` when the request has no `Host` (the server's address).
+    pub fallback_authority: String,
+    pub bufsize: usize,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections.
+
+fn key(srv: &crate::backend::ServerState, addr: std::net::SocketAddr, sni: Option<&str>) -> Key {
+    Key {
+        server: srv as *const _ as usize,
+        addr,
+        sni: sni.map(Into::into),
+    }
+}
+
+/// A stream on this thread's open connection to the server, if there is one.
+pub fn existing(
+    srv: &crate::backend::ServerState,
+    addr: std::net::SocketAddr,
+    sni: Option<&str>,
+    t: Target,
+) -> Option<ServerStream> {
+    let k = key(srv, addr, sni);
+    let send = CONNS.with(|c| {
+        let mut c = c.borrow_mut();
+        match c.get(&k) {
+            Some(u) if u.open.get() => Some(u.send.clone()),
+            Some(_) => {
+                c.remove(&k);
+                None
+            }
+            None => None,
+        }
+    })?;
+    Some(open_stream(send, t))
+}
+
+/// Starts HTTP/2 on a freshly connected (and, over TLS, handshaken) server connection, keeps
+/// it for the thread's next requests unless `private`, and returns a stream on it. `Err`: the
+/// server did not complete the HTTP/2 handshake.
+pub async fn start<T: AsyncRead + AsyncWrite + Unpin + 'static>(
+    io: T,
+    srv: &crate::backend::ServerState,
+    addr: std::net::SocketAddr,
+    sni: Option<&str>,
+    private: bool,
+    t: Target,
+) -> Result<ServerStream, ()> {
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(crate::stream::http2::DEFAULT_INITIAL_WINDOW_SIZE)
+        .max_send_buffer_size(t.bufsize)
+        .handshake::<_, Bytes>(io)
+        .await
+        .map_err(|_| ())?;
+    let open = Rc::new(std::cell::Cell::new(true));
+    let id = NEXT_ID.with(|n| {
+        n.set(n.get() + 1);
+        n.get()
+    });
+    let k = key(srv, addr, sni);
+    {
+        let open = open.clone();
+        let k = k.clone();
+        tokio::task::spawn_local(async move {
+            let _ = conn.await;
+            open.set(false);
+            if !private {
+                CONNS.with(|c| {
+                    let mut c = c.borrow_mut();
+                    if c.get(&k).is_some_and(|u| u.id == id) {
+                        c.remove(&k);
+                    }
+                });
+            }
+        });
+    }
+    if !private {
+        CONNS.with(|c| {
+            c.borrow_mut().insert(
+                k,
+                Upstream {
+                    send: send.clone(),
+                    open,
+                    id,
+                },
+            )
+        });
+    }
+    Ok(open_stream(send, t))
+}
+
+/// A stream for one request: the session's end of a pipe, and the task that relays it.
+fn open_stream(send: h2::client::SendRequest<Bytes>, t: Target) -> ServerStream {
+    let (sess_end, gw_end) = pipe(t.bufsize);
+    tokio::task::spawn_local(relay(send, gw_end, t));
+    ServerStream::H2(Box::new(sess_end))
+}
+
+// ---------------------------------------------------------------------------------------------
+// One stream.
+
+/// Reads the session's HTTP/1.1 request from the pipe, sends it as an HTTP/2 stream, and
+/// writes the answer back as HTTP/1.1. Ends (closing the pipe, which the session reads as
+/// the server closing) on any failure; dropping the stream's handles resets it.
+async fn relay(send: h2::client::SendRequest<Bytes>, io: PipeEnd, t: Target) {
+    let (mut rx, mut tx) = super::http2::split(io);
+    let mut buf = BytesMut::with_capacity(t.bufsize);
+    let head = loop {
+        match parse_request(&buf, t.bufsize) {
+            Ok(Parsed::Complete(h)) => break h,
+            Ok(Parsed::Partial) => {}
+            Err(_) => return,
+        }
+        match rx.read_buf(&mut buf).await {
+            Ok(n) if n > 0 => {}
+            _ => return,
+        }
+    };
+    let is_head = head.method.of(&buf) == b"HEAD";
+    let Some(req) = request(&buf, &head, &t) else {
+        return;
+    };
+    let _ = buf.split_to(head.head_len);
+    let Ok(mut send) = send.ready().await else {
+        return;
+    };
+    let no_body = head.body == BodyKind::None || head.body == BodyKind::Length(0);
+    let Ok((rsp, body_tx)) = send.send_request(req, no_body) else {
+        return;
+    };
+    // The body goes on while the answer comes (a server may answer before the end of the
+    // request, and gRPC streams both ways); the stream is over when the answer is.
+    let pump = async {
+        if !no_body {
+            pump_body(&mut rx, buf, head.body, body_tx).await;
+        }
+        std::future::pending::<()>().await
+    };
+    let answer = async {
+        let Ok(rsp) = rsp.await else { return };
+        write_answer(rsp, &mut tx, is_head).await;
+    };
+    tokio::pin!(pump, answer);
+    tokio::select! {
+        _ = &mut pump => {}
+        _ = &mut answer => {}
+    }
+}
+
+/// The origin-form part of a request target (an absolute-form one loses its scheme and
+/// authority, which travel in `:scheme` and `:authority`).
+fn origin_form(target: &[u8]) -> &[u8] {
+    let rest = if let Some(r) = target.strip_prefix(b"http://") {
+        r
+    } else if let Some(r) = target.strip_prefix(b"https://") {
+        r
+    } else {
+        return target;
+    };
+    match rest.iter().position(|&b| b == b'/' || b == b'?') {
+        Some(i) if rest[i] == b'/' => &rest[i..],
+        _ => b"/",
+    }
+}
+
+/// The HTTP/2 request for an HTTP/1.1 head: `:authority` from `Host` (else the server's
+/// address), the fields less those about the HTTP/1 connection; `te: trailers` for gRPC,
+/// whose servers expect it and which the session, as any HTTP/1 hop, does not forward.
+fn request(buf: &[u8], head: &crate::http::RequestHead, t: &Target) -> Option<http::Request<()>> {
+    let mut authority = None;
+    let mut grpc = false;
+    let mut b = http::Request::builder().method(head.method.of(buf));
+    for f in &head.headers {
+        let (name, value) = (f.name(buf), f.value(buf));
+        if name.eq_ignore_ascii_case(b"host") {
+            authority.get_or_insert(value);
+            continue;
+        }
+        if crate::http::is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"transfer-encoding") {
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"content-type") && value.starts_with(b"application/grpc") {
+            grpc = true;
+        }
+        b = b.header(name, value);
+    }
+    if grpc {
+        b = b.header("te", "trailers");
+    }
+    let authority = match authority {
+        Some(a) => String::from_utf8_lossy(a).into_owned(),
+        None => t.fallback_authority.clone(),
+    };
+    let path = head.uri.of(buf);
+    // An absolute-form target keeps only its path here: the authority travels apart.
+    let path = origin_form(path);
+    let uri = format!(
+        "{}://{authority}{}",
+        if t.tls { "https" } else { "http" },
+        String::from_utf8_lossy(path)
+    );
+    b.uri(uri).body(()).ok()
+}
+
+/// Sends the request body (what followed the head in `buf`, then the pipe's) on the stream,
+/// de-chunked with its trailers, as the server's flow control allows.
+async fn pump_body(
+    rx: &mut super::http2::PipeReader,
+    mut buf: BytesMut,
+    kind: BodyKind,
+    mut tx: h2::SendStream<Bytes>,
+) {
+    let mut left = match kind {
+        BodyKind::Length(n) => n,
+        _ => u64::MAX,
+    };
+    let mut chunks = (kind == BodyKind::Chunked).then(ChunkedState::for_request);
+    let mut trailers = Vec::new();
+    let mut out = BytesMut::new();
+    loop {
+        if buf.is_empty() {
+            match rx.read_buf(&mut buf).await {
+                Ok(n) if n > 0 => {}
+                _ => return,
+            }
+        }
+        let done = if let Some(st) = &mut chunks {
+            let Ok((used, done)) = st.feed_parts(
+                &buf,
+                |d| out.extend_from_slice(d),
+                |t| trailers.extend_from_slice(t),
+            ) else {
+                return;
+            };
+            let _ = buf.split_to(used);
+            done
+        } else {
+            let n = (buf.len() as u64).min(left) as usize;
+            out.extend_from_slice(&buf.split_to(n));
+            left -= n as u64;
+            left == 0
+        };
+        let tail = (done && !trailers.is_empty()).then(|| super::http2::trailer_map(&trailers));
+        let end = done && tail.is_none();
+        if super::http2::send_data(&mut tx, out.split().freeze(), end, None)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if done {
+            if let Some(t) = tail {
+                let _ = tx.send_trailers(t);
+            }
+            return;
+        }
+    }
+}
+
+/// Writes an HTTP/2 answer to the session as HTTP/1.1: its length as the server gave it,
+/// else chunked (with the trailers, gRPC's status among them).
+async fn write_answer(rsp: http::Response<h2::RecvStream>, tx: &mut PipeEnd, is_head: bool) {
+    let (parts, mut body) = rsp.into_parts();
+    let status = parts.status.as_u16();
+    let mut h = Vec::with_capacity(256);
+    h.extend_from_slice(
+        format!(
+            "HTTP/1.1 {status} {}\r\n",
+            crate::http::reason_phrase(status)
+        )
+        .as_bytes(),
+    );
+    let has_cl = parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    super::http2::write_fields(&mut h, &parts.headers);
+    let bodiless = is_head || status == 204 || status == 304 || (100..200).contains(&status);
+    let ended = body.is_end_stream();
+    let chunked = !bodiless && !has_cl && !ended;
+    if chunked {
+        h.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    } else if !bodiless && !has_cl {
+        h.extend_from_slice(b"content-length: 0\r\n");
+    }
+    h.extend_from_slice(b"\r\n");
+    if tx.write_all(&h).await.is_err() || bodiless || ended && !chunked {
+        return;
+    }
+    while let Some(r) = body.data().await {
+        let Ok(data) = r else { return };
+        let n = data.len();
+        if chunked && n > 0 && tx.write_all(format!("{n:x}\r\n").as_bytes()).await.is_err() {
+            return;
+        }
+        if tx.write_all(&data).await.is_err() {
+            return;
+        }
+        if chunked && n > 0 && tx.write_all(b"\r\n").await.is_err() {
+            return;
+        }
+        let _ = body.flow_control().release_capacity(n);
+    }
+    if chunked {
+        let mut end = b"0\r\n".to_vec();
+        if let Ok(Some(t)) = body.trailers().await {
+            super::http2::write_fields(&mut end, &t);
+        }
+        end.extend_from_slice(b"\r\n");
+        let _ = tx.write_all(&end).await;
+    }
+    // Dropping the pipe now is the server closing after a whole answer: the session reads
+    // the answer to its end first.
+}

@@ -39,6 +39,10 @@ Scenarios (--scenarios, default ka,close,64k,tcp,idle; 'direct' and
          0.2..0.4 s (random) for --duration s, to an origin that closes idle
          connections after 300 ms: idle server connections race the origin's
          close. Counts client-visible errors (any non-200 or socket error)
+  h2     h2load over HTTP/2 with prior knowledge (h2c) to the proxy's HTTP
+         port, --conns/10 connections with 10 streams each, 100 B bodies;
+         the proxies speak HTTP/1.1 to the origin. h2load reports no
+         percentiles: p50 is its mean, p99 is not given
   ka-tls the ka load over HTTPS: the proxy terminates TLS (one self-signed
          ECDSA P-256 bundle, BENCH_CERT, on BENCH_HTTPS_PORT; TLS 1.3, one
          handshake per wrk connection) and proxies in clear to the origin
@@ -86,6 +90,7 @@ SCENARIOS = {
     'idle':   ('http', '/', False, 'N idle keep-alive client connections, one request each, held'),
     'ka-20srv': ('http20', '/', False, 'keep-alive via a backend of 20 servers (run with --threads 2)'),
     'idle-close': ('closing', '/', False, '--conns paced keep-alive clients, origin closes idle after 300 ms'),
+    'h2':     ('http', '/', False, 'HTTP/2 (h2c, 10 streams per connection) via proxy, 100 B body'),
     'ka-tls': ('https', '/', False, 'HTTPS keep-alive via proxy (TLS to the client, ECDSA P-256), 100 B body'),
 }
 DEFAULT_SCENARIOS = 'ka,close,64k,tcp,idle'
@@ -369,6 +374,46 @@ def parse_wrk(out):
     }
 
 
+def run_h2load(url, a, cpus, on_tick=None, duration=None):
+    """h2load (HTTP/2 with prior knowledge), bounded like run_wrk; the same return shape."""
+    duration = duration or a.duration
+    conns = max(1, a.conns // 10)
+    argv = ['h2load', f'-t{a.wrk_threads}', f'-c{conns}', '-m10', f'-D{duration}', url]
+    if cpus is not None:
+        argv = ['taskset', '-c', cpus] + argv
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, text=True)
+    STARTED.append(p)
+    killer = threading.Timer(duration + 30, p.kill)
+    killer.start()
+    tick = None
+    if on_tick:
+        time.sleep(max(0.0, duration - 1.0))
+        tick = on_tick()
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    killer.cancel()
+    STARTED.remove(p)
+    m = re.search(r'finished in ([\d.]+)s, ([\d.]+) req/s', out)
+    r = re.search(r'requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout', out)
+    t = re.search(r'traffic: .*?\((\d+)\) total', out)
+    lat = re.search(r'time for request:\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)', out)
+    if p.returncode != 0 or not (m and r and t):
+        raise RunFailed(f'h2load exited {p.returncode}: {out.strip()[-800:]}')
+    ok = int(r.group(3))
+    return {
+        'requests': ok,
+        'wrk_seconds': float(m.group(1)),
+        'bytes': float(t.group(1)),
+        'rps': ok / float(m.group(1)),
+        'p50_ms': float(lat.group(5)) * UNITS[lat.group(6)] if lat else None,
+        'p99_ms': None,
+        'errors': int(r.group(1)) - ok,
+        'wrk_wakeups': ru.ru_nvcsw,
+    }, ru.ru_utime + ru.ru_stime, tick
+
+
 def run_wrk(url, a, close, cpus, on_tick=None, duration=None):
     """wrk, bounded (killed after duration+30 s). on_tick() is called once,
     1 s before the end, while the load is still on. Returns (parsed output,
@@ -497,8 +542,12 @@ def measure_load(rec, sc, proc, a, ports, origin):
     scheme = 'https' if listener == 'https' else 'http'
     url = f'{scheme}://127.0.0.1:{port}{path}'
     rec['quiet_pct'], rec['quiet_wait_s'] = wait_quiet(a.quiet_pct, a.quiet_wait)
+    load_tool = run_wrk
+    if sc == 'h2':
+        def load_tool(url, a, close, cpus, **kw):
+            return run_h2load(url, a, cpus, **kw)
     if a.warmup > 0:
-        run_wrk(url, a, close, a.load_cpus, duration=a.warmup)
+        load_tool(url, a, close, a.load_cpus, duration=a.warmup)
     bp = ports['backend']
     acc0, _ = origin_counters(bp)
     sampler = RssSampler(proc.pid) if proc else None
@@ -511,7 +560,7 @@ def measure_load(rec, sc, proc, a, ports, origin):
     scraper = Scraper(ports['metrics'], a.scrape_every) if sc == 'ka-scrape' else None
     tk0 = takeovers(ports['metrics']) if sc == 'ka-20srv' and proc and proc.metrics_listening else None
     try:
-        w, wrk_cpu, load = run_wrk(url, a, close, a.load_cpus, on_tick=at_load)
+        w, wrk_cpu, load = load_tool(url, a, close, a.load_cpus, on_tick=at_load)
     finally:
         if scraper:
             rec.update(scraper.stop())
@@ -766,7 +815,7 @@ def fmt_row(r):
                 f"(+{mib(r['rss_delta_kb']):.1f} MiB, {nz(r['bytes_per_conn']) / 1024:.1f} KiB/conn, "
                 f"peak {mib(r['rss_peak_kb']):.1f}); CPU {nz(r['cpu_us_per_conn']):.1f} us/conn; "
                 f"established: client {r['cli_est']}, origin {r['srv_est']}")
-    row = (f"{head} {r['rps']:>9.0f} {r['mbps']:>8.1f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} "
+    row = (f"{head} {r['rps']:>9.0f} {r['mbps']:>8.1f} {r['p50_ms']:>7.3f} {nz(r['p99_ms']):>7.3f} "
            f"{r['errors']:>6} {nz(r.get('cpu_us_per_req')):>7.2f} {mib(r.get('rss_kb')):>7.1f} "
            f"{r['origin_new_conns']:>8} {r['other_pct']:>6.1f} {r['steal_pct']:>5.1f} "
            f"{r['cpu_busy_pct'].get('cpu0', 0):>3.0f}/{r['cpu_busy_pct'].get('cpu1', 0):<3.0f}")

@@ -8,7 +8,7 @@
 # duration of the install and removed afterwards.
 set -euo pipefail
 
-PKGS=(haproxy nginx-light libnginx-mod-stream wrk curl iproute2 util-linux procps python3)
+PKGS=(haproxy nginx-light libnginx-mod-stream wrk nghttp2-client curl iproute2 util-linux procps python3)
 # nginx-light: smallest Debian nginx flavour; has proxy, upstream keepalive and
 # stub_status. libnginx-mod-stream: the L4 proxy of the nginx peer (tcp scenario).
 
@@ -41,7 +41,7 @@ else
     fi
 fi
 
-for b in haproxy nginx wrk curl ss taskset python3; do
+for b in haproxy nginx wrk h2load curl ss taskset python3; do
     command -v "$b" >/dev/null || { echo "setup: $b still missing" >&2; exit 1; }
 done
 [[ -e /usr/lib/nginx/modules/ngx_stream_module.so ]] || { echo "setup: nginx stream module missing" >&2; exit 1; }

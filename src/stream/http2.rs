@@ -99,6 +99,8 @@ struct StreamGuard {
 struct Relay {
     bufsize: usize,
     stall: Option<std::time::Duration>,
+    /// The thread's worker, whose recycled buffers a relay borrows.
+    w: Rc<crate::worker::Worker>,
 }
 
 /// Why relaying a response stopped early: the stream is reset with this code.
@@ -460,6 +462,7 @@ async fn stream(
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
     let shared = ctx.shared().clone();
+    let w = ctx.w.clone();
     let g = &shared.cfg.global;
     let (parts, body) = req.into_parts();
     if parts.method == http::Method::CONNECT {
@@ -471,10 +474,17 @@ async fn stream(
     let is_head = parts.method == http::Method::HEAD;
     let client_timeout = shared.cfg.proxies[ctx.proxy].timeouts.client;
     let mut ctx = ctx;
-    ctx.h2_line = Some(log_line(&parts).into());
+    let fe = &shared.cfg.proxies[ctx.proxy];
+    let logged = !fe.logs.is_empty() && (fe.options.httplog || fe.options.log_format.is_some());
+    ctx.h2_line = Some(if logged {
+        log_line(&parts).into()
+    } else {
+        "".into()
+    });
     let (head, chunked) = request_head(&parts, body.is_end_stream());
     let (sess_end, gw_end) = pipe(g.bufsize.max(1024));
-    let session = super::http::serve(ctx, sess_end);
+    // Boxed: the session future is large, and `join!` would move it by value.
+    let session = Box::pin(super::http::serve(ctx, sess_end));
     let gateway = async move {
         let (rx, mut tx) = split(gw_end);
         let to_session = tx.tx.clone();
@@ -487,6 +497,7 @@ async fn stream(
             let io = Relay {
                 bufsize: g.bufsize.max(1024),
                 stall: client_timeout,
+                w: w.clone(),
             };
             let r = relay_response(rx, &mut respond, &mut send, is_head, io);
             if let Err(reason) = r.await {
@@ -655,9 +666,23 @@ async fn relay_response(
     io: Relay,
 ) -> Result<(), Reset> {
     let bufsize = io.bufsize;
-    let mut buf = BytesMut::with_capacity(bufsize);
+    let mut buf = io.w.take_buf(bufsize);
+    let r = relay_into(&mut rx, respond, send, is_head, &io, &mut buf).await;
+    io.w.give_buf(buf);
+    r
+}
+
+async fn relay_into(
+    rx: &mut PipeReader,
+    respond: &mut h2::server::SendResponse<Bytes>,
+    send: &mut Option<h2::SendStream<Bytes>>,
+    is_head: bool,
+    io: &Relay,
+    buf: &mut BytesMut,
+) -> Result<(), Reset> {
+    let bufsize = io.bufsize;
     let head = loop {
-        match parse_response(&buf, bufsize, is_head, false) {
+        match parse_response(buf, bufsize, is_head, false) {
             Ok(Parsed::Complete(h)) => {
                 let status = h.status;
                 let head = buf.split_to(h.head_len);
@@ -674,7 +699,7 @@ async fn relay_response(
             Err(_) => return Err(h2::Reason::INTERNAL_ERROR),
         }
         let reset = |cx: &mut Context<'_>| respond.poll_reset(cx);
-        if read_more(&mut rx, &mut buf, reset).await? == 0 {
+        if read_more(rx, buf, reset).await? == 0 {
             return Err(h2::Reason::CANCEL);
         }
     };
@@ -708,7 +733,7 @@ async fn relay_response(
     loop {
         if buf.is_empty() {
             let reset = |cx: &mut Context<'_>| send.poll_reset(cx);
-            match read_more(&mut rx, &mut buf, reset).await? {
+            match read_more(rx, buf, reset).await? {
                 n if n > 0 => {}
                 // EOF: the end of a close-delimited body, else a truncated answer.
                 _ if body == BodyKind::CloseDelimited => {
@@ -722,7 +747,7 @@ async fn relay_response(
         let done = if let Some(st) = &mut chunks {
             let (used, done) = st
                 .feed_parts(
-                    &buf,
+                    buf,
                     |d| out.extend_from_slice(d),
                     |t| trailers.extend_from_slice(t),
                 )

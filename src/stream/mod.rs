@@ -502,8 +502,9 @@ pub struct SessionCtx {
     /// The bind's `proto`: whether an HTTP/1 session may turn into HTTP/2 on the preface.
     pub proto: http2::BindProto,
     /// Set for a stream of an HTTP/2 connection: the request line to log (HAProxy logs the
-    /// absolute URI and `HTTP/2.0`). Such a session is one transaction, not a connection of
-    /// its own: it counts no session and holds no `maxconn` place.
+    /// absolute URI and `HTTP/2.0`; empty when the frontend logs no HTTP line). Such a
+    /// session is one transaction, not a connection of its own: it counts no session and
+    /// holds no `maxconn` place.
     pub h2_line: Option<Box<str>>,
     /// The connection's place in its `maxconn` limits (`None` for an HTTP/2 stream, whose
     /// connection holds it).

@@ -267,6 +267,40 @@ fn environment_variables_and_conditions_choose_binds() {
     }
 }
 
+#[test]
+fn setenv_lines_change_the_environment_for_the_lines_after_them_and_env_fetches() {
+    let port = free_port();
+    let cfg = format!(
+        "global
+    setenv SLUICE_IT_SET_PORT {port}
+    presetenv SLUICE_IT_KEPT from-config
+    presetenv SLUICE_IT_FRESH fresh
+    unsetenv SLUICE_IT_DROPPED
+{DEFAULTS_HTTP}frontend fe
+    bind \"127.0.0.1:${{SLUICE_IT_SET_PORT}}\"
+    http-after-response set-header x-kept \"$SLUICE_IT_KEPT\"
+    http-after-response set-header x-fresh %[env(SLUICE_IT_FRESH)]
+    http-after-response set-header x-dropped \"${{SLUICE_IT_DROPPED-none}}\"
+    http-request return status 200 content-type text/plain string ok
+"
+    );
+    let _s = Sluice::builder(&cfg)
+        .env("SLUICE_IT_KEPT", "from-env")
+        .env("SLUICE_IT_DROPPED", "secret")
+        .env_remove("SLUICE_IT_FRESH")
+        .env_remove("SLUICE_IT_SET_PORT")
+        .start();
+    let r = http_get(port, "/");
+    assert_eq!(r.body_str(), "ok");
+    assert_eq!(r.header("x-kept"), Some("from-env"));
+    assert_eq!(r.header("x-fresh"), Some("fresh"));
+    assert_eq!(r.header("x-dropped"), Some("none"));
+    // Outside `global` they are errors, as in HAProxy.
+    let (code, err) = Sluice::check("frontend f\n    setenv A b\n");
+    assert_eq!(code, 1);
+    assert!(err.contains("setenv"), "{err}");
+}
+
 /// A proxy logging (httplog) to a UDP syslog socket of the test; `global_extra` goes into
 /// `global`. Returns the running sluice, its port and the socket.
 fn syslogged(global_extra: &str, b: &HttpBackend) -> (Sluice, u16, UdpSocket) {

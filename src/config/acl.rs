@@ -3136,7 +3136,12 @@ impl StateFetch {
                 let Some(n) = arg else {
                     return Err(format!("{what} 'env' expects a variable name"));
                 };
-                StateFetch::Text(std::env::var(n).unwrap_or_default().into_bytes().into())
+                StateFetch::Text(
+                    crate::config::tokenizer::env_var(n)
+                        .unwrap_or_default()
+                        .into_bytes()
+                        .into(),
+                )
             }
             "hostname" => none(StateFetch::Text(
                 crate::util::hostname().into_bytes().into(),

@@ -31,7 +31,7 @@ mod values;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::tokenizer::{Line, tokenize};
+use super::tokenizer::{EnvOverlay, Line, tokenize_with};
 use super::{BindAddr, Config, ConfigError, Global, Origin, ProxyKind, UseBackend, did_you_mean};
 
 use proxy::{Draft, LogEntry};
@@ -48,10 +48,19 @@ pub fn load(
     let _ = crate::config::acl::take_named();
     crate::map::reset();
     crate::errorfile::reset();
+    // `setenv` and its kin in one file are seen by the files after it. All files are read
+    // first: `env()` fetches see the environment as every such line left it, as HAProxy's
+    // run-time lookups do.
+    let mut overlay = EnvOverlay::default();
+    let mut files = Vec::with_capacity(sources.len());
     for (file, text) in sources {
-        let (lines, errors) = tokenize(file, text, env);
+        let (lines, errors) = tokenize_with(file, text, env, &mut overlay);
         st.errors.extend(errors);
-        for l in &lines {
+        files.push(lines);
+    }
+    super::tokenizer::set_final_env(overlay);
+    for lines in &files {
+        for l in lines {
             st.line(l);
         }
         // A section never continues into the next file (defaults still apply).

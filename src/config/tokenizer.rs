@@ -23,6 +23,80 @@ const FEATURES: &[&str] = &[
     "ZLIB",
 ];
 
+/// The environment as `setenv`, `presetenv`, `unsetenv` and `resetenv` (in `global`) leave
+/// it, over the process's own: HAProxy changes its real environment as it reads those lines,
+/// so that the next line sees the change; sluice keeps the changes here instead (the process
+/// environment is not written while threads may read it), for the lines after them and for
+/// the `env()` fetch at run time.
+#[derive(Debug, Clone, Default)]
+pub struct EnvOverlay {
+    /// Variables set (`Some`) or removed (`None`) by those lines.
+    set: std::collections::HashMap<String, Option<String>>,
+    /// After `resetenv`: the only process variables still visible.
+    keep_only: Option<std::collections::HashSet<String>>,
+}
+
+thread_local! {
+    /// The environment changes of the configuration being loaded on this thread, complete
+    /// (all files read): what `env()` fetches resolve against.
+    static FINAL_ENV: std::cell::RefCell<EnvOverlay> = std::cell::RefCell::new(EnvOverlay::default());
+}
+
+/// Records the environment changes of the configuration being loaded.
+pub fn set_final_env(o: EnvOverlay) {
+    FINAL_ENV.with(|e| *e.borrow_mut() = o);
+}
+
+/// An environment variable as the configuration being loaded sees it (after its `setenv`,
+/// `unsetenv`, ... lines).
+pub fn env_var(name: &str) -> Option<String> {
+    FINAL_ENV.with(|e| e.borrow().get(name, &|k| std::env::var(k).ok()))
+}
+
+/// The keywords that change the environment.
+pub const ENV_KEYWORDS: &[&str] = &["setenv", "presetenv", "unsetenv", "resetenv"];
+
+impl EnvOverlay {
+    /// `name`'s value: the overlay's, else the process's (`base`) unless `resetenv` hid it.
+    pub fn get(&self, name: &str, base: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+        if let Some(v) = self.set.get(name) {
+            return v.clone();
+        }
+        match &self.keep_only {
+            Some(keep) if !keep.contains(name) => None,
+            _ => base(name),
+        }
+    }
+
+    /// Applies one of [`ENV_KEYWORDS`] (`words[0]`); a line with the wrong number of
+    /// arguments changes nothing (the `global` parser reports it).
+    fn apply(&mut self, words: &[String], base: &dyn Fn(&str) -> Option<String>) {
+        match (words[0].as_str(), words.len()) {
+            ("setenv", 3) => {
+                self.set.insert(words[1].clone(), Some(words[2].clone()));
+            }
+            ("presetenv", 3) if self.get(&words[1], base).is_none() => {
+                self.set.insert(words[1].clone(), Some(words[2].clone()));
+            }
+            ("unsetenv", _) => {
+                for n in &words[1..] {
+                    self.set.insert(n.clone(), None);
+                }
+            }
+            ("resetenv", _) => {
+                let keep: std::collections::HashSet<String> = words[1..].iter().cloned().collect();
+                // Variables set earlier go too, unless named.
+                self.set.retain(|k, _| keep.contains(k));
+                self.keep_only = Some(match self.keep_only.take() {
+                    Some(old) => keep.into_iter().filter(|k| old.contains(k)).collect(),
+                    None => keep,
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Splits one line into words. Errors: unmatched quote, bad escape, bad variable syntax.
 pub fn split_line(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<String>, String> {
     let b = text.as_bytes();
@@ -216,6 +290,18 @@ pub fn tokenize(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> (Vec<Line>, Vec<ConfigError>) {
+    let mut overlay = EnvOverlay::default();
+    tokenize_with(file, text, env, &mut overlay)
+}
+
+/// [`tokenize`], with the environment changes of earlier files (`overlay`), to which this
+/// file's `setenv`-family lines are added as they come.
+pub fn tokenize_with(
+    file: &str,
+    text: &str,
+    base: &dyn Fn(&str) -> Option<String>,
+    overlay: &mut EnvOverlay,
+) -> (Vec<Line>, Vec<ConfigError>) {
     let mut lines = Vec::new();
     let mut errors = Vec::new();
     let mut stack: Vec<Block> = Vec::new();
@@ -227,6 +313,8 @@ pub fn tokenize(
     for (idx, raw) in text.lines().enumerate() {
         let n = idx + 1;
         let active = stack.last().is_none_or(|b| b.active);
+        let ov = &*overlay;
+        let env = &|k: &str| ov.get(k, base);
         let words = match split_line(raw, env) {
             Ok(w) => w,
             Err(e) => {
@@ -314,6 +402,9 @@ pub fn tokenize(
             continue;
         }
         if active {
+            if ENV_KEYWORDS.contains(&first.as_str()) {
+                overlay.apply(&words, base);
+            }
             lines.push(Line {
                 file: file.to_string(),
                 line: n,
@@ -525,6 +616,37 @@ mod tests {
 
     fn w(s: &str) -> Vec<String> {
         split_line(s, &env).unwrap()
+    }
+
+    #[test]
+    fn setenv_family_changes_what_later_lines_and_files_see() {
+        let text = "global\n\
+            \x20   setenv BE_PORT 9000\n\
+            \x20   presetenv PORT 1\n\
+            \x20   presetenv NEW \"a b\"\n\
+            \x20   x ${BE_PORT} $PORT \"$NEW\"\n\
+            \x20   unsetenv PORT\n\
+            \x20   y ${PORT-none}\n\
+            .if defined(BE_PORT)\n\
+            \x20   z\n\
+            .endif\n";
+        let mut ov = EnvOverlay::default();
+        let (lines, errs) = tokenize_with("a.cfg", text, &env, &mut ov);
+        assert!(errs.is_empty(), "{errs:?}");
+        let words: Vec<_> = lines.iter().map(|l| l.words.join(" ")).collect();
+        // presetenv keeps PORT's value from the environment.
+        assert!(words.contains(&"x 9000 8080 a b".to_string()), "{words:?}");
+        assert!(words.contains(&"y none".to_string()), "{words:?}");
+        assert!(words.contains(&"z".to_string()), "{words:?}");
+        // A second file sees the first one's changes; resetenv hides the rest.
+        let (lines, _) = tokenize_with(
+            "b.cfg",
+            "a $BE_PORT\nresetenv lower_name\nb ${BE_PORT-gone} ${lower_name} ${EMPTY-unset}\n",
+            &env,
+            &mut ov,
+        );
+        let words: Vec<_> = lines.iter().map(|l| l.words.join(" ")).collect();
+        assert_eq!(words, ["a 9000", "resetenv lower_name", "b gone low unset"]);
     }
 
     #[test]

@@ -58,6 +58,10 @@ const KEYWORDS: &[&str] = &[
     "ssl-dh-param-file",
     "log-send-hostname",
     "unix-bind",
+    "setenv",
+    "presetenv",
+    "resetenv",
+    "unsetenv",
 ];
 
 /// Real HAProxy global keywords that sluice does not implement.
@@ -69,10 +73,6 @@ const UNSUPPORTED: &[&str] = &[
     "maxpipes",
     "maxzlibmem",
     "fd-hard-limit",
-    "setenv",
-    "presetenv",
-    "resetenv",
-    "unsetenv",
     "localpeer",
     "quiet",
     "debug",
@@ -309,6 +309,17 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
                 _ => g.sndbuf_server = Some(v),
             }
         }
+        // Applied by the tokenizer as the line was read (the lines after it see the change);
+        // only the arguments are checked here.
+        "setenv" | "presetenv" => {
+            arg(w, 1, "variable name")?;
+            arg(w, 2, "value")?;
+            no_extra(w, 3)?;
+        }
+        "unsetenv" => {
+            arg(w, 1, "variable name")?;
+        }
+        "resetenv" => {}
         "tune.h2.header-table-size" => {
             g.h2.header_table_size = parse_range(arg(w, 1, "number")?, 0, 65536)? as u32;
             no_extra(w, 2)?;

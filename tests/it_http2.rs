@@ -88,6 +88,18 @@ async fn exchange(c: &mut Client, req: http::Request<()>, body: Option<&[u8]>) -
     }
 }
 
+/// Waits (polling, bounded by `T`) until `cond` holds, without blocking the test's runtime.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + T;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The SETTINGS sluice sends first on a connection opened with the HTTP/2 preface.
 fn server_settings(port: u16) -> std::collections::HashMap<u16, u32> {
     use std::io::{Read, Write};
@@ -323,10 +335,13 @@ backend down\n    retries 0\n    server d 127.0.0.1:{dead}\n",
             })
             .collect();
         // At most the announced 7 are open at once; the rest wait in the client.
-        while be.requests().len() < 8 {
-            assert!(tasks.iter().all(|t| !t.is_finished()));
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until("7 streams at the server", || be.requests().len() >= 8).await;
+        assert_eq!(
+            be.requests().len(),
+            8,
+            "more streams than announced were opened"
+        );
+        assert!(tasks.iter().all(|t| !t.is_finished()));
         gate.open();
         for (i, t) in tasks.into_iter().enumerate() {
             let g = t.await.unwrap();
@@ -368,12 +383,18 @@ backend be\n    server s1 {}\n",
         let mut c = connect(h2port).await;
         assert_eq!(exchange(&mut c, get(h2port, "/"), None).await.status, 200);
     });
-    // HTTP/1.1 on the h2-only bind: closed without an answer, as HAProxy does.
+    // HTTP/1.1 on the h2-only bind: closed without an HTTP/1 answer, as HAProxy does (what
+    // comes back is HTTP/2 frames, the server's SETTINGS, at most).
     let got = tcp_send(h2port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
     assert!(
-        !got.starts_with(b"HTTP/1.1 200"),
+        !got.starts_with(b"HTTP/"),
         "{:?}",
         String::from_utf8_lossy(&got)
+    );
+    assert_eq!(
+        be.requests().len(),
+        1,
+        "the HTTP/1 request must not reach the server"
     );
     // The preface on an h1-only bind is an HTTP/1 request like any other: 400.
     let got = tcp_send(h1port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -558,9 +579,10 @@ fn soft_stop_lets_streams_in_flight_finish_and_refuses_new_ones() {
         let mut c = connect(port).await;
         let mut c2 = c.clone();
         let slow = tokio::spawn(async move { exchange(&mut c2, get(port, "/slow"), None).await });
-        while be.requests().is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until("the slow request at the server", || {
+            !be.requests().is_empty()
+        })
+        .await;
         s.signal(nix::sys::signal::Signal::SIGUSR1);
         // The listener goes first; then GOAWAY frames end the connection for new streams.
         // (A first GOAWAY announces the end, and a second one, a round trip later, names
@@ -621,15 +643,11 @@ backend be\n    server s1 {}\n",
         let mut ready = c.clone().ready().await.unwrap();
         let (rsp, mut tx) = ready.send_request(get(port, "/hang"), true).unwrap();
         drop(rsp);
-        while be.requests().is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until("the request at the server", || !be.requests().is_empty()).await;
         assert_eq!(stat_column(&sock, "be", "s1", "scur"), "1");
         tx.send_reset(h2::Reason::CANCEL);
         // The server connection is closed, not kept for the abandoned answer.
-        while be.open_conns() > 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until("the server connection closed", || be.open_conns() == 0).await;
         assert_eq!(stat_column(&sock, "be", "s1", "scur"), "0");
         // The connection itself serves on.
         let got = exchange(&mut c, get(port, "/after"), None).await;
@@ -668,7 +686,7 @@ fn proto_h2_servers_take_every_request_as_a_stream_of_one_connection() {
     let srv = H2Server::start(echo);
     let dir = TempDir::new();
     let (s, port) = h2_backend_proxy_in(&dir, &format!("server s1 {} proto h2", srv.hostport()));
-    // Three HTTP/1.1 clients, one after the other, and a pipelined pair.
+    // Three HTTP/1.1 clients, one after the other.
     for i in 0..3 {
         let r = http_get(port, &format!("/one/{i}?q=1"));
         assert_eq!(r.status, 200);
@@ -699,10 +717,74 @@ fn proto_h2_servers_take_every_request_as_a_stream_of_one_connection() {
     assert_eq!(seen[4].body, b"abcdefg");
     assert_eq!(seen[4].header("transfer-encoding"), None);
     assert_eq!(seen[3].header("content-length"), Some("5"));
-    // One connection, four reuses of it (HAProxy's `connect` and `reuse` columns).
+    // One connection, four reuses of it (HAProxy's `connect` and `reuse` columns), and
+    // none in the idle pools' accounting.
     let sock = dir.path().join("stats.sock");
     assert_eq!(stat_column(&sock, "be", "s1", "connect"), "1");
     assert_eq!(stat_column(&sock, "be", "s1", "reuse"), "4");
+    assert_eq!(stat_column(&sock, "be", "s1", "used_conn_cur"), "0");
+    assert_eq!(stat_column(&sock, "be", "s1", "idle_conn_cur"), "0");
+}
+
+#[test]
+fn a_stream_the_session_gives_up_is_reset_at_the_server() {
+    let srv = H2Server::start(|s| {
+        if s.path == "/hang" {
+            return (0, vec![], vec![]);
+        }
+        echo(s)
+    });
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n\
+\x20   timeout server 300ms\n\
+frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+backend be\n    server s1 {} proto h2\n",
+        srv.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    assert_eq!(http_get(port, "/hang").status, 504);
+    // The abandoned stream is reset (CANCEL), not left open at the server.
+    wait_until("the stream reset at the server", T, || {
+        srv.requests()
+            .iter()
+            .any(|r| r.method == "RESET" && r.path == "/hang")
+    });
+    // The shared connection serves on.
+    for i in 0..3 {
+        assert_eq!(http_get(port, &format!("/after/{i}")).status, 200);
+    }
+    assert!(srv.requests().iter().all(|r| r.conn == 0));
+}
+
+#[test]
+fn a_client_that_ignores_the_goaway_is_disconnected() {
+    use std::io::{Read, Write};
+    let be = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "defaults\n    mode http\n    timeout connect 2s\n    timeout client 300ms\n    timeout server 10s\n\
+\x20   timeout http-keep-alive 100ms\n\
+frontend fe\n    bind 127.0.0.1:{port} proto h2\n    default_backend be\n\
+backend be\n    server s1 {}\n",
+        be.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    // The preface and an empty SETTINGS, then silence: no SETTINGS or PING acknowledgement.
+    let mut t = std::net::TcpStream::connect(lo(port)).unwrap();
+    t.set_read_timeout(Some(T)).unwrap();
+    t.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut sink = Vec::new();
+    // Keep-alive timeout, GOAWAY, then `timeout client` to take it: the connection ends.
+    let r = t.read_to_end(&mut sink);
+    assert!(r.is_ok(), "the connection was not closed: {r:?}");
+    assert!(
+        started.elapsed() < T,
+        "closed only after {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

@@ -1047,7 +1047,7 @@ fn tls_to_servers_with_verify_sni_and_session_reuse() {
 backend b_ok\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(backend.example)\n\
 backend b_never\n    http-reuse never\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(backend.example)\n\
 backend b_none\n    server s 127.0.0.1:{p} ssl verify none\n\
-backend b_alpn\n    server s 127.0.0.1:{p} ssl verify none alpn h2,http/1.1\n\
+backend b_alpn\n    server s 127.0.0.1:{p} ssl verify none alpn h2,http/1.1 proto h1\n\
 backend b_host\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni req.hdr(host)\n\
 backend b_wrong\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {wrong}\n\
 backend b_name\n    retries 0\n    server s 127.0.0.1:{p} ssl verify required ca-file {ca} sni str(other.example)\n\
@@ -1077,7 +1077,8 @@ backend b_vh_off\n    default-server verifyhost other.example\n    server s 127.
         "GET /host HTTP/1.1\r\nHost: backend.example:443\r\n\r\n",
     );
     assert_eq!(r.body_str(), "tls-backend sni=backend.example");
-    // mode http never offers h2 to a server: it would answer in a protocol we do not read.
+    // `proto h1` never offers h2 to a server, whatever its `alpn` (without it, h2 would be
+    // agreed and spoken: it_http2).
     assert_eq!(http_get(port, "/alpn").body_str(), "alpn=http/1.1");
     // Verification failures: a failed connection, like a refused one (502).
     assert_eq!(http_get(port, "/wrong").status, 502, "wrong CA");

@@ -2185,7 +2185,9 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         };
         // `option abortonclose`: a client that closes while its request waits for a server
         // slot or a connection gives up the request (HAProxy's CQ / CC).
-        let abort = bp.options.abortonclose;
+        // A stream of an HTTP/2 connection closes its side only when the client resets it
+        // (never a half-close): it always abandons the request then.
+        let abort = bp.options.abortonclose || self.ctx.h2_line.is_some();
         let room = self.bufsize;
         let acquired = if abort {
             tokio::select! {
@@ -2350,11 +2352,13 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         };
         self.out.extend_from_slice(&self.cbuf[..initial]);
         txn.bytes_in += initial as u64;
+        let poolable = stream.poolable();
         let mut conn = ServerSide {
             stream,
             sni,
-            // A private connection is outside the pool's accounting.
-            guard: if private {
+            // A private connection is outside the pool's accounting, and so is a stream on
+            // an HTTP/2 connection (the connection is shared, never pooled).
+            guard: if private || !poolable {
                 PoolGuard::new(
                     &self.ctx.w,
                     HttpReuse::Never,
@@ -2418,7 +2422,11 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                         .session_server(self.ctx.key, Some((be_idx, server)));
                     let epoch = sc.slot.server_state().addr_gen.load(Relaxed);
                     let private = sc.slot.server_state().conf.private_conns();
-                    let reuse = if private { HttpReuse::Never } else { reuse };
+                    let reuse = if private || !sc.stream.poolable() {
+                        HttpReuse::Never
+                    } else {
+                        reuse
+                    };
                     conn = ServerSide {
                         stream: sc.stream,
                         sni: sc.sni,

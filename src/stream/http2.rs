@@ -65,6 +65,8 @@ struct Chan {
     /// The writer abandoned the exchange (its HTTP/2 stream was reset).
     aborted: bool,
     on_abort: Option<Waker>,
+    /// Woken when the reader goes away (`gone`).
+    on_gone: Option<Waker>,
     reader: Option<Waker>,
     writer: Option<Waker>,
 }
@@ -118,6 +120,7 @@ pub fn pipe(cap: usize) -> (PipeEnd, PipeEnd) {
             gone: false,
             aborted: false,
             on_abort: None,
+            on_gone: None,
             reader: None,
             writer: None,
         }))
@@ -140,6 +143,19 @@ fn wake(w: &mut Option<Waker>) {
 }
 
 impl PipeEnd {
+    /// Resolves when the other end has been dropped (the session let its server stream go).
+    pub(super) fn peer_gone(&self) -> impl std::future::Future<Output = ()> + use<> {
+        let chan = self.tx.clone();
+        std::future::poll_fn(move |cx| {
+            let mut c = chan.lock().unwrap();
+            if c.gone {
+                return Poll::Ready(());
+            }
+            c.on_gone = Some(cx.waker().clone());
+            Poll::Pending
+        })
+    }
+
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut c = self.rx.lock().unwrap();
         if !c.buf.is_empty() || c.closed {
@@ -159,6 +175,7 @@ impl Drop for PipeEnd {
         let mut r = self.rx.lock().unwrap();
         r.gone = true;
         wake(&mut r.writer);
+        wake(&mut r.on_gone);
     }
 }
 
@@ -353,6 +370,12 @@ pub async fn serve<T: AsyncRead + AsyncWrite + Unpin + 'static>(ctx: SessionCtx,
                 .unwrap_or((g.bufsize as u32).clamp(16384, 16777215)),
         )
         .header_table_size(g.h2.header_table_size)
+        // The connection's window is as wide as all its streams' windows: a stream whose
+        // session is slow to take its upload must not stall the others.
+        .initial_connection_window_size(
+            (g.h2.initial_window_size as u64 * g.h2.max_concurrent_streams.min(256) as u64)
+                .clamp(65535, (1 << 31) - 1) as u32,
+        )
         // A request head must fit a buffer, as in HTTP/1 (431 beyond).
         .max_header_list_size(g.bufsize.saturating_sub(g.maxrewrite).max(512) as u32)
         .max_send_buffer_size(g.bufsize.max(1024));
@@ -366,6 +389,12 @@ pub async fn serve<T: AsyncRead + AsyncWrite + Unpin + 'static>(ctx: SessionCtx,
     let live = Rc::new(Live::default());
     let w = ctx.w.clone();
     let idle_after = t.http_keep_alive.or(t.client);
+    // Once closing and without streams, how long the client has to take the GOAWAY (and
+    // answer its PING) before the connection is dropped.
+    let close_grace = t.client.unwrap_or(std::time::Duration::from_secs(10));
+    // Streams the client reset leave the crate's count at once but their tasks run on a
+    // little: past twice the announced limit of tasks, new streams are refused.
+    let max_tasks = (g.h2.max_concurrent_streams as usize).saturating_mul(2);
     let mut closing = false;
     loop {
         let idle = live.idle.notified();
@@ -374,9 +403,12 @@ pub async fn serve<T: AsyncRead + AsyncWrite + Unpin + 'static>(ctx: SessionCtx,
         let stop = w.stop_notify.notified();
         tokio::pin!(stop);
         stop.as_mut().enable();
-        let timer = async {
-            match idle_after {
-                Some(d) if live.streams.get() == 0 => tokio::time::sleep(d).await,
+        let idle_now = live.streams.get() == 0;
+        let closing_now = closing;
+        let timer = async move {
+            match (closing_now, idle_after) {
+                (true, _) if idle_now => tokio::time::sleep(close_grace).await,
+                (false, Some(d)) if idle_now => tokio::time::sleep(d).await,
                 _ => std::future::pending().await,
             }
         };
@@ -386,12 +418,19 @@ pub async fn serve<T: AsyncRead + AsyncWrite + Unpin + 'static>(ctx: SessionCtx,
         }
         tokio::select! {
             r = conn.accept() => match r {
+                Some(Ok((_, mut respond))) if live.streams.get() >= max_tasks => {
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                }
                 Some(Ok((req, respond))) => spawn_stream(&ctx, &live, req, respond),
                 // The client closed the connection, or broke the protocol (the crate has
                 // answered with GOAWAY).
                 Some(Err(_)) | None => break,
             },
-            _ = timer, if !closing => {
+            _ = timer => {
+                if closing {
+                    // The client took no notice of the GOAWAY: drop the connection.
+                    break;
+                }
                 closing = true;
                 conn.graceful_shutdown();
             }
@@ -859,6 +898,15 @@ pub(super) fn trailer_map(lines: &[u8]) -> http::HeaderMap {
             continue;
         };
         let v = l[colon + 1..].trim_ascii();
+        let name = &l[..colon];
+        // Fields about the connection or the framing have no place in HTTP/2 trailers (the
+        // crate would refuse the whole block).
+        if crate::http::is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"content-length")
+        {
+            continue;
+        }
         if let (Ok(n), Ok(v)) = (
             http::HeaderName::from_bytes(&l[..colon]),
             http::HeaderValue::from_bytes(v),

@@ -11,7 +11,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::rc::Rc;
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -75,18 +77,20 @@ pub fn existing(
     t: Target,
 ) -> Option<ServerStream> {
     let k = key(srv, addr, sni);
-    let send = CONNS.with(|c| {
+    let (send, open) = CONNS.with(|c| {
         let mut c = c.borrow_mut();
-        match c.get(&k) {
-            Some(u) if u.open.get() => Some(u.send.clone()),
-            Some(_) => {
-                c.remove(&k);
-                None
-            }
-            None => None,
+        let u = c.get(&k)?;
+        // A connection the server is closing (GOAWAY) or that failed takes no new streams.
+        let mut probe = u.send.clone();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let failed = matches!(probe.poll_ready(&mut cx), std::task::Poll::Ready(Err(_)));
+        if !u.open.get() || failed {
+            c.remove(&k);
+            return None;
         }
+        Some((u.send.clone(), u.open.clone()))
     })?;
-    Some(open_stream(send, t))
+    Some(open_stream(send, open, t))
 }
 
 /// Starts HTTP/2 on a freshly connected (and, over TLS, handshaken) server connection, keeps
@@ -100,8 +104,12 @@ pub async fn start<T: AsyncRead + AsyncWrite + Unpin + 'static>(
     private: bool,
     t: Target,
 ) -> Result<ServerStream, ()> {
+    let window = crate::stream::http2::DEFAULT_INITIAL_WINDOW_SIZE;
     let (send, conn) = h2::client::Builder::new()
-        .initial_window_size(crate::stream::http2::DEFAULT_INITIAL_WINDOW_SIZE)
+        .initial_window_size(window)
+        // As wide as 100 streams' windows: a slow client's answer must not hold up the
+        // others on the connection.
+        .initial_connection_window_size(window * 100)
         .max_send_buffer_size(t.bufsize)
         .handshake::<_, Bytes>(io)
         .await
@@ -134,19 +142,32 @@ pub async fn start<T: AsyncRead + AsyncWrite + Unpin + 'static>(
                 k,
                 Upstream {
                     send: send.clone(),
-                    open,
+                    open: open.clone(),
                     id,
                 },
             )
         });
     }
-    Ok(open_stream(send, t))
+    Ok(open_stream(send, open, t))
 }
 
 /// A stream for one request: the session's end of a pipe, and the task that relays it.
-fn open_stream(send: h2::client::SendRequest<Bytes>, t: Target) -> ServerStream {
+/// When the session lets the stream go before its end (a timeout, its client leaving, a
+/// retry elsewhere), the task ends, and dropping the stream's handles resets it (CANCEL), so
+/// the server neither keeps working for nobody nor counts it against its stream limit.
+fn open_stream(
+    send: h2::client::SendRequest<Bytes>,
+    open: Rc<std::cell::Cell<bool>>,
+    t: Target,
+) -> ServerStream {
     let (sess_end, gw_end) = pipe(t.bufsize);
-    tokio::task::spawn_local(relay(send, gw_end, t));
+    let gone = gw_end.peer_gone();
+    tokio::task::spawn_local(async move {
+        tokio::select! {
+            _ = relay(send, gw_end, t, &open) => {}
+            _ = gone => {}
+        }
+    });
     ServerStream::H2(Box::new(sess_end))
 }
 
@@ -156,7 +177,12 @@ fn open_stream(send: h2::client::SendRequest<Bytes>, t: Target) -> ServerStream 
 /// Reads the session's HTTP/1.1 request from the pipe, sends it as an HTTP/2 stream, and
 /// writes the answer back as HTTP/1.1. Ends (closing the pipe, which the session reads as
 /// the server closing) on any failure; dropping the stream's handles resets it.
-async fn relay(send: h2::client::SendRequest<Bytes>, io: PipeEnd, t: Target) {
+async fn relay(
+    send: h2::client::SendRequest<Bytes>,
+    io: PipeEnd,
+    t: Target,
+    open: &std::cell::Cell<bool>,
+) {
     let (mut rx, mut tx) = super::http2::split(io);
     let mut buf = BytesMut::with_capacity(t.bufsize);
     let head = loop {
@@ -172,10 +198,20 @@ async fn relay(send: h2::client::SendRequest<Bytes>, io: PipeEnd, t: Target) {
     };
     let is_head = head.method.of(&buf) == b"HEAD";
     let Some(req) = request(&buf, &head, &t) else {
+        // Not expressible in HTTP/2 (an empty Host, a `*` target): answered here rather
+        // than replayed as a failed connection would be.
+        let _ = tx
+            .write_all(
+                b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            )
+            .await;
         return;
     };
     let _ = buf.split_to(head.head_len);
     let Ok(mut send) = send.ready().await else {
+        // The connection is failing (GOAWAY, reset): the session replays the request, on a
+        // new one.
+        open.set(false);
         return;
     };
     let no_body = head.body == BodyKind::None || head.body == BodyKind::Length(0);
@@ -191,7 +227,34 @@ async fn relay(send: h2::client::SendRequest<Bytes>, io: PipeEnd, t: Target) {
         std::future::pending::<()>().await
     };
     let answer = async {
-        let Ok(rsp) = rsp.await else { return };
+        let mut rsp = rsp;
+        // Interim answers (100 Continue, 103 Early Hints) first, as HTTP/1.1 ones.
+        let mut interim = true;
+        let rsp = loop {
+            let ev = std::future::poll_fn(|cx| {
+                if interim {
+                    match rsp.poll_informational(cx) {
+                        Poll::Ready(Some(Ok(r))) => return Poll::Ready(Err(r)),
+                        Poll::Ready(_) => interim = false,
+                        Poll::Pending => {}
+                    }
+                }
+                std::pin::Pin::new(&mut rsp).poll(cx).map(Ok)
+            })
+            .await;
+            match ev {
+                Ok(r) => break r,
+                Err(r) => {
+                    let mut h = status_line(r.status().as_u16());
+                    super::http2::write_fields(&mut h, r.headers());
+                    h.extend_from_slice(b"\r\n");
+                    if tx.write_all(&h).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        };
+        let Ok(rsp) = rsp else { return };
         write_answer(rsp, &mut tx, is_head).await;
     };
     tokio::pin!(pump, answer);
@@ -213,7 +276,9 @@ fn origin_form(target: &[u8]) -> &[u8] {
     };
     match rest.iter().position(|&b| b == b'/' || b == b'?') {
         Some(i) if rest[i] == b'/' => &rest[i..],
-        _ => b"/",
+        // `http://host?q`: the path is empty, `/` stands for it; the query stays.
+        Some(i) => &rest[i..],
+        None => b"/",
     }
 }
 
@@ -303,19 +368,18 @@ async fn pump_body(
             return;
         }
         if done {
-            if let Some(t) = tail {
-                let _ = tx.send_trailers(t);
+            if let Some(t) = tail
+                && tx.send_trailers(t).is_err()
+            {
+                let _ = tx.send_data(Bytes::new(), true);
             }
             return;
         }
     }
 }
 
-/// Writes an HTTP/2 answer to the session as HTTP/1.1: its length as the server gave it,
-/// else chunked (with the trailers, gRPC's status among them).
-async fn write_answer(rsp: http::Response<h2::RecvStream>, tx: &mut PipeEnd, is_head: bool) {
-    let (parts, mut body) = rsp.into_parts();
-    let status = parts.status.as_u16();
+/// `HTTP/1.1 CODE REASON\r\n`.
+fn status_line(status: u16) -> Vec<u8> {
     let mut h = Vec::with_capacity(256);
     h.extend_from_slice(
         format!(
@@ -324,6 +388,17 @@ async fn write_answer(rsp: http::Response<h2::RecvStream>, tx: &mut PipeEnd, is_
         )
         .as_bytes(),
     );
+    h
+}
+
+/// Writes an HTTP/2 answer to the session as HTTP/1.1: its length as the server gave it,
+/// else chunked (with the trailers, gRPC's status among them).
+async fn write_answer(rsp: http::Response<h2::RecvStream>, tx: &mut PipeEnd, is_head: bool) {
+    let (parts, mut body) = rsp.into_parts();
+    let status = parts.status.as_u16();
+    let mut h = status_line(status);
+    // Each stream carries one request: the session must not keep it for another.
+    h.extend_from_slice(b"connection: close\r\n");
     let has_cl = parts.headers.contains_key(http::header::CONTENT_LENGTH);
     super::http2::write_fields(&mut h, &parts.headers);
     let bodiless = is_head || status == 204 || status == 304 || (100..200).contains(&status);

@@ -34,7 +34,8 @@ impl Seen {
     }
 }
 
-/// Status, headers and body of an answer.
+/// Status, headers and body of an answer; status 0: never answer (until the client resets
+/// the stream).
 pub type Answer = (u16, Vec<(&'static str, String)>, Vec<u8>);
 pub type Handler = Arc<dyn Fn(&Seen) -> (Answer, Fields) + Send + Sync>;
 
@@ -188,6 +189,19 @@ async fn answer(
         conn: conn_id,
     };
     let ((status, hdrs, rbody), trailers) = h(&s);
+    if status == 0 {
+        // Never answered: wait for the client to reset the stream, and record that as a
+        // request with method `RESET`.
+        let path = s.path.clone();
+        seen.lock().unwrap().push(s);
+        let _ = std::future::poll_fn(|cx| respond.poll_reset(cx)).await;
+        seen.lock().unwrap().push(Seen {
+            method: "RESET".into(),
+            path,
+            ..Default::default()
+        });
+        return;
+    }
     seen.lock().unwrap().push(s);
     let mut resp = http::Response::builder().status(status);
     for (n, v) in hdrs {

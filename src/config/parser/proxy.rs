@@ -320,48 +320,6 @@ impl Draft {
                 b.ssl = Some(t.http1_only());
             }
         }
-        // HTTP/2 to servers: `proto h2` always, `alpn h2` when TLS agrees on it, and only in
-        // `mode http` (a TCP proxy relays bytes, whatever protocol they are).
-        for sv in &mut self.p.servers {
-            use crate::config::ServerH2;
-            let alpn_h2 = sv
-                .tls
-                .as_ref()
-                .is_some_and(|t| t.config.alpn_protocols.iter().any(|p| p == b"h2"));
-            sv.h2 = match (self.p.mode, sv.h2) {
-                (Mode::Tcp, ServerH2::Always) => {
-                    errors.push(ConfigError {
-                        file: sv.origin.file.clone(),
-                        line: sv.origin.line,
-                        message: format!(
-                            "'server {}' in {}: 'proto h2' names an HTTP version, and this \
-                             proxy is in 'mode tcp'",
-                            sv.name, what
-                        ),
-                    });
-                    ServerH2::Never
-                }
-                (Mode::Tcp, _) => ServerH2::Never,
-                (Mode::Http, ServerH2::Always) => {
-                    // Over TLS, servers that pick their protocol by ALPN are told h2.
-                    if sv.ssl
-                        && !alpn_h2
-                        && let Some(t) = &sv.tls
-                    {
-                        sv.tls = Some(t.offering_h2());
-                    }
-                    ServerH2::Always
-                }
-                (Mode::Http, ServerH2::Alpn) if sv.ssl && alpn_h2 => ServerH2::Alpn,
-                (Mode::Http, _) => {
-                    // `proto h1`, or plain HTTP/1.1: never offer h2.
-                    if let Some(t) = &sv.tls {
-                        sv.tls = Some(t.http1_only());
-                    }
-                    ServerH2::Never
-                }
-            };
-        }
         if self.p.mode != Mode::Tcp {
             return errors;
         }

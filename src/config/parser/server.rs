@@ -818,6 +818,44 @@ fn make_server(
     })
 }
 
+/// Whether the server is spoken to in HTTP/2, now that its proxy's mode is known (servers of
+/// the configuration and those added at run time alike): `proto h2` always, `ssl alpn h2`
+/// when TLS agrees on it, never in `mode tcp` (a TCP proxy relays bytes, whatever protocol
+/// they are). The TLS offer follows: `h2` is offered for `proto h2` without `alpn`, and never
+/// to a server spoken to in HTTP/1.1.
+fn settle_h2(sv: &mut Server, mode: crate::config::Mode) -> Result<(), String> {
+    use crate::config::{Mode, ServerH2};
+    let alpn_h2 = sv
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.config.alpn_protocols.iter().any(|p| p == b"h2"));
+    sv.h2 = match (mode, sv.h2) {
+        (Mode::Tcp, ServerH2::Always) => {
+            return Err(
+                "'proto h2' names an HTTP version, and this proxy is in 'mode tcp'".into(),
+            );
+        }
+        (Mode::Tcp, _) => ServerH2::Never,
+        (Mode::Http, ServerH2::Always) => {
+            if sv.ssl
+                && !alpn_h2
+                && let Some(t) = &sv.tls
+            {
+                sv.tls = Some(t.offering_h2());
+            }
+            ServerH2::Always
+        }
+        (Mode::Http, ServerH2::Alpn) if sv.ssl && alpn_h2 => ServerH2::Alpn,
+        (Mode::Http, _) => {
+            if let Some(t) = &sv.tls {
+                sv.tls = Some(t.http1_only());
+            }
+            ServerH2::Never
+        }
+    };
+    Ok(())
+}
+
 /// What a server of proxy `p` needs once both are complete: the proxy's `source` when it has
 /// none of its own; and, for a checked server, TLS settings when a
 /// `connect ... ssl` rule asks for TLS on a server whose line has neither `ssl` nor
@@ -829,6 +867,7 @@ pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), Strin
     if s.source.is_none() {
         s.source = p.source;
     }
+    settle_h2(s, p.mode)?;
     let Some(chk) = &s.check else {
         return Ok(());
     };

@@ -989,6 +989,9 @@ pub fn cli_set(tables: &[&Arc<Table>], args: &[&str]) -> String {
 pub struct Tracked {
     pub table: Arc<Table>,
     pub entry: Arc<Entry>,
+    /// Whether this tracking counts a connection (`conn_cur`); the streams of an HTTP/2
+    /// connection share its entries without counting again.
+    counts_conn: bool,
 }
 
 impl Tracked {
@@ -999,7 +1002,19 @@ impl Tracked {
         Some(Tracked {
             table: t.clone(),
             entry,
+            counts_conn: true,
         })
+    }
+
+    /// The same entry, tracked by one stream of the connection that tracks it: it keeps the
+    /// entry alive and counts the stream's requests, not another connection.
+    pub fn share(&self) -> Tracked {
+        self.entry.refs.fetch_add(1, Relaxed);
+        Tracked {
+            table: self.table.clone(),
+            entry: self.entry.clone(),
+            counts_conn: false,
+        }
     }
 
     pub fn add(&self, d: Data, n: u64) {
@@ -1009,7 +1024,7 @@ impl Tracked {
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        {
+        if self.counts_conn {
             let i = self.table.slot[Data::ConnCur as usize];
             if i != u8::MAX {
                 let mut cells = self.entry.cells.lock().unwrap_or_else(|e| e.into_inner());
@@ -1031,6 +1046,13 @@ pub struct Trackers(pub [Option<Tracked>; SLOTS]);
 impl Trackers {
     pub fn is_empty(&self) -> bool {
         self.0.iter().all(Option::is_none)
+    }
+
+    /// The same entries, for a stream of this HTTP/2 connection ([`Tracked::share`]).
+    pub fn share(&self) -> Trackers {
+        Trackers(std::array::from_fn(|i| {
+            self.0[i].as_ref().map(Tracked::share)
+        }))
     }
 
     /// Adds `n` to `d` in every tracked entry.

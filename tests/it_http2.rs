@@ -878,3 +878,35 @@ fn proto_h2_on_a_tcp_server_is_a_configuration_error() {
     assert_eq!(code, 1);
     assert!(err.contains("not supported"), "{err}");
 }
+
+#[test]
+fn connection_tracked_counters_count_every_stream() {
+    let be = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "defaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend fe\n    bind 127.0.0.1:{port}\n\
+\x20   stick-table type ip size 1k expire 1m store http_req_cnt,conn_cur\n\
+\x20   tcp-request connection track-sc0 src\n\
+\x20   http-request deny deny_status 429 if {{ sc0_http_req_cnt gt 3 }}\n\
+\x20   http-response set-header x-conn-cur %[sc0_conn_cur]\n\
+\x20   default_backend be\n\
+backend be\n    server s1 {}\n",
+        be.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    rt().block_on(async {
+        let mut c = connect(port).await;
+        let mut statuses = Vec::new();
+        for i in 0..5 {
+            let got = exchange(&mut c, get(port, &format!("/{i}")), None).await;
+            if got.status == 200 {
+                // One connection, however many streams.
+                assert_eq!(got.all("x-conn-cur"), ["1"]);
+            }
+            statuses.push(got.status);
+        }
+        // The limit holds across the connection's streams, as for HTTP/1 keep-alive.
+        assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    });
+}

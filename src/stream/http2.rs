@@ -474,7 +474,9 @@ fn spawn_stream(
         t_handshake: 0,
         key,
         tls: conn.tls.clone(),
-        sc: Default::default(),
+        // The entries the connection tracks count each stream's requests, as HAProxy's
+        // session-level trackers do.
+        sc: conn.sc.share(),
         vars: Default::default(),
         pp: conn.pp.clone(),
         proto: BindProto::H2,

@@ -831,9 +831,7 @@ fn settle_h2(sv: &mut Server, mode: crate::config::Mode) -> Result<(), String> {
         .is_some_and(|t| t.config.alpn_protocols.iter().any(|p| p == b"h2"));
     sv.h2 = match (mode, sv.h2) {
         (Mode::Tcp, ServerH2::Always) => {
-            return Err(
-                "'proto h2' names an HTTP version, and this proxy is in 'mode tcp'".into(),
-            );
+            return Err("'proto h2' names an HTTP version, and this proxy is in 'mode tcp'".into());
         }
         (Mode::Tcp, _) => ServerH2::Never,
         (Mode::Http, ServerH2::Always) => {

@@ -93,6 +93,47 @@ fn idle_connection_without_request_gets_408_after_timeout() {
 }
 
 #[test]
+fn a_server_that_stops_reading_the_body_gets_timeout_server() {
+    use std::io::{Read, Write};
+    // Accepts, then never reads: the body fills the socket buffers and stops.
+    let l = std::net::TcpListener::bind(lo(0)).unwrap();
+    let addr = l.local_addr().unwrap();
+    let holder = std::thread::spawn(move || l.accept().map(|(s, _)| s));
+    let (cfg, port) = cfg_for(
+        LOGGED_HTTP,
+        "",
+        &format!("    timeout server 300ms\n    server s1 {addr}\n"),
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = std::net::TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    let len = 64 << 20;
+    c.write_all(
+        format!("POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: {len}\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut w = c.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let chunk = vec![b'x'; 1 << 16];
+        for _ in 0..(len / chunk.len()) {
+            if w.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+    });
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert!(
+        got.starts_with(b"HTTP/1.1 504"),
+        "{:?}",
+        String::from_utf8_lossy(&got[..got.len().min(200)])
+    );
+    let line = s.wait_log_line(|l| l.contains("/up"), WAIT);
+    assert!(line.contains(" 504 ") && line.contains(" sD-- "), "{line}");
+    drop(holder);
+}
+
+#[test]
 fn server_timeout_gives_504() {
     let b = HttpBackend::with_handler("s1", |_| Reply::Hang);
     let (cfg, port) = cfg_for(

@@ -2536,9 +2536,17 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     }
                 };
                 if n > 0 {
-                    if stream.send(&self.cbuf[..n]).await.is_err() {
-                        txn.term = *b"SD";
-                        return self.error_response_after_head(txn, 502).await;
+                    // A server that stops reading the body has `timeout server` to resume.
+                    match super::with_timeout(t_server, stream.send(&self.cbuf[..n])).await {
+                        Some(Ok(())) => {}
+                        Some(Err(_)) => {
+                            txn.term = *b"SD";
+                            return self.error_response_after_head(txn, 502).await;
+                        }
+                        None => {
+                            txn.term = *b"sD";
+                            return self.error_response_after_head(txn, 504).await;
+                        }
                     }
                     srv_counters.bytes_in.fetch_add(n as u64, Relaxed);
                     txn.bytes_in += n as u64;

@@ -910,3 +910,20 @@ backend be\n    server s1 {}\n",
         assert_eq!(statuses, [200, 200, 200, 429, 429]);
     });
 }
+
+#[test]
+fn an_idle_server_connection_is_closed_after_pool_purge_delay() {
+    let srv = H2Server::start(echo);
+    let (_s, port) = h2_backend_proxy(&format!(
+        "server s1 {} proto h2 pool-purge-delay 200ms",
+        srv.hostport()
+    ));
+    assert_eq!(http_get(port, "/a").status, 200);
+    wait_until("the idle connection closed", T, || {
+        srv.closed.load(std::sync::atomic::Ordering::SeqCst) == 1
+    });
+    // The next request opens a new connection.
+    assert_eq!(http_get(port, "/b").status, 200);
+    let conns: Vec<usize> = srv.requests().iter().map(|r| r.conn).collect();
+    assert_eq!(conns, [0, 1]);
+}

@@ -37,10 +37,33 @@ struct Key {
 /// An open HTTP/2 connection to a server.
 struct Upstream {
     send: h2::client::SendRequest<Bytes>,
-    /// Cleared by the connection's task when it ends.
-    open: Rc<std::cell::Cell<bool>>,
+    state: Rc<ConnState>,
     /// Which of this thread's connections it is (a newer one may have replaced it).
     id: u64,
+}
+
+/// What a connection's streams and its task share.
+#[derive(Default)]
+struct ConnState {
+    /// Cleared when the connection ends or fails a stream: it takes no new ones.
+    open: std::cell::Cell<bool>,
+    /// Streams in progress.
+    streams: std::cell::Cell<usize>,
+    /// Woken when the last stream ends (the idle close starts then).
+    idle: tokio::sync::Notify,
+}
+
+/// Counts one stream in its connection while it runs.
+struct StreamCount(Rc<ConnState>);
+
+impl Drop for StreamCount {
+    fn drop(&mut self) {
+        let n = self.0.streams.get() - 1;
+        self.0.streams.set(n);
+        if n == 0 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 thread_local! {
@@ -77,20 +100,20 @@ pub fn existing(
     t: Target,
 ) -> Option<ServerStream> {
     let k = key(srv, addr, sni);
-    let (send, open) = CONNS.with(|c| {
+    let (send, state) = CONNS.with(|c| {
         let mut c = c.borrow_mut();
         let u = c.get(&k)?;
         // A connection the server is closing (GOAWAY) or that failed takes no new streams.
         let mut probe = u.send.clone();
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let failed = matches!(probe.poll_ready(&mut cx), std::task::Poll::Ready(Err(_)));
-        if !u.open.get() || failed {
+        if !u.state.open.get() || failed {
             c.remove(&k);
             return None;
         }
-        Some((u.send.clone(), u.open.clone()))
+        Some((u.send.clone(), u.state.clone()))
     })?;
-    Some(open_stream(send, open, t))
+    Some(open_stream(send, state, t))
 }
 
 /// Starts HTTP/2 on a freshly connected (and, over TLS, handshaken) server connection, keeps
@@ -114,18 +137,34 @@ pub async fn start<T: AsyncRead + AsyncWrite + Unpin + 'static>(
         .handshake::<_, Bytes>(io)
         .await
         .map_err(|_| ())?;
-    let open = Rc::new(std::cell::Cell::new(true));
+    let state = Rc::new(ConnState::default());
+    state.open.set(true);
     let id = NEXT_ID.with(|n| {
         n.set(n.get() + 1);
         n.get()
     });
     let k = key(srv, addr, sni);
+    let purge = srv.conf.pool_purge_delay;
     {
-        let open = open.clone();
+        let state = state.clone();
         let k = k.clone();
         tokio::task::spawn_local(async move {
-            let _ = conn.await;
-            open.set(false);
+            tokio::pin!(conn);
+            // Runs the connection until it ends, or until it has had no stream for
+            // `pool-purge-delay` (HAProxy's idle-connection life): a connection left idle
+            // is not trusted to be alive for long (a NAT may have dropped it silently).
+            loop {
+                let idle = state.idle.notified();
+                tokio::pin!(idle);
+                idle.as_mut().enable();
+                let quiet = state.streams.get() == 0;
+                tokio::select! {
+                    _ = &mut conn => break,
+                    _ = tokio::time::sleep(purge), if quiet => break,
+                    _ = &mut idle => {}
+                }
+            }
+            state.open.set(false);
             if !private {
                 CONNS.with(|c| {
                     let mut c = c.borrow_mut();
@@ -142,13 +181,13 @@ pub async fn start<T: AsyncRead + AsyncWrite + Unpin + 'static>(
                 k,
                 Upstream {
                     send: send.clone(),
-                    open: open.clone(),
+                    state: state.clone(),
                     id,
                 },
             )
         });
     }
-    Ok(open_stream(send, open, t))
+    Ok(open_stream(send, state, t))
 }
 
 /// A stream for one request: the session's end of a pipe, and the task that relays it.
@@ -157,16 +196,19 @@ pub async fn start<T: AsyncRead + AsyncWrite + Unpin + 'static>(
 /// the server neither keeps working for nobody nor counts it against its stream limit.
 fn open_stream(
     send: h2::client::SendRequest<Bytes>,
-    open: Rc<std::cell::Cell<bool>>,
+    state: Rc<ConnState>,
     t: Target,
 ) -> ServerStream {
     let (sess_end, gw_end) = pipe(t.bufsize);
     let gone = gw_end.peer_gone();
+    state.streams.set(state.streams.get() + 1);
+    let count = StreamCount(state);
     tokio::task::spawn_local(async move {
         tokio::select! {
-            _ = relay(send, gw_end, t, &open) => {}
+            _ = relay(send, gw_end, t, &count.0.open) => {}
             _ = gone => {}
         }
+        drop(count);
     });
     ServerStream::H2(Box::new(sess_end))
 }

@@ -48,6 +48,8 @@ pub struct H2Server {
     pub port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
     pub goaways: Arc<AtomicUsize>,
+    /// Connections that have ended (closed by either side).
+    pub closed: Arc<AtomicUsize>,
 }
 
 impl H2Server {
@@ -86,7 +88,8 @@ impl H2Server {
         let port = l.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let goaways = Arc::new(AtomicUsize::new(0));
-        let (s2, g2) = (seen.clone(), goaways.clone());
+        let closed = Arc::new(AtomicUsize::new(0));
+        let (s2, g2, c2) = (seen.clone(), goaways.clone(), closed.clone());
         let conns = AtomicUsize::new(0);
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -96,8 +99,13 @@ impl H2Server {
             rt.block_on(async move {
                 let l = tokio::net::TcpListener::from_std(l).unwrap();
                 while let Ok((s, _)) = l.accept().await {
-                    let (h, seen, goaways, tls) =
-                        (handler.clone(), s2.clone(), g2.clone(), tls.clone());
+                    let (h, seen, goaways, tls, closed) = (
+                        handler.clone(),
+                        s2.clone(),
+                        g2.clone(),
+                        tls.clone(),
+                        c2.clone(),
+                    );
                     let id = conns.fetch_add(1, SeqCst);
                     tokio::spawn(async move {
                         let got = match tls {
@@ -116,6 +124,7 @@ impl H2Server {
                         if has_goaway(&got) {
                             goaways.fetch_add(1, SeqCst);
                         }
+                        closed.fetch_add(1, SeqCst);
                     });
                 }
             });
@@ -124,6 +133,7 @@ impl H2Server {
             port,
             seen,
             goaways,
+            closed,
         }
     }
 

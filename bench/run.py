@@ -374,11 +374,10 @@ def parse_wrk(out):
     }
 
 
-def run_h2load(url, a, cpus, on_tick=None, duration=None):
-    """h2load (HTTP/2 with prior knowledge), bounded like run_wrk; the same return shape."""
-    duration = duration or a.duration
-    conns = max(1, a.conns // 10)
-    argv = ['h2load', f'-t{a.wrk_threads}', f'-c{conns}', '-m10', f'-D{duration}', url]
+def run_tool(argv, cpus, duration, on_tick):
+    """Runs a load tool (wrk, h2load) pinned to `cpus`, killed after duration+30 s.
+    on_tick() is called once, 1 s before the end, while the load is still on.
+    Returns (its output, its rusage, on_tick's result, its exit status)."""
     if cpus is not None:
         argv = ['taskset', '-c', cpus] + argv
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -395,12 +394,21 @@ def run_h2load(url, a, cpus, on_tick=None, duration=None):
     p.returncode = os.waitstatus_to_exitcode(status)
     killer.cancel()
     STARTED.remove(p)
+    return out, ru, tick, p.returncode
+
+
+def run_h2load(url, a, cpus, on_tick=None, duration=None):
+    """h2load (HTTP/2 with prior knowledge), bounded like run_wrk; the same return shape."""
+    duration = duration or a.duration
+    conns = max(1, a.conns // 10)
+    argv = ['h2load', f'-t{a.wrk_threads}', f'-c{conns}', '-m10', f'-D{duration}', url]
+    out, ru, tick, rc = run_tool(argv, cpus, duration, on_tick)
     m = re.search(r'finished in ([\d.]+)s, ([\d.]+) req/s', out)
     r = re.search(r'requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout', out)
     t = re.search(r'traffic: .*?\((\d+)\) total', out)
     lat = re.search(r'time for request:\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)', out)
-    if p.returncode != 0 or not (m and r and t):
-        raise RunFailed(f'h2load exited {p.returncode}: {out.strip()[-800:]}')
+    if rc != 0 or not (m and r and t):
+        raise RunFailed(f'h2load exited {rc}: {out.strip()[-800:]}')
     ok = int(r.group(3))
     return {
         'requests': ok,
@@ -423,24 +431,9 @@ def run_wrk(url, a, close, cpus, on_tick=None, duration=None):
     if close:
         argv += ['-H', 'Connection: close']
     argv.append(url)
-    if cpus is not None:
-        argv = ['taskset', '-c', cpus] + argv
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, text=True)
-    STARTED.append(p)
-    killer = threading.Timer(duration + 30, p.kill)
-    killer.start()
-    tick = None
-    if on_tick:
-        time.sleep(max(0.0, duration - 1.0))
-        tick = on_tick()
-    out = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    killer.cancel()
-    STARTED.remove(p)
-    if p.returncode != 0:
-        raise RunFailed(f'wrk exited {p.returncode}: {out.strip()[-500:]}')
+    out, ru, tick, rc = run_tool(argv, cpus, duration, on_tick)
+    if rc != 0:
+        raise RunFailed(f'wrk exited {rc}: {out.strip()[-500:]}')
     out = parse_wrk(out)
     out['wrk_wakeups'] = ru.ru_nvcsw
     return out, ru.ru_utime + ru.ru_stime, tick

@@ -434,47 +434,6 @@ fn configuration_errors_for_proto_and_tune_h2() {
     assert_eq!(code, 0, "{err}");
 }
 
-/// Accepts any server certificate.
-#[derive(Debug)]
-struct AnyCert;
-
-impl rustls::client::danger::ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        rustls::crypto::aws_lc_rs::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
 /// A TLS connection offering `alpn`; returns it with the protocol agreed.
 async fn tls_connect(
     port: u16,
@@ -483,18 +442,10 @@ async fn tls_connect(
     tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
     Option<Vec<u8>>,
 ) {
-    let mut cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .dangerous()
-    .with_custom_certificate_verifier(std::sync::Arc::new(AnyCert))
-    .with_no_client_auth();
-    cfg.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let cfg = insecure_client(alpn, rustls::DEFAULT_VERSIONS);
     let tcp = tokio::net::TcpStream::connect(lo(port)).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("h2.example").unwrap();
-    let t = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
+    let t = tokio_rustls::TlsConnector::from(cfg)
         .connect(name, tcp)
         .await
         .unwrap();

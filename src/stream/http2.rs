@@ -664,16 +664,20 @@ impl AsyncRead for PipeReader {
 /// session takes the bytes. Ends quietly if either side goes away; the relay decides what
 /// the stream's outcome is.
 async fn pump_request(mut body: h2::RecvStream, mut tx: PipeEnd, chunked: bool) {
-    let mut line = Vec::with_capacity(16);
+    copy_body(&mut body, &mut tx, chunked).await;
+    // The pipe stays open: closing it would read as the client leaving (`abortonclose`).
+    std::future::pending::<()>().await;
+}
+
+/// Copies an HTTP/2 body into a pipe as an HTTP/1.1 body: as it is, or chunk-framed with
+/// the trailers as chunked trailers; flow-control credit goes back as the pipe takes the
+/// bytes. Stops quietly if either side goes away.
+pub(super) async fn copy_body(body: &mut h2::RecvStream, tx: &mut PipeEnd, chunked: bool) {
     while let Some(r) = body.data().await {
         let Ok(data) = r else { return };
         let n = data.len();
-        if chunked && n > 0 {
-            line.clear();
-            line.extend_from_slice(format!("{n:x}\r\n").as_bytes());
-            if tx.write_all(&line).await.is_err() {
-                return;
-            }
+        if chunked && n > 0 && tx.write_all(format!("{n:x}\r\n").as_bytes()).await.is_err() {
+            return;
         }
         if tx.write_all(&data).await.is_err() {
             return;
@@ -691,8 +695,6 @@ async fn pump_request(mut body: h2::RecvStream, mut tx: PipeEnd, chunked: bool) 
         end.extend_from_slice(b"\r\n");
         let _ = tx.write_all(&end).await;
     }
-    // The pipe stays open: closing it would read as the client leaving (`abortonclose`).
-    std::future::pending::<()>().await;
 }
 
 /// Reads the session's HTTP/1.1 answer from the pipe and sends it on the stream: interim

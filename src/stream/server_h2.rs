@@ -455,28 +455,7 @@ async fn write_answer(rsp: http::Response<h2::RecvStream>, tx: &mut PipeEnd, is_
     if tx.write_all(&h).await.is_err() || bodiless || ended && !chunked {
         return;
     }
-    while let Some(r) = body.data().await {
-        let Ok(data) = r else { return };
-        let n = data.len();
-        if chunked && n > 0 && tx.write_all(format!("{n:x}\r\n").as_bytes()).await.is_err() {
-            return;
-        }
-        if tx.write_all(&data).await.is_err() {
-            return;
-        }
-        if chunked && n > 0 && tx.write_all(b"\r\n").await.is_err() {
-            return;
-        }
-        let _ = body.flow_control().release_capacity(n);
-    }
-    if chunked {
-        let mut end = b"0\r\n".to_vec();
-        if let Ok(Some(t)) = body.trailers().await {
-            super::http2::write_fields(&mut end, &t);
-        }
-        end.extend_from_slice(b"\r\n");
-        let _ = tx.write_all(&end).await;
-    }
+    super::http2::copy_body(&mut body, tx, chunked).await;
     // Dropping the pipe now is the server closing after a whole answer: the session reads
     // the answer to its end first.
 }

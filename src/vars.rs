@@ -190,6 +190,21 @@ impl Vars {
     }
 
     /// Forgets the variables of `scopes` (a new transaction, the end of request processing).
+    /// A new set holding a copy of this one's `sess` variables: what a stream of an HTTP/2
+    /// connection starts with.
+    pub fn sess_copy(&self) -> Vars {
+        let items = self
+            .items
+            .borrow()
+            .iter()
+            .filter(|(s, _, _)| *s == Scope::Sess)
+            .cloned()
+            .collect();
+        Vars {
+            items: RefCell::new(items),
+        }
+    }
+
     pub fn clear(&self, scopes: &[Scope]) {
         let mut items = self.items.borrow_mut();
         if !items.is_empty() {

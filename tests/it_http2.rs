@@ -831,7 +831,7 @@ fn proto_h2_on_a_tcp_server_is_a_configuration_error() {
 }
 
 #[test]
-fn connection_tracked_counters_count_every_stream() {
+fn connection_tracked_counters_and_sess_variables_reach_every_stream() {
     let be = HttpBackend::start("s1");
     let port = free_port();
     let cfg = format!(
@@ -841,6 +841,8 @@ frontend fe\n    bind 127.0.0.1:{port}\n\
 \x20   tcp-request connection track-sc0 src\n\
 \x20   http-request deny deny_status 429 if {{ sc0_http_req_cnt gt 3 }}\n\
 \x20   http-response set-header x-conn-cur %[sc0_conn_cur]\n\
+\x20   tcp-request connection set-var(sess.tag) str(conn-tag)\n\
+\x20   http-response set-header x-tag %[var(sess.tag)]\n\
 \x20   default_backend be\n\
 backend be\n    server s1 {}\n",
         be.hostport()
@@ -852,8 +854,9 @@ backend be\n    server s1 {}\n",
         for i in 0..5 {
             let got = exchange(&mut c, get(port, &format!("/{i}")), None).await;
             if got.status == 200 {
-                // One connection, however many streams.
+                // One connection, however many streams; its `sess` variables seen by each.
                 assert_eq!(got.all("x-conn-cur"), ["1"]);
+                assert_eq!(got.all("x-tag"), ["conn-tag"]);
             }
             statuses.push(got.status);
         }

@@ -477,7 +477,9 @@ fn spawn_stream(
         // The entries the connection tracks count each stream's requests, as HAProxy's
         // session-level trackers do.
         sc: conn.sc.share(),
-        vars: Default::default(),
+        // The connection's `sess` variables (set by `tcp-request connection` rules), as
+        // they are when the stream starts.
+        vars: conn.vars.sess_copy(),
         pp: conn.pp.clone(),
         proto: BindProto::H2,
         h2_line: None,

@@ -768,13 +768,7 @@ async fn relay_into(
             .send_response(rsp, false)
             .map_err(|_| h2::Reason::CANCEL)?,
     );
-    let mut left = match body {
-        BodyKind::Length(n) => n,
-        _ => u64::MAX,
-    };
-    let mut chunks = (body == BodyKind::Chunked).then(ChunkedState::new);
-    let mut trailers = Vec::new();
-    let mut out = BytesMut::new();
+    let mut unframe = Unframe::new(body, ChunkedState::new());
     loop {
         if buf.is_empty() {
             let reset = |cx: &mut Context<'_>| send.poll_reset(cx);
@@ -789,34 +783,65 @@ async fn relay_into(
                 _ => return Err(h2::Reason::INTERNAL_ERROR),
             }
         }
-        let done = if let Some(st) = &mut chunks {
-            let (used, done) = st
-                .feed_parts(
-                    buf,
-                    |d| out.extend_from_slice(d),
-                    |t| trailers.extend_from_slice(t),
-                )
-                .map_err(|_| h2::Reason::INTERNAL_ERROR)?;
-            let _ = buf.split_to(used);
-            done
-        } else {
-            let n = (buf.len() as u64).min(left) as usize;
-            out.extend_from_slice(&buf.split_to(n));
-            left -= n as u64;
-            left == 0
-        };
-        let tail = if done && !trailers.is_empty() {
-            Some(trailer_map(&trailers))
-        } else {
-            None
-        };
-        send_data(send, out.split().freeze(), done && tail.is_none(), io.stall).await?;
+        let (data, done, tail) = unframe.take(buf).map_err(|_| h2::Reason::INTERNAL_ERROR)?;
+        send_data(send, data, done && tail.is_none(), io.stall).await?;
         if done {
             if let Some(t) = tail {
                 send.send_trailers(t).map_err(|_| h2::Reason::CANCEL)?;
             }
             return Ok(());
         }
+    }
+}
+
+/// Takes the payload out of an HTTP/1.1 body as it arrives (its length counted, or its
+/// chunked framing removed and its trailers kept), for HTTP/2 DATA frames.
+pub(super) struct Unframe {
+    left: u64,
+    chunks: Option<ChunkedState>,
+    trailers: Vec<u8>,
+    out: BytesMut,
+}
+
+impl Unframe {
+    /// For a body of `kind`; `chunked` tracks a chunked one (request or response rules).
+    pub(super) fn new(kind: BodyKind, chunked: ChunkedState) -> Unframe {
+        Unframe {
+            left: match kind {
+                BodyKind::Length(n) => n,
+                _ => u64::MAX,
+            },
+            chunks: (kind == BodyKind::Chunked).then_some(chunked),
+            trailers: Vec::new(),
+            out: BytesMut::new(),
+        }
+    }
+
+    /// Consumes what `buf` holds of the body: the payload in it, whether the body is whole,
+    /// and then its trailers as an HTTP/2 block, if it had any. `Err`: bad chunked framing.
+    pub(super) fn take(
+        &mut self,
+        buf: &mut BytesMut,
+    ) -> Result<(Bytes, bool, Option<http::HeaderMap>), ()> {
+        let done = if let Some(st) = &mut self.chunks {
+            let (out, trailers) = (&mut self.out, &mut self.trailers);
+            let (used, done) = st
+                .feed_parts(
+                    buf,
+                    |d| out.extend_from_slice(d),
+                    |t| trailers.extend_from_slice(t),
+                )
+                .map_err(|_| ())?;
+            let _ = buf.split_to(used);
+            done
+        } else {
+            let n = (buf.len() as u64).min(self.left) as usize;
+            self.out.extend_from_slice(&buf.split_to(n));
+            self.left -= n as u64;
+            self.left == 0
+        };
+        let tail = (done && !self.trailers.is_empty()).then(|| trailer_map(&self.trailers));
+        Ok((self.out.split().freeze(), done, tail))
     }
 }
 

@@ -371,13 +371,7 @@ async fn pump_body(
     kind: BodyKind,
     mut tx: h2::SendStream<Bytes>,
 ) {
-    let mut left = match kind {
-        BodyKind::Length(n) => n,
-        _ => u64::MAX,
-    };
-    let mut chunks = (kind == BodyKind::Chunked).then(ChunkedState::for_request);
-    let mut trailers = Vec::new();
-    let mut out = BytesMut::new();
+    let mut unframe = super::http2::Unframe::new(kind, ChunkedState::for_request());
     loop {
         if buf.is_empty() {
             match rx.read_buf(&mut buf).await {
@@ -385,25 +379,11 @@ async fn pump_body(
                 _ => return,
             }
         }
-        let done = if let Some(st) = &mut chunks {
-            let Ok((used, done)) = st.feed_parts(
-                &buf,
-                |d| out.extend_from_slice(d),
-                |t| trailers.extend_from_slice(t),
-            ) else {
-                return;
-            };
-            let _ = buf.split_to(used);
-            done
-        } else {
-            let n = (buf.len() as u64).min(left) as usize;
-            out.extend_from_slice(&buf.split_to(n));
-            left -= n as u64;
-            left == 0
+        let Ok((data, done, tail)) = unframe.take(&mut buf) else {
+            return;
         };
-        let tail = (done && !trailers.is_empty()).then(|| super::http2::trailer_map(&trailers));
         let end = done && tail.is_none();
-        if super::http2::send_data(&mut tx, out.split().freeze(), end, None)
+        if super::http2::send_data(&mut tx, data, end, None)
             .await
             .is_err()
         {

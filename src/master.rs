@@ -181,6 +181,16 @@ fn run_inner(opts: &Options, mc: &MasterCfg<'_>) -> Result<i32, String> {
             .map_err(|e| format!("master socket: {e}"))?;
         let ready = tokio::net::UnixDatagram::from_std(ready)
             .map_err(|e| format!("master socket: {e}"))?;
+        // The master CLI listens before the first worker starts: whoever sees the service
+        // ready (systemd, a script waiting for the port) can use it at once.
+        let (cli_tx, mut cli_rx) = tokio::sync::mpsc::unbounded_channel::<CliReq>();
+        if let Some(path) = &opts.master_cli {
+            let _ = std::fs::remove_file(path);
+            let l = tokio::net::UnixListener::bind(path)
+                .map_err(|e| format!("master CLI: cannot bind '{}': {e}", path.display()))?;
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+            tokio::spawn(cli_accept(l, cli_tx.clone()));
+        }
         let mut num = 0u32;
         let mut current = spawn(&exe, opts, &dir, &ready_path, num, None)?;
         let mut pending: Option<Worker> = None;
@@ -190,16 +200,8 @@ fn run_inner(opts: &Options, mc: &MasterCfg<'_>) -> Result<i32, String> {
         // False once the current worker died and `no-exit-on-failure` kept the master.
         let mut current_alive = true;
         let mut buf = [0u8; 64];
-        let (cli_tx, mut cli_rx) = tokio::sync::mpsc::unbounded_channel::<CliReq>();
         let started_at = std::time::Instant::now();
         let (mut reloads, mut failed) = (0u32, 0u32);
-        if let Some(path) = &opts.master_cli {
-            let _ = std::fs::remove_file(path);
-            let l = tokio::net::UnixListener::bind(path)
-                .map_err(|e| format!("master CLI: cannot bind '{}': {e}", path.display()))?;
-            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-            tokio::spawn(cli_accept(l, cli_tx.clone()));
-        }
         loop {
             let reload = tokio::select! {
                 _ = usr2.recv() => true,

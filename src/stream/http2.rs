@@ -6,8 +6,9 @@
 //! same code for both protocols.
 //!
 //! It owns the protocol translation (pseudo-headers, `Cookie` merging, hop-by-hop fields,
-//! chunked re-framing, flow control) and nothing else: it must not apply rules, pick servers
-//! or log requests itself.
+//! chunked re-framing, flow control) and the pieces `stream::server_h2` shares for the other
+//! direction (the pipe, `Unframe`, `copy_body`), and nothing else: it must not apply
+//! rules, pick servers or log requests itself.
 
 use std::cell::Cell;
 use std::pin::Pin;

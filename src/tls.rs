@@ -2297,7 +2297,7 @@ impl ServerCertVerifier for ChainVerifier {
 /// `verify none`: any certificate is accepted, but the handshake signatures are still checked
 /// (so the session keys belong to whoever holds the presented certificate's key).
 #[derive(Debug)]
-struct NoVerify(Arc<CryptoProvider>);
+pub struct NoVerify(pub Arc<CryptoProvider>);
 
 impl ServerCertVerifier for NoVerify {
     fn verify_server_cert(

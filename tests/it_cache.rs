@@ -61,12 +61,7 @@ fn origin() -> HttpBackend {
                 raw.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
             }
             raw.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
-            for c in body.chunks(7) {
-                raw.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
-                raw.extend_from_slice(c);
-                raw.extend_from_slice(b"\r\n");
-            }
-            raw.extend_from_slice(b"0\r\n\r\n");
+            raw.extend_from_slice(&common::chunked(&body, 7));
             return Reply::Raw(raw);
         }
         Reply::Full {

@@ -230,12 +230,7 @@ fn bodies_cross_in_both_directions_beyond_the_flow_control_windows() {
     let be = HttpBackend::with_handler("s1", move |r| {
         if r.target == "/chunked" {
             let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-            for c in answer.chunks(7000) {
-                raw.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
-                raw.extend_from_slice(c);
-                raw.extend_from_slice(b"\r\n");
-            }
-            raw.extend_from_slice(b"0\r\n\r\n");
+            raw.extend_from_slice(&chunked(&answer, 7000));
             return Reply::Raw(raw);
         }
         Reply::Full {

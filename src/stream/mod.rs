@@ -938,11 +938,10 @@ async fn connect_stream(
     // HTTP/2 (`mode http` only): a new stream on this thread's connection to the server when
     // there is one. A connection with a PROXY header is its client's alone.
     let h2 = http_bufsize.filter(|_| srv.conf.h2 != ServerH2::Never);
-    let target = |tls: bool, bufsize: usize| server_h2::Target {
-        tls,
-        fallback_authority: addr.to_string(),
-        bufsize,
-    };
+    let target = |tls: bool, bufsize: usize| server_h2::Target { tls, addr, bufsize };
+    // What is left of `timeout connect` for the next step (TLS, the HTTP/2 handshake).
+    let left = || timeout.map(|d| d.saturating_sub(started.elapsed()));
+    let private = proxy_hdr.is_some();
     let h2_sni = match &srv.conf.tls {
         Some(t) if srv.conf.ssl => server_sni(t, host),
         _ => None,
@@ -953,7 +952,6 @@ async fn connect_stream(
     {
         return Ok((s, h2_sni.map(Into::into), true));
     }
-    let private = proxy_hdr.is_some();
     if let Some(t) = &srv.conf.unix {
         let mut s = connect_unix(t, timeout).await?;
         if let Some(h) = proxy_hdr
@@ -966,13 +964,9 @@ async fn connect_stream(
         if let Some(bs) = h2
             && srv.conf.h2 == ServerH2::Always
         {
-            let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
-            let st = server_h2::start(s, srv, addr, None, private, target(false, bs));
-            return match with_timeout(left, st).await {
-                Some(Ok(s)) => Ok((s, None, false)),
-                Some(Err(())) => Err(false),
-                None => Err(true),
-            };
+            let t = target(false, bs);
+            let s = server_h2::start(s, srv, addr, None, private, t, left()).await?;
+            return Ok((s, None, false));
         }
         return Ok((ServerStream::Unix(s), None, false));
     }
@@ -994,32 +988,23 @@ async fn connect_stream(
                 return Ok((ServerStream::Plain(tcp), None, false));
             };
             // HTTP/2 with prior knowledge.
-            let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
-            let st = server_h2::start(tcp, srv, addr, None, private, target(false, bs));
-            return match with_timeout(left, st).await {
-                Some(Ok(s)) => Ok((s, None, false)),
-                Some(Err(())) => Err(false),
-                None => Err(true),
-            };
+            let t = target(false, bs);
+            let s = server_h2::start(tcp, srv, addr, None, private, t, left()).await?;
+            return Ok((s, None, false));
         }
     };
     let sni = server_sni(tls, host);
     let name = crate::tls::server_name(sni, addr.ip());
-    let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
-    let s = match crate::tls::connect(tls, ServerTcp::from(tcp), name, left).await {
+    let s = match crate::tls::connect(tls, ServerTcp::from(tcp), name, left()).await {
         Ok(s) => s,
         Err(e) => return Err(e.kind() == std::io::ErrorKind::TimedOut),
     };
     let agreed_h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
     match h2 {
         Some(bs) if srv.conf.h2 == ServerH2::Always || agreed_h2 => {
-            let left = timeout.map(|d| d.saturating_sub(started.elapsed()));
-            let st = server_h2::start(s, srv, addr, sni, private, target(true, bs));
-            match with_timeout(left, st).await {
-                Some(Ok(s)) => Ok((s, sni.map(Into::into), false)),
-                Some(Err(())) => Err(false),
-                None => Err(true),
-            }
+            let t = target(true, bs);
+            let s = server_h2::start(s, srv, addr, sni, private, t, left()).await?;
+            Ok((s, sni.map(Into::into), false))
         }
         _ => Ok((ServerStream::Tls(Box::new(s)), sni.map(Into::into), false)),
     }

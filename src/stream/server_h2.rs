@@ -76,8 +76,8 @@ thread_local! {
 pub struct Target {
     /// `https` over TLS.
     pub tls: bool,
-    /// `:authority` when the request has no `Host` (the server's address).
-    pub fallback_authority: String,
+    /// The server's address: the `:authority` of a request without `Host`.
+    pub addr: std::net::SocketAddr,
     pub bufsize: usize,
 }
 
@@ -118,7 +118,8 @@ pub fn existing(
 
 /// Starts HTTP/2 on a freshly connected (and, over TLS, handshaken) server connection, keeps
 /// it for the thread's next requests unless `private`, and returns a stream on it. `Err`: the
-/// server did not complete the HTTP/2 handshake.
+/// server did not complete the HTTP/2 handshake within `timeout` (`true`: timed out), which
+/// the caller counts as a failed connect.
 pub async fn start<T: AsyncRead + AsyncWrite + Unpin + 'static>(
     io: T,
     srv: &crate::backend::ServerState,
@@ -126,17 +127,21 @@ pub async fn start<T: AsyncRead + AsyncWrite + Unpin + 'static>(
     sni: Option<&str>,
     private: bool,
     t: Target,
-) -> Result<ServerStream, ()> {
+    timeout: Option<std::time::Duration>,
+) -> Result<ServerStream, bool> {
     let window = crate::stream::http2::DEFAULT_INITIAL_WINDOW_SIZE;
-    let (send, conn) = h2::client::Builder::new()
+    let handshake = h2::client::Builder::new()
         .initial_window_size(window)
         // As wide as 100 streams' windows: a slow client's answer must not hold up the
         // others on the connection.
         .initial_connection_window_size(window * 100)
         .max_send_buffer_size(t.bufsize)
-        .handshake::<_, Bytes>(io)
-        .await
-        .map_err(|_| ())?;
+        .handshake::<_, Bytes>(io);
+    let (send, conn) = match super::with_timeout(timeout, handshake).await {
+        Some(Ok(c)) => c,
+        Some(Err(_)) => return Err(false),
+        None => return Err(true),
+    };
     let state = Rc::new(ConnState::default());
     state.open.set(true);
     let id = NEXT_ID.with(|n| {
@@ -350,7 +355,7 @@ fn request(buf: &[u8], head: &crate::http::RequestHead, t: &Target) -> Option<ht
     }
     let authority = match authority {
         Some(a) => String::from_utf8_lossy(a).into_owned(),
-        None => t.fallback_authority.clone(),
+        None => t.addr.to_string(),
     };
     let path = head.uri.of(buf);
     // An absolute-form target keeps only its path here: the authority travels apart.

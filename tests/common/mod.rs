@@ -1860,63 +1860,32 @@ pub fn tcp_send(port: u16, data: &[u8]) -> Vec<u8> {
 }
 
 /// A TLS client configuration (aws-lc-rs) that accepts any server certificate (signatures
-/// are still checked), offering `alpn` and `versions`.
+/// are still checked: sluice's own `verify none` verifier), offering `alpn` and `versions`.
 pub fn insecure_client(
     alpn: &[&str],
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> std::sync::Arc<rustls::ClientConfig> {
-    use rustls::pki_types::{CertificateDer, ServerName};
     use std::sync::Arc;
-    #[derive(Debug)]
-    struct Any(Arc<rustls::crypto::CryptoProvider>);
-    impl rustls::client::danger::ServerCertVerifier for Any {
-        fn verify_server_cert(
-            &self,
-            _: &CertificateDer<'_>,
-            _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(
-                m,
-                c,
-                d,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn verify_tls13_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(
-                m,
-                c,
-                d,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
-    }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut c = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Any(provider)))
+        .with_custom_certificate_verifier(Arc::new(sluice::tls::NoVerify(provider)))
         .with_no_client_auth();
     c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
     Arc::new(c)
+}
+
+/// `body` in the chunked transfer coding, in chunks of at most `size` bytes, with the last
+/// chunk and no trailers.
+pub fn chunked(body: &[u8], size: usize) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(body.len() + 64);
+    for c in body.chunks(size) {
+        raw.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+        raw.extend_from_slice(c);
+        raw.extend_from_slice(b"\r\n");
+    }
+    raw.extend_from_slice(b"0\r\n\r\n");
+    raw
 }

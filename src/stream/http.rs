@@ -2898,6 +2898,10 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             self.log_line(txn, true);
             txn.logged = true;
         }
+        // The request body during the response (full duplex, below): bytes at the front of
+        // `cbuf` taken as body but not yet written, whether a TLS record may still wait in
+        // the writer, and whether the server stopped taking the body.
+        let (mut pending, mut unflushed, mut body_dropped) = (0usize, false, false);
         while !rsp_body.done() {
             let mut short_read = false;
             if self.sbuf.is_empty() {
@@ -2908,8 +2912,66 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     self.sbuf.reserve(self.bufsize);
                 }
                 let room = self.sbuf.capacity() - self.sbuf.len();
-                let got = match super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)).await
-                {
+                let got = loop {
+                    let body_left = !body_dropped && (pending > 0 || unflushed || !req_body.done());
+                    if !body_left {
+                        break super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)).await;
+                    }
+                    // Full duplex: the request body still flows while the response does (a
+                    // server may answer before reading all of it; gRPC and other streaming
+                    // APIs answer each piece as it comes). Whichever way is ready goes, so a
+                    // server that stops reading the body cannot hold its own answer back.
+                    // The client is not timed out on its own here: it is receiving, and
+                    // `timeout server` bounds a silence of both.
+                    if pending == 0 && !unflushed && self.cbuf.capacity() - self.cbuf.len() < 512 {
+                        self.cbuf.reserve(self.bufsize);
+                    }
+                    let (mut rd, mut wr) = tokio::io::split(&mut stream);
+                    if pending > 0 {
+                        tokio::select! {
+                            r = super::with_timeout(t_server, rd.read_buf(&mut self.sbuf)) => break r,
+                            r = wr.write(&self.cbuf[..pending]) => match r {
+                                Ok(n) if n > 0 => {
+                                    srv_counters.bytes_in.fetch_add(n as u64, Relaxed);
+                                    txn.bytes_in += n as u64;
+                                    self.cbuf.advance(n);
+                                    pending -= n;
+                                    unflushed = true;
+                                }
+                                // The server takes no more of it (it answered, and closed its
+                                // reading side): its answer still goes to the client.
+                                _ => body_dropped = true,
+                            },
+                        }
+                    } else if unflushed {
+                        tokio::select! {
+                            r = super::with_timeout(t_server, rd.read_buf(&mut self.sbuf)) => break r,
+                            r = wr.flush() => match r {
+                                Ok(()) => unflushed = false,
+                                Err(_) => body_dropped = true,
+                            },
+                        }
+                    } else {
+                        tokio::select! {
+                            r = super::with_timeout(t_server, rd.read_buf(&mut self.sbuf)) => break r,
+                            r = self.client.read_buf(&mut self.cbuf) => {
+                                if !matches!(r, Ok(n) if n > 0) {
+                                    // Gone (or half-closed) before the end of its body.
+                                    txn.term = *b"CD";
+                                    return None;
+                                }
+                                match req_body.take(&self.cbuf) {
+                                    Ok(n) => pending = n,
+                                    Err(_) => {
+                                        txn.term = *b"CD";
+                                        return None;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                };
+                let got = match got {
                     Some(Ok(n)) => Some(Ok(n)),
                     Some(Err(_)) => Some(Err(())),
                     None => None,
@@ -2989,6 +3051,12 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         }
         if let Some(f) = fill {
             f.finish(crate::backend::unix_now() as i64);
+        }
+        if !req_body.done() {
+            // Answered before the end of the request body: the connection closes (its head
+            // said so), lingering so that the unread rest cannot turn the close into a reset
+            // that discards the response.
+            self.linger = true;
         }
         slot.server_state()
             .counters

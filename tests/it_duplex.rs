@@ -1,0 +1,351 @@
+//! Full duplex: a request body keeps flowing to the server after the server's response has
+//! started (streaming APIs that answer each piece of the request as it comes, gRPC's
+//! bidirectional streams, servers that answer before reading the whole body), from HTTP/1.1
+//! and HTTP/2 clients; and a server that stops reading the body still gets its answer out.
+//! Real sockets: the servers are threads of the test speaking raw HTTP/1.1.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(10);
+
+/// A server that answers a chunked request at once with a chunked response, then echoes
+/// each chunk of the request body as a chunk of the response as it arrives (a response
+/// that cannot end before the request does). One connection.
+fn echo_server() -> (u16, std::thread::JoinHandle<Vec<Vec<u8>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(T)).unwrap();
+        let mut w = Wire::new(s);
+        let head = w.read_until(b"\r\n\r\n").unwrap().unwrap();
+        assert!(
+            String::from_utf8_lossy(&head)
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked"),
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
+        w.stream
+            .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            .unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let line = w.read_until(b"\r\n").unwrap().unwrap();
+            let n =
+                usize::from_str_radix(std::str::from_utf8(&line[..line.len() - 2]).unwrap(), 16)
+                    .unwrap();
+            if n == 0 {
+                assert_eq!(w.read_until(b"\r\n").unwrap().unwrap(), b"\r\n");
+                w.stream.write_all(b"0\r\n\r\n").unwrap();
+                return seen;
+            }
+            let data = w.take(n).unwrap();
+            w.take(2).unwrap();
+            let mut out = format!("{:x}\r\n", n + 5).into_bytes();
+            out.extend_from_slice(b"echo ");
+            out.extend_from_slice(&data);
+            out.extend_from_slice(b"\r\n");
+            w.stream.write_all(&out).unwrap();
+            seen.push(data);
+        }
+    });
+    (port, h)
+}
+
+fn proxy(server_port: u16, fe_extra: &str) -> (Sluice, u16) {
+    let port = free_port();
+    let cfg = format!(
+        "defaults\n    mode http\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\
+frontend fe\n    bind 127.0.0.1:{port}\n    log stdout format raw local0\n    option httplog\n{fe_extra}\
+\x20   default_backend be\n\
+backend be\n    server s1 127.0.0.1:{server_port}\n"
+    );
+    (Sluice::start(&cfg), port)
+}
+
+#[test]
+fn http1_request_body_flows_while_the_response_streams() {
+    let (sport, server) = echo_server();
+    let (s, port) = proxy(sport, "");
+    let c = TcpStream::connect(lo(port)).unwrap();
+    // Well under `timeout server`: without full duplex the second echo never comes.
+    c.set_read_timeout(Some(T)).unwrap();
+    let mut w = Wire::new(c);
+    w.stream
+        .write_all(
+            b"POST /chat HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nping1\r\n",
+        )
+        .unwrap();
+    let head = w.read_until(b"\r\n\r\n").unwrap().unwrap();
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    // Each piece is answered before the next is sent: the client waits for its echo.
+    for i in 1..=3 {
+        let got = w
+            .read_until(format!("echo ping{i}\r\n").as_bytes())
+            .unwrap();
+        assert!(got.is_some(), "no echo of piece {i}");
+        if i < 3 {
+            write!(w.stream, "5\r\nping{}\r\n", i + 1).unwrap();
+        }
+    }
+    w.stream.write_all(b"0\r\n\r\n").unwrap();
+    assert_eq!(w.read_until(b"0\r\n\r\n").unwrap().unwrap(), b"0\r\n\r\n");
+    assert_eq!(
+        server.join().unwrap(),
+        [b"ping1".to_vec(), b"ping2".to_vec(), b"ping3".to_vec()]
+    );
+    // The whole exchange is one transaction, logged with the server's status.
+    let line = s.wait_log_line(|l| l.contains("POST /chat"), T);
+    assert!(line.contains(" 200 "), "{line}");
+    // The head went out before the request was over: it said the connection closes, and
+    // it does, once both bodies are complete.
+    assert!(
+        String::from_utf8_lossy(&head)
+            .to_ascii_lowercase()
+            .contains("connection: close"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    assert_eq!(w.fill().unwrap(), 0, "the connection must end");
+}
+
+#[test]
+fn http2_stream_body_flows_while_the_response_streams() {
+    let (sport, server) = echo_server();
+    let (_s, port) = proxy(sport, "");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(lo(port)).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut send = send.ready().await.unwrap();
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://127.0.0.1:{port}/chat"))
+            .body(())
+            .unwrap();
+        let (rsp, mut tx) = send.send_request(req, false).unwrap();
+        tx.send_data(Bytes::from_static(b"ping1"), false).unwrap();
+        let rsp = tokio::time::timeout(T, rsp).await.unwrap().unwrap();
+        assert_eq!(rsp.status(), 200);
+        let mut body = rsp.into_body();
+        let mut got = Vec::new();
+        for i in 1..=3 {
+            let want = format!("echo ping{i}");
+            while !String::from_utf8_lossy(&got).contains(&want) {
+                let d = tokio::time::timeout(T, body.data())
+                    .await
+                    .unwrap_or_else(|_| panic!("no echo of piece {i}"))
+                    .unwrap()
+                    .unwrap();
+                let _ = body.flow_control().release_capacity(d.len());
+                got.extend_from_slice(&d);
+            }
+            if i < 3 {
+                tx.send_data(Bytes::from(format!("ping{}", i + 1)), false)
+                    .unwrap();
+            }
+        }
+        tx.send_data(Bytes::new(), true).unwrap();
+        while let Some(d) = tokio::time::timeout(T, body.data()).await.unwrap() {
+            got.extend_from_slice(&d.unwrap());
+        }
+        assert_eq!(got, b"echo ping1echo ping2echo ping3");
+    });
+    assert_eq!(server.join().unwrap().len(), 3);
+}
+
+#[test]
+fn a_server_that_stops_reading_the_body_still_gets_its_answer_through() {
+    // The server reads the head only, answers 1 MB, and never reads the 16 MB body: more than
+    // the sockets between can hold, so the proxy's writes to it stall. The answer must not
+    // wait behind them.
+    const ANSWER: usize = 1 << 20;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let sport = l.local_addr().unwrap().port();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(T)).unwrap();
+        let mut w = Wire::new(s);
+        w.read_until(b"\r\n\r\n").unwrap().unwrap();
+        w.stream
+            .write_all(format!("HTTP/1.1 200 OK\r\ncontent-length: {ANSWER}\r\n\r\n").as_bytes())
+            .unwrap();
+        let piece = vec![b'a'; 64 * 1024];
+        for _ in 0..ANSWER / piece.len() {
+            w.stream.write_all(&piece).unwrap();
+        }
+        // Held open, unread, until the test is over.
+        let _ = done_rx.recv_timeout(T * 3);
+    });
+    let (s, port) = proxy(sport, "");
+    let c = TcpStream::connect(lo(port)).unwrap();
+    c.set_read_timeout(Some(T)).unwrap();
+    const BODY: usize = 16 << 20;
+    let mut writer = c.try_clone().unwrap();
+    let upload = std::thread::spawn(move || {
+        let _ = writer.write_all(
+            format!("POST /up HTTP/1.1\r\nhost: x\r\ncontent-length: {BODY}\r\n\r\n").as_bytes(),
+        );
+        let piece = vec![b'b'; 64 * 1024];
+        let mut sent = 0;
+        while sent < BODY {
+            // Fails once the proxy closes: the answer is complete by then.
+            if writer.write_all(&piece).is_err() {
+                break;
+            }
+            sent += piece.len();
+        }
+    });
+    let mut w = Wire::new(c);
+    let head = w.read_until(b"\r\n\r\n").unwrap().unwrap();
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    // Said at once: the request is not over when the answer starts.
+    assert!(head.contains("connection: close"), "{head}");
+    let body = w.take(ANSWER).expect("the whole answer");
+    assert!(body.iter().all(|&b| b == b'a'));
+    let line = s.wait_log_line(|l| l.contains("POST /up"), T);
+    assert!(line.contains(" 200 "), "{line}");
+    // Then the connection ends (lingering: the rest of the upload is read and dropped).
+    let mut rest = Vec::new();
+    loop {
+        match w.fill() {
+            Ok(0) | Err(_) => break,
+            Ok(_) => rest.append(&mut w.buf),
+        }
+    }
+    assert!(rest.is_empty(), "bytes after the answer: {}", rest.len());
+    drop(w);
+    upload.join().unwrap();
+    let _ = done_tx.send(());
+    server.join().unwrap();
+}
+
+/// An HTTP/2 server (h2c) that answers each request at once with a gRPC-like stream: every
+/// DATA frame of the request is echoed as one, and the answer ends with trailers after the
+/// request ends.
+fn h2_echo_server() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            while let Ok((s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(s).await else {
+                        return;
+                    };
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        tokio::spawn(async move {
+                            let rsp = http::Response::builder()
+                                .status(200)
+                                .header("content-type", "application/grpc")
+                                .body(())
+                                .unwrap();
+                            let mut tx = respond.send_response(rsp, false).unwrap();
+                            let mut body = req.into_body();
+                            while let Some(Ok(d)) = body.data().await {
+                                let _ = body.flow_control().release_capacity(d.len());
+                                if d.is_empty() {
+                                    continue;
+                                }
+                                let mut out = b"echo ".to_vec();
+                                out.extend_from_slice(&d);
+                                if tx.send_data(Bytes::from(out), false).is_err() {
+                                    return;
+                                }
+                            }
+                            let mut t = http::HeaderMap::new();
+                            t.insert("grpc-status", "0".parse().unwrap());
+                            let _ = tx.send_trailers(t);
+                        });
+                    }
+                });
+            }
+        });
+    });
+    port
+}
+
+#[test]
+fn grpc_style_streams_go_both_ways_through_http2_on_both_sides() {
+    let sport = h2_echo_server();
+    let port = free_port();
+    let cfg = format!(
+        "defaults\n    mode http\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\
+frontend fe\n    bind 127.0.0.1:{port} proto h2\n    default_backend be\n\
+backend be\n    server s1 127.0.0.1:{sport} proto h2\n"
+    );
+    let _s = Sluice::start(&cfg);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(lo(port)).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut send = send.ready().await.unwrap();
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://127.0.0.1:{port}/echo.Echo/Chat"))
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let (rsp, mut tx) = send.send_request(req, false).unwrap();
+        tx.send_data(Bytes::from_static(b"m1"), false).unwrap();
+        let rsp = tokio::time::timeout(T, rsp).await.unwrap().unwrap();
+        assert_eq!(rsp.status(), 200);
+        let mut body = rsp.into_body();
+        let mut got = Vec::new();
+        for i in 1..=4 {
+            let want = format!("echo m{i}");
+            while !String::from_utf8_lossy(&got).contains(&want) {
+                let d = tokio::time::timeout(T, body.data())
+                    .await
+                    .unwrap_or_else(|_| panic!("no echo of message {i}"))
+                    .unwrap()
+                    .unwrap();
+                let _ = body.flow_control().release_capacity(d.len());
+                got.extend_from_slice(&d);
+            }
+            if i < 4 {
+                tx.send_data(Bytes::from(format!("m{}", i + 1)), false)
+                    .unwrap();
+            }
+        }
+        tx.send_data(Bytes::new(), true).unwrap();
+        while let Some(d) = tokio::time::timeout(T, body.data()).await.unwrap() {
+            got.extend_from_slice(&d.unwrap());
+        }
+        assert_eq!(got, b"echo m1echo m2echo m3echo m4");
+        let trailers = tokio::time::timeout(T, body.trailers())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("trailers");
+        assert_eq!(trailers["grpc-status"], "0");
+    });
+}

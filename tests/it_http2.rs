@@ -401,6 +401,46 @@ backend be\n    server s1 {}\n",
 }
 
 #[test]
+fn a_failed_preface_is_logged_as_haproxy_logs_it() {
+    // HAProxy 2.6.12 on a `proto h2` bind: an HTTP/1 request, or a broken preface, gives
+    // `fe fe/<NOSRV> -1/-1/-1/-1/0 0 0 - - PR-- ... "<BADREQ>"`; a connection closed before
+    // sending anything too, except under `option dontlognull`.
+    let be = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n\
+defaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+frontend fe\n    bind 127.0.0.1:{port} proto h2\n    option httplog\n    option dontlognull\n\
+\x20   log stdout format raw local0\n    default_backend be\n\
+backend be\n    server s1 {}\n",
+        be.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    // Nothing sent, then closed: not logged (dontlognull). Then an HTTP/1 request, then a
+    // broken preface: both logged, in that order, with nothing before them.
+    drop(std::net::TcpStream::connect(lo(port)).unwrap());
+    tcp_send(port, b"GET /h1 HTTP/1.1\r\nHost: a\r\n\r\n");
+    tcp_send(port, b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n");
+    let lines = s.wait_log_lines(2, |l| l.contains("<BADREQ>"), T);
+    for l in &lines {
+        assert!(
+            l.contains(" fe fe/<NOSRV> -1/-1/-1/-1/") && l.contains(" 0 0 - - PR-- "),
+            "{l}"
+        );
+        assert!(l.ends_with("\"<BADREQ>\""), "{l}");
+    }
+    // Give the empty connection's line, had there been one, the time to come: a third
+    // connection's line is awaited, and only then are all lines counted.
+    tcp_send(port, b"GET /third HTTP/1.1\r\nHost: a\r\n\r\n");
+    let lines = s.wait_log_lines(3, |l| l.contains("<BADREQ>"), T);
+    let all = s.stdout.snapshot();
+    let logged: Vec<_> = all.iter().filter(|l| l.contains(" fe fe/")).collect();
+    assert_eq!(logged.len(), 3, "{all:?}");
+    assert!(lines[2].contains("PR--"));
+    assert!(be.requests().is_empty());
+}
+
+#[test]
 fn configuration_errors_for_proto_and_tune_h2() {
     let bad = [
         (

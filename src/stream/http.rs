@@ -761,37 +761,8 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             .sessions_total
             .fetch_add(1, Relaxed);
     }
-    let bufsize = shared.cfg.global.bufsize.max(1024);
-    let max_head = bufsize
-        .saturating_sub(shared.cfg.global.maxrewrite)
-        .max(512);
     let custom_log = fe.options.log_format.is_some() && !fe.logs.is_empty();
-    let mut c = Conn {
-        ctx: &ctx,
-        fe,
-        client,
-        cbuf: BytesMut::new(),
-        sbuf: BytesMut::new(),
-        kept: None,
-        last_server: None,
-        replay: None,
-        first: true,
-        hdrs: Headers::default(),
-        unique_id: None,
-        log_level: std::cell::Cell::new(None),
-        out: Vec::new(),
-        bufsize,
-        max_head,
-        // Read only by `log-format` lines (`%Ti`): no clock read otherwise.
-        idle_since: if custom_log {
-            Instant::now()
-        } else {
-            ctx.accepted
-        },
-        linger: false,
-        dropped: false,
-        sc: crate::stick::Trackers::default(),
-    };
+    let mut c = Conn::new(&ctx, fe, client);
     let mut first = true;
     loop {
         // The idle wait runs in this small future; the large transaction future exists only
@@ -822,11 +793,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
                 } = c;
                 let pre = cbuf.split();
                 ctx.w.give_buf(cbuf);
-                return Box::pin(super::http2::serve(
-                    ctx,
-                    super::http2::Prefixed::new(pre, client),
-                ))
-                .await;
+                return Box::pin(super::http2::serve(ctx, pre, client)).await;
             }
             None => break,
         }
@@ -843,6 +810,58 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
         let _ = c.client.shutdown().await;
     }
     c.release_idle_memory();
+}
+
+impl<'a, C: ClientIo> Conn<'a, C> {
+    fn new(ctx: &'a SessionCtx, fe: &'a Proxy, client: C) -> Self {
+        let g = &ctx.shared().cfg.global;
+        let bufsize = g.bufsize.max(1024);
+        let max_head = bufsize.saturating_sub(g.maxrewrite).max(512);
+        let custom_log = fe.options.log_format.is_some() && !fe.logs.is_empty();
+        Conn {
+            ctx,
+            fe,
+            client,
+            cbuf: BytesMut::new(),
+            sbuf: BytesMut::new(),
+            kept: None,
+            last_server: None,
+            replay: None,
+            first: true,
+            hdrs: Headers::default(),
+            unique_id: None,
+            log_level: std::cell::Cell::new(None),
+            out: Vec::new(),
+            bufsize,
+            max_head,
+            // Read only by `log-format` lines (`%Ti`): no clock read otherwise.
+            idle_since: if custom_log {
+                Instant::now()
+            } else {
+                ctx.accepted
+            },
+            linger: false,
+            dropped: false,
+            sc: crate::stick::Trackers::default(),
+        }
+    }
+}
+
+/// Logs an HTTP/2 connection whose preface never came right (an HTTP/1 request on a `proto
+/// h2` bind, a broken preface, a close before it), as HAProxy does: `<BADREQ>`, status 0
+/// (nothing is answered), `PR--`, from the connection's start. No request is counted: there
+/// was none (HAProxy counts a protocol error of the connection).
+pub(super) fn log_failed_preface(ctx: &SessionCtx) {
+    let shared = ctx.shared().clone();
+    let fe = &shared.cfg.proxies[ctx.proxy];
+    // The connection is gone already: the log line is made as a session's, on a closed pipe.
+    let (client, _) = super::http2::pipe(1024);
+    let c = Conn::new(ctx, fe, client);
+    let mut txn = Txn::new(ctx.accepted);
+    txn.term = *b"PR";
+    txn.status = 0;
+    txn.request_line = "<BADREQ>".into();
+    c.log(&txn);
 }
 
 /// Completes when the client has closed its side (EOF or error). Bytes that arrive meanwhile

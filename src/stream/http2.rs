@@ -282,15 +282,12 @@ impl ClientIo for PipeEnd {
 
 /// Replays bytes already read from a client before reading it further: the HTTP/2 preface
 /// an HTTP/1 session read before it knew what the connection speaks.
-pub struct Prefixed<C> {
+/// Also notes whether the client sent anything at all (`option dontlognull` spares a
+/// connection that failed its preface without a byte).
+struct Prefixed<C> {
     pre: BytesMut,
     io: C,
-}
-
-impl<C> Prefixed<C> {
-    pub fn new(pre: BytesMut, io: C) -> Self {
-        Prefixed { pre, io }
-    }
+    read_any: Rc<Cell<bool>>,
 }
 
 impl<C: AsyncRead + Unpin> AsyncRead for Prefixed<C> {
@@ -303,9 +300,15 @@ impl<C: AsyncRead + Unpin> AsyncRead for Prefixed<C> {
             let n = self.pre.len().min(out.remaining());
             let b = self.pre.split_to(n);
             out.put_slice(&b);
+            self.read_any.set(true);
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.io).poll_read(cx, out)
+        let before = out.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, out);
+        if out.filled().len() > before {
+            self.read_any.set(true);
+        }
+        r
     }
 }
 
@@ -357,7 +360,19 @@ impl Drop for StreamGuard {
 /// http-request`, else `timeout client`), then every stream the client opens, each in its own
 /// task. Idle without streams for `timeout http-keep-alive` (else `timeout client`), or on soft
 /// stop, the connection is closed gracefully (GOAWAY, in-flight streams finish).
-pub async fn serve<T: AsyncRead + AsyncWrite + Unpin + 'static>(ctx: SessionCtx, io: T) {
+///
+/// `pre`: bytes already read from the client (the preface an HTTP/1 session saw first).
+pub async fn serve<T: AsyncRead + AsyncWrite + Unpin + 'static>(
+    ctx: SessionCtx,
+    pre: BytesMut,
+    io: T,
+) {
+    let read_any = Rc::new(Cell::new(false));
+    let io = Prefixed {
+        pre,
+        io,
+        read_any: read_any.clone(),
+    };
     let shared = ctx.shared().clone();
     let fe = &shared.cfg.proxies[ctx.proxy];
     let g = &shared.cfg.global;
@@ -382,9 +397,16 @@ pub async fn serve<T: AsyncRead + AsyncWrite + Unpin + 'static>(ctx: SessionCtx,
         .max_send_buffer_size(g.bufsize.max(1024));
     let mut conn = match with_timeout(t.http_request.or(t.client), b.handshake(io)).await {
         Some(Ok(c)) => c,
-        // A client that never completed the preface: nothing to answer or log, as for an
-        // HTTP/1 connection closed before its first request.
-        _ => return,
+        // The preface did not come right (an HTTP/1 request on a `proto h2` bind, a broken
+        // one, a close before it): logged as HAProxy logs it, unless nothing came at all and
+        // `option dontlognull` is set. A client silent until the timeout is not logged.
+        Some(Err(_)) => {
+            if read_any.get() || !fe.options.dontlognull {
+                super::http::log_failed_preface(&ctx);
+            }
+            return;
+        }
+        None => return,
     };
     let ctx = Rc::new(ctx);
     let live = Rc::new(Live::default());

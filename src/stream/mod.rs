@@ -186,11 +186,11 @@ pub async fn serve(
         (Client::Unix(s), Mode::Tcp) => Box::pin(tcp::serve(ctx, s)).await,
         (Client::Tcp(s, _), Mode::Http) if proto == http2::BindProto::H2 => {
             http2::count_session(&ctx);
-            Box::pin(http2::serve(ctx, s)).await
+            Box::pin(http2::serve(ctx, bytes::BytesMut::new(), s)).await
         }
         (Client::Unix(s), Mode::Http) if proto == http2::BindProto::H2 => {
             http2::count_session(&ctx);
-            Box::pin(http2::serve(ctx, s)).await
+            Box::pin(http2::serve(ctx, bytes::BytesMut::new(), s)).await
         }
         (Client::Tcp(s, _), Mode::Http) => http::serve(ctx, s).await,
         (Client::Unix(s), Mode::Http) => http::serve(ctx, s).await,
@@ -254,7 +254,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
                     };
                     if http && h2 {
                         http2::count_session(&ctx);
-                        http2::serve(ctx, s).await
+                        http2::serve(ctx, bytes::BytesMut::new(), s).await
                     } else if http {
                         http::serve(ctx, s).await
                     } else {

@@ -475,6 +475,7 @@ fn tables(shared: &Shared) -> Vec<&Arc<crate::stick::Table>> {
         .proxies
         .iter()
         .filter_map(|p| p.stick_table.as_ref())
+        .chain(shared.cfg.peers_tables.iter())
         .collect()
 }
 

@@ -32,6 +32,8 @@ pub struct Options {
     pub terminate_pids: Vec<i32>,
     /// Flags accepted for compatibility that sluice has no use for (said under `-d`).
     pub ignored: Vec<String>,
+    /// `-L NAME`: the local peer's name in `peers` sections.
+    pub localpeer: Option<String>,
     /// `-x PATH`: take the listening sockets of the process behind this stats socket.
     pub sockets_from: Option<PathBuf>,
     /// `-W` / `-Ws`: master-worker mode (see `master`).
@@ -56,6 +58,7 @@ impl Options {
             finish_pids: Vec::new(),
             terminate_pids: Vec::new(),
             ignored: Vec::new(),
+            localpeer: None,
             sockets_from: None,
             master: false,
             systemd: false,
@@ -119,7 +122,8 @@ impl Options {
                     }
                     o.master_cli = Some(PathBuf::from(path.trim_start_matches("unix@")));
                 }
-                "-L" | "-m" | "-N" | "-C" => {
+                "-L" => o.localpeer = Some(value(&mut i, a)?),
+                "-m" | "-N" | "-C" => {
                     let v = value(&mut i, a)?;
                     o.ignored.push(format!("{a} {v}"));
                 }
@@ -157,7 +161,8 @@ mod tests {
         assert_eq!(o.action, Action::Check);
         assert_eq!(o.finish_pids, vec![12, 13]);
         assert_eq!(o.pidfile, Some(PathBuf::from("/tmp/p")));
-        assert_eq!(o.ignored, vec!["-dM", "-dI", "-L node1", "-m 512"]);
+        assert_eq!(o.ignored, vec!["-dM", "-dI", "-m 512"]);
+        assert_eq!(o.localpeer.as_deref(), Some("node1"));
     }
 
     #[test]

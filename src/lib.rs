@@ -37,6 +37,7 @@ pub mod listener;
 pub mod log;
 pub mod map;
 pub mod master;
+pub mod peers;
 pub mod pool;
 pub mod prometheus;
 pub mod reload;

@@ -30,7 +30,8 @@ Usage : sluice [-f <cfgfile|cfgdir>]* [ -vdVD ] [ -n <maxconn> ] [ -N <maxpconn>
         -n sets the maximum total # of connections (uses ulimit -n)\n\
         -sf/-st [pid ]* finishes/terminates old pids once sluice listens\n\
         -x <unix_socket> get listening sockets from a stats socket with 'expose-fd listeners'\n\
-        Accepted for compatibility: -dM[...], -dI, -dW, -dG, -de, -dp, -dS, -dr, -dV, -L <name>, -m <megs>, -N <n>\n        -W master-worker mode ; -Ws also notifies systemd (Type=notify) ; -S <sock> master CLI\n",
+        -L <name> the local peer's name in 'peers' sections (default: the host name)\n\
+        Accepted for compatibility: -dM[...], -dI, -dW, -dG, -de, -dp, -dS, -dr, -dV, -m <megs>, -N <n>\n        -W master-worker mode ; -Ws also notifies systemd (Type=notify) ; -S <sock> master CLI\n",
         env!("CARGO_PKG_VERSION"),
         sluice::config::HAPROXY_COMPAT_VERSION
     )
@@ -45,6 +46,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(name) = &opts.localpeer {
+        sluice::peers::set_cli_local(name.clone());
+    }
     match opts.action {
         Action::Help => {
             sluice::say!("{}", usage());

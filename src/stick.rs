@@ -22,7 +22,7 @@ pub enum KeyType {
     Ip,
     Ipv6,
     Integer,
-    /// `string [len N]` (default 32): longer keys are cut.
+    /// `string [len N]` (N bytes; 31 without `len`, as HAProxy): longer keys are cut.
     String(usize),
     /// `binary [len N]` (default 32): keys are cut or padded with zeros to N bytes.
     Binary(usize),
@@ -188,6 +188,8 @@ pub struct TableDef {
     pub nopurge: bool,
     /// What is stored, with each rate's period in ms (0 for counters).
     pub store: Vec<(Data, u32)>,
+    /// `peers NAME`: the `peers` section its entries are kept in step with.
+    pub peers: Option<String>,
 }
 
 /// One value of an entry: a counter (`a`), or a rate's window (`a` the start of the
@@ -246,6 +248,8 @@ pub struct Entry {
     exp: AtomicU64,
     /// Order of its last update in its table, for choosing what to drop from a full table.
     touched: AtomicU64,
+    /// In its table's queue of changes for the peers (`peers`), not yet sent.
+    queued: std::sync::atomic::AtomicBool,
 }
 
 impl Entry {
@@ -283,6 +287,29 @@ pub struct Table {
     seq: AtomicU64,
     /// `server_id` is printed: stored explicitly, or written by a `stick` rule.
     show_server_id: std::sync::atomic::AtomicBool,
+    /// Set when the table is kept in step with peers: the entries changed locally since the
+    /// peers task last took them.
+    changes: OnceLock<Changes>,
+}
+
+/// One value of an entry as the peers exchange it: the type, then a counter's value (or a
+/// rate's period start in [`now_ms`] time), and a rate's current and previous counts.
+pub type Value = (Data, u64, u32, u32);
+
+/// The keys of a table's entries changed on this process, for its peers: each key once,
+/// however often it changed (the update sent carries the entry's values when it is sent).
+#[derive(Default)]
+pub struct Changes {
+    keys: Mutex<Vec<Key>>,
+    /// Wakes the peers task when the first change arrives.
+    pub ready: tokio::sync::Notify,
+}
+
+impl Changes {
+    /// Takes the keys changed since the last call.
+    pub fn take(&self) -> Vec<Key> {
+        std::mem::take(&mut *self.keys.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl std::fmt::Debug for Table {
@@ -328,7 +355,14 @@ impl Table {
             swept: AtomicU64::new(0),
             seq: AtomicU64::new(0),
             show_server_id: std::sync::atomic::AtomicBool::new(show_server_id),
+            changes: OnceLock::new(),
         }
+    }
+
+    /// Whether `server_id` is one of the table's types as the operator sees them (stored
+    /// explicitly, or written by a `stick` rule), as opposed to its reserved place.
+    pub fn shares_server_id(&self) -> bool {
+        self.show_server_id.load(Relaxed)
     }
 
     /// Notes that a `stick` rule writes servers to this table (`show table` prints them).
@@ -467,6 +501,7 @@ impl Table {
             refs: AtomicU32::new(0),
             exp: AtomicU64::new(self.def.expire_ms.map_or(0, |x| now + x)),
             touched: AtomicU64::new(self.seq.fetch_add(1, Relaxed)),
+            queued: std::sync::atomic::AtomicBool::new(false),
         });
         let mut g = self.shard(&k).lock().unwrap_or_else(|e| e.into_inner());
         // Another thread may have made it meanwhile: theirs is kept.
@@ -545,12 +580,92 @@ impl Table {
         true
     }
 
-    /// Pushes an entry's expiry to `expire` from now (any update does).
+    /// Pushes an entry's expiry to `expire` from now (any update does), and queues it for
+    /// the peers when the table has some.
     fn touch(&self, e: &Entry, now: u64) {
         e.touched.store(self.seq.fetch_add(1, Relaxed), Relaxed);
         if let Some(x) = self.def.expire_ms {
             e.exp.store(now + x, Relaxed);
         }
+        if let Some(c) = self.changes.get()
+            && !e.queued.swap(true, Relaxed)
+        {
+            let mut keys = c.keys.lock().unwrap_or_else(|e| e.into_inner());
+            keys.push(e.key.clone());
+            if keys.len() == 1 {
+                c.ready.notify_one();
+            }
+        }
+    }
+
+    /// Starts queueing local changes for the peers (`peers` section that runs).
+    pub fn start_sync(&self) {
+        let _ = self.changes.set(Changes::default());
+    }
+
+    /// The queue of local changes, when the table is kept in step with peers.
+    pub fn changes(&self) -> Option<&Changes> {
+        self.changes.get()
+    }
+
+    /// An entry's values for an update to the peers: each stored type in the table's order,
+    /// a counter as `(value, 0, 0)`, a rate as (period start in [`now_ms`] time, events in
+    /// it, events in the one before); and the ms left before it expires (0: never). Marks it
+    /// as sent. `None` when the entry is gone.
+    pub fn snapshot(&self, k: &Key) -> Option<(Vec<Value>, u64)> {
+        let e = {
+            let g = self.shard(k).lock().unwrap_or_else(|e| e.into_inner());
+            g.get(k).cloned()
+        }?;
+        e.queued.store(false, Relaxed);
+        let now = now_ms();
+        if self.expired(&e, now) {
+            return None;
+        }
+        let cells = e.cells.lock().unwrap_or_else(|e| e.into_inner());
+        let vals = self
+            .def
+            .store
+            .iter()
+            .zip(cells.iter())
+            .map(|((d, _), c)| (*d, c.a, c.b, c.c))
+            .collect();
+        let exp = match e.exp.load(Relaxed) {
+            0 => 0,
+            x => x.saturating_sub(now),
+        };
+        Some((vals, exp))
+    }
+
+    /// Applies an update from a peer: the entry is made if needed, the values given are set
+    /// (a rate as its window, see [`Table::snapshot`]), and its expiry is `expire` from now
+    /// (the table's when `None`). Not queued for the peers: what a peer taught is not sent
+    /// back. `false` when the table is full.
+    pub fn apply_remote(&self, k: Key, vals: &[Value], expire: Option<u64>) -> bool {
+        let Some(e) = self.get_or_create(k) else {
+            return false;
+        };
+        let now = now_ms();
+        {
+            let mut cells = e.cells.lock().unwrap_or_else(|e| e.into_inner());
+            for &(d, a, b, c) in vals {
+                let i = self.slot[d as usize];
+                if i == u8::MAX {
+                    continue;
+                }
+                let cell = &mut cells[i as usize];
+                if d.is_rate() {
+                    *cell = Cell { a, b, c };
+                } else {
+                    cell.a = a;
+                }
+            }
+        }
+        e.touched.store(self.seq.fetch_add(1, Relaxed), Relaxed);
+        if let Some(x) = expire.or(self.def.expire_ms) {
+            e.exp.store(now + x, Relaxed);
+        }
+        true
     }
 
     /// Adds `n` to data type `d` of `e`, and to its counter/rate pair; `false` when the
@@ -1091,6 +1206,7 @@ mod tests {
 
     fn def(store: Vec<(Data, u32)>, size: usize, expire_ms: Option<u64>) -> TableDef {
         TableDef {
+            peers: None,
             key: KeyType::Ip,
             size,
             expire_ms,

@@ -226,6 +226,7 @@ pub fn spawn(
                 crate::check::spawn_checks(&w, id, nbthread);
                 if id == 0 {
                     crate::resolvers::spawn(&w);
+                    crate::peers::spawn(&w);
                 }
                 {
                     let w = w.clone();

@@ -511,7 +511,7 @@ fn configuration_errors_name_the_line_and_the_table() {
         ),
         (
             "frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 1k peers p\n",
-            "'peers' on a stick-table is not supported",
+            "unable to find sync peers 'p'",
         ),
     ];
     for (cfg, want) in cases {

@@ -109,6 +109,10 @@ pub struct Config {
     pub pat_refs: Vec<std::sync::Arc<crate::map::PatRef>>,
     /// `cache` sections, in declaration order.
     pub caches: Vec<std::sync::Arc<crate::cache::Cache>>,
+    /// `peers` sections that have the local peer, in declaration order.
+    pub peers: Vec<std::sync::Arc<crate::peers::Section>>,
+    /// The tables declared in `peers` sections (`table` lines), run or not.
+    pub peers_tables: Vec<std::sync::Arc<crate::stick::Table>>,
     /// What was accepted with a warning (`file:line: ...`).
     pub warnings: Vec<ConfigError>,
 }
@@ -156,6 +160,8 @@ pub struct Global {
     /// `log-send-hostname [NAME]`: the host name in syslog headers (the system's without
     /// NAME); it also makes `rfc3164` the default format, as in HAProxy.
     pub log_send_hostname: Option<String>,
+    /// `localpeer NAME`: the local peer's name in `peers` sections (`-L` wins over it).
+    pub localpeer: Option<String>,
     /// `stats socket` lines, in order.
     pub stats_sockets: Vec<StatsSocket>,
     /// `stats timeout` (default 10s): idle time allowed on a CLI connection.
@@ -269,6 +275,7 @@ impl Default for Global {
             hard_stop_after: None,
             log_tag: None,
             log_send_hostname: None,
+            localpeer: None,
             stats_sockets: Vec::new(),
             stats_timeout: Duration::from_secs(10),
             checks: GlobalChecks::default(),

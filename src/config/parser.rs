@@ -36,6 +36,12 @@ use super::{BindAddr, Config, ConfigError, Global, Origin, ProxyKind, UseBackend
 
 use proxy::{Draft, LogEntry};
 
+/// A `stick-table` line's definition (`w[0]` is the keyword), for `table` lines of `peers`
+/// sections.
+pub fn stick_table_def(w: &[String]) -> Result<crate::stick::TableDef, String> {
+    proxy::stick_table(w)
+}
+
 /// Loads one logical configuration from `(file name, text)` pairs, in order.
 pub fn load(
     sources: &[(String, String)],
@@ -99,7 +105,11 @@ pub fn load_files(paths: &[PathBuf]) -> Result<Config, Vec<ConfigError>> {
             read_source(p, &mut sources, &mut errors);
         }
     }
-    let env = |k: &str| std::env::var(k).ok();
+    // `$HAPROXY_LOCALPEER`: the local peer's name, as HAProxy sets it for its configuration.
+    let env = |k: &str| match k {
+        "HAPROXY_LOCALPEER" => Some(crate::peers::env_local_name()),
+        _ => std::env::var(k).ok(),
+    };
     match load(&sources, &env) {
         Ok(cfg) if errors.is_empty() => Ok(cfg),
         Ok(_) => Err(errors),
@@ -170,10 +180,10 @@ const SECTIONS: &[&str] = &[
     "resolvers",
     "http-errors",
     "cache",
+    "peers",
 ];
 /// HAProxy sections sluice does not support (reported once, their lines skipped).
 const UNSUPPORTED_SECTIONS: &[&str] = &[
-    "peers",
     "mailers",
     "ring",
     "program",
@@ -198,6 +208,7 @@ enum Section {
     /// An `http-errors` section (its pages go to the `errorfile` registry as they come).
     HttpErrors(String),
     Cache(Box<crate::cache::Draft>),
+    Peers(Box<crate::peers::Draft>),
 }
 
 /// Global-section facts needed after parsing.
@@ -220,6 +231,8 @@ struct State {
     named_defaults: HashMap<String, Draft>,
     proxies: Vec<Draft>,
     resolvers: Vec<crate::resolvers::Resolvers>,
+    peers: Vec<crate::peers::Draft>,
+    peers_tables: Vec<std::sync::Arc<crate::stick::Table>>,
 }
 
 impl State {
@@ -316,6 +329,13 @@ impl State {
                 }
                 self.section = Section::Cache(c);
             }
+            Section::Peers(mut p) => {
+                if let Err(e) = p.keyword(&l.words) {
+                    let msg = format!("'{kw}' in peers '{}': {e}", p.name);
+                    self.err(l, msg);
+                }
+                self.section = Section::Peers(p);
+            }
             Section::Resolvers(mut r) => {
                 if let Err(e) = r.keyword(&l.words) {
                     let msg = format!("'{kw}' in resolvers '{}': {e}", r.name);
@@ -373,6 +393,24 @@ impl State {
                 }
                 _ => {
                     self.err(l, "'http-errors' expects one name".to_string());
+                    self.section = Section::Skip;
+                }
+            }
+            return;
+        }
+        if kw == "peers" {
+            match l.words.get(1..) {
+                Some([name]) => {
+                    if self.peers.iter().any(|p| p.name == *name) {
+                        self.err(l, format!("peers '{name}' is already defined"));
+                        self.section = Section::Skip;
+                    } else {
+                        let d = crate::peers::Draft::new(name, &l.file, l.line);
+                        self.section = Section::Peers(Box::new(d));
+                    }
+                }
+                _ => {
+                    self.err(l, "'peers' expects one name".to_string());
                     self.section = Section::Skip;
                 }
             }
@@ -587,6 +625,7 @@ impl State {
                     });
                 }
             }
+            Section::Peers(p) => self.peers.push(*p),
             Section::Resolvers(mut r) => {
                 if let Err(message) = r.finish() {
                     self.errors.push(ConfigError {
@@ -599,6 +638,67 @@ impl State {
             }
             Section::None | Section::Global | Section::Skip | Section::HttpErrors(_) => {}
         }
+    }
+
+    /// The `peers` sections that run, with the proxies' tables that name them attached.
+    fn finish_peers(
+        &mut self,
+        proxies: &[crate::config::Proxy],
+        errors: &mut Vec<ConfigError>,
+    ) -> Vec<std::sync::Arc<crate::peers::Section>> {
+        let local = crate::peers::local_name(self.global.localpeer.as_deref());
+        let mut sections = Vec::new();
+        let mut removed = Vec::new();
+        for d in std::mem::take(&mut self.peers) {
+            self.peers_tables.extend(d.tables().iter().cloned());
+            let (file, line, name) = (d.file.clone(), d.line, d.name.clone());
+            match d.finish(&local) {
+                Ok((Some(s), _)) => sections.push(s),
+                Ok((None, warning)) => {
+                    removed.push(name);
+                    if let Some(message) = warning {
+                        self.warnings.push(ConfigError {
+                            file,
+                            line,
+                            message,
+                        });
+                    }
+                }
+                Err(message) => errors.push(ConfigError {
+                    file,
+                    line,
+                    message,
+                }),
+            }
+        }
+        for p in proxies {
+            let Some(t) = &p.stick_table else { continue };
+            let Some(want) = &t.def.peers else { continue };
+            match sections.iter_mut().find(|s| s.name == *want) {
+                Some(s) => s.tables.push(t.clone()),
+                None if removed.contains(want) => {}
+                None => errors.push(ConfigError {
+                    file: p.origin.file.clone(),
+                    line: p.origin.line,
+                    message: format!(
+                        "proxy '{}': unable to find sync peers '{want}' (no 'peers {want}' \
+                         section)",
+                        p.name
+                    ),
+                }),
+            }
+        }
+        sections
+            .into_iter()
+            .map(|s| {
+                if !s.disabled {
+                    for t in &s.tables {
+                        t.start_sync();
+                    }
+                }
+                std::sync::Arc::new(s)
+            })
+            .collect()
     }
 
     fn finish(mut self, order: &[&str]) -> Result<Config, Vec<ConfigError>> {
@@ -770,6 +870,7 @@ impl State {
                 }
             }
         }
+        let peers = self.finish_peers(&proxies, &mut errors);
         if errors.is_empty() {
             return Ok(Config {
                 global: self.global,
@@ -777,6 +878,8 @@ impl State {
                 resolvers: self.resolvers,
                 pat_refs: crate::map::take_refs(),
                 caches: crate::cache::take_declared(),
+                peers,
+                peers_tables: self.peers_tables,
                 warnings: self.warnings,
             });
         }

@@ -73,7 +73,6 @@ const UNSUPPORTED: &[&str] = &[
     "maxpipes",
     "maxzlibmem",
     "fd-hard-limit",
-    "localpeer",
     "quiet",
     "debug",
     "expose-experimental-directives",
@@ -348,6 +347,11 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             no_extra(w, 2)?;
         }
         "stats" => stats(g, l)?,
+        "localpeer" => {
+            let name = arg(w, 1, "a peer name")?;
+            no_extra(w, 2)?;
+            g.localpeer = Some(name.to_string());
+        }
         "log-send-hostname" => {
             let name = match w.get(1) {
                 Some(n) => n.clone(),

@@ -1574,13 +1574,14 @@ fn status_bit(s: u16) -> Option<u16> {
 }
 
 /// `stick-table type T [len N] size N [expire T] [nopurge] [store D[,D...]]...`.
-fn stick_table(w: &[String]) -> Result<crate::stick::TableDef, String> {
+pub(crate) fn stick_table(w: &[String]) -> Result<crate::stick::TableDef, String> {
     use crate::stick::{Data, KeyType, TableDef};
     let mut key = None;
     let mut size = None;
     let mut expire_ms = None;
     let mut nopurge = false;
     let mut store: Vec<(Data, u32)> = Vec::new();
+    let mut peers = None;
     let mut i = 1;
     while i < w.len() {
         let kw = w[i].as_str();
@@ -1600,7 +1601,8 @@ fn stick_table(w: &[String]) -> Result<crate::stick::TableDef, String> {
                     "ip" => KeyType::Ip,
                     "ipv6" => KeyType::Ipv6,
                     "integer" => KeyType::Integer,
-                    "string" => KeyType::String(len(32)?),
+                    // HAProxy's bare `string` keeps 31 bytes (32 with its NUL), `len N` N bytes.
+                    "string" => KeyType::String(len(31)?),
                     "binary" => KeyType::Binary(len(32)?),
                     t => {
                         return Err(format!(
@@ -1676,16 +1678,20 @@ fn stick_table(w: &[String]) -> Result<crate::stick::TableDef, String> {
                 }
                 i += 2;
             }
-            "peers" | "srvkey" | "write-to" | "recv-only" => {
+            "peers" => {
+                peers = Some(val("a peers section name")?.to_string());
+                i += 2;
+            }
+            "srvkey" | "write-to" | "recv-only" => {
                 return Err(format!(
-                    "'{kw}' on a stick-table is not supported by sluice (tables are not \
-                     synchronised between processes)"
+                    "'{kw}' on a stick-table is not supported by sluice"
                 ));
             }
             k => {
                 return Err(format!(
-                    "unknown argument '{k}' (expected type, size, expire, nopurge or store){}",
-                    did_you_mean(k, ["type", "size", "expire", "nopurge", "store"])
+                    "unknown argument '{k}' (expected type, size, expire, nopurge, store or \
+                     peers){}",
+                    did_you_mean(k, ["type", "size", "expire", "nopurge", "store", "peers"])
                 ));
             }
         }
@@ -1703,5 +1709,6 @@ fn stick_table(w: &[String]) -> Result<crate::stick::TableDef, String> {
         expire_ms,
         nopurge,
         store,
+        peers,
     })
 }

@@ -774,13 +774,8 @@ fn section_header_errors() {
     has(&e[1], &["t.cfg:2: ", "unknown keyword 'balanse'"]);
     // Unsupported sections are reported once, and their content is skipped.
     err1(
-        &[
-            "peers mypeers",
-            "  peer local 127.0.0.1:1024",
-            "frontend fe",
-            "  bind :80",
-        ],
-        &["t.cfg:1: ", "section 'peers' is not supported by sluice"],
+        &["ring r", "  size 1024", "frontend fe", "  bind :80"],
+        &["t.cfg:1: ", "section 'ring' is not supported by sluice"],
     );
     err1(
         &["mailers m", "  mailer smtp1 127.0.0.1:587"],

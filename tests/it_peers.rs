@@ -1,0 +1,194 @@
+//! `peers` sections: two sluice processes keep their stick tables in step over HAProxy's
+//! peers protocol (the same bytes HAProxy 2.6 exchanges; `bench/peers_diff.py` runs sluice
+//! against HAProxy 2.6.12 itself). Real processes, real sockets, counters read back over
+//! each process's stats socket.
+
+mod common;
+
+use common::*;
+
+/// Two peers' configurations: peer `a` and peer `b`, each with a stats socket, an HTTP
+/// frontend that counts requests per `x-user` header in the section's table `t`, and a
+/// backend table (`b_ip`, by source address) shared through `stick-table ... peers`.
+struct Pair {
+    dir: TempDir,
+    http: [u16; 2],
+    peer: [u16; 2],
+}
+
+impl Pair {
+    fn new() -> Pair {
+        Pair {
+            dir: TempDir::new(),
+            http: [free_port(), free_port()],
+            peer: [free_port(), free_port()],
+        }
+    }
+
+    fn sock(&self, i: usize) -> std::path::PathBuf {
+        self.dir.join(&format!("{i}.sock"))
+    }
+
+    fn config(&self, i: usize) -> String {
+        format!(
+            "global\n    stats socket {} level admin\n\
+defaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\n\
+peers mesh\n    peer a 127.0.0.1:{}\n    peer b 127.0.0.1:{}\n\
+\x20   table t type string len 32 size 100 expire 60s store gpc0,http_req_cnt,http_req_rate(10s)\n\
+backend b_ip\n    stick-table type ip size 100 expire 60s store gpc0 peers mesh\n\
+frontend fe\n    bind 127.0.0.1:{}\n\
+\x20   http-request track-sc0 req.hdr(x-user) table mesh/t\n\
+\x20   http-request sc-inc-gpc0(0)\n\
+\x20   http-request track-sc1 src table b_ip\n\
+\x20   http-request sc-inc-gpc0(1)\n\
+\x20   http-request return status 200\n",
+            self.sock(i).display(),
+            self.peer[0],
+            self.peer[1],
+            self.http[i]
+        )
+    }
+
+    /// Starts peer `i` (`a` or `b`, chosen with `-L`).
+    fn start(&self, i: usize) -> Sluice {
+        Sluice::builder(&self.config(i))
+            .arg("-L")
+            .arg(["a", "b"][i])
+            .start()
+    }
+
+    fn request(&self, i: usize, user: &str) {
+        let r = http_raw(
+            self.http[i],
+            format!("GET / HTTP/1.1\r\nHost: x\r\nx-user: {user}\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(r.status, 200);
+    }
+
+    /// The line of `key` in table `table` of peer `i`, once `ready` holds for it.
+    fn entry(&self, i: usize, table: &str, key: &str, ready: impl Fn(&str) -> bool) -> String {
+        let mut last = String::new();
+        wait_until(&format!("{key} in {table} of peer {i}"), WAIT, || {
+            let out = stats_cli(&self.sock(i), &format!("show table {table}"));
+            last = out
+                .lines()
+                .find(|l| l.contains(&format!(": key={key} ")))
+                .unwrap_or("")
+                .to_string();
+            !last.is_empty() && ready(&last)
+        });
+        last
+    }
+}
+
+#[test]
+fn two_processes_keep_their_tables_in_step_both_ways() {
+    let p = Pair::new();
+    let _a = p.start(0);
+    let _b = p.start(1);
+    // Three requests of alice on a: b's table has alice's counters and rate.
+    for _ in 0..3 {
+        p.request(0, "alice");
+    }
+    let line = p.entry(1, "mesh/t", "alice", |l| l.contains("http_req_cnt=3"));
+    assert!(line.contains("gpc0=3"), "{line}");
+    assert!(line.contains("http_req_rate(10000)=3"), "{line}");
+    // The backend's table too (by source address); then the other way. (Peers exchange
+    // values, not increments: each process counts on from what it was last taught.)
+    p.entry(1, "b_ip", "127.0.0.1", |l| l.contains("gpc0=3"));
+    p.request(1, "bob");
+    let line = p.entry(0, "mesh/t", "bob", |l| l.contains("http_req_cnt=1"));
+    assert!(line.contains("gpc0=1"), "{line}");
+    p.entry(0, "b_ip", "127.0.0.1", |l| l.contains("gpc0=4"));
+    p.entry(1, "b_ip", "127.0.0.1", |l| l.contains("gpc0=4"));
+    // A CLI change is an update like any other.
+    stats_cli(&p.sock(1), "set table mesh/t key carol data.gpc0 7");
+    p.entry(0, "mesh/t", "carol", |l| l.contains("gpc0=7"));
+}
+
+#[test]
+fn a_restarted_process_learns_the_tables_from_its_peer() {
+    let p = Pair::new();
+    let _a = p.start(0);
+    let b = p.start(1);
+    p.request(0, "alice");
+    p.request(1, "bob");
+    p.entry(1, "mesh/t", "alice", |l| l.contains("gpc0=1"));
+    p.entry(0, "mesh/t", "bob", |l| l.contains("gpc0=1"));
+    // b goes away and comes back empty: it asks a for everything (a resync), including
+    // what it had taught a itself.
+    drop(b);
+    let _b = p.start(1);
+    let line = p.entry(1, "mesh/t", "alice", |l| l.contains("gpc0=1"));
+    assert!(line.contains("http_req_cnt=1"), "{line}");
+    p.entry(1, "mesh/t", "bob", |l| l.contains("gpc0=1"));
+    // The entries keep their time left (sent with each entry of a resync).
+    let exp: u64 = line
+        .split(" exp=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("exp=");
+    assert!(exp > 0 && exp <= 60_000, "{line}");
+}
+
+#[test]
+fn peers_sections_are_checked_as_haproxy_checks_them() {
+    let good = "peers mesh\n    peer a 127.0.0.1:10000\n    peer b 127.0.0.1:10001\n";
+    // The local peer by `-L`, by `localpeer`, in `$HAPROXY_LOCALPEER`.
+    let cfg = format!(
+        "{good}backend x\n    stick-table type ip size 10 peers mesh\n    server s 127.0.0.1:1\n"
+    );
+    let dir = TempDir::new();
+    let f = dir.write("p.cfg", &cfg);
+    let out = run_cli(&["-c", "-L", "a", "-f", f.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stderr.contains("Removing"), "{}", out.stderr);
+    // No peer has this process's name: the section is dropped with a warning, as HAProxy
+    // does, and the file is valid.
+    let out = run_cli(&["-c", "-L", "zz", "-f", f.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("Removing incomplete section 'peers mesh' (no peer named 'zz')"),
+        "{}",
+        out.stderr
+    );
+    let (code, err) = Sluice::check(&format!("global\n    localpeer b\n{good}"));
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("Removing"), "{err}");
+    let f2 = dir.write(
+        "env.cfg",
+        "peers mesh\n    peer \"$HAPROXY_LOCALPEER\" 127.0.0.1:10000\n",
+    );
+    let out = run_cli(&["-c", "-L", "node7", "-f", f2.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stderr.contains("Removing"), "{}", out.stderr);
+    // Errors name the line and the reason.
+    for (cfg, want) in [
+        (
+            "peers mesh\n    peer a\n",
+            ":2: 'peer' in peers 'mesh': 'peer' expects a name and an address",
+        ),
+        (
+            "peers mesh\n    peer a 127.0.0.1:1 shard 1\n",
+            "'peer' option 'shard' is not supported by sluice in a peers section",
+        ),
+        (
+            "peers mesh\n    pear a 127.0.0.1:1\n",
+            "unknown keyword 'pear' in peers section",
+        ),
+        (
+            "peers mesh\n    peer a 127.0.0.1:1\n    peer a 127.0.0.1:2\n",
+            "peer 'a' is already defined in this section",
+        ),
+        (
+            "backend x\n    stick-table type ip size 10 peers nowhere\n",
+            "unable to find sync peers 'nowhere'",
+        ),
+    ] {
+        let (code, err) = Sluice::check(cfg);
+        assert_eq!(code, 1, "{cfg}");
+        assert!(err.contains(want), "{cfg}\n{err}");
+    }
+}

@@ -579,6 +579,112 @@ frontend fe
     assert_eq!(col(&e, "server_id"), 3 - id, "{e}");
 }
 
+/// A server that starts a session: a `Set-Cookie: JSESSIONID=<server>-<n>` on each request
+/// that has no such cookie, and the server's name in the body.
+fn session_server(name: &'static str) -> HttpBackend {
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    HttpBackend::with_handler(name, move |r| {
+        let has = r
+            .header("cookie")
+            .is_some_and(|c| c.contains("JSESSIONID="));
+        let headers = if has {
+            vec![]
+        } else {
+            let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            vec![(
+                "Set-Cookie".into(),
+                format!("JSESSIONID={name}-{i}; Path=/; HttpOnly"),
+            )]
+        };
+        Reply::Full {
+            status: 200,
+            headers,
+            body: name.as_bytes().to_vec(),
+        }
+    })
+}
+
+#[test]
+fn stick_store_response_learns_the_session_cookie_a_server_sets() {
+    // HAProxy's application-cookie persistence: the server names its session in a cookie,
+    // the table learns it from the response, and requests carrying it go back there.
+    let s1 = session_server("s1");
+    let s2 = session_server("s2");
+    let dir = TempDir::new();
+    let port = free_port();
+    let cfg = format!(
+        "{}{DEFAULTS_HTTP}
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend be
+{}",
+        global(&dir),
+        backend_section(
+            "be",
+            "    balance roundrobin\n    stick-table type string len 32 size 1k expire 30m\n\
+    stick on req.cook(JSESSIONID)\n    stick store-response res.cook(JSESSIONID)",
+            &[&s1, &s2]
+        )
+    );
+    let _s = Sluice::start(&cfg);
+    // Two new sessions, balanced to the two servers; each learns its cookie.
+    let mut cookies = Vec::new();
+    for _ in 0..2 {
+        let r = HttpClient::connect(port).get("/");
+        let c = r
+            .header("set-cookie")
+            .expect("a session cookie")
+            .to_string();
+        cookies.push((r.body_str(), c.split(';').next().unwrap().to_string()));
+    }
+    assert_ne!(
+        cookies[0].0, cookies[1].0,
+        "roundrobin spreads new sessions"
+    );
+    // Each session's requests go to its server, whatever roundrobin would pick.
+    for _ in 0..3 {
+        for (server, cookie) in &cookies {
+            let r = HttpClient::connect(port).get_with("/", &format!("Cookie: {cookie}\r\n"));
+            assert_eq!(&r.body_str(), server, "{cookie}");
+        }
+    }
+    // The table holds each cookie value with its server's id.
+    for (server, cookie) in &cookies {
+        let value = cookie.strip_prefix("JSESSIONID=").unwrap();
+        let e = entry(&dir, "be", value).expect("the learnt cookie");
+        let id = if server == "s1" { 1 } else { 2 };
+        assert_eq!(col(&e, "server_id"), id, "{e}");
+    }
+}
+
+#[test]
+fn stick_store_response_is_checked() {
+    for (cfg, want) in [
+        (
+            "backend be\n    stick-table type string size 1k\n    stick store-request res.cook(x)\n",
+            "the pattern reads the response, which only 'stick store-response' sees",
+        ),
+        (
+            "backend be\n    mode tcp\n    stick-table type string size 1k\n    stick store-response res.cook(x)\n",
+            "requires 'mode http'",
+        ),
+        (
+            "backend be\n    stick-table type string size 1k\n    stick store-respons res.cook(x)\n",
+            "did you mean 'store-response'",
+        ),
+    ] {
+        let (code, out) = Sluice::check(cfg);
+        assert_eq!(code, 1, "{cfg}\n{out}");
+        assert!(out.contains(want), "{cfg}\nwanted '{want}' in:\n{out}");
+    }
+    // A response condition is allowed there.
+    let (code, out) = Sluice::check(
+        "backend be\n    mode http\n    stick-table type string size 1k\n\
+    stick store-response res.cook(x) if { status 200 }\n",
+    );
+    assert_eq!(code, 0, "{out}");
+}
+
 #[test]
 fn stick_on_in_tcp_mode_and_stick_match_only_reads() {
     let a = TcpBackend::with_handler(|mut s, _| {

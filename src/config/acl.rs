@@ -339,6 +339,11 @@ enum Fetch {
     Cook {
         name: Box<[u8]>,
     },
+    /// Inside `res.cook(NAME)` / `scook(NAME)`: the values a response's `Set-Cookie` lines
+    /// give cookie NAME (each line sets one cookie, before its attributes).
+    SetCook {
+        name: Box<[u8]>,
+    },
     /// Header values; `split`: comma-separated values are separate samples (`hdr`), else
     /// each field line is one sample (`fhdr`).
     Hdr {
@@ -764,6 +769,7 @@ impl Fetch {
             | Fetch::Query
             | Fetch::UrlParam { .. }
             | Fetch::Cook { .. }
+            | Fetch::SetCook { .. }
             | Fetch::Hdr { .. }
             | Fetch::SslFcSni
             | Fetch::SslFcProtocol
@@ -933,6 +939,15 @@ impl Fetch {
                     };
                     k == &name[..] && f(Sample::Str(v))
                 })
+            }),
+            Fetch::SetCook { name } => view.for_each_header(b"set-cookie", &mut |v| {
+                let pair = trim_ows(v.split(|&c| c == b';').next().unwrap_or(b""));
+                match pair.iter().position(|&c| c == b'=') {
+                    Some(e) if trim_ows(&pair[..e]) == &name[..] => {
+                        f(Sample::Str(trim_ows(&pair[e + 1..])))
+                    }
+                    _ => false,
+                }
             }),
             Fetch::Hdr { name, split } => view.for_each_header(name, &mut |v| {
                 if *split {
@@ -1195,6 +1210,11 @@ impl SampleFetch {
     /// Whether it reads the HTTP request (so it must be taken while the request is there).
     pub fn uses_http(&self) -> bool {
         self.fetch.is_http()
+    }
+
+    /// Whether it reads the response (`res.hdr`, `status`...).
+    pub fn uses_response(&self) -> bool {
+        self.fetch.is_response()
     }
 
     /// The sample as a key of table `t` (of several samples, the last); `None` without one.
@@ -1539,6 +1559,8 @@ const CRITERIA: &[&str] = &[
     "res.cache_hit",
     "res.cache_name",
     "res.hdr",
+    "res.cook",
+    "scook",
     "res.fhdr",
     "res.hdr_cnt",
     "res.fhdr_cnt",
@@ -1789,6 +1811,7 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
             name: hdr_name()?,
             split: true,
         })),
+        "res.cook" | "scook" => Fetch::Res(Box::new(Fetch::SetCook { name: plain_arg()? })),
         "res.fhdr" => Fetch::Res(Box::new(Fetch::Hdr {
             name: hdr_name()?,
             split: false,

@@ -649,14 +649,17 @@ pub struct Proxy {
     pub sticks: Vec<StickRule>,
 }
 
-/// `stick on|match|store-request PATTERN [table T] [if|unless COND]`.
+/// `stick on|match|store-request|store-response PATTERN [table T] [if|unless COND]`.
 #[derive(Debug, Clone)]
 pub struct StickRule {
     pub origin: Origin,
     /// Reads the table to choose the server (`on`, `match`).
     pub matches: bool,
-    /// Writes the chosen server to the table (`on`, `store-request`).
+    /// Writes the chosen server to the table (`on`, `store-request`, `store-response`).
     pub stores: bool,
+    /// `store-response`: written once the server's response head is in, with the pattern
+    /// and condition read from the response.
+    pub on_response: bool,
     pub key: SampleFetch,
     pub table: crate::stick::TableRef,
     pub cond: Option<Cond>,

@@ -2345,7 +2345,13 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         txn.server = Some(slot.server);
         self.last_server = Some((be_idx, slot.server));
         if !bp.sticks.is_empty() {
-            super::stick_store(shared, be_idx, &self.proxy_view(bp, head, src), slot.server);
+            super::stick_store(
+                shared,
+                be_idx,
+                &self.proxy_view(bp, head, src),
+                slot.server,
+                false,
+            );
         }
         self.ctx
             .w
@@ -2742,6 +2748,12 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             let _ = self.client.send(&answer).await;
             self.linger = !req_body.done();
             return None;
+        }
+        if bp.sticks.iter().any(|r| r.on_response) {
+            // `stick store-response`: the server that answered, under a key read from its
+            // response (a session cookie it sets, say).
+            let view = self.rsp_view(txn, cur_status, &bp.name, Some(slot.server_state()));
+            super::stick_store(shared, bp_index(shared, bp), &view, slot.server, true);
         }
         if let Some(ck) = &bp.cookie {
             self.answer_cookie(ck, txn, slot.server, slot.server_state(), cur_status);

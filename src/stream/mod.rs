@@ -1532,17 +1532,23 @@ pub(crate) fn stick_match(
     None
 }
 
-/// `stick store-request` / `stick on`: writes the server chosen for this request or session
+/// `stick store-request` / `stick on` (`on_response` false), or `stick store-response`
+/// (true, once the response head is in): writes the server chosen for this request or session
 /// to the tables of backend `be_idx`'s rules (the last request wins).
 pub(crate) fn stick_store(
     shared: &Shared,
     be_idx: usize,
     view: &dyn crate::config::HttpView,
     server: usize,
+    on_response: bool,
 ) {
     let bp = &shared.cfg.proxies[be_idx];
     let puid = shared.backend(be_idx).servers[server].puid;
-    for r in bp.sticks.iter().filter(|r| r.stores) {
+    for r in bp
+        .sticks
+        .iter()
+        .filter(|r| r.stores && r.on_response == on_response)
+    {
         if !r.cond.as_ref().is_none_or(|c| c.eval(view)) {
             continue;
         }

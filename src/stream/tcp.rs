@@ -292,7 +292,7 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         Ok(c) => {
             ctx.w.session_server(ctx.key, Some((be_idx, c.slot.server)));
             if !bp.sticks.is_empty() {
-                super::stick_store(&shared, be_idx, &stick_view(), c.slot.server);
+                super::stick_store(&shared, be_idx, &stick_view(), c.slot.server, false);
             }
             c
         }

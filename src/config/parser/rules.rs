@@ -267,7 +267,9 @@ fn split_cond(d: &Draft, words: &[String]) -> Result<(usize, Option<Cond>), Stri
         None => (words.len(), None),
         Some(i) => (i, Some(parse_cond(&words[i..], &d.acls)?)),
     };
-    let on_response = words[0] == "http-response" || words[0] == "http-after-response";
+    let on_response = words[0] == "http-response"
+        || words[0] == "http-after-response"
+        || (words[0] == "stick" && words.get(1).is_some_and(|k| k == "store-response"));
     if !on_response && r.1.as_ref().is_some_and(Cond::uses_response) {
         return Err(
             "the condition reads the response ('status', 'res.hdr', 'shdr', ...), \
@@ -1097,28 +1099,24 @@ fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     Ok(())
 }
 
-/// `stick on|match|store-request PATTERN [table NAME] [if|unless COND]`.
+/// `stick on|match|store-request|store-response PATTERN [table NAME] [if|unless COND]`.
 pub(super) fn stick(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
     let w = &l.words;
-    let kinds = "'on', 'match' or 'store-request'";
+    let kinds = "'on', 'match', 'store-request' or 'store-response'";
     let (matches, stores) = match w.get(1).map(String::as_str) {
         Some("on") => (true, true),
         Some("match") => (true, false),
-        Some("store-request") => (false, true),
-        Some("store-response") => {
-            return Err("'stick store-response' is not supported by sluice"
-                .to_string()
-                .into());
-        }
+        Some("store-request" | "store-response") => (false, true),
         Some(k) => {
             return Err(format!(
                 "unknown stick rule '{k}' (expected {kinds}){}",
-                did_you_mean(k, ["on", "match", "store-request"])
+                did_you_mean(k, ["on", "match", "store-request", "store-response"])
             )
             .into());
         }
         None => return Err(format!("expects {kinds}").into()),
     };
+    let on_response = w[1] == "store-response";
     let (end, cond) = split_cond(d, w)?;
     let Some(key) = w.get(2).filter(|_| end > 2) else {
         return Err(format!(
@@ -1127,7 +1125,27 @@ pub(super) fn stick(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         )
         .into());
     };
-    let key = crate::config::SampleFetch::parse(key)?;
+    use crate::config::SampleFetch;
+    let key = if on_response {
+        // Read from the response head, as `http-response` rules read it.
+        SampleFetch::on_response(|| SampleFetch::parse(key))?
+    } else {
+        match SampleFetch::parse(key) {
+            Ok(k) => k,
+            Err(_)
+                if SampleFetch::on_response(|| SampleFetch::parse(key))
+                    .is_ok_and(|k| k.uses_response()) =>
+            {
+                return Err(format!(
+                    "'stick {}': the pattern reads the response, which only 'stick \
+                     store-response' sees",
+                    w[1]
+                )
+                .into());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let table = match &w[3..end] {
         [] => crate::stick::reference(&d.p.name),
         [t, name] if t == "table" => crate::stick::reference(name),
@@ -1138,7 +1156,14 @@ pub(super) fn stick(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             .into());
         }
     };
-    if key.uses_http() {
+    if on_response {
+        // The response is read as HTTP: in `mode tcp` there is none to read.
+        d.needs_http_because(
+            l,
+            "stick store-response",
+            "sluice reads the response as HTTP, which requires 'mode http'",
+        );
+    } else if key.uses_http() {
         d.needs_http_because(
             l,
             "stick",
@@ -1149,6 +1174,7 @@ pub(super) fn stick(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         origin: origin(l),
         matches,
         stores,
+        on_response,
         key,
         table,
         cond,

@@ -541,6 +541,9 @@ fn spawn(
     if opts.debug {
         c.arg("-d");
     }
+    if let Some(name) = &opts.localpeer {
+        c.arg("-L").arg(name);
+    }
     // The current worker is soft-stopped by the master once this one is ready (not by this
     // one with `-sf` as it starts: it may still fail after taking the sockets).
     if let Some(w) = from {

@@ -58,6 +58,9 @@ pub struct Worker {
     /// Live client connections on this thread.
     pub active: Cell<usize>,
     idle_notify: Notify,
+    /// Background work a soft stop waits for besides connections (the peers' hand-over of
+    /// the stick tables to the next process); see [`Hold`].
+    holds: Cell<usize>,
     /// Recycled I/O buffers: an idle connection holds none (HAProxy's buffer pools idea), so
     /// 10,000 idle keep-alive clients cost sockets, not 16 KiB each.
     bufs: std::cell::RefCell<Vec<bytes::BytesMut>>,
@@ -121,6 +124,27 @@ impl Worker {
         let mut pool = self.bufs.borrow_mut();
         if pool.len() < BUF_POOL_MAX {
             pool.push(b);
+        }
+    }
+}
+
+/// Keeps a soft stop of the thread waiting until dropped (work that must end before the
+/// process exits, and is no connection).
+pub struct Hold(Rc<Worker>);
+
+impl Hold {
+    pub fn new(w: &Rc<Worker>) -> Hold {
+        w.holds.set(w.holds.get() + 1);
+        Hold(w.clone())
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let n = self.0.holds.get() - 1;
+        self.0.holds.set(n);
+        if n == 0 {
+            self.0.idle_notify.notify_waiters();
         }
     }
 }
@@ -197,6 +221,7 @@ pub fn spawn(
                     stop_notify: Notify::new(),
                     active: Cell::new(0),
                     idle_notify: Notify::new(),
+                    holds: Cell::new(0),
                     bufs: std::cell::RefCell::new(Vec::new()),
                     pool: crate::pool::ThreadPool::new(id, idle_pool_shared),
                     sessions: std::cell::RefCell::new(slab::Slab::new()),
@@ -280,7 +305,7 @@ pub fn spawn(
                         let idle = w.idle_notify.notified();
                         tokio::pin!(idle);
                         idle.as_mut().enable();
-                        if w.active.get() == 0 {
+                        if w.active.get() == 0 && w.holds.get() == 0 {
                             break;
                         }
                         tokio::select! {

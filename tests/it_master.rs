@@ -20,29 +20,6 @@ fn config(port: u16, body: &str) -> String {
 }
 
 /// The next message systemd would get.
-/// The pids of the workers the master started, in order (its "New worker (PID) forked").
-fn worker_pids(s: &Sluice) -> Vec<i32> {
-    // The master's stderr is read on another thread: a started sluice may not have had its
-    // first "New worker" line read yet.
-    s.wait_stderr_line(|l| l.contains("New worker ("), WAIT);
-    s.stderr
-        .snapshot()
-        .iter()
-        .filter_map(|l| {
-            let rest = l.split("New worker (").nth(1)?;
-            rest.split(')').next()?.parse().ok()
-        })
-        .collect()
-}
-
-/// Whether the master said that worker `pid` (a former one) has exited.
-fn former_exited(s: &Sluice, pid: i32) -> bool {
-    s.stderr
-        .snapshot()
-        .iter()
-        .any(|l| l.contains(&format!("Former worker ({pid}) exited")))
-}
-
 fn next(n: &UnixDatagram) -> String {
     let mut b = [0u8; 256];
     let k = n.recv(&mut b).expect("a notification in time");

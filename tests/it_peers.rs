@@ -192,3 +192,50 @@ fn peers_sections_are_checked_as_haproxy_checks_them() {
         assert!(err.contains(want), "{cfg}\n{err}");
     }
 }
+
+#[test]
+fn a_reload_hands_the_tables_over_to_the_next_process() {
+    // HAProxy's usual way to keep stick tables through reloads: a peers section with the
+    // local peer alone. The old process teaches the new one on the local peer's address.
+    let dir = TempDir::new();
+    let (peer, http) = (free_port(), free_port());
+    let sock = dir.join("s.sock");
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS_HTTP}\
+peers local\n    peer me 127.0.0.1:{peer}\n\
+\x20   table t type string len 32 size 100 expire 60s store gpc0,http_req_cnt\n\
+frontend fe\n    bind 127.0.0.1:{http}\n\
+\x20   http-request track-sc0 req.hdr(x-user) table local/t\n\
+\x20   http-request sc-inc-gpc0(0)\n\
+\x20   http-request return status 200\n",
+        sock.display()
+    );
+    let s = Sluice::builder(&cfg).arg("-W").arg("-L").arg("me").start();
+    let first = worker_pids(&s)[0];
+    for _ in 0..2 {
+        let r = http_raw(
+            http,
+            "GET / HTTP/1.1\r\nHost: x\r\nx-user: alice\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, 200);
+    }
+    let line = |want: &str| {
+        let mut last = String::new();
+        wait_until(&format!("alice with {want}"), WAIT, || {
+            last = stats_cli(&sock, "show table local/t")
+                .lines()
+                .find(|l| l.contains(": key=alice "))
+                .unwrap_or("")
+                .to_string();
+            last.contains(want)
+        });
+        last
+    };
+    line("gpc0=2");
+    s.signal(nix::sys::signal::Signal::SIGUSR2);
+    wait_until("the first worker gone", WAIT, || former_exited(&s, first));
+    // The new worker answers on the stats socket with the entry it was taught.
+    let l = line("gpc0=2");
+    assert!(l.contains("http_req_cnt=2"), "{l}");
+    assert_eq!(worker_pids(&s).len(), 2);
+}

@@ -376,6 +376,8 @@ pub fn spawn(w: &Rc<Worker>) {
             tokio::time::sleep(RESYNC_TIMEOUT).await;
             n2.synced.set(true);
         });
+        let hold = crate::worker::Hold::new(w);
+        tokio::task::spawn_local(hand_over(node, hold));
     }
 }
 
@@ -395,6 +397,102 @@ async fn until_stop(node: Rc<Node>, f: impl std::future::Future<Output = ()>) {
             }
         }
         _ = &mut f => {}
+    }
+}
+
+/// On soft stop, hands the tables over to the next process, if one listens on the local
+/// peer's address (a reload): it connects there with the local name (HAProxy's hand-over),
+/// sends every entry with its time left, and waits for the confirmation. The stop waits for
+/// this (`hold`); a hard stop cuts it.
+async fn hand_over(node: Rc<Node>, hold: crate::worker::Hold) {
+    let stop = node.w.stop_notify.notified();
+    tokio::pin!(stop);
+    stop.as_mut().enable();
+    if !node.w.stopping.get() {
+        stop.await;
+    }
+    // The listener and the sessions end on the same signal: let them go first.
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    let mut addr = node.sec.listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let deadline = tokio::time::Instant::now() + DEAD;
+    while tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout_at(deadline, teach_successor(&node, addr)).await {
+            // Taught, or nobody to teach.
+            Ok(Some(true)) | Err(_) => break,
+            Ok(None) => break,
+            // Busy (another hand-over, or still this process's listener): again shortly.
+            Ok(Some(false)) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    drop(hold);
+}
+
+/// One hand-over attempt: `Some(true)` done, `Some(false)` to try again, `None` nobody there.
+async fn teach_successor(node: &Node, addr: std::net::SocketAddr) -> Option<bool> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    let _ = s.set_nodelay(true);
+    let me = node.sec.local_name();
+    let hello = format!("HAProxyS 2.1\n{me}\n{me} {} 1\n", std::process::id());
+    s.write_all(hello.as_bytes()).await.ok()?;
+    let mut status = Vec::new();
+    loop {
+        let b = s.read_u8().await.ok()?;
+        if b == b'\n' {
+            break;
+        }
+        status.push(b);
+        if status.len() > 16 {
+            return None;
+        }
+    }
+    if status != b"200" {
+        return Some(false);
+    }
+    let sess = Session {
+        serial: 0,
+        out: RefCell::new(Vec::new()),
+        wake: Notify::new(),
+        closed: Cell::new(false),
+        defined: RefCell::new(vec![false; node.tables.len()]),
+        current: Cell::new(None),
+    };
+    teach(node, &sess);
+    let dump = sess.out.take();
+    s.write_all(&dump).await.ok()?;
+    // Wait for the confirmation (the successor's other messages are skipped).
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        let mut b: &[u8] = &buf;
+        while b.len() >= 2 {
+            let (class, kind) = (b[0], b[1]);
+            let mut rest = &b[2..];
+            if kind & 0x80 != 0 {
+                let Some(len) = get_varint(&mut rest) else {
+                    break;
+                };
+                if rest.len() < len as usize {
+                    break;
+                }
+                rest = &rest[len as usize..];
+            }
+            if class == CTRL && kind == RESYNC_CONFIRM {
+                return Some(true);
+            }
+            b = rest;
+        }
+        let used = buf.len() - b.len();
+        buf.advance(used);
+        if s.read_buf(&mut buf).await.ok()? == 0 {
+            return Some(true);
+        }
     }
 }
 
@@ -434,6 +532,9 @@ async fn listen(node: Rc<Node>) {
         };
         let r = sock.and_then(|s| {
             s.set_reuseaddr(true)?;
+            // The next process binds it while this one still listens (a reload), and takes
+            // the tables over on it.
+            s.set_reuseport(true)?;
             s.bind(addr)?;
             s.listen(64)
         });
@@ -480,7 +581,7 @@ async fn accept_hello(node: &Node, s: TcpStream) -> Option<(TcpStream, usize)> {
         Some(())
     };
     tokio::time::timeout(DEAD, read).await.ok()??;
-    let status = hello_status(&node.sec, &lines);
+    let status = hello_status(&node.sec, &lines, node.w.stopping.get());
     let mut s = r.into_inner();
     s.write_all(format!("{}\n", status.0).as_bytes())
         .await
@@ -490,7 +591,7 @@ async fn accept_hello(node: &Node, s: TcpStream) -> Option<(TcpStream, usize)> {
 }
 
 /// The status a hello gets, and the peer it names when it is 200.
-fn hello_status(sec: &Section, lines: &[String]) -> (u16, Option<usize>) {
+fn hello_status(sec: &Section, lines: &[String], stopping: bool) -> (u16, Option<usize>) {
     let Some(version) = lines[0].strip_prefix("HAProxyS ") else {
         return (501, None);
     };
@@ -508,10 +609,11 @@ fn hello_status(sec: &Section, lines: &[String]) -> (u16, Option<usize>) {
         return (501, None);
     };
     match sec.peers.iter().position(|p| p.name == name) {
-        // The local name itself is HAProxy's reload channel (the old process teaching the
-        // new one), which sluice does not take part in.
-        Some(i) if i != sec.local => (200, Some(i)),
-        _ => (504, None),
+        // The local name itself: the previous process handing its tables over on a reload.
+        // A process that is stopping takes no hand-over (it would be its own).
+        Some(i) if i == sec.local && stopping => (300, None),
+        Some(i) => (200, Some(i)),
+        None => (504, None),
     }
 }
 

@@ -1889,3 +1889,26 @@ pub fn chunked(body: &[u8], size: usize) -> Vec<u8> {
     raw.extend_from_slice(b"0\r\n\r\n");
     raw
 }
+
+/// The pids of the workers a master (`-W`) started, in order (its "New worker (PID) forked").
+pub fn worker_pids(s: &Sluice) -> Vec<i32> {
+    // The master's stderr is read on another thread: a started sluice may not have had its
+    // first "New worker" line read yet.
+    s.wait_stderr_line(|l| l.contains("New worker ("), WAIT);
+    s.stderr
+        .snapshot()
+        .iter()
+        .filter_map(|l| {
+            let rest = l.split("New worker (").nth(1)?;
+            rest.split(')').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// Whether the master said that worker `pid` (a former one) has exited.
+pub fn former_exited(s: &Sluice, pid: i32) -> bool {
+    s.stderr
+        .snapshot()
+        .iter()
+        .any(|l| l.contains(&format!("Former worker ({pid}) exited")))
+}

@@ -106,6 +106,11 @@ const COMMANDS: &[(&str, &str, CliLevel)] = &[
         CliLevel::User,
     ),
     (
+        "show peers [<section>]",
+        "dump some information about all the peers or this peers section",
+        CliLevel::User,
+    ),
+    (
         "show table [<table> [key <k> | data.<type> <op> <v>]]",
         "report table usage stats or dump this table's contents",
         CliLevel::Operator,
@@ -434,6 +439,8 @@ pub async fn execute(shared: &Arc<Shared>, sess: &mut Session, args: &[String]) 
             }
         }
         ["show", "cache"] => crate::cache::cli_show(&shared.cfg.caches),
+        ["show", "peers"] => crate::peers::cli_show(&shared.cfg.peers, None),
+        ["show", "peers", name] => crate::peers::cli_show(&shared.cfg.peers, Some(name)),
         ["show", "resolvers"] => crate::resolvers::cli_show(&shared.cfg, None),
         ["show", "resolvers", name] => crate::resolvers::cli_show(&shared.cfg, Some(name)),
         ["show", "table", rest @ ..] => {

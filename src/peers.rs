@@ -9,6 +9,7 @@
 //! and the tasks, on the first worker thread, take it from there.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use crate::stick::Table;
@@ -38,6 +39,135 @@ pub struct Section {
     pub disabled: bool,
     /// The tables kept in step (declared here with `table`, or `stick-table ... peers NAME`).
     pub tables: Vec<Arc<Table>>,
+    /// Each peer's session counters, as `show peers` reports them (written by the peers
+    /// tasks on the first worker thread, read by the CLI on any).
+    pub stats: Box<[PeerStats]>,
+    /// Learnt the others' entries since start (or gave up waiting).
+    pub synced: AtomicBool,
+}
+
+/// One peer's session state and counters (HAProxy's `show peers` names).
+#[derive(Debug, Default)]
+pub struct PeerStats {
+    /// A session is established now.
+    pub active: AtomicBool,
+    /// The last hello's status code (0: none yet).
+    pub last_status: AtomicU16,
+    /// When the last session was established, in ms since the Unix epoch (0: never).
+    pub last_hdshk_ms: AtomicU64,
+    /// Outgoing connections tried.
+    pub new_conn: AtomicU64,
+    pub tx_hbt: AtomicU64,
+    pub rx_hbt: AtomicU64,
+    /// Sessions closed because the peer fell silent.
+    pub no_hbt: AtomicU64,
+    pub proto_err: AtomicU64,
+    /// Sessions replaced by a newer one with the same peer.
+    pub coll: AtomicU64,
+    /// Resync confirmations received.
+    pub confirm: AtomicU64,
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl PeerStats {
+    pub(crate) fn established(&self) {
+        self.active.store(true, Relaxed);
+        self.last_status.store(200, Relaxed);
+        self.last_hdshk_ms.store(unix_ms(), Relaxed);
+    }
+
+    pub(crate) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Relaxed);
+    }
+}
+
+/// HAProxy's four-letter name of a hello status.
+fn status_name(code: u16) -> &'static str {
+    match code {
+        0 => "NONE",
+        200 => "ESTA",
+        300 => "RETR",
+        501 => "PROT",
+        502 => "VERS",
+        503 => "HOST",
+        504 => "PEER",
+        _ => "UNKN",
+    }
+}
+
+/// `show peers [SECTION]`: each running section, its peers' session state and counters,
+/// and its tables, in the layout of HAProxy's (its internal addresses and task details
+/// aside).
+pub fn cli_show(sections: &[Arc<Section>], name: Option<&str>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let now = unix_ms();
+    let ago = |ms: u64| match ms {
+        0 => "<NEVER>".to_string(),
+        t => format!("{}s", now.saturating_sub(t) / 1000),
+    };
+    let mut date = String::new();
+    crate::log::Tm::from_system(std::time::SystemTime::now()).haproxy(&mut date);
+    let date = date.split('.').next().unwrap_or("").to_string();
+    for s in sections.iter().filter(|s| name.is_none_or(|n| n == s.name)) {
+        let _ = writeln!(
+            out,
+            "{:p}: [{date}] id={} disabled={} flags=0x0 resync={}",
+            Arc::as_ptr(s),
+            s.name,
+            u8::from(s.disabled),
+            if s.synced.load(Relaxed) {
+                "done"
+            } else {
+                "pending"
+            }
+        );
+        for (i, p) in s.peers.iter().enumerate() {
+            let st = &s.stats[i];
+            let local = i == s.local;
+            let addr = p.addr.unwrap_or(s.listen);
+            let active = st.active.load(Relaxed);
+            let _ = writeln!(
+                out,
+                "  {:p}: id={}({},{}) addr={addr} last_status={} last_hdshk={}",
+                p,
+                p.name,
+                if local { "local" } else { "remote" },
+                if active { "active" } else { "inactive" },
+                status_name(st.last_status.load(Relaxed)),
+                ago(st.last_hdshk_ms.load(Relaxed)),
+            );
+            let _ = writeln!(
+                out,
+                "        confirm={} tx_hbt={} rx_hbt={} no_hbt={} new_conn={} proto_err={} coll={}",
+                st.confirm.load(Relaxed),
+                st.tx_hbt.load(Relaxed),
+                st.rx_hbt.load(Relaxed),
+                st.no_hbt.load(Relaxed),
+                st.new_conn.load(Relaxed),
+                st.proto_err.load(Relaxed),
+                st.coll.load(Relaxed),
+            );
+            let _ = writeln!(out, "        shared tables:");
+            for (t, table) in s.tables.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "          table:{:p} id={} local_id={} used={}",
+                    Arc::as_ptr(table),
+                    table.name,
+                    t + 1,
+                    table.used()
+                );
+            }
+        }
+        out.push('\n');
+    }
+    out
 }
 
 impl Section {
@@ -65,6 +195,52 @@ pub struct Draft {
     bind: Option<SocketAddr>,
     disabled: bool,
     tables: Vec<Arc<Table>>,
+}
+
+/// The sections' listening sockets, bound at start-up (before the process says it is ready,
+/// so that a previous process handing its tables over on a reload finds this one there), taken
+/// by the peers tasks once they run.
+static LISTENERS: std::sync::Mutex<Vec<Option<std::net::TcpListener>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Binds the local peer's address of each running section (`SO_REUSEPORT`: the next process
+/// binds it while this one still runs, and takes the tables over on it).
+pub fn bind_all(sections: &[Arc<Section>]) -> Result<(), String> {
+    use socket2::{Domain, Socket, Type};
+    let mut out = Vec::with_capacity(sections.len());
+    for s in sections {
+        if s.disabled {
+            out.push(None);
+            continue;
+        }
+        let addr = s.listen;
+        let bind = || -> std::io::Result<std::net::TcpListener> {
+            let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+            sock.set_reuse_address(true)?;
+            sock.set_reuse_port(true)?;
+            sock.set_nonblocking(true)?;
+            sock.bind(&addr.into())?;
+            sock.listen(64)?;
+            Ok(sock.into())
+        };
+        out.push(Some(bind().map_err(|e| {
+            format!(
+                "peers '{}': cannot listen on {addr} (the local peer's address): {e}",
+                s.name
+            )
+        })?));
+    }
+    *LISTENERS.lock().unwrap_or_else(|e| e.into_inner()) = out;
+    Ok(())
+}
+
+/// The listening socket of section `i`, bound by [`bind_all`] (once).
+pub(crate) fn take_listener(i: usize) -> Option<std::net::TcpListener> {
+    LISTENERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_mut(i)
+        .and_then(Option::take)
 }
 
 /// The local peer's name given on the command line (`-L`), if any.
@@ -254,11 +430,13 @@ impl Draft {
         Ok((
             Some(Section {
                 name: self.name,
+                stats: self.peers.iter().map(|_| PeerStats::default()).collect(),
                 peers: self.peers,
                 local: li,
                 listen,
                 disabled: self.disabled,
                 tables: self.tables,
+                synced: AtomicBool::new(false),
             }),
             None,
         ))

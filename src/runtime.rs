@@ -206,6 +206,7 @@ pub fn run(cfg: Config, opts: &Options) -> Result<(), String> {
         let _ = shared.exposed.set(exposed);
     }
     let cli_listeners = crate::cli::bind_all(&cfg.global.stats_sockets, &cfg.global.unix_bind)?;
+    crate::peers::bind_all(&cfg.peers)?;
     if opts.debug {
         for l in &listeners {
             let p = &cfg.proxies[l.proxy];

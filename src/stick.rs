@@ -325,11 +325,14 @@ impl std::fmt::Debug for Table {
 /// configuration is read. Tables are proxies' (one per proxy that declares one).
 pub type TableRef = Arc<OnceLock<Arc<Table>>>;
 
-/// Milliseconds on the process's monotonic clock (never 0).
+/// Milliseconds on the process's monotonic clock (never 0). It starts far from 0 (2^32
+/// ms), so that a time a peer gives as "so long ago" (a rate's period start) is a point on
+/// it even when that is before this process started: a young process must not take an old
+/// window for a current one.
 pub fn now_ms() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     let start = *START.get_or_init(Instant::now);
-    start.elapsed().as_millis() as u64 + 1
+    start.elapsed().as_millis() as u64 + (1 << 32)
 }
 
 impl Table {
@@ -588,6 +591,7 @@ impl Table {
             e.exp.store(now + x, Relaxed);
         }
         if let Some(c) = self.changes.get()
+            && !e.queued.load(Relaxed)
             && !e.queued.swap(true, Relaxed)
         {
             let mut keys = c.keys.lock().unwrap_or_else(|e| e.into_inner());

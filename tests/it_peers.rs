@@ -104,6 +104,20 @@ fn two_processes_keep_their_tables_in_step_both_ways() {
     // A CLI change is an update like any other.
     stats_cli(&p.sock(1), "set table mesh/t key carol data.gpc0 7");
     p.entry(0, "mesh/t", "carol", |l| l.contains("gpc0=7"));
+    // `show peers`: b is a remote peer with an established session, its tables listed.
+    let out = stats_cli(&p.sock(0), "show peers");
+    let b_line = out
+        .lines()
+        .find(|l| l.contains(" id=b("))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        b_line.contains("id=b(remote,active)") && b_line.contains("last_status=ESTA"),
+        "{out}"
+    );
+    assert!(out.contains(" id=a(local,"), "{out}");
+    assert!(out.contains("id=mesh/t local_id=1"), "{out}");
+    assert!(out.contains("id=b_ip local_id=2"), "{out}");
+    assert_eq!(stats_cli(&p.sock(0), "show peers nosuch"), "\n");
 }
 
 #[test]
@@ -232,10 +246,62 @@ frontend fe\n    bind 127.0.0.1:{http}\n\
         last
     };
     line("gpc0=2");
+    eprintln!("BEFORE {}", stats_cli(&sock, "show peers"));
     s.signal(nix::sys::signal::Signal::SIGUSR2);
     wait_until("the first worker gone", WAIT, || former_exited(&s, first));
+    eprintln!(
+        "AFTER {}\n{}\n{}",
+        stats_cli(&sock, "show peers"),
+        stats_cli(&sock, "show table local/t"),
+        s.stderr_text()
+    );
     // The new worker answers on the stats socket with the entry it was taught.
     let l = line("gpc0=2");
     assert!(l.contains("http_req_cnt=2"), "{l}");
     assert_eq!(worker_pids(&s).len(), 2);
+}
+
+#[test]
+fn stickiness_follows_to_the_peer() {
+    // `stick on src` with a shared table: the server a client was sent to on one process is
+    // the one the other process sends it to (the table's `server_id` travels, though the
+    // table does not declare it: `stick` rules add it).
+    let s1 = HttpBackend::start("s1");
+    let s2 = HttpBackend::start("s2");
+    let dir = TempDir::new();
+    let (peer, http) = ([free_port(), free_port()], [free_port(), free_port()]);
+    let cfg = |i: usize| {
+        format!(
+            "global\n    stats socket {} level admin\n{DEFAULTS_HTTP}\
+peers mesh\n    peer a 127.0.0.1:{}\n    peer b 127.0.0.1:{}\n\
+frontend fe\n    bind 127.0.0.1:{}\n    default_backend be\n\
+backend be\n    balance roundrobin\n    stick-table type ip size 100 expire 60s peers mesh\n\
+\x20   stick on src\n    server s1 {}\n    server s2 {}\n",
+            dir.join(&format!("{i}.sock")).display(),
+            peer[0],
+            peer[1],
+            http[i],
+            s1.hostport(),
+            s2.hostport()
+        )
+    };
+    let _a = Sluice::builder(&cfg(0)).arg("-L").arg("a").start();
+    let _b = Sluice::builder(&cfg(1)).arg("-L").arg("b").start();
+    let first = http_get(http[0], "/").server();
+    let sid = |i: usize| {
+        stats_cli(&dir.join(&format!("{i}.sock")), "show table be")
+            .lines()
+            .find(|l| l.contains(": key=127.0.0.1 "))
+            .and_then(|l| l.split(" server_id=").nth(1))
+            .and_then(|v| v.split(' ').next())
+            .unwrap_or("")
+            .to_string()
+    };
+    wait_until("b learns the server", WAIT, || !sid(1).is_empty());
+    assert_eq!(sid(1), sid(0));
+    assert_ne!(sid(1), "0");
+    // b sends this client where a did, every time, whatever roundrobin would choose.
+    for _ in 0..3 {
+        assert_eq!(http_get(http[1], "/").server(), first);
+    }
 }

@@ -14,6 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -294,10 +295,31 @@ struct Node {
     next_id: RefCell<Vec<u32>>,
     /// The live session of each peer (index in `sec.peers`).
     sessions: RefCell<HashMap<usize, Rc<Session>>>,
+    /// Per peer and table, the keys changed here while that peer had no session: sent when
+    /// it has one again (HAProxy resumes after the last update the peer acknowledged).
+    backlog: RefCell<Vec<Vec<std::collections::HashSet<Key>>>>,
     /// Learnt the peers' entries (a resync finished), or gave up waiting.
     synced: Cell<bool>,
     serial: Cell<u64>,
     w: Rc<Worker>,
+}
+
+/// Keys kept per peer and table for a peer without a session, at most (beyond, the oldest
+/// changes are not sent to it when it comes back; a resync it asks for has them all).
+const BACKLOG_MAX: usize = 100_000;
+
+impl Node {
+    fn next_update_id(&self, t: usize) -> u32 {
+        let mut ids = self.next_id.borrow_mut();
+        let id = ids[t];
+        ids[t] = id.wrapping_add(1).max(1);
+        id
+    }
+
+    fn set_synced(&self) {
+        self.synced.set(true);
+        self.sec.synced.store(true, Relaxed);
+    }
 }
 
 /// The sending half of a session, which the flusher feeds.
@@ -309,6 +331,19 @@ struct Session {
     /// Tables defined on this session, and the last one an update went for.
     defined: RefCell<Vec<bool>>,
     current: Cell<Option<usize>>,
+    /// An error message is queued: the writer ends the session once it is out.
+    closing: Cell<bool>,
+    /// A resync was answered on this session.
+    taught: Cell<bool>,
+}
+
+/// Sends protocol error `kind` and ends the session once it is out (the reader waits for
+/// the writer to finish).
+async fn fail(sess: &Session, st: &super::PeerStats, kind: u8) {
+    super::PeerStats::bump(&st.proto_err);
+    sess.push(|o| message(o, ERROR, kind, &[]));
+    sess.closing.set(true);
+    std::future::pending::<()>().await
 }
 
 impl Session {
@@ -343,7 +378,16 @@ impl Session {
 
 /// Starts the replication of every `peers` section that runs (on the first worker thread).
 pub fn spawn(w: &Rc<Worker>) {
-    for sec in &w.shared.cfg.peers {
+    // A table that `stick` rules write keeps `server_id`, and its peers must hear of it from
+    // the first definition, not once a rule has run.
+    for p in &w.shared.cfg.proxies {
+        for r in p.sticks.iter().filter(|r| r.stores) {
+            if let Some(t) = r.table.get() {
+                t.note_stick_rule();
+            }
+        }
+    }
+    for (index, sec) in w.shared.cfg.peers.iter().enumerate() {
         if sec.disabled {
             continue;
         }
@@ -358,11 +402,19 @@ pub fn spawn(w: &Rc<Worker>) {
             tables,
             next_id: RefCell::new(vec![1; n]),
             sessions: RefCell::new(HashMap::new()),
+            backlog: RefCell::new(
+                (0..sec.peers.len())
+                    .map(|_| (0..n).map(|_| Default::default()).collect())
+                    .collect(),
+            ),
             synced: Cell::new(sec.peers.len() == 1),
             serial: Cell::new(0),
             w: w.clone(),
         });
-        tokio::task::spawn_local(until_stop(node.clone(), listen(node.clone())));
+        if sec.peers.len() == 1 {
+            node.set_synced();
+        }
+        tokio::task::spawn_local(until_stop(node.clone(), listen(node.clone(), index)));
         for (i, p) in sec.peers.iter().enumerate() {
             if i != sec.local && p.addr.is_some() {
                 tokio::task::spawn_local(until_stop(node.clone(), connect_loop(node.clone(), i)));
@@ -374,7 +426,7 @@ pub fn spawn(w: &Rc<Worker>) {
         let n2 = node.clone();
         tokio::task::spawn_local(async move {
             tokio::time::sleep(RESYNC_TIMEOUT).await;
-            n2.synced.set(true);
+            n2.set_synced();
         });
         let hold = crate::worker::Hold::new(w);
         tokio::task::spawn_local(hand_over(node, hold));
@@ -463,6 +515,8 @@ async fn teach_successor(node: &Node, addr: std::net::SocketAddr) -> Option<bool
         closed: Cell::new(false),
         defined: RefCell::new(vec![false; node.tables.len()]),
         current: Cell::new(None),
+        closing: Cell::new(false),
+        taught: Cell::new(true),
     };
     teach(node, &sess);
     let dump = sess.out.take();
@@ -507,65 +561,60 @@ async fn flush_loop(node: Rc<Node>, t: usize) {
         // Changes that come together go together.
         tokio::task::yield_now().await;
         for k in changes.take() {
-            let id = {
-                let mut ids = node.next_id.borrow_mut();
-                let id = ids[t];
-                ids[t] = id.wrapping_add(1).max(1);
-                id
-            };
+            let id = node.next_update_id(t);
             let Some(body) = wt.update(id, &k, false) else {
                 continue;
             };
-            for s in node.sessions.borrow().values() {
+            let sessions = node.sessions.borrow();
+            for s in sessions.values() {
                 s.push_update(&node, t, UPDATE, &body);
+            }
+            let mut backlog = node.backlog.borrow_mut();
+            for (p, peer) in node.sec.peers.iter().enumerate() {
+                let keys = &mut backlog[p][t];
+                if p != node.sec.local
+                    && peer.addr.is_some()
+                    && !sessions.contains_key(&p)
+                    && keys.len() < BACKLOG_MAX
+                {
+                    keys.insert(k.clone());
+                }
             }
         }
     }
 }
 
-async fn listen(node: Rc<Node>) {
-    let addr = node.sec.listen;
-    let l = loop {
-        let sock = match addr {
-            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
-            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
-        };
-        let r = sock.and_then(|s| {
-            s.set_reuseaddr(true)?;
-            // The next process binds it while this one still listens (a reload), and takes
-            // the tables over on it.
-            s.set_reuseport(true)?;
-            s.bind(addr)?;
-            s.listen(64)
-        });
-        match r {
-            Ok(l) => break l,
-            Err(e) => {
-                // During a reload the previous process may hold it a moment longer.
-                crate::say!(
-                    "[WARNING] (sluice) : peers '{}': cannot listen on {addr}: {e}; retrying",
-                    node.sec.name
-                );
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
+async fn listen(node: Rc<Node>, index: usize) {
+    let Some(l) =
+        super::take_listener(index).and_then(|l| tokio::net::TcpListener::from_std(l).ok())
+    else {
+        return;
     };
     loop {
-        let Ok((s, _)) = l.accept().await else {
-            continue;
+        let s = match l.accept().await {
+            Ok((s, _)) => s,
+            Err(_) => {
+                // Out of descriptors, say: not a reason to spin.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let node = node.clone();
         tokio::task::spawn_local(async move {
-            let Some((s, peer)) = accept_hello(&node, s).await else {
+            let Some((s, peer, early)) = accept_hello(&node, s).await else {
                 return;
             };
-            run_session(node, peer, s).await;
+            // A session accepted while the process began to stop is not started: the next
+            // process takes the peers over.
+            if !node.w.stopping.get() {
+                run_session(node, peer, s, early).await;
+            }
         });
     }
 }
 
 /// Reads a hello and answers it; the peer's index when it is one of ours.
-async fn accept_hello(node: &Node, s: TcpStream) -> Option<(TcpStream, usize)> {
+async fn accept_hello(node: &Node, s: TcpStream) -> Option<(TcpStream, usize, Vec<u8>)> {
     let _ = s.set_nodelay(true);
     let mut r = BufReader::new(s);
     let mut lines = Vec::new();
@@ -582,12 +631,15 @@ async fn accept_hello(node: &Node, s: TcpStream) -> Option<(TcpStream, usize)> {
     };
     tokio::time::timeout(DEAD, read).await.ok()??;
     let status = hello_status(&node.sec, &lines, node.w.stopping.get());
+    // What the peer sent after its hello (its first messages) is the session's.
+    let early = r.buffer().to_vec();
     let mut s = r.into_inner();
     s.write_all(format!("{}\n", status.0).as_bytes())
         .await
         .ok()?;
     let peer = status.1?;
-    Some((s, peer))
+    node.sec.stats[peer].last_status.store(status.0, Relaxed);
+    Some((s, peer, early))
 }
 
 /// The status a hello gets, and the peer it names when it is 200.
@@ -626,7 +678,7 @@ async fn connect_loop(node: Rc<Node>, peer: usize) {
         if !node.sessions.borrow().contains_key(&peer)
             && let Some(s) = dial(&node, peer, addr).await
         {
-            run_session(node.clone(), peer, s).await;
+            run_session(node.clone(), peer, s, Vec::new()).await;
             // After a collision (or any end), another try soon, not in step with the peer's.
             let jitter = 50 + crate::util::rand_u32() as u64 % 2000;
             tokio::time::sleep(Duration::from_millis(jitter)).await;
@@ -637,6 +689,8 @@ async fn connect_loop(node: Rc<Node>, peer: usize) {
 }
 
 async fn dial(node: &Node, peer: usize, addr: std::net::SocketAddr) -> Option<TcpStream> {
+    let st = &node.sec.stats[peer];
+    super::PeerStats::bump(&st.new_conn);
     let go = async {
         let mut s = TcpStream::connect(addr).await.ok()?;
         let _ = s.set_nodelay(true);
@@ -659,13 +713,16 @@ async fn dial(node: &Node, peer: usize, addr: std::net::SocketAddr) -> Option<Tc
                 return None;
             }
         }
-        (line.strip_suffix(b"\r").unwrap_or(&line) == b"200").then_some(s)
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        let code = std::str::from_utf8(line).ok().and_then(|c| c.parse().ok());
+        st.last_status.store(code.unwrap_or(0), Relaxed);
+        (code == Some(200)).then_some(s)
     };
     tokio::time::timeout(DEAD, go).await.ok()?
 }
 
 /// One established session with peer `peer`, until it ends.
-async fn run_session(node: Rc<Node>, peer: usize, s: TcpStream) {
+async fn run_session(node: Rc<Node>, peer: usize, s: TcpStream, early: Vec<u8>) {
     let serial = node.serial.get() + 1;
     node.serial.set(serial);
     let sess = Rc::new(Session {
@@ -675,11 +732,16 @@ async fn run_session(node: Rc<Node>, peer: usize, s: TcpStream) {
         closed: Cell::new(false),
         defined: RefCell::new(vec![false; node.tables.len()]),
         current: Cell::new(None),
+        closing: Cell::new(false),
+        taught: Cell::new(false),
     });
     // The newer session replaces an older one (HAProxy's rule too).
+    let st = &node.sec.stats[peer];
     if let Some(old) = node.sessions.borrow_mut().insert(peer, sess.clone()) {
         old.close();
+        super::PeerStats::bump(&st.coll);
     }
+    st.established();
     // Something goes out at once (a peer kills a silent new session), and a fresh process
     // asks for the entries it missed.
     sess.push(|o| {
@@ -688,50 +750,90 @@ async fn run_session(node: Rc<Node>, peer: usize, s: TcpStream) {
             message(o, CTRL, RESYNC_REQUEST, &[]);
         }
     });
+    // What changed here while the peer was away.
+    let missed: Vec<_> = node.backlog.borrow_mut()[peer]
+        .iter_mut()
+        .map(std::mem::take)
+        .collect();
+    for (t, keys) in missed.into_iter().enumerate() {
+        for k in keys {
+            let id = node.next_update_id(t);
+            if let Some(body) = node.tables[t].update(id, &k, false) {
+                sess.push_update(&node, t, UPDATE, &body);
+            }
+        }
+    }
     let (rd, wr) = s.into_split();
     tokio::select! {
-        _ = writer(&sess, wr) => {}
-        _ = reader(&node, &sess, rd) => {}
+        _ = writer(&sess, wr, st) => {}
+        _ = reader(&node, &sess, rd, st, early) => {}
     }
     sess.close();
     let mut map = node.sessions.borrow_mut();
     if map.get(&peer).is_some_and(|s| s.serial == serial) {
         map.remove(&peer);
+        st.active.store(false, Relaxed);
     }
 }
 
-async fn writer(sess: &Session, mut wr: tokio::net::tcp::OwnedWriteHalf) {
+async fn writer(sess: &Session, mut wr: tokio::net::tcp::OwnedWriteHalf, st: &super::PeerStats) {
     let mut buf = Vec::new();
     loop {
         if sess.closed.get() {
             return;
         }
         std::mem::swap(&mut buf, &mut *sess.out.borrow_mut());
+        if buf.is_empty() && sess.closing.get() {
+            // An error message went out: the session ends.
+            return;
+        }
         if buf.is_empty() {
             if tokio::time::timeout(HEARTBEAT, sess.wake.notified())
                 .await
                 .is_err()
             {
                 message(&mut buf, CTRL, HEARTBEAT_MSG, &[]);
+                super::PeerStats::bump(&st.tx_hbt);
             } else {
                 continue;
             }
         }
-        if wr.write_all(&buf).await.is_err() {
-            return;
+        // A peer that stops reading is as dead as a silent one (and what is queued for it
+        // is dropped with the session): each piece must go within the liveness limit.
+        for piece in buf.chunks(64 * 1024) {
+            if !matches!(
+                tokio::time::timeout(DEAD, wr.write_all(piece)).await,
+                Ok(Ok(()))
+            ) {
+                return;
+            }
         }
         buf.clear();
     }
 }
 
-async fn reader(node: &Node, sess: &Session, mut rd: tokio::net::tcp::OwnedReadHalf) {
+async fn reader(
+    node: &Node,
+    sess: &Session,
+    mut rd: tokio::net::tcp::OwnedReadHalf,
+    st: &super::PeerStats,
+    early: Vec<u8>,
+) {
     let mut buf = BytesMut::with_capacity(4096);
+    buf.extend_from_slice(&early);
+    let mut first = !buf.is_empty();
     let mut remotes: HashMap<u64, Remote> = HashMap::new();
     let mut current: Option<u64> = None;
     loop {
-        match tokio::time::timeout(DEAD, rd.read_buf(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => return,
+        if !std::mem::take(&mut first) {
+            match tokio::time::timeout(DEAD, rd.read_buf(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => return,
+                Err(_) => {
+                    super::PeerStats::bump(&st.no_hbt);
+                    return;
+                }
+            }
         }
         // Every whole message in the buffer, then one ACK per table that moved.
         loop {
@@ -744,14 +846,12 @@ async fn reader(node: &Node, sess: &Session, mut rd: tokio::net::tcp::OwnedReadH
             let body: &[u8] = if kind & 0x80 != 0 {
                 let Some(len) = get_varint(&mut b) else {
                     if b.len() >= 5 {
-                        sess.push(|o| message(o, ERROR, 0, &[]));
-                        return;
+                        return fail(sess, st, 0).await;
                     }
                     break;
                 };
                 if len as usize > MAX_BODY {
-                    sess.push(|o| message(o, ERROR, 1, &[]));
-                    return;
+                    return fail(sess, st, 1).await;
                 }
                 if b.len() < len as usize {
                     break;
@@ -765,24 +865,25 @@ async fn reader(node: &Node, sess: &Session, mut rd: tokio::net::tcp::OwnedReadH
             buf.advance(used);
             match class {
                 CTRL => match kind {
-                    RESYNC_REQUEST => teach(node, sess),
+                    // One full dump per session: a peer asks once.
+                    RESYNC_REQUEST if !sess.taught.replace(true) => teach(node, sess),
                     RESYNC_FINISHED | RESYNC_PARTIAL => {
                         if kind == RESYNC_FINISHED {
-                            node.synced.set(true);
+                            node.set_synced();
                         }
                         sess.push(|o| message(o, CTRL, RESYNC_CONFIRM, &[]));
                     }
+                    RESYNC_CONFIRM => super::PeerStats::bump(&st.confirm),
+                    HEARTBEAT_MSG => super::PeerStats::bump(&st.rx_hbt),
                     _ => {}
                 },
                 // The peer reports an error, and closes.
                 ERROR => return,
                 TABLE if table_message(node, &mut remotes, &mut current, kind, &body).is_none() => {
-                    sess.push(|o| message(o, ERROR, 0, &[]));
-                    return;
+                    return fail(sess, st, 0).await;
                 }
                 RESERVED => {
-                    sess.push(|o| message(o, ERROR, 0, &[]));
-                    return;
+                    return fail(sess, st, 0).await;
                 }
                 _ => {}
             }
@@ -806,12 +907,7 @@ fn teach(node: &Node, sess: &Session) {
         sess.defined.borrow_mut()[t] = false;
         let timed = wt.table.def.expire_ms.is_some();
         for e in wt.table.entries() {
-            let id = {
-                let mut ids = node.next_id.borrow_mut();
-                let id = ids[t];
-                ids[t] = id.wrapping_add(1).max(1);
-                id
-            };
+            let id = node.next_update_id(t);
             if let Some(body) = wt.update(id, e.key(), timed) {
                 sess.push_update(node, t, if timed { UPDATE_TIMED } else { UPDATE }, &body);
             }
@@ -883,6 +979,10 @@ fn table_message(
             let ours = node.tables.iter().position(|t| {
                 t.name.as_bytes() == name && t.key_type == key_type && t.key_len == key_len
             });
+            if remotes.len() >= 1024 && !remotes.contains_key(&id) {
+                // More tables than any configuration has: not a peer we understand.
+                return None;
+            }
             let prev = remotes.get(&id).map_or(0, |r| r.last_get);
             remotes.insert(
                 id,
@@ -933,10 +1033,14 @@ fn table_message(
                         );
                         if let Some(d) = d {
                             // The period's start on this process's clock.
-                            let start = if el >= 1 << 31 || cur + prev == 0 {
+                            let start = if el >= 1 << 31 || cur.saturating_add(prev) == 0 {
                                 (0, 0, 0)
                             } else {
-                                (now.saturating_sub(el).max(1), cur as u32, prev as u32)
+                                (
+                                    now.saturating_sub(el).max(1),
+                                    cur.min(u32::MAX as u64) as u32,
+                                    prev.min(u32::MAX as u64) as u32,
+                                )
                             };
                             vals.push((d, start.0, start.1, start.2));
                         }
@@ -955,7 +1059,7 @@ fn table_message(
                         }
                     }
                     24 => {
-                        for _ in 0..size * 3 {
+                        for _ in 0..u64::from(size) * 3 {
                             get_varint(&mut b)?;
                         }
                     }

@@ -8,6 +8,7 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
@@ -710,9 +711,13 @@ struct Conn<'a, C> {
 }
 
 /// Lingering close, after an error answer: how long, and how many bytes, the client's further
-/// input is read and discarded before the socket is closed.
+/// input is read and discarded before the socket is closed. The time is the bound that
+/// matters (nginx has no other); the bytes only stop a flood sooner. A client that uploads
+/// fast and reads the answer after its upload loses the answer to the reset the close sends
+/// once either bound is reached, so the byte bound is generous: 1 MiB cut a 16 MiB upload's
+/// early answer short on loopback.
 const LINGER_TIME: Duration = Duration::from_secs(2);
-const LINGER_BYTES: usize = 1 << 20;
+const LINGER_BYTES: usize = 64 << 20;
 
 /// How long an idle client connection may keep its server connection. Past this the server
 /// connection is closed so idle clients do not pin server sockets (until the cross-connection
@@ -2685,6 +2690,13 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             self.hdrs.set_content_length(&self.sbuf, resp.cl_value);
         }
         private = private || connection_auth_challenge(resp.status, &self.hdrs, &self.sbuf);
+        if bp.sticks.iter().any(|r| r.on_response) {
+            // `stick store-response`: the server that answered, under a key read from its
+            // response (a session cookie it sets, say), before the `http-response` rules
+            // change it (HAProxy's order).
+            let view = self.rsp_view(txn, resp.status, &bp.name, Some(slot.server_state()));
+            super::stick_store(shared, bp_index(shared, bp), &view, slot.server, true);
+        }
         let RspRules {
             mut end,
             status: cur_status,
@@ -2748,12 +2760,6 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             let _ = self.client.send(&answer).await;
             self.linger = !req_body.done();
             return None;
-        }
-        if bp.sticks.iter().any(|r| r.on_response) {
-            // `stick store-response`: the server that answered, under a key read from its
-            // response (a session cookie it sets, say).
-            let view = self.rsp_view(txn, cur_status, &bp.name, Some(slot.server_state()));
-            super::stick_store(shared, bp_index(shared, bp), &view, slot.server, true);
         }
         if let Some(ck) = &bp.cookie {
             self.answer_cookie(ck, txn, slot.server, slot.server_state(), cur_status);
@@ -2916,6 +2922,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             }
             self.client.send(&self.out).await
         } else {
+            // More follows (the body, or the FIN): it waits in the socket for it, unless the
+            // server pauses (`push_pending` below).
             self.client.write_all_more(&self.out).await
         };
         if w.is_err() {
@@ -2933,6 +2941,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         // `cbuf` taken as body but not yet written, whether a TLS record may still wait in
         // the writer, and whether the server stopped taking the body.
         let (mut pending, mut unflushed, mut body_dropped) = (0usize, false, false);
+        // Only TLS keeps written bytes back (a record not yet out) until flushed.
+        let flushes = matches!(stream, ServerStream::Tls(_));
         while !rsp_body.done() {
             let mut short_read = false;
             if self.sbuf.is_empty() {
@@ -2946,7 +2956,18 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 let got = loop {
                     let body_left = !body_dropped && (pending > 0 || unflushed || !req_body.done());
                     if !body_left {
-                        break super::with_timeout(t_server, stream.read_buf(&mut self.sbuf)).await;
+                        let read = super::with_timeout(t_server, stream.read_buf(&mut self.sbuf));
+                        tokio::pin!(read);
+                        // What was written with MSG_MORE goes now if the server's next bytes
+                        // are not there yet (a streamed answer, server-sent events): the
+                        // kernel would hold it up to 200 ms.
+                        match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+                            Poll::Ready(r) => break r,
+                            Poll::Pending => {
+                                self.client.push_pending();
+                                break read.await;
+                            }
+                        }
                     }
                     // Full duplex: the request body still flows while the response does (a
                     // server may answer before reading all of it; gRPC and other streaming
@@ -2957,6 +2978,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     if pending == 0 && !unflushed && self.cbuf.capacity() - self.cbuf.len() < 512 {
                         self.cbuf.reserve(self.bufsize);
                     }
+                    self.client.push_pending();
                     let (mut rd, mut wr) = tokio::io::split(&mut stream);
                     if pending > 0 {
                         tokio::select! {
@@ -2967,7 +2989,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                                     txn.bytes_in += n as u64;
                                     self.cbuf.advance(n);
                                     pending -= n;
-                                    unflushed = true;
+                                    unflushed = flushes;
                                 }
                                 // The server takes no more of it (it answered, and closed its
                                 // reading side): its answer still goes to the client.

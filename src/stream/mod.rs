@@ -1282,6 +1282,11 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + 'static {
     /// its head may be waiting for that ACK (Nagle), which `tcp-smart-accept` delays.
     fn quick_ack(&self) {}
 
+    /// Sends what [`write_all_more`](Self::write_all_more) left in the socket waiting for
+    /// more: the more did not come at once (the server paused), and the kernel would hold
+    /// it up to 200 ms.
+    fn push_pending(&self) {}
+
     /// `silent-drop`: makes the coming close invisible to the client (nothing on a UNIX
     /// socket, whose peer is local anyway).
     fn silent_drop(&self) {}
@@ -1311,6 +1316,12 @@ impl ClientIo for TcpStream {
 
     fn quick_ack(&self) {
         let _ = socket2::SockRef::from(self).set_tcp_quickack(true);
+    }
+
+    fn push_pending(&self) {
+        // Setting TCP_NODELAY (already on or not) pushes the queued partial segment out
+        // (Linux: `tcp_push_pending_frames`), as the next send without MSG_MORE would.
+        let _ = self.set_nodelay(true);
     }
 
     fn silent_drop(&self) {

@@ -60,6 +60,58 @@ fn echo_server() -> (u16, std::thread::JoinHandle<Vec<Vec<u8>>>) {
     (port, h)
 }
 
+/// Over HTTP/2 with prior knowledge, a POST to `path` whose body is `{word}1` ..
+/// `{word}{n}`, each piece sent once the echo of the one before has come back (gRPC's
+/// content type when `grpc`): all of the answer's body, and its stream for the trailers.
+async fn h2_chat(
+    port: u16,
+    path: &str,
+    grpc: bool,
+    word: &str,
+    n: usize,
+) -> (Vec<u8>, h2::RecvStream) {
+    let tcp = tokio::net::TcpStream::connect(lo(port)).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut send = send.ready().await.unwrap();
+    let mut req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://127.0.0.1:{port}{path}"));
+    if grpc {
+        req = req.header("content-type", "application/grpc");
+    }
+    let (rsp, mut tx) = send.send_request(req.body(()).unwrap(), false).unwrap();
+    tx.send_data(Bytes::from(format!("{word}1")), false)
+        .unwrap();
+    let rsp = tokio::time::timeout(T, rsp).await.unwrap().unwrap();
+    assert_eq!(rsp.status(), 200);
+    let mut body = rsp.into_body();
+    let mut got = Vec::new();
+    for i in 1..=n {
+        let want = format!("echo {word}{i}");
+        while !String::from_utf8_lossy(&got).contains(&want) {
+            let d = tokio::time::timeout(T, body.data())
+                .await
+                .unwrap_or_else(|_| panic!("no echo of piece {i}"))
+                .unwrap()
+                .unwrap();
+            let _ = body.flow_control().release_capacity(d.len());
+            got.extend_from_slice(&d);
+        }
+        if i < n {
+            tx.send_data(Bytes::from(format!("{word}{}", i + 1)), false)
+                .unwrap();
+        }
+    }
+    tx.send_data(Bytes::new(), true).unwrap();
+    while let Some(d) = tokio::time::timeout(T, body.data()).await.unwrap() {
+        got.extend_from_slice(&d.unwrap());
+    }
+    (got, body)
+}
+
 fn proxy(server_port: u16, fe_extra: &str) -> (Sluice, u16) {
     let port = free_port();
     let cfg = format!(
@@ -139,46 +191,8 @@ fn http2_stream_body_flows_while_the_response_streams() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(lo(port)).await.unwrap();
-        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut send = send.ready().await.unwrap();
-        let req = http::Request::builder()
-            .method("POST")
-            .uri(format!("http://127.0.0.1:{port}/chat"))
-            .body(())
-            .unwrap();
-        let (rsp, mut tx) = send.send_request(req, false).unwrap();
-        tx.send_data(Bytes::from_static(b"ping1"), false).unwrap();
-        let rsp = tokio::time::timeout(T, rsp).await.unwrap().unwrap();
-        assert_eq!(rsp.status(), 200);
-        let mut body = rsp.into_body();
-        let mut got = Vec::new();
-        for i in 1..=3 {
-            let want = format!("echo ping{i}");
-            while !String::from_utf8_lossy(&got).contains(&want) {
-                let d = tokio::time::timeout(T, body.data())
-                    .await
-                    .unwrap_or_else(|_| panic!("no echo of piece {i}"))
-                    .unwrap()
-                    .unwrap();
-                let _ = body.flow_control().release_capacity(d.len());
-                got.extend_from_slice(&d);
-            }
-            if i < 3 {
-                tx.send_data(Bytes::from(format!("ping{}", i + 1)), false)
-                    .unwrap();
-            }
-        }
-        tx.send_data(Bytes::new(), true).unwrap();
-        while let Some(d) = tokio::time::timeout(T, body.data()).await.unwrap() {
-            got.extend_from_slice(&d.unwrap());
-        }
-        assert_eq!(got, b"echo ping1echo ping2echo ping3");
-    });
+    let got = rt.block_on(async { h2_chat(port, "/chat", false, "ping", 3).await.0 });
+    assert_eq!(got, b"echo ping1echo ping2echo ping3");
     assert_eq!(server.join().unwrap().len(), 3);
 }
 
@@ -316,44 +330,7 @@ backend be\n    server s1 127.0.0.1:{sport} proto h2\n"
         .build()
         .unwrap();
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(lo(port)).await.unwrap();
-        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut send = send.ready().await.unwrap();
-        let req = http::Request::builder()
-            .method("POST")
-            .uri(format!("http://127.0.0.1:{port}/echo.Echo/Chat"))
-            .header("content-type", "application/grpc")
-            .body(())
-            .unwrap();
-        let (rsp, mut tx) = send.send_request(req, false).unwrap();
-        tx.send_data(Bytes::from_static(b"m1"), false).unwrap();
-        let rsp = tokio::time::timeout(T, rsp).await.unwrap().unwrap();
-        assert_eq!(rsp.status(), 200);
-        let mut body = rsp.into_body();
-        let mut got = Vec::new();
-        for i in 1..=4 {
-            let want = format!("echo m{i}");
-            while !String::from_utf8_lossy(&got).contains(&want) {
-                let d = tokio::time::timeout(T, body.data())
-                    .await
-                    .unwrap_or_else(|_| panic!("no echo of message {i}"))
-                    .unwrap()
-                    .unwrap();
-                let _ = body.flow_control().release_capacity(d.len());
-                got.extend_from_slice(&d);
-            }
-            if i < 4 {
-                tx.send_data(Bytes::from(format!("m{}", i + 1)), false)
-                    .unwrap();
-            }
-        }
-        tx.send_data(Bytes::new(), true).unwrap();
-        while let Some(d) = tokio::time::timeout(T, body.data()).await.unwrap() {
-            got.extend_from_slice(&d.unwrap());
-        }
+        let (got, mut body) = h2_chat(port, "/echo.Echo/Chat", true, "m", 4).await;
         assert_eq!(got, b"echo m1echo m2echo m3echo m4");
         let trailers = tokio::time::timeout(T, body.trailers())
             .await

@@ -489,23 +489,9 @@ async fn hand_over(node: Rc<Node>, hold: crate::worker::Hold) {
 
 /// One hand-over attempt: `Some(true)` done, `Some(false)` to try again, `None` nobody there.
 async fn teach_successor(node: &Node, addr: std::net::SocketAddr) -> Option<bool> {
-    let mut s = TcpStream::connect(addr).await.ok()?;
-    let _ = s.set_nodelay(true);
     let me = node.sec.local_name();
-    let hello = format!("HAProxyS 2.1\n{me}\n{me} {} 1\n", std::process::id());
-    s.write_all(hello.as_bytes()).await.ok()?;
-    let mut status = Vec::new();
-    loop {
-        let b = s.read_u8().await.ok()?;
-        if b == b'\n' {
-            break;
-        }
-        status.push(b);
-        if status.len() > 16 {
-            return None;
-        }
-    }
-    if status != b"200" {
+    let (mut s, code) = hello(addr, me, me).await?;
+    if code != 200 {
         return Some(false);
     }
     let sess = Session {
@@ -691,34 +677,38 @@ async fn connect_loop(node: Rc<Node>, peer: usize) {
 async fn dial(node: &Node, peer: usize, addr: std::net::SocketAddr) -> Option<TcpStream> {
     let st = &node.sec.stats[peer];
     super::PeerStats::bump(&st.new_conn);
-    let go = async {
-        let mut s = TcpStream::connect(addr).await.ok()?;
-        let _ = s.set_nodelay(true);
-        let hello = format!(
-            "HAProxyS 2.1\n{}\n{} {} 1\n",
-            node.sec.peers[peer].name,
-            node.sec.local_name(),
-            std::process::id()
-        );
-        s.write_all(hello.as_bytes()).await.ok()?;
-        // The status line, byte by byte: what follows it is the binary protocol.
-        let mut line = Vec::new();
-        loop {
-            let b = s.read_u8().await.ok()?;
-            if b == b'\n' {
-                break;
-            }
-            line.push(b);
-            if line.len() > 16 {
-                return None;
-            }
+    let callee = &node.sec.peers[peer].name;
+    let go = hello(addr, callee, node.sec.local_name());
+    let (s, code) = tokio::time::timeout(DEAD, go).await.ok()??;
+    st.last_status.store(code, Relaxed);
+    (code == 200).then_some(s)
+}
+
+/// Connects to `addr` and says hello to peer `callee` as peer `caller`: the connection and
+/// the status code it answered (0 if it was not a number).
+async fn hello(addr: std::net::SocketAddr, callee: &str, caller: &str) -> Option<(TcpStream, u16)> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    let _ = s.set_nodelay(true);
+    let hello = format!(
+        "HAProxyS 2.1\n{callee}\n{caller} {} 1\n",
+        std::process::id()
+    );
+    s.write_all(hello.as_bytes()).await.ok()?;
+    // The status line, byte by byte: what follows it is the binary protocol.
+    let mut line = Vec::new();
+    loop {
+        let b = s.read_u8().await.ok()?;
+        if b == b'\n' {
+            break;
         }
-        let line = line.strip_suffix(b"\r").unwrap_or(&line);
-        let code = std::str::from_utf8(line).ok().and_then(|c| c.parse().ok());
-        st.last_status.store(code.unwrap_or(0), Relaxed);
-        (code == Some(200)).then_some(s)
-    };
-    tokio::time::timeout(DEAD, go).await.ok()?
+        line.push(b);
+        if line.len() > 16 {
+            return None;
+        }
+    }
+    let line = line.strip_suffix(b"\r").unwrap_or(&line);
+    let code = std::str::from_utf8(line).ok().and_then(|c| c.parse().ok());
+    Some((s, code.unwrap_or(0)))
 }
 
 /// One established session with peer `peer`, until it ends.

@@ -717,6 +717,10 @@ struct Conn<'a, C> {
 /// once either bound is reached, so the byte bound is generous: 1 MiB cut a 16 MiB upload's
 /// early answer short on loopback.
 const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// How long a piece of an answer written with MSG_MORE waits for the server's next bytes
+/// before it is pushed out (the kernel's own limit is 200 ms).
+const CORK_GRACE: Duration = Duration::from_millis(2);
 const LINGER_BYTES: usize = 64 << 20;
 
 /// How long an idle client connection may keep its server connection. Past this the server
@@ -2910,6 +2914,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         // Not under `option nolinger`, whose close is a reset that would discard it.
         let fin_follows =
             !client_keep && req_body.done() && self.cbuf.is_empty() && !self.fe.options.nolinger;
+        // Written with MSG_MORE and not pushed out since.
+        let mut corked = false;
         let w = if rsp_body.done() && !fin_follows {
             if self.ctx.w.active.get() > 1 {
                 // A whole response in hand goes out after the other connections ready in
@@ -2924,6 +2930,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         } else {
             // More follows (the body, or the FIN): it waits in the socket for it, unless the
             // server pauses (`push_pending` below).
+            corked = true;
             self.client.write_all_more(&self.out).await
         };
         if w.is_err() {
@@ -2957,14 +2964,25 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     let body_left = !body_dropped && (pending > 0 || unflushed || !req_body.done());
                     if !body_left {
                         let read = super::with_timeout(t_server, stream.read_buf(&mut self.sbuf));
+                        if !corked {
+                            break read.await;
+                        }
                         tokio::pin!(read);
-                        // What was written with MSG_MORE goes now if the server's next bytes
-                        // are not there yet (a streamed answer, server-sent events): the
-                        // kernel would hold it up to 200 ms.
+                        // What was written with MSG_MORE waits for the server's next bytes
+                        // a moment (a head sent apart from its body: the body comes one
+                        // round trip later, and both leave in one segment), then goes: the
+                        // kernel would hold it up to 200 ms (a streamed answer, server-sent
+                        // events).
                         match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
                             Poll::Ready(r) => break r,
                             Poll::Pending => {
+                                tokio::select! {
+                                    biased;
+                                    r = &mut read => break r,
+                                    _ = tokio::time::sleep(CORK_GRACE) => {}
+                                }
                                 self.client.push_pending();
+                                corked = false;
                                 break read.await;
                             }
                         }
@@ -2978,7 +2996,9 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     if pending == 0 && !unflushed && self.cbuf.capacity() - self.cbuf.len() < 512 {
                         self.cbuf.reserve(self.bufsize);
                     }
-                    self.client.push_pending();
+                    if std::mem::take(&mut corked) {
+                        self.client.push_pending();
+                    }
                     let (mut rd, mut wr) = tokio::io::split(&mut stream);
                     if pending > 0 {
                         tokio::select! {
@@ -3086,6 +3106,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             let w = if rsp_body.done() && !fin_follows {
                 super::with_timeout(t_client, self.client.send(piece)).await
             } else {
+                corked = true;
                 super::with_timeout(t_client, self.client.write_all_more(piece)).await
             };
             match w {

@@ -347,6 +347,19 @@ async fn fail(sess: &Session, st: &super::PeerStats, kind: u8) {
 }
 
 impl Session {
+    fn new(serial: u64, tables: usize) -> Session {
+        Session {
+            serial,
+            out: RefCell::new(Vec::new()),
+            wake: Notify::new(),
+            closed: Cell::new(false),
+            defined: RefCell::new(vec![false; tables]),
+            current: Cell::new(None),
+            closing: Cell::new(false),
+            taught: Cell::new(false),
+        }
+    }
+
     fn push(&self, f: impl FnOnce(&mut Vec<u8>)) {
         f(&mut self.out.borrow_mut());
         self.wake.notify_one();
@@ -494,16 +507,7 @@ async fn teach_successor(node: &Node, addr: std::net::SocketAddr) -> Option<bool
     if code != 200 {
         return Some(false);
     }
-    let sess = Session {
-        serial: 0,
-        out: RefCell::new(Vec::new()),
-        wake: Notify::new(),
-        closed: Cell::new(false),
-        defined: RefCell::new(vec![false; node.tables.len()]),
-        current: Cell::new(None),
-        closing: Cell::new(false),
-        taught: Cell::new(true),
-    };
+    let sess = Session::new(0, node.tables.len());
     teach(node, &sess);
     let dump = sess.out.take();
     s.write_all(&dump).await.ok()?;
@@ -715,16 +719,7 @@ async fn hello(addr: std::net::SocketAddr, callee: &str, caller: &str) -> Option
 async fn run_session(node: Rc<Node>, peer: usize, s: TcpStream, early: Vec<u8>) {
     let serial = node.serial.get() + 1;
     node.serial.set(serial);
-    let sess = Rc::new(Session {
-        serial,
-        out: RefCell::new(Vec::new()),
-        wake: Notify::new(),
-        closed: Cell::new(false),
-        defined: RefCell::new(vec![false; node.tables.len()]),
-        current: Cell::new(None),
-        closing: Cell::new(false),
-        taught: Cell::new(false),
-    });
+    let sess = Rc::new(Session::new(serial, node.tables.len()));
     // The newer session replaces an older one (HAProxy's rule too).
     let st = &node.sec.stats[peer];
     if let Some(old) = node.sessions.borrow_mut().insert(peer, sess.clone()) {

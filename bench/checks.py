@@ -61,6 +61,7 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 import tls as base  # noqa: E402  (free_port, wait_port, cpu_s)
+from difftool import cli  # noqa: E402
 ROOT = os.path.dirname(BENCH)
 CLK = os.sysconf('SC_CLK_TCK')
 PAGE = os.sysconf('SC_PAGE_SIZE')
@@ -359,21 +360,6 @@ def make_config(a, port, sock, servers, check, mode):
         ip, p = addr_of(i, a.per_addr)
         lines.append(f'    server s{i} {ip}:{p}')
     return '\n'.join(lines) + '\n'
-
-
-def cli(sock, cmd, timeout=10):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(sock)
-    s.sendall(cmd.encode() + b'\n')
-    buf = b''
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        buf += d
-    s.close()
-    return buf.decode(errors='replace')
 
 
 def server_states(sock):

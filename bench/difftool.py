@@ -72,6 +72,22 @@ class Listener:
             pass
 
 
+def cli(sock, cmd, timeout=10):
+    """One command on a stats socket (UNIX path `sock`): its whole answer."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(sock)
+    s.sendall(cmd.encode() + b'\n')
+    buf = b''
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        buf += d
+    s.close()
+    return buf.decode(errors='replace')
+
+
 def check_config(binary, cfg):
     """`BINARY -c -f CFG`: (exit status, its output)."""
     r = subprocess.run([binary, "-c", "-f", cfg], capture_output=True, timeout=20, text=True)

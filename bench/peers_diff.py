@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from difftool import ProxyRun, free_port  # noqa: E402
+from difftool import ProxyRun, cli, free_port  # noqa: E402
 
 TABLES = ["mesh/t", "b_ip", "b_int"]
 
@@ -47,21 +47,6 @@ frontend fe
     http-request track-sc1 src table b_ip
     http-request return status 200
 """
-
-
-def cli(sock, cmd):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(5)
-    s.connect(sock)
-    s.sendall(cmd.encode() + b"\n")
-    out = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        out += d
-    s.close()
-    return out.decode()
 
 
 def table(sock, name):

@@ -268,51 +268,36 @@ fn a_server_that_stops_reading_the_body_still_gets_its_answer_through() {
 /// DATA frame of the request is echoed as one, and the answer ends with trailers after the
 /// request ends.
 fn h2_echo_server() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.set_nonblocking(true).unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::from_std(l).unwrap();
-            while let Ok((s, _)) = l.accept().await {
-                tokio::spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(s).await else {
-                        return;
-                    };
-                    while let Some(Ok((req, mut respond))) = conn.accept().await {
-                        tokio::spawn(async move {
-                            let rsp = http::Response::builder()
-                                .status(200)
-                                .header("content-type", "application/grpc")
-                                .body(())
-                                .unwrap();
-                            let mut tx = respond.send_response(rsp, false).unwrap();
-                            let mut body = req.into_body();
-                            while let Some(Ok(d)) = body.data().await {
-                                let _ = body.flow_control().release_capacity(d.len());
-                                if d.is_empty() {
-                                    continue;
-                                }
-                                let mut out = b"echo ".to_vec();
-                                out.extend_from_slice(&d);
-                                if tx.send_data(Bytes::from(out), false).is_err() {
-                                    return;
-                                }
-                            }
-                            let mut t = http::HeaderMap::new();
-                            t.insert("grpc-status", "0".parse().unwrap());
-                            let _ = tx.send_trailers(t);
-                        });
+    common::h2server::tokio_server(|s| async move {
+        let Ok(mut conn) = h2::server::handshake(s).await else {
+            return;
+        };
+        while let Some(Ok((req, mut respond))) = conn.accept().await {
+            tokio::spawn(async move {
+                let rsp = http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/grpc")
+                    .body(())
+                    .unwrap();
+                let mut tx = respond.send_response(rsp, false).unwrap();
+                let mut body = req.into_body();
+                while let Some(Ok(d)) = body.data().await {
+                    let _ = body.flow_control().release_capacity(d.len());
+                    if d.is_empty() {
+                        continue;
                     }
-                });
-            }
-        });
-    });
-    port
+                    let mut out = b"echo ".to_vec();
+                    out.extend_from_slice(&d);
+                    if tx.send_data(Bytes::from(out), false).is_err() {
+                        return;
+                    }
+                }
+                let mut t = http::HeaderMap::new();
+                t.insert("grpc-status", "0".parse().unwrap());
+                let _ = tx.send_trailers(t);
+            });
+        }
+    })
 }
 
 #[test]

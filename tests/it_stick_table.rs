@@ -533,24 +533,31 @@ fn configuration_errors_name_the_line_and_the_table() {
     assert_eq!(code, 0, "{out}");
 }
 
+/// A frontend on `port` in front of backend `be`, whose lines besides its servers are
+/// `be_lines` (persistence rules), with the stats socket of `dir`.
+fn persistence(dir: &TempDir, port: u16, be_lines: &str, servers: &[&HttpBackend]) -> String {
+    format!(
+        "{}{DEFAULTS_HTTP}
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend be
+{}",
+        global(dir),
+        backend_section("be", be_lines, servers)
+    )
+}
+
 #[test]
 fn stick_on_src_keeps_a_client_on_its_server_until_that_server_goes() {
     let s1 = HttpBackend::start("s1");
     let s2 = HttpBackend::start("s2");
     let dir = TempDir::new();
     let port = free_port();
-    let cfg = format!(
-        "{}{DEFAULTS_HTTP}
-frontend fe
-    bind 127.0.0.1:{port}
-    default_backend be
-{}",
-        global(&dir),
-        backend_section(
-            "be",
-            "    balance roundrobin\n    stick-table type ip size 1m expire 30m\n    stick on src",
-            &[&s1, &s2]
-        )
+    let cfg = persistence(
+        &dir,
+        port,
+        "    balance roundrobin\n    stick-table type ip size 1m expire 30m\n    stick on src",
+        &[&s1, &s2],
     );
     let _s = Sluice::start(&cfg);
     let from = |last: u8| {
@@ -618,19 +625,12 @@ fn stick_store_response_learns_the_session_cookie_a_server_sets() {
     let s2 = session_server("s2");
     let dir = TempDir::new();
     let port = free_port();
-    let cfg = format!(
-        "{}{DEFAULTS_HTTP}
-frontend fe
-    bind 127.0.0.1:{port}
-    default_backend be
-{}",
-        global(&dir),
-        backend_section(
-            "be",
-            "    balance roundrobin\n    stick-table type string len 32 size 1k expire 30m\n\
+    let cfg = persistence(
+        &dir,
+        port,
+        "    balance roundrobin\n    stick-table type string len 32 size 1k expire 30m\n\
     stick on req.cook(JSESSIONID)\n    stick store-response res.cook(JSESSIONID)",
-            &[&s1, &s2]
-        )
+        &[&s1, &s2],
     );
     let _s = Sluice::start(&cfg);
     // Two new sessions, balanced to the two servers; each learns its cookie.

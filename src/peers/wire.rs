@@ -298,8 +298,6 @@ struct Node {
     /// Per peer and table, the keys changed here while that peer had no session: sent when
     /// it has one again (HAProxy resumes after the last update the peer acknowledged).
     backlog: RefCell<Vec<Vec<std::collections::HashSet<Key>>>>,
-    /// Learnt the peers' entries (a resync finished), or gave up waiting.
-    synced: Cell<bool>,
     serial: Cell<u64>,
     w: Rc<Worker>,
 }
@@ -316,8 +314,13 @@ impl Node {
         id
     }
 
+    /// Learnt the peers' entries (a resync finished), or gave up waiting (kept in the
+    /// section, where `show peers` reads it).
+    fn synced(&self) -> bool {
+        self.sec.synced.load(Relaxed)
+    }
+
     fn set_synced(&self) {
-        self.synced.set(true);
         self.sec.synced.store(true, Relaxed);
     }
 }
@@ -420,7 +423,6 @@ pub fn spawn(w: &Rc<Worker>) {
                     .map(|_| (0..n).map(|_| Default::default()).collect())
                     .collect(),
             ),
-            synced: Cell::new(sec.peers.len() == 1),
             serial: Cell::new(0),
             w: w.clone(),
         });
@@ -731,7 +733,7 @@ async fn run_session(node: Rc<Node>, peer: usize, s: TcpStream, early: Vec<u8>) 
     // asks for the entries it missed.
     sess.push(|o| {
         message(o, CTRL, HEARTBEAT_MSG, &[]);
-        if !node.synced.get() {
+        if !node.synced() {
             message(o, CTRL, RESYNC_REQUEST, &[]);
         }
     });
@@ -904,7 +906,7 @@ fn teach(node: &Node, sess: &Session) {
             sess.push(|o| message(o, TABLE, DEFINE, &wt.definition(t + 1)));
         }
     }
-    let done = if node.synced.get() {
+    let done = if node.synced() {
         RESYNC_FINISHED
     } else {
         RESYNC_PARTIAL

@@ -83,51 +83,39 @@ impl H2Server {
     }
 
     fn spawn(handler: Handler, tls: Option<tokio_rustls::TlsAcceptor>) -> H2Server {
-        let l = std::net::TcpListener::bind(lo(0)).unwrap();
-        l.set_nonblocking(true).unwrap();
-        let port = l.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let goaways = Arc::new(AtomicUsize::new(0));
         let closed = Arc::new(AtomicUsize::new(0));
         let (s2, g2, c2) = (seen.clone(), goaways.clone(), closed.clone());
         let conns = AtomicUsize::new(0);
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let l = tokio::net::TcpListener::from_std(l).unwrap();
-                while let Ok((s, _)) = l.accept().await {
-                    let (h, seen, goaways, tls, closed) = (
-                        handler.clone(),
-                        s2.clone(),
-                        g2.clone(),
-                        tls.clone(),
-                        c2.clone(),
-                    );
-                    let id = conns.fetch_add(1, SeqCst);
-                    tokio::spawn(async move {
-                        let got = match tls {
-                            None => serve(ByteRecorder::new(s), ("-".into(), id), &h, &seen).await,
-                            Some(acc) => {
-                                let Ok(t) = acc.accept(s).await else { return };
-                                let alpn = t
-                                    .get_ref()
-                                    .1
-                                    .alpn_protocol()
-                                    .map(|a| String::from_utf8_lossy(a).into_owned())
-                                    .unwrap_or_else(|| "-".into());
-                                serve(ByteRecorder::new(t), (alpn, id), &h, &seen).await
-                            }
-                        };
-                        if has_goaway(&got) {
-                            goaways.fetch_add(1, SeqCst);
-                        }
-                        closed.fetch_add(1, SeqCst);
-                    });
+        let port = tokio_server(move |s| {
+            let (h, seen, goaways, tls, closed) = (
+                handler.clone(),
+                s2.clone(),
+                g2.clone(),
+                tls.clone(),
+                c2.clone(),
+            );
+            let id = conns.fetch_add(1, SeqCst);
+            async move {
+                let got = match tls {
+                    None => serve(ByteRecorder::new(s), ("-".into(), id), &h, &seen).await,
+                    Some(acc) => {
+                        let Ok(t) = acc.accept(s).await else { return };
+                        let alpn = t
+                            .get_ref()
+                            .1
+                            .alpn_protocol()
+                            .map(|a| String::from_utf8_lossy(a).into_owned())
+                            .unwrap_or_else(|| "-".into());
+                        serve(ByteRecorder::new(t), (alpn, id), &h, &seen).await
+                    }
+                };
+                if has_goaway(&got) {
+                    goaways.fetch_add(1, SeqCst);
                 }
-            });
+                closed.fetch_add(1, SeqCst);
+            }
         });
         H2Server {
             port,
@@ -296,4 +284,29 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ByteRecorder<T> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
+}
+
+/// A loopback server on a thread of its own, with a current-thread tokio runtime: `conn`
+/// makes the task that serves each accepted connection. Its port.
+pub fn tokio_server<F, Fut>(conn: F) -> u16
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let l = std::net::TcpListener::bind(lo(0)).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            while let Ok((s, _)) = l.accept().await {
+                tokio::spawn(conn(s));
+            }
+        });
+    });
+    port
 }

@@ -313,14 +313,20 @@ fn config_errors_name_the_problem() {
     let (code, out) = check("cookie S insert domain localhost");
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("contains no embedded dot"), "{out}");
-    // HTTP only.
+    // HTTP only: in `mode tcp`, ignored with HAProxy's warnings.
     let (code, out) = Sluice::check(
         "defaults\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\n\
-         backend be\n    mode tcp\n    cookie S insert\n    server s1 127.0.0.1:1\n",
+         backend be\n    mode tcp\n    cookie S insert\n    server s1 127.0.0.1:1 cookie a\n",
     );
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("'cookie' in backend 'be': requires 'mode http'"),
+        out.contains(":7: cookie will be ignored for backend 'be' (needs 'mode http')."),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            ":8: backend 'be' : ignoring cookie for server 's1' as HTTP mode is disabled."
+        ),
         "{out}"
     );
 }

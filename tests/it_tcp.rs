@@ -71,6 +71,23 @@ fn bytes_flow_both_ways() {
     }
 }
 
+/// HTTP-only keywords in a `mode tcp` proxy are ignored (with HAProxy's warnings, checked in
+/// the parser's tests): an HTTP request passes byte for byte, not denied, no header added.
+#[test]
+fn http_keywords_in_tcp_mode_are_ignored_as_haproxy_ignores_them() {
+    let echo = TcpBackend::echo();
+    let (_s, port) = tcp_proxy(
+        TCP_DEFAULTS,
+        "    http-request deny\n    option forwardfor\n    cookie S insert\n    \
+         balance uri\n    redirect prefix /elsewhere",
+        &[echo.hostport()],
+    );
+    let mut c = connect(port);
+    let req = b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n";
+    c.write_all(req).unwrap();
+    assert_eq!(read_exact_n(&mut c, req.len()), req);
+}
+
 #[test]
 fn large_transfer_in_both_directions_at_once() {
     let echo = TcpBackend::echo();

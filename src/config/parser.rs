@@ -578,7 +578,7 @@ impl State {
                 self.defaults = Some(*d);
             }
             Section::Proxy(mut d) => {
-                let errs = d.finish();
+                let errs = d.finish(&mut self.warnings);
                 self.errors.extend(errs);
                 self.proxies.push(*d);
             }

@@ -105,9 +105,9 @@ pub(super) struct Draft {
     pub use_backends: Vec<UseBackendDraft>,
     /// Where `id` was set.
     pub id_at: Option<Origin>,
-    /// Explicit uses of HTTP-only features: (where, keyword, reason) — errors unless the
-    /// proxy ends up in `mode http`.
-    pub http_only: Vec<(Origin, String, String)>,
+    /// Explicit uses of HTTP-only features: (where, keyword, reason). In `mode tcp` those
+    /// with a reason are errors; the others are ignored with HAProxy's warning.
+    pub http_only: Vec<(Origin, String, Option<String>)>,
     /// Whether `p.stats` came from this section's own `stats` lines (not from `defaults`).
     pub stats_own: bool,
     /// Whether the `http-check` / `tcp-check` rules are this section's own: the first rule a
@@ -249,26 +249,68 @@ impl Draft {
         }
     }
 
-    /// Records an HTTP-only feature used explicitly on line `l` (checked when the section ends).
+    /// Records an HTTP-only keyword used explicitly on line `l`. If the proxy ends up in
+    /// `mode tcp`, it is ignored with HAProxy's warning (see `tcp_mode_warning`).
     pub(super) fn needs_http(&mut self, l: &Line, what: &str) {
-        self.needs_http_because(l, what, "requires 'mode http' (this proxy is in mode tcp)");
+        self.record_http_only(l, what, None);
     }
 
+    /// Records an HTTP-only use on line `l` that is an error in `mode tcp`, for `reason`:
+    /// HTTP samples in a rule HAProxy would keep but that could never match, or a feature
+    /// sluice only has in `mode http`.
     pub(super) fn needs_http_because(&mut self, l: &Line, what: &str, reason: &str) {
+        self.record_http_only(l, what, Some(reason.to_string()));
+    }
+
+    fn record_http_only(&mut self, l: &Line, what: &str, reason: Option<String>) {
         if !self.is_defaults {
             let o = Origin {
                 file: l.file.clone(),
                 line: l.line,
             };
-            self.http_only
-                .push((o, what.to_string(), reason.to_string()));
+            self.http_only.push((o, what.to_string(), reason));
         }
     }
 
-    /// End-of-section checks. In `mode tcp`, explicit HTTP-only keywords are errors, and
-    /// HTTP-only settings inherited from `defaults` fall back as in HAProxy (`httplog` becomes
-    /// `tcplog`, `forwardfor` is dropped, layer-7 balancing becomes `roundrobin`).
-    pub(super) fn finish(&mut self) -> Vec<ConfigError> {
+    /// The proxy as HAProxy's mode warnings name it: `proxy 'x'` for a `listen` section.
+    fn haproxy_name(&self) -> String {
+        match self.p.kind {
+            ProxyKind::Listen => format!("proxy '{}'", self.p.name),
+            k => format!("{} '{}'", kind_name(k), self.p.name),
+        }
+    }
+
+    /// HAProxy's warning for an HTTP-only keyword `what` in a `mode tcp` proxy; where
+    /// HAProxy ignores one without a word, the same sentence as its `capture` warning.
+    fn tcp_mode_warning(&self, what: &str) -> String {
+        let p = self.haproxy_name();
+        match what {
+            "http-request" | "http-response" | "http-after-response" | "redirect" => {
+                format!("'{what}' rules ignored for {p} as they require HTTP mode.")
+            }
+            "option httplog" => format!(
+                "'option httplog' not usable with {p} (needs 'mode http'). Falling back to \
+                 'option tcplog'."
+            ),
+            "monitor-uri" | "cookie" => {
+                format!("{what} will be ignored for {p} (needs 'mode http').")
+            }
+            w if w.starts_with("balance ") => format!(
+                "Layer 7 hash not possible for {p} (needs 'mode http'). Falling back to round \
+                 robin."
+            ),
+            w if w.starts_with("option ") => {
+                format!("'{what}' ignored for {p} as it requires HTTP mode.")
+            }
+            _ => format!("'{what}' statement ignored for {p} as it requires HTTP mode."),
+        }
+    }
+
+    /// End-of-section checks. In `mode tcp`, HTTP-only keywords are ignored as HAProxy
+    /// ignores them, with its warning (pushed to `warnings`) for explicit ones: `httplog`
+    /// becomes `tcplog`, HTTP rules, `forwardfor`, `cookie`, `stats` and the like are dropped,
+    /// layer-7 balancing becomes `roundrobin`. HTTP samples in TCP rules stay errors.
+    pub(super) fn finish(&mut self, warnings: &mut Vec<ConfigError>) -> Vec<ConfigError> {
         let mut errors = Vec::new();
         // Check settings that depend on both the server line and the proxy's check rules.
         let mut servers = std::mem::take(&mut self.p.servers);
@@ -323,11 +365,24 @@ impl Draft {
         if self.p.mode != Mode::Tcp {
             return errors;
         }
+        let mut warned: Vec<&str> = Vec::new();
         for (o, what, reason) in &self.http_only {
-            errors.push(ConfigError {
+            let (list, message) = match reason {
+                Some(reason) => (
+                    &mut errors,
+                    format!("'{what}' in {}: {reason}", self.describe()),
+                ),
+                // Once per keyword and proxy, at its first line, as HAProxy warns.
+                None if warned.contains(&what.as_str()) => continue,
+                None => {
+                    warned.push(what);
+                    (&mut *warnings, self.tcp_mode_warning(what))
+                }
+            };
+            list.push(ConfigError {
                 file: o.file.clone(),
                 line: o.line,
-                message: format!("'{what}' in {}: {reason}", self.describe()),
+                message,
             });
         }
         // HAProxy reserves some variables for `mode http` (an inherited format included).
@@ -360,6 +415,28 @@ impl Draft {
         self.p.monitor_uri = None;
         // Likewise an inherited stats page (an explicit `stats` line was reported above).
         self.p.stats = None;
+        let name = self.haproxy_name();
+        for sv in &mut self.p.servers {
+            if sv.cookie.take().is_some() {
+                warnings.push(ConfigError {
+                    file: sv.origin.file.clone(),
+                    line: sv.origin.line,
+                    message: format!(
+                        "{name} : ignoring cookie for server '{}' as HTTP mode is disabled.",
+                        sv.name
+                    ),
+                });
+            }
+        }
+        // What only an HTTP stream reads, dropped so that nothing half-applies in `mode tcp`.
+        let p = &mut self.p;
+        p.http_request.clear();
+        p.http_response.clear();
+        p.http_after_response.clear();
+        p.redirects.clear();
+        p.capture_req.clear();
+        p.capture_rsp.clear();
+        p.options.http_buffer_request = false;
         if matches!(
             self.p.balance,
             Balance::Uri { .. } | Balance::UrlParam { .. } | Balance::Hdr { .. }
@@ -369,6 +446,9 @@ impl Draft {
         errors
     }
 }
+
+/// HAProxy also puts a unique ID in `mode tcp` logs; sluice makes one only for HTTP requests.
+const UNIQUE_ID_TCP: &str = "sluice generates unique IDs only in 'mode http'";
 
 // Where a keyword may appear.
 pub(super) const D: u8 = 1;
@@ -719,13 +799,13 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                     .store(true, std::sync::atomic::Ordering::Relaxed);
             }
             d.p.options.unique_id_format = Some(std::sync::Arc::new(f));
-            d.needs_http(l, "unique-id-format");
+            d.needs_http_because(l, "unique-id-format", UNIQUE_ID_TCP);
         }
         "unique-id-header" => {
             let name = super::values::header_name(arg(w, 1, "header name")?)?;
             no_extra(w, 2)?;
             d.p.options.unique_id_header = Some(name);
-            d.needs_http(l, "unique-id-header");
+            d.needs_http_because(l, "unique-id-header", UNIQUE_ID_TCP);
         }
         "default_backend" => {
             let name = arg(w, 1, "backend name")?;
@@ -1449,7 +1529,7 @@ fn stats(d: &mut Draft, l: &Line) -> Result<(), String> {
     let r = stats_sub(d, &mut st, sub, w);
     d.p.stats = Some(st);
     r?;
-    d.needs_http_because(l, "stats", "the stats page requires 'mode http'");
+    d.needs_http(l, "stats");
     Ok(())
 }
 

@@ -67,6 +67,15 @@ fn warnings(c: &Config) -> Vec<String> {
     c.warnings.iter().map(ToString::to_string).collect()
 }
 
+/// Loads, expects exactly one warning, checks it contains every one of `parts`.
+fn warn1(lines: &[&str], parts: &[&str]) -> Config {
+    let c = ok(lines);
+    let w = warnings(&c);
+    assert_eq!(w.len(), 1, "expected exactly one warning, got {w:#?}");
+    has(&w[0], parts);
+    c
+}
+
 fn has(msg: &str, parts: &[&str]) {
     for p in parts {
         assert!(msg.contains(p), "{msg:?} does not contain {p:?}");
@@ -840,7 +849,7 @@ fn default_backend_and_monitor_uri_in_defaults() {
     assert_eq!(px(&c, "app").monitor_uri, None);
 
     // A tcp frontend inheriting from a tcp defaults section: monitor-uri is HTTP-only and
-    // inherited silently dropped; an explicit one is an error.
+    // inherited silently dropped; an explicit one is dropped with HAProxy's warning.
     let c = ok(&[
         "defaults",
         "  monitor-uri /alive",
@@ -848,14 +857,14 @@ fn default_backend_and_monitor_uri_in_defaults() {
         "  bind :80",
     ]);
     assert_eq!(px(&c, "fe").monitor_uri, None);
-    err1(
+    let c = warn1(
         &["frontend fe", "  bind :80", "  monitor-uri /alive"],
         &[
             "t.cfg:3: ",
-            "'monitor-uri' in frontend 'fe'",
-            "requires 'mode http'",
+            "monitor-uri will be ignored for frontend 'fe' (needs 'mode http').",
         ],
     );
+    assert_eq!(px(&c, "fe").monitor_uri, None);
     // An unknown inherited default backend is reported where it was written.
     err1(
         &[
@@ -1915,20 +1924,18 @@ fn balance_errors() {
 
 #[test]
 fn layer7_balance_in_tcp_mode() {
-    // Explicit: an error. Inherited from defaults: HAProxy falls back to roundrobin.
+    // HAProxy falls back to roundrobin, with a warning when the line is the proxy's own.
     for algo in ["uri", "url_param id", "hdr(host)"] {
         let line = format!("  balance {algo}");
-        let e = err1(
+        let c = warn1(
             &["backend be", &line],
-            &["t.cfg:2: ", "requires 'mode http'"],
+            &[
+                "t.cfg:2: ",
+                "Layer 7 hash not possible for backend 'be' (needs 'mode http'). Falling back \
+                 to round robin.",
+            ],
         );
-        has(
-            &e,
-            &[&format!(
-                "'balance {}' in backend 'be'",
-                algo.split(' ').next().unwrap()
-            )],
-        );
+        assert_eq!(px(&c, "be").balance, Balance::RoundRobin, "{algo}");
         let c = ok(&["defaults", &line, "backend be"]);
         assert_eq!(px(&c, "be").balance, Balance::RoundRobin, "{algo}");
         let c = ok(&["defaults", &line, "  mode http", "backend be"]);
@@ -2157,23 +2164,33 @@ fn no_option_connection_modes() {
 
 #[test]
 fn http_options_in_tcp_mode() {
-    // Explicit HTTP-only options in a tcp proxy are errors...
+    // Explicit HTTP-only options in a tcp proxy are ignored with HAProxy's warnings...
+    let c = warn1(
+        &["listen li", "  bind :80", "  option httplog"],
+        &[
+            "t.cfg:3: ",
+            "'option httplog' not usable with proxy 'li' (needs 'mode http'). Falling back to \
+             'option tcplog'.",
+        ],
+    );
+    assert!(px(&c, "li").options.tcplog && !px(&c, "li").options.httplog);
     for opt in [
-        "httplog",
         "forwardfor",
         "http-server-close",
         "httpclose",
         "http-keep-alive",
+        "http-buffer-request",
     ] {
         let line = format!("  option {opt}");
-        err1(
+        let c = warn1(
             &["frontend fe", "  bind :80", &line],
             &[
                 "t.cfg:3: ",
-                &format!("'option {opt}' in frontend 'fe'"),
-                "requires 'mode http'",
+                &format!("'option {opt}' ignored for frontend 'fe' as it requires HTTP mode."),
             ],
         );
+        assert!(px(&c, "fe").options.forwardfor.is_none());
+        assert!(!px(&c, "fe").options.http_buffer_request);
     }
     // ...but `no option X` is harmless.
     ok(&[
@@ -2854,46 +2871,49 @@ fn http_rule_errors() {
 }
 
 #[test]
-fn http_rules_require_mode_http() {
-    let e = errs(&[
+fn http_rules_in_tcp_mode_are_ignored_with_haproxy_warnings() {
+    let c = ok(&[
         "frontend fe",
         "  bind :80",
         "  http-request deny",
         "  http-response del-header Server",
+        "  http-request allow",
+        "  default_backend be",
         "backend be",
         "  http-request set-header X-A b",
-        "defaults",
-        "  http-request deny",
+        "  redirect prefix /x",
+        "  http-after-response set-header X-B c",
+        "  server s 127.0.0.1:80 cookie s1",
     ]);
-    assert_eq!(e.len(), 4, "{e:#?}");
-    has(
-        &e[0],
-        &[
-            "t.cfg:3: ",
-            "'http-request' in frontend 'fe'",
-            "requires 'mode http' (this proxy is in mode tcp)",
-        ],
+    assert_eq!(
+        warnings(&c),
+        [
+            "t.cfg:3: 'http-request' rules ignored for frontend 'fe' as they require HTTP mode.",
+            "t.cfg:4: 'http-response' rules ignored for frontend 'fe' as they require HTTP mode.",
+            "t.cfg:8: 'http-request' rules ignored for backend 'be' as they require HTTP mode.",
+            "t.cfg:9: 'redirect' rules ignored for backend 'be' as they require HTTP mode.",
+            "t.cfg:10: 'http-after-response' rules ignored for backend 'be' as they require HTTP \
+             mode.",
+            "t.cfg:11: backend 'be' : ignoring cookie for server 's' as HTTP mode is disabled.",
+        ]
     );
-    has(
-        &e[1],
+    for name in ["fe", "be"] {
+        let p = px(&c, name);
+        assert!(
+            p.http_request.is_empty() && p.http_response.is_empty(),
+            "{name}"
+        );
+        assert!(
+            p.http_after_response.is_empty() && p.redirects.is_empty(),
+            "{name}"
+        );
+    }
+    assert_eq!(px(&c, "be").servers[0].cookie, None);
+    // In `defaults` it is not a mode question: the keyword is not allowed there.
+    err1(
+        &["defaults", "  http-request deny"],
         &[
-            "t.cfg:4: ",
-            "'http-response' in frontend 'fe'",
-            "requires 'mode http'",
-        ],
-    );
-    has(
-        &e[2],
-        &[
-            "t.cfg:6: ",
-            "'http-request' in backend 'be'",
-            "requires 'mode http'",
-        ],
-    );
-    has(
-        &e[3],
-        &[
-            "t.cfg:8: ",
+            "t.cfg:2: ",
             "keyword 'http-request' is not allowed in 'defaults' section",
         ],
     );
@@ -3170,7 +3190,7 @@ fn all_errors_are_reported_in_file_and_line_order() {
                     "frontend fe",            // 1
                     "  bind :80",             // 2
                     "  use_backend nowhere",  // 3  resolution
-                    "  http-request deny",    // 4  end-of-section (mode tcp)
+                    "  unique-id-format %ci", // 4  end-of-section (mode tcp)
                     "  server s 10.0.0.1:80", // 5  wrong section
                     "backend dup",            // 6
                     "backend dup",            // 7  duplicate
@@ -3386,10 +3406,11 @@ fn stats_page_keywords_and_inheritance() {
         &["listen l", "  bind :80", "  mode http", "  stats urii /x"],
         &["unknown keyword 'stats urii'", "did you mean 'uri'"],
     );
-    err1(
+    let c = warn1(
         &["listen l", "  bind :80", "  stats enable"],
-        &["'stats'", "requires 'mode http'"],
+        &["'stats' statement ignored for proxy 'l' as it requires HTTP mode."],
     );
+    assert!(px(&c, "l").stats.is_none());
     err1(
         &["defaults", "  mode http", "  stats admin if TRUE"],
         &["'stats admin' is not allowed in 'defaults'"],
@@ -3441,15 +3462,17 @@ fn use_service_prometheus_exporter() {
     has(&e[1], &["t.cfg:5: ", "expects a service name"]);
     has(&e[2], &["t.cfg:6: ", "unexpected argument 'x'"]);
     has(&e[3], &["t.cfg:7: ", "unknown service 'lua.svc'"]);
-    // Like every http-request action, it needs mode http.
-    let e = errs(&[
-        "listen l",
-        "  mode tcp",
-        "  bind :8405",
-        "  http-request use-service prometheus-exporter",
-        "  server s 127.0.0.1:80",
-    ]);
-    has(&e[0], &["t.cfg:4: ", "mode http"]);
+    // Like every http-request action, it needs mode http (HAProxy ignores it otherwise).
+    warn1(
+        &[
+            "listen l",
+            "  mode tcp",
+            "  bind :8405",
+            "  http-request use-service prometheus-exporter",
+            "  server s 127.0.0.1:80",
+        ],
+        &["t.cfg:4: ", "'http-request' rules ignored for proxy 'l'"],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -3721,14 +3744,14 @@ fn redirect_rules_keyword() {
         ],
         &["t.cfg:3: ", "code 200 is not a redirect"],
     );
-    err1(
+    warn1(
         &[
             "frontend fe",
             "  bind :80",
             "  mode tcp",
             "  redirect location /x",
         ],
-        &["t.cfg:4: ", "requires 'mode http'"],
+        &["t.cfg:4: ", "'redirect' rules ignored for frontend 'fe'"],
     );
 }
 

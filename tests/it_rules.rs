@@ -205,6 +205,39 @@ fn set_add_del_request_headers() {
     assert_eq!(t.a.last_request().header("x-cond"), None);
 }
 
+/// `del-header NAME -m beg|end|sub|reg` (HAProxy 2.6): the name is matched by that method,
+/// case-insensitively except the regex; a name no field can have only warns.
+#[test]
+fn del_header_matching_methods() {
+    let t = two(
+        "    http-request del-header x-debug- -m beg\n    http-request del-header -token -m end\n\
+         http-request del-header secret -m sub\n    http-request del-header ^X-[0-9]+$ -m reg\n\
+         http-request del-header ^Keep:.*$",
+        "",
+    );
+    req(
+        t.port,
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Debug-A: 1\r\nx-debug-b: 2\r\nX-Debugger: 3\r\n\
+         Auth-Token: 4\r\nTOKEN: 5\r\nMy-SECRET-Key: 6\r\nX-12: 7\r\nx-12: 8\r\nX-12a: 9\r\n\
+         Keep: 10\r\n",
+    );
+    let q = t.a.last_request();
+    let names = q.header_names();
+    for gone in [
+        "X-Debug-A",
+        "x-debug-b",
+        "Auth-Token",
+        "My-SECRET-Key",
+        "X-12",
+    ] {
+        assert!(!names.contains(&gone), "{gone} should be gone: {names:?}");
+    }
+    // `x-12` stays: the regex is case-sensitive; `TOKEN` does not end with `-token`.
+    for kept in ["X-Debugger", "TOKEN", "x-12", "X-12a", "Keep"] {
+        assert!(names.contains(&kept), "{kept} should stay: {names:?}");
+    }
+}
+
 #[test]
 fn backend_request_rules_apply_too() {
     let t = two(

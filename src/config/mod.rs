@@ -1604,8 +1604,10 @@ pub enum HeaderAction {
         name: String,
         value: LfValue,
     },
+    /// `del-header NAME [-m str|beg|end|sub|reg]`.
     DelHeader {
         name: String,
+        how: NameMatch,
     },
     /// `replace-header NAME REGEX FMT` (`each_value: false`): a field of that name whose
     /// value the regex matches takes FMT as its value, `\1`..`\9` being the regex's groups;
@@ -1616,6 +1618,34 @@ pub enum HeaderAction {
         value: LfValue,
         each_value: bool,
     },
+}
+
+/// How `del-header ... -m METH` compares a field's name with NAME: case-insensitively, as
+/// HAProxy does, except `reg` (the regex as written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameMatch {
+    Str,
+    Beg,
+    End,
+    Sub,
+    Reg(Re),
+}
+
+impl NameMatch {
+    /// Whether field name `n` matches `name` (lower-case for `beg`, `end` and `sub`).
+    pub fn matches(&self, n: &[u8], name: &[u8]) -> bool {
+        match self {
+            NameMatch::Str => crate::http::header_eq(n, name),
+            NameMatch::Beg => n.len() >= name.len() && n[..name.len()].eq_ignore_ascii_case(name),
+            NameMatch::End => {
+                n.len() >= name.len() && n[n.len() - name.len()..].eq_ignore_ascii_case(name)
+            }
+            NameMatch::Sub => {
+                name.is_empty() || n.windows(name.len()).any(|w| w.eq_ignore_ascii_case(name))
+            }
+            NameMatch::Reg(re) => re.0.is_match(n),
+        }
+    }
 }
 
 impl HeaderAction {

@@ -118,7 +118,13 @@ impl Headers {
                 self.add(name, value);
             }
             HeaderAction::AddHeader { name, .. } => self.add(name, value),
-            HeaderAction::DelHeader { name } => self.del(buf, name.as_bytes()),
+            HeaderAction::DelHeader {
+                name,
+                how: crate::config::NameMatch::Str,
+            } => self.del(buf, name.as_bytes()),
+            HeaderAction::DelHeader { name, how } => self
+                .list
+                .retain(|(n, _)| !how.matches(n.get(buf), name.as_bytes())),
             HeaderAction::Replace {
                 name,
                 regex,

@@ -1219,7 +1219,8 @@ const ALGORITHMS: &[&str] = &[
 
 fn balance(d: &mut Draft, l: &Line) -> Result<(), String> {
     let w = &l.words;
-    let algo = arg(w, 1, "load-balancing algorithm")?;
+    // A bare `balance` is HAProxy's default, round robin (backend_parse_balance).
+    let algo = w.get(1).map_or("roundrobin", String::as_str);
     let simple = |b: Balance| no_extra(w, 2).map(|_| b);
     let b = match algo {
         "roundrobin" => simple(Balance::RoundRobin)?,
@@ -1557,7 +1558,14 @@ fn stats_sub(d: &Draft, st: &mut StatsPage, sub: &str, w: &[String]) -> Result<(
         }
         "realm" => {
             let realm = arg(w, 2, "realm (spaces escaped with a backslash)")?;
-            no_extra(w, 3)?;
+            // HAProxy reads one word and ignores the rest without a word; say so.
+            if w.len() > 3 {
+                super::warn(format!(
+                    "'stats realm': only the first word is the realm ('{realm}'), as in \
+                     HAProxy; '{}' ignored (escape spaces with a backslash or quote the realm)",
+                    w[3..].join(" ")
+                ));
+            }
             if realm.contains(['"', '\\']) {
                 return Err(format!(
                     "realm '{realm}' must not contain double quotes or backslashes"

@@ -357,10 +357,10 @@ fn header_action(action: &str, args: &[String]) -> Result<HeaderAction, String> 
             format!("'{action}' expects a header name and a value")
         });
     }
+    if action == "del-header" {
+        return del_header(args);
+    }
     if args.len() > want {
-        if action == "del-header" && args.get(1).is_some_and(|a| a == "-m") {
-            return Err("'del-header ... -m' matching methods are not supported by sluice".into());
-        }
         return Err(format!(
             "'{action}': unexpected argument '{}' (quote values that contain spaces)",
             args[want]
@@ -368,7 +368,6 @@ fn header_action(action: &str, args: &[String]) -> Result<HeaderAction, String> 
     }
     let name = header_name(&args[0])?;
     Ok(match action {
-        "del-header" => HeaderAction::DelHeader { name },
         "set-header" => HeaderAction::SetHeader {
             name,
             value: lf_value(&args[1])?,
@@ -378,6 +377,50 @@ fn header_action(action: &str, args: &[String]) -> Result<HeaderAction, String> 
             value: lf_value(&args[1])?,
         },
     })
+}
+
+/// `del-header NAME [-m str|beg|end|sub|reg]`. HAProxy takes any NAME; one that no field
+/// can have (`^Server:.*$`, a regex written without `-m reg`) is kept, with a warning, as it
+/// never matches.
+fn del_header(args: &[String]) -> Result<HeaderAction, String> {
+    use crate::config::NameMatch;
+    let how = match args {
+        [_] => NameMatch::Str,
+        [_, m, meth] if m == "-m" => match meth.as_str() {
+            "str" => NameMatch::Str,
+            "beg" => NameMatch::Beg,
+            "end" => NameMatch::End,
+            "sub" => NameMatch::Sub,
+            "reg" => NameMatch::Reg(crate::config::Re(
+                regex::bytes::Regex::new(&args[0])
+                    .map_err(|e| format!("'del-header': invalid regex '{}': {e}", args[0]))?,
+            )),
+            m => {
+                return Err(format!(
+                    "'del-header': unknown matching method '{m}' (expected str, beg, end, \
+                     sub or reg)"
+                ));
+            }
+        },
+        [_, m] if m == "-m" => {
+            return Err("'del-header': '-m' expects str, beg, end, sub or reg".into());
+        }
+        [] => return Err("'del-header' expects a header name".into()),
+        [_, x, ..] => {
+            return Err(format!(
+                "'del-header': unexpected argument '{x}' (expected '-m METHOD', 'if' or \
+                 'unless')"
+            ));
+        }
+    };
+    let name = args[0].clone();
+    if !matches!(how, NameMatch::Reg(_)) && header_name(&name).is_err() {
+        crate::config::parser::warn(format!(
+            "'del-header': '{name}' is not a valid header name, so this rule never removes \
+             anything (for a regex, add '-m reg')"
+        ));
+    }
+    Ok(HeaderAction::DelHeader { name, how })
 }
 
 fn status_arg(args: &[String], i: usize, what: &str, lo: u64, hi: u64) -> Result<u16, String> {

@@ -1863,9 +1863,8 @@ fn balance_errors() {
         "  balance uri hole",                // 12
         "  balance uri len",                 // 13
         "  balance roundrobin extra",        // 14
-        "  balance",                         // 15
     ]);
-    assert_eq!(e.len(), 13, "{e:#?}");
+    assert_eq!(e.len(), 12, "{e:#?}");
     has(
         &e[0],
         &[
@@ -1912,7 +1911,9 @@ fn balance_errors() {
     );
     has(&e[10], &["t.cfg:13: ", "missing value after 'len'"]);
     has(&e[11], &["t.cfg:14: ", "unexpected extra argument 'extra'"]);
-    has(&e[12], &["t.cfg:15: ", "missing load-balancing algorithm"]);
+    // A bare `balance` is round robin, as in HAProxy.
+    let c = ok(&["backend be", "  balance source", "  balance"]);
+    assert_eq!(px(&c, "be").balance, Balance::RoundRobin);
     // In a frontend, HAProxy ignores it with a warning.
     let c = ok(&["frontend fe", "  bind :80", "  balance source"]);
     assert_eq!(
@@ -2589,7 +2590,8 @@ fn http_request_rules() {
     assert_eq!(
         *r[2],
         HttpRequestAction::Header(HeaderAction::DelHeader {
-            name: "X-Secret".into()
+            name: "X-Secret".into(),
+            how: crate::config::NameMatch::Str,
         })
     );
     assert_eq!(
@@ -2693,7 +2695,8 @@ fn http_request_rules() {
                 value: "no-cache".into()
             }),
             &HttpResponseAction::Header(HeaderAction::DelHeader {
-                name: "Server".into()
+                name: "Server".into(),
+                how: crate::config::NameMatch::Str,
             }),
         ]
     );
@@ -2788,7 +2791,7 @@ fn http_rule_errors() {
         "  http-response set-status 1000",                                   // 21
         "  http-response return status 200 string x",                        // 22
         "  http-response set-header X-A",                                    // 23
-        "  http-request del-header X-A -m beg",                              // 24
+        "  http-request del-header X-A -m all",                              // 24
         "  http-request return file /nonexistent/sluice/body",               // 25
     ]);
     assert_eq!(e.len(), 22, "{e:#?}");
@@ -2849,10 +2852,7 @@ fn http_rule_errors() {
         find(23),
         &["'set-header' expects a header name and a value"],
     );
-    has(
-        find(24),
-        &["'del-header ... -m' matching methods are not supported by sluice"],
-    );
+    has(find(24), &["unknown matching method 'all'"]);
     has(find(25), &["cannot read file '/nonexistent/sluice/body'"]);
     // A log-format expression in a header value is accepted (compiled, not literal).
     let c = ok(&[
@@ -2868,6 +2868,54 @@ fn http_rule_errors() {
         matches!(h.value(), Some(LfValue::Fmt { text, .. }) if &**text == "%[src]"),
         "{h:?}"
     );
+}
+
+#[test]
+fn del_header_methods_bare_balance_and_realm_words() {
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        "listen l",
+        "  bind :80",
+        "  http-response del-header ^Server:.*$",
+        "  http-request del-header x- -m beg",
+        "  stats enable",
+        "  stats realm HAProxy Statistics",
+    ]);
+    assert_eq!(
+        warnings(&c),
+        [
+            "t.cfg:5: 'del-header': '^Server:.*$' is not a valid header name, so this rule never \
+             removes anything (for a regex, add '-m reg')",
+            "t.cfg:8: 'stats realm': only the first word is the realm ('HAProxy'), as in HAProxy; \
+             'Statistics' ignored (escape spaces with a backslash or quote the realm)",
+        ]
+    );
+    assert_eq!(px(&c, "l").stats.as_ref().unwrap().realm, "HAProxy");
+    assert_eq!(
+        px(&c, "l").http_request[0].action,
+        HttpRequestAction::Header(HeaderAction::DelHeader {
+            name: "x-".into(),
+            how: crate::config::NameMatch::Beg,
+        })
+    );
+    let e = errs(&[
+        "frontend fe",
+        "  mode http",
+        "  bind :80",
+        "  http-request del-header x -m exact",
+        "  http-request del-header ( -m reg",
+        "  http-request del-header x -m",
+        "  http-request del-header x y",
+    ]);
+    assert_eq!(e.len(), 4, "{e:#?}");
+    has(&e[0], &["t.cfg:4: ", "unknown matching method 'exact'"]);
+    has(&e[1], &["t.cfg:5: ", "invalid regex '('"]);
+    has(
+        &e[2],
+        &["t.cfg:6: ", "'-m' expects str, beg, end, sub or reg"],
+    );
+    has(&e[3], &["t.cfg:7: ", "unexpected argument 'y'"]);
 }
 
 #[test]

@@ -405,7 +405,39 @@ fn set_identity(g: &crate::config::Global) -> Result<(), String> {
         nix::unistd::setuid(Uid::from_raw(uid))
             .map_err(|e| format!("[sluice.main()] Cannot set uid {uid}: {e}."))?;
     }
+    if g.set_dumpable {
+        set_dumpable();
+    }
     Ok(())
+}
+
+/// `set-dumpable`: as HAProxy, raise the core and file size limits (to unlimited if allowed,
+/// else to the hard limit) and mark the process dumpable again, which a change of uid/gid
+/// clears on Linux. Failures are warnings: the proxy runs the same without core dumps.
+fn set_dumpable() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    for (res, name) in [
+        (Resource::RLIMIT_CORE, "core size"),
+        (Resource::RLIMIT_FSIZE, "file size"),
+    ] {
+        let inf = nix::sys::resource::RLIM_INFINITY;
+        if setrlimit(res, inf, inf).is_err()
+            && let Ok((_, hard)) = getrlimit(res)
+            && let Err(e) = setrlimit(res, hard, hard)
+        {
+            crate::say!(
+                "[WARNING] ({}) : [sluice.main()] set-dumpable: cannot raise the {name} limit: \
+                 {e}.",
+                pid()
+            );
+        }
+    }
+    if let Err(e) = nix::sys::prctl::set_dumpable(true) {
+        crate::say!(
+            "[WARNING] ({}) : [sluice.main()] set-dumpable: prctl(PR_SET_DUMPABLE) failed: {e}.",
+            pid()
+        );
+    }
 }
 
 /// The identity (device, inode) of the file at `p`, if any.

@@ -164,7 +164,18 @@ pub struct TlsDefaults {
     pub server: SideDefaults,
     /// `ssl-server-verify none`: servers without `verify` do not verify (default: required).
     pub server_verify_none: bool,
+    /// `tune.ssl.cachesize N`: sessions kept per bind for session-ID resumption (HAProxy's
+    /// default 20000; 0 keeps none).
+    pub session_cache: Option<usize>,
+    /// `tune.ssl.lifetime`: how long after its full handshake a session may be resumed, by
+    /// ticket or from the cache (HAProxy's default 300 s).
+    pub session_lifetime: Option<u32>,
 }
+
+/// HAProxy's `tune.ssl.cachesize` default.
+const SESSION_CACHE_DEFAULT: usize = 20000;
+/// HAProxy's `tune.ssl.lifetime` default, in seconds.
+const SESSION_LIFETIME_DEFAULT: u32 = 300;
 
 /// `ssl-default-bind-*` or `ssl-default-server-*`.
 #[derive(Debug, Clone, Default)]
@@ -224,6 +235,9 @@ pub struct BindTlsOpts {
     ca_base: Option<String>,
     /// Names of the TLS options seen (for "requires 'ssl'").
     seen: Vec<&'static str>,
+    /// From `tune.ssl.cachesize` / `tune.ssl.lifetime` (see [`TlsDefaults`]).
+    session_cache: Option<usize>,
+    session_lifetime: Option<u32>,
 }
 
 /// Options of a `server` line's TLS part (also `default-server`).
@@ -1665,6 +1679,8 @@ impl BindTlsOpts {
         }
         self.crt_base = d.crt_base.clone();
         self.ca_base = d.ca_base.clone();
+        self.session_cache = d.session_cache;
+        self.session_lifetime = d.session_lifetime;
     }
 
     /// The bind's TLS configuration (`None` without `ssl`), loading every certificate now.
@@ -1734,10 +1750,24 @@ impl BindTlsOpts {
                             )?)),
                             (None, _) => bind_ticketer()?,
                         };
-                    let s: Store = (
-                        ticketer,
-                        rustls::server::ServerSessionMemoryCache::new(20000),
-                    );
+                    let lifetime = self.session_lifetime.unwrap_or(SESSION_LIFETIME_DEFAULT);
+                    let cache: Arc<dyn rustls::server::StoresServerSessions> =
+                        match self.session_cache.unwrap_or(SESSION_CACHE_DEFAULT) {
+                            0 => Arc::new(rustls::server::NoServerSessionStorage {}),
+                            n => Arc::new(Aged {
+                                inner: rustls::server::ServerSessionMemoryCache::new(n),
+                                lifetime,
+                            }),
+                        };
+                    let ticketer: Arc<dyn rustls::server::ProducesTickets> = if ticketer.enabled() {
+                        Arc::new(Aged {
+                            inner: ticketer,
+                            lifetime,
+                        })
+                    } else {
+                        ticketer
+                    };
+                    let s: Store = (ticketer, cache);
                     stores.push((policy, s.clone()));
                     s
                 }
@@ -1752,6 +1782,79 @@ impl BindTlsOpts {
             verify: self.conf.verify.unwrap_or_default(),
             label,
         })))
+    }
+}
+
+/// `tune.ssl.lifetime` over a ticketer or a session cache: what it seals or stores starts
+/// with the time of sealing (since the epoch, so that tickets sealed with
+/// `tls-ticket-keys` keep their age across a reload), and a session older than `lifetime`
+/// is not resumed, as OpenSSL refuses a session past its timeout in HAProxy. Milliseconds,
+/// so that a lifetime of N seconds is N seconds, not up to N + 1. rustls only
+/// hints a ticket's lifetime to the client; this enforces it.
+struct Aged<T> {
+    inner: T,
+    lifetime: u32,
+}
+
+impl<T> fmt::Debug for Aged<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Aged({} s)", self.lifetime)
+    }
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl<T> Aged<T> {
+    fn stamp(plain: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(8 + plain.len());
+        v.extend_from_slice(&epoch_ms().to_be_bytes());
+        v.extend_from_slice(plain);
+        v
+    }
+
+    /// The session without its stamp, if it is still young enough (a stamp from the future,
+    /// the clock having gone back, counts as young).
+    fn fresh(&self, mut v: Vec<u8>) -> Option<Vec<u8>> {
+        let stamp = u64::from_be_bytes(v.get(..8)?.try_into().ok()?);
+        if epoch_ms().saturating_sub(stamp) > u64::from(self.lifetime) * 1000 {
+            return None;
+        }
+        v.drain(..8);
+        Some(v)
+    }
+}
+
+impl rustls::server::ProducesTickets for Aged<Arc<dyn rustls::server::ProducesTickets>> {
+    fn enabled(&self) -> bool {
+        self.inner.enabled()
+    }
+    fn lifetime(&self) -> u32 {
+        self.lifetime
+    }
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.inner.encrypt(&Self::stamp(plain))
+    }
+    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
+        self.fresh(self.inner.decrypt(cipher)?)
+    }
+}
+
+impl rustls::server::StoresServerSessions for Aged<Arc<rustls::server::ServerSessionMemoryCache>> {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.inner.put(key, Self::stamp(&value))
+    }
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.fresh(self.inner.get(key)?)
+    }
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.fresh(self.inner.take(key)?)
+    }
+    fn can_cache(&self) -> bool {
+        self.inner.can_cache()
     }
 }
 

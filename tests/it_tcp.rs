@@ -88,6 +88,50 @@ fn http_keywords_in_tcp_mode_are_ignored_as_haproxy_ignores_them() {
     assert_eq!(read_exact_n(&mut c, req.len()), req);
 }
 
+/// `option contstats`: a live TCP session's bytes are in the stats while it runs; without
+/// it, they are added when it ends (HAProxy's default).
+#[test]
+fn contstats_counts_bytes_while_the_session_runs() {
+    let echo = TcpBackend::echo();
+    for contstats in [true, false] {
+        let dir = TempDir::new();
+        let sock = dir.join("admin.sock");
+        let port = free_port();
+        let opt = if contstats {
+            "    option contstats\n"
+        } else {
+            ""
+        };
+        let cfg = format!(
+            "global\n    stats socket {} level admin\n{TCP_DEFAULTS}frontend fe\n{opt}    \
+             bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    server s1 {}\n",
+            sock.display(),
+            echo.hostport()
+        );
+        let _s = Sluice::start(&cfg);
+        let mut c = connect(port);
+        let msg = [7u8; 3000];
+        c.write_all(&msg).unwrap();
+        read_exact_n(&mut c, msg.len());
+        let live: Vec<u64> = ["bin", "bout"]
+            .iter()
+            .map(|col| stat_column(&sock, "be", "s1", col).parse().unwrap())
+            .collect();
+        if contstats {
+            assert_eq!(live, [3000, 3000], "counted as the bytes moved");
+        } else {
+            assert_eq!(live, [0, 0], "counted at the end only");
+        }
+        drop(c);
+        // At the end both count the whole session once.
+        wait_until("the session's end in the stats", WAIT, || {
+            stat_column(&sock, "be", "s1", "bout") == "3000"
+        });
+        assert_eq!(stat_column(&sock, "be", "s1", "bin"), "3000");
+        assert_eq!(stat_column(&sock, "fe", "FRONTEND", "bout"), "3000");
+    }
+}
+
 #[test]
 fn large_transfer_in_both_directions_at_once() {
     let echo = TcpBackend::echo();

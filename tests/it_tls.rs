@@ -495,6 +495,66 @@ frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
     assert_both_threads_accepted(&sock);
 }
 
+/// `tune.ssl.lifetime`: a session resumes within its lifetime and not after (HAProxy's
+/// OpenSSL refuses a session past its timeout; rustls alone would resume for hours), by
+/// ticket and, with `no-tls-tickets`, from the session cache; `tune.ssl.cachesize 0` keeps
+/// no session, so that without tickets nothing resumes.
+#[test]
+fn session_lifetime_and_cache_size() {
+    let dir = TempDir::new();
+    let ca = Ca::new("Test CA");
+    let a = ca.leaf("a.example", &["a.example"]);
+    let f = write_file(&dir, "a.pem", &a.bundle());
+    let b = HttpBackend::start("s1");
+    let run = |global: &str, bind_opts: &str| {
+        let port = free_port();
+        let cfg = format!(
+            "global\n{global}{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port} ssl crt {} \
+             {bind_opts}\n    default_backend be\n{}",
+            f.display(),
+            backend_section("be", "", &[&b])
+        );
+        (Sluice::start(&cfg), port)
+    };
+    let client = |versions: &'static rustls::SupportedProtocolVersion| {
+        let mut c = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[versions])
+            .unwrap()
+            .with_root_certificates(roots(&ca.pem()))
+            .with_no_client_auth();
+        c.resumption = rustls::client::Resumption::in_memory_sessions(256);
+        Arc::new(c)
+    };
+    // One request on a new connection; whether its handshake resumed a session.
+    let resumed = |port: u16, c: &Arc<ClientConfig>| {
+        let mut t = tls_connect(port, Some("a.example"), c).unwrap();
+        let r = tls_get(&mut t, "/", "a").unwrap();
+        assert_eq!(r.status, 200);
+        t.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+    };
+    for bind_opts in ["", "no-tls-tickets"] {
+        let (_s, port) = run("    tune.ssl.lifetime 1\n", bind_opts);
+        for v in [&rustls::version::TLS13, &rustls::version::TLS12] {
+            let c = client(v);
+            assert!(!resumed(port, &c), "{bind_opts:?} {v:?}: first is full");
+            assert!(resumed(port, &c), "{bind_opts:?} {v:?}: resumes within 1 s");
+            // Aging the session past its lifetime is what is tested: a sleep, not a wait.
+            std::thread::sleep(Duration::from_millis(1300));
+            assert!(!resumed(port, &c), "{bind_opts:?} {v:?}: expired after 1 s");
+            assert!(
+                resumed(port, &c),
+                "{bind_opts:?} {v:?}: the new session resumes"
+            );
+        }
+    }
+    let (_s, port) = run("    tune.ssl.cachesize 0\n", "no-tls-tickets");
+    let c = client(&rustls::version::TLS12);
+    assert!(
+        !resumed(port, &c) && !resumed(port, &c),
+        "no cache, no tickets: never"
+    );
+}
+
 /// `show activity` says each of the 2 threads accepted connections.
 fn assert_both_threads_accepted(sock: &Path) {
     let act = stats_cli(sock, "show activity");

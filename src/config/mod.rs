@@ -191,6 +191,9 @@ pub struct Global {
     pub strict_limits: bool,
     /// `zero-warning`: any warning stops the start-up (and makes `-c` fail).
     pub zero_warning: bool,
+    /// `set-dumpable`: core dumps re-enabled after the change of identity, core and file
+    /// size limits raised as far as allowed.
+    pub set_dumpable: bool,
     /// `unix-bind`: defaults of every UNIX listening socket (binds and stats sockets).
     pub unix_bind: UnixBind,
     /// `tune.h2.*`.
@@ -290,6 +293,7 @@ impl Default for Global {
             ulimit_n: None,
             strict_limits: false,
             zero_warning: false,
+            set_dumpable: false,
             unix_bind: UnixBind::default(),
             h2: H2Tune::default(),
         }
@@ -518,6 +522,9 @@ pub struct ProxyOptions {
     pub http_pretend_keepalive: bool,
     /// `option http-buffer-request`: a request's body (up to the buffer size) is received
     /// before a server is chosen.
+    /// `option contstats`: a TCP session's bytes reach the stats as they move, not at its
+    /// end (HTTP bodies are counted as they move anyway).
+    pub contstats: bool,
     pub http_buffer_request: bool,
     /// `option checkcache`: a response that a shared cache could store with its
     /// `Set-Cookie` is blocked (502, `PH`).

@@ -2863,6 +2863,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 &to_client,
                 t,
                 self.bufsize,
+                // The transaction's totals are counted when it ends.
+                (&[], &[]),
             )
             .await;
             txn.bytes_out = end.down;

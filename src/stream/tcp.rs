@@ -3,6 +3,7 @@
 //! write half), and the session ends when both directions are done or a timeout fires.
 
 use std::cell::Cell;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,7 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     timeout: &Cell<Option<Duration>>,
     activity: &Cell<Instant>,
     bytes: &Cell<u64>,
+    live: &[&AtomicU64],
     changed: &tokio::sync::Notify,
     bufsize: usize,
 ) -> DirEnd {
@@ -60,6 +62,9 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             return DirEnd::WriteErr;
         }
         bytes.set(bytes.get() + initial.len() as u64);
+        for c in live {
+            c.fetch_add(initial.len() as u64, Relaxed);
+        }
     }
     let mut buf = vec![0u8; bufsize];
     loop {
@@ -104,11 +109,18 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 }
                 activity.set(Instant::now());
                 bytes.set(bytes.get() + n as u64);
+                for c in live {
+                    c.fetch_add(n as u64, Relaxed);
+                }
             }
             Err(_) => return DirEnd::ReadErr,
         }
     }
 }
+
+/// Byte counters a tunnel adds to as data moves (`option contstats`): (client to server,
+/// server to client). Without it, the caller adds the totals of [`TunnelEnd`] at the end.
+pub type LiveBytes<'a> = (&'a [&'a AtomicU64], &'a [&'a AtomicU64]);
 
 /// Runs a bidirectional tunnel between `client` and `server` until both directions end.
 /// `to_server` / `to_client` are bytes already read that must be sent first.
@@ -119,25 +131,26 @@ pub async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
     to_client: &[u8],
     t: TunnelTimeouts,
     bufsize: usize,
+    live: LiveBytes<'_>,
 ) -> TunnelEnd {
     let (cr, cw) = tokio::io::split(client);
     match server {
         // A plain socket splits into borrowed halves without the lock `io::split` takes.
         ServerStream::Plain(s) => {
             let (sr, sw) = s.split();
-            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
+            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize, live).await
         }
         ServerStream::Unix(s) => {
             let (sr, sw) = s.split();
-            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
+            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize, live).await
         }
         ServerStream::Tls(s) => {
             let (sr, sw) = tokio::io::split(&mut **s);
-            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
+            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize, live).await
         }
         ServerStream::H2(s) => {
             let (sr, sw) = tokio::io::split(&mut **s);
-            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize).await
+            tunnel_halves(cr, cw, sr, sw, to_server, to_client, t, bufsize, live).await
         }
     }
 }
@@ -152,6 +165,7 @@ async fn tunnel_halves<CR, CW, SR, SW>(
     to_client: &[u8],
     t: TunnelTimeouts,
     bufsize: usize,
+    live: LiveBytes<'_>,
 ) -> TunnelEnd
 where
     CR: AsyncRead + Unpin,
@@ -169,10 +183,10 @@ where
     let mut s2c_end: Option<DirEnd> = None;
     {
         let c2s = pump(
-            &mut cr, &mut sw, to_server, &up_to, &activity, &up, &changed, bufsize,
+            &mut cr, &mut sw, to_server, &up_to, &activity, &up, live.0, &changed, bufsize,
         );
         let s2c = pump(
-            &mut sr, &mut cw, to_client, &down_to, &activity, &down, &changed, bufsize,
+            &mut sr, &mut cw, to_client, &down_to, &activity, &down, live.1, &changed, bufsize,
         );
         tokio::pin!(c2s);
         tokio::pin!(s2c);
@@ -357,6 +371,14 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
             true,
         );
     }
+    let srv = conn.slot.server_state();
+    // `option contstats`: the stats see a long session's bytes as they move.
+    let contstats = fe.options.contstats;
+    let (ins, outs) = (
+        [&srv.counters.bytes_in, &fc.bytes_in, &bc.bytes_in],
+        [&srv.counters.bytes_out, &fc.bytes_out, &bc.bytes_out],
+    );
+    let live: LiveBytes = if contstats { (&ins, &outs) } else { (&[], &[]) };
     let end = tunnel(
         &mut client,
         &mut conn.stream,
@@ -364,9 +386,9 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         b"",
         t,
         shared.cfg.global.bufsize,
+        live,
     )
     .await;
-    let srv = conn.slot.server_state();
     srv.timers.record(
         ctx.w.id,
         &Timings {
@@ -376,11 +398,13 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
             total: Some(start.elapsed()),
         },
     );
-    srv.counters.bytes_in.fetch_add(end.up, Relaxed);
-    srv.counters.bytes_out.fetch_add(end.down, Relaxed);
-    for c in [fc, bc] {
-        c.bytes_in.fetch_add(end.up, Relaxed);
-        c.bytes_out.fetch_add(end.down, Relaxed);
+    if !contstats {
+        for c in ins {
+            c.fetch_add(end.up, Relaxed);
+        }
+        for c in outs {
+            c.fetch_add(end.down, Relaxed);
+        }
     }
     ctx.sc.add(crate::stick::Data::BytesInCnt, end.up);
     ctx.sc.add(crate::stick::Data::BytesOutCnt, end.down);

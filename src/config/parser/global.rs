@@ -55,6 +55,12 @@ const KEYWORDS: &[&str] = &[
     "strict-limits",
     "zero-warning",
     "tune.ssl.default-dh-param",
+    "tune.ssl.cachesize",
+    "tune.ssl.lifetime",
+    "tune.ssl.capture-buffer-size",
+    "tune.ssl.capture-cipherlist-size",
+    "maxpipes",
+    "set-dumpable",
     "ssl-dh-param-file",
     "log-send-hostname",
     "unix-bind",
@@ -70,7 +76,6 @@ const UNSUPPORTED: &[&str] = &[
     "maxsslconn",
     "maxcomprate",
     "maxcompcpuusage",
-    "maxpipes",
     "maxzlibmem",
     "fd-hard-limit",
     "quiet",
@@ -79,7 +84,6 @@ const UNSUPPORTED: &[&str] = &[
     "external-check",
     "insecure-fork-wanted",
     "insecure-setuid-wanted",
-    "set-dumpable",
     "grace",
     "busy-polling",
     "noepoll",
@@ -235,6 +239,28 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             no_extra(w, 1)?;
             g.zero_warning = true;
         }
+        "set-dumpable" => {
+            no_extra(w, 1)?;
+            g.set_dumpable = true;
+        }
+        // Pipes serve kernel splicing only, which sluice does not use.
+        "maxpipes" => {
+            parse_u32(arg(w, 1, "number of pipes")?)?;
+            no_extra(w, 2)?;
+            super::warn(
+                "'maxpipes' has no effect in sluice: pipes only serve kernel splicing, which \
+                 sluice does not use"
+                    .to_string(),
+            );
+        }
+        "tune.ssl.capture-buffer-size" | "tune.ssl.capture-cipherlist-size" => {
+            parse_u32(arg(w, 1, "size")?)?;
+            no_extra(w, 2)?;
+            super::warn(format!(
+                "'{kw}' has no effect in sluice: the ClientHello captures it sizes \
+                 (ssl_fc_cipherlist_*, ssl_fc_ecformats_bin, ...) are not supported"
+            ));
+        }
         "ssl-dh-param-file" => {
             let f = arg(w, 1, "a file of Diffie-Hellman parameters")?;
             no_extra(w, 2)?;
@@ -244,6 +270,21 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
                  cipher suites (ECDHE ones need no parameters)"
                     .to_string(),
             );
+        }
+        "tune.ssl.cachesize" => {
+            g.tls.session_cache = Some(parse_u32(arg(w, 1, "number of sessions")?)? as usize);
+            no_extra(w, 2)?;
+        }
+        "tune.ssl.lifetime" => {
+            // In seconds unless a unit is given (HAProxy's TIME_UNIT_S).
+            let v = arg(w, 1, "time (in seconds unless a unit is given)")?;
+            let secs = if v.bytes().all(|b| b.is_ascii_digit()) {
+                parse_u32(v)?
+            } else {
+                u32::try_from(parse_time(v)?.as_secs()).unwrap_or(u32::MAX)
+            };
+            no_extra(w, 2)?;
+            g.tls.session_lifetime = Some(secs);
         }
         // Diffie-Hellman parameters serve the DHE suites, which rustls does not have.
         "tune.ssl.default-dh-param" => {
@@ -893,7 +934,7 @@ mod tests {
             "tune.bufsize 512",
             "tune.idle-pool.shared maybe",
             "key-base /var/empty",
-            "tune.ssl.cachesize 20000",
+            "maxzlibmem 10",
             "maxcon 10",
             "nbproc 2",
         ]);
@@ -908,6 +949,42 @@ mod tests {
         let (g, e) = run(&["tune.bufsize 4096", "tune.maxrewrite 2048"]);
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(g.maxrewrite, 2048);
+    }
+
+    #[test]
+    fn tls_session_tuning_and_hints() {
+        let _ = crate::config::take_warnings();
+        let (g, e) = run(&[
+            "tune.ssl.cachesize 500",
+            "tune.ssl.lifetime 2m",
+            "set-dumpable",
+            "maxpipes 1000",
+            "tune.ssl.capture-cipherlist-size 2048",
+        ]);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(g.tls.session_cache, Some(500));
+        assert_eq!(g.tls.session_lifetime, Some(120));
+        assert!(g.set_dumpable);
+        let w = crate::config::take_warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("'maxpipes' has no effect in sluice"), "{w:?}");
+        assert!(
+            w[1].contains("'tune.ssl.capture-cipherlist-size' has no effect"),
+            "{w:?}"
+        );
+        // Seconds unless a unit is given, as in HAProxy.
+        let (g, e) = run(&["tune.ssl.lifetime 600", "tune.ssl.cachesize 0"]);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(
+            (g.tls.session_lifetime, g.tls.session_cache),
+            (Some(600), Some(0))
+        );
+        let (_, e) = run(&[
+            "tune.ssl.lifetime soon",
+            "tune.ssl.cachesize -1",
+            "set-dumpable x",
+        ]);
+        assert_eq!(e.len(), 3, "{e:?}");
     }
 
     #[test]

@@ -43,13 +43,17 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("clitcpka", D | F, false),
     ("srvtcpka", D | B, false),
     ("nolinger", D | F | B, false),
+    ("contstats", D | F, false),
+    // Kernel splicing: sluice copies through its buffers; accepted with a warning.
+    ("splice-auto", D | F | B, false),
+    ("splice-request", D | F | B, false),
+    ("splice-response", D | F | B, false),
 ];
 
 /// Real HAProxy options that sluice does not implement.
 const UNSUPPORTED: &[&str] = &[
     "accept-invalid-http-request",
     "accept-invalid-http-response",
-    "contstats",
     "disable-h2-upgrade",
     "external-check",
     "h1-case-adjust-bogus-client",
@@ -66,9 +70,6 @@ const UNSUPPORTED: &[&str] = &[
     "originalto",
     "smtpchk",
     "socket-stats",
-    "splice-auto",
-    "splice-request",
-    "splice-response",
     "spop-check",
     "transparent",
 ];
@@ -122,10 +123,21 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             format!("negation is not supported for option '{name}' (as in HAProxy)").into(),
         );
     }
+    if name.starts_with("splice-") {
+        no_extra(words, 1)?;
+        if !negate {
+            crate::config::parser::warn(format!(
+                "'option {name}' has no effect in sluice: it does not splice, data is copied \
+                 through its buffers"
+            ));
+        }
+        return Ok(());
+    }
     let o = &mut d.p.options;
     if negate {
         no_extra(words, 1)?;
         match name {
+            "contstats" => o.contstats = false,
             "abortonclose" => o.abortonclose = false,
             "allbackups" => o.allbackups = false,
             "dontlognull" => o.dontlognull = false,
@@ -245,6 +257,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "clitcpka" => o.cli_tcpka = true,
                 "srvtcpka" => o.srv_tcpka = true,
                 "nolinger" => o.nolinger = true,
+                "contstats" => o.contstats = true,
                 "tcp-check" => o.check_type = super::super::CheckType::Tcp,
                 "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,
                 "httpclose" => o.http_conn_mode = HttpConnMode::Close,

@@ -393,7 +393,7 @@ fn global_errors() {
         "  daemon yes",                       // 5
         "  user no-such-user-sluice",         // 6
         "  stats maxconn 10",                 // 7
-        "  tune.ssl.cachesize 20000",         // 8
+        "  maxzlibmem 20000",                 // 8
         "  nbproc 2",                         // 9
         "  log global",                       // 10
         "  log 127.0.0.1 locl0",              // 11
@@ -449,10 +449,7 @@ fn global_errors() {
         find(7),
         &["keyword 'stats maxconn' in 'global' section is not supported by sluice"],
     );
-    has(
-        find(8),
-        &["'tune.ssl.cachesize'", "not supported by sluice"],
-    );
+    has(find(8), &["'maxzlibmem'", "not supported by sluice"]);
     has(
         find(9),
         &["'nbproc'", "'global' section", "not supported", "nbthread"],
@@ -2161,6 +2158,30 @@ fn no_option_connection_modes() {
             );
         }
     }
+}
+
+#[test]
+fn contstats_and_splice_options() {
+    let c = ok(&[
+        "defaults",
+        "  option contstats",
+        "frontend fe",
+        "  bind :80",
+        "  option splice-auto",
+        "  no option splice-request",
+        "frontend fe2",
+        "  bind :81",
+        "  no option contstats",
+    ]);
+    assert!(px(&c, "fe").options.contstats);
+    assert!(!px(&c, "fe2").options.contstats);
+    assert_eq!(
+        warnings(&c),
+        [
+            "t.cfg:5: 'option splice-auto' has no effect in sluice: it does not splice, data is \
+          copied through its buffers"
+        ]
+    );
 }
 
 #[test]

@@ -740,6 +740,15 @@ fn parse_version(kw: &str, v: &str) -> Result<ProtocolVersion, String> {
     match v {
         "TLSv1.2" => Ok(ProtocolVersion::TLSv1_2),
         "TLSv1.3" => Ok(ProtocolVersion::TLSv1_3),
+        // A floor below what rustls speaks: its floor, TLSv1.2, said once, as clients of the
+        // older versions will be refused.
+        "SSLv3" | "TLSv1.0" | "TLSv1.1" if kw == "ssl-min-ver" => {
+            crate::config::warn(format!(
+                "'ssl-min-ver {v}': sluice speaks TLSv1.2 and TLSv1.3 only (rustls), so the \
+                 minimum is TLSv1.2: {v} and TLSv1.1 clients are refused"
+            ));
+            Ok(ProtocolVersion::TLSv1_2)
+        }
         "SSLv3" | "TLSv1.0" | "TLSv1.1" => Err(format!(
             "'{kw} {v}': {v} is not supported by sluice (rustls implements TLSv1.2 and TLSv1.3 only)"
         )),
@@ -3096,7 +3105,17 @@ mod tests {
             )
             .is_err()
         );
-        assert!(parse_version("ssl-min-ver", "TLSv1.0").is_err());
+        assert!(parse_version("ssl-max-ver", "TLSv1.1").is_err());
+        let _ = crate::config::take_warnings();
+        assert_eq!(
+            parse_version("ssl-min-ver", "TLSv1.0"),
+            Ok(ProtocolVersion::TLSv1_2)
+        );
+        let w = crate::config::take_warnings();
+        assert!(
+            w.len() == 1 && w[0].contains("the minimum is TLSv1.2"),
+            "{w:?}"
+        );
     }
 
     #[test]

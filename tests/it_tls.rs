@@ -847,7 +847,7 @@ fn configuration_errors_name_file_line_and_reason() {
             "none of the listed ciphers is available in sluice (ECDHE-RSA-AES128-GCM-SHA255 are not",
         ),
         (
-            format!("ssl crt {} ssl-min-ver TLSv1.0", good.display()),
+            format!("ssl crt {} ssl-max-ver TLSv1.1", good.display()),
             "not supported",
         ),
         (
@@ -1503,8 +1503,8 @@ fn crt_list_option_errors_name_the_file_line_and_option() {
             "'verify optional|required' needs a 'ca-file' to verify against",
         ),
         (
-            "[ssl-min-ver TLSv1.1]",
-            "'ssl-min-ver TLSv1.1': TLSv1.1 is not supported by sluice",
+            "[ssl-max-ver TLSv1.1]",
+            "'ssl-max-ver TLSv1.1': TLSv1.1 is not supported by sluice",
         ),
         ("[alpn h2", "missing ']' after the options"),
         (
@@ -2014,8 +2014,8 @@ fn global_ssl_keyword_errors_name_file_line_and_reason() {
             "unknown option 'prefer-client-ciphers' on global statement 'ssl-default-server-options'",
         ),
         (
-            "    ssl-default-bind-options ssl-min-ver TLSv1.0",
-            "TLSv1.0 is not supported by sluice (rustls implements TLSv1.2 and TLSv1.3 only)",
+            "    ssl-default-bind-options ssl-max-ver TLSv1.1",
+            "TLSv1.1 is not supported by sluice (rustls implements TLSv1.2 and TLSv1.3 only)",
         ),
         (
             "    crt-base /a\n    crt-base /b",

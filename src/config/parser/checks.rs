@@ -803,9 +803,10 @@ pub(super) fn server_opt(
             }
             "addr" | "agent-addr" => {
                 let v = val("address")?;
-                let a = v
-                    .parse()
-                    .map_err(|_| format!("'{opt}': invalid IP address '{v}'"))?;
+                // A host name is resolved now, as HAProxy resolves it at start-up.
+                let a = super::values::resolve_host(v, 0, super::values::Family::Any)
+                    .map_err(|e| format!("'{opt}': {e}"))?
+                    .ip();
                 if opt == "addr" {
                     o.addr = Some(a);
                 } else {

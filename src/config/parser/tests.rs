@@ -2161,6 +2161,33 @@ fn no_option_connection_modes() {
 }
 
 #[test]
+fn check_and_agent_addresses_may_be_host_names() {
+    let c = ok(&[
+        "backend be",
+        "  server s 127.0.0.1:80 check addr localhost port 9 agent-check agent-addr localhost \
+         agent-port 10",
+    ]);
+    let sv = &px(&c, "be").servers[0];
+    assert!(sv.check.as_ref().unwrap().addr.unwrap().is_loopback());
+    assert!(
+        sv.health
+            .agent
+            .as_ref()
+            .unwrap()
+            .addr
+            .unwrap()
+            .is_loopback()
+    );
+    err1(
+        &[
+            "backend be",
+            "  server s 127.0.0.1:80 check addr no/such/host",
+        ],
+        &["t.cfg:2: ", "'addr': invalid address 'no/such/host'"],
+    );
+}
+
+#[test]
 fn contstats_and_splice_options() {
     let c = ok(&[
         "defaults",

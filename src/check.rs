@@ -68,11 +68,16 @@ pub enum Status {
     L6Ok,
     L6Tout,
     L6Rsp,
+    /// `option external-check`: the program exited 0, exited otherwise (or could not run),
+    /// or outlived `inter`.
+    ProcOk,
+    ProcErr,
+    ProcTout,
 }
 
 impl Status {
     /// Every result a finished check can have, in HAProxy's order of check statuses.
-    pub const RESULTS: [Status; 13] = [
+    pub const RESULTS: [Status; 16] = [
         Status::Hana,
         Status::SockErr,
         Status::L4Ok,
@@ -86,6 +91,9 @@ impl Status {
         Status::L7Ok,
         Status::L7OkC,
         Status::L7Sts,
+        Status::ProcErr,
+        Status::ProcTout,
+        Status::ProcOk,
     ];
 
     /// The result named by its `check_status` code (`ok-status L6OK`, ...).
@@ -109,6 +117,9 @@ impl Status {
             12 => Status::L6Ok,
             13 => Status::L6Tout,
             14 => Status::L6Rsp,
+            15 => Status::ProcOk,
+            16 => Status::ProcErr,
+            17 => Status::ProcTout,
             _ => Status::Ini,
         }
     }
@@ -131,6 +142,9 @@ impl Status {
             Status::L6Ok => "L6OK",
             Status::L6Tout => "L6TOUT",
             Status::L6Rsp => "L6RSP",
+            Status::ProcOk => "PROCOK",
+            Status::ProcErr => "PROCERR",
+            Status::ProcTout => "PROCTOUT",
         }
     }
 
@@ -152,19 +166,30 @@ impl Status {
             Status::L6Ok => "Layer6 check passed",
             Status::L6Tout => "Layer6 timeout",
             Status::L6Rsp => "Layer6 invalid response",
+            Status::ProcOk => "External check passed",
+            Status::ProcErr => "External check error",
+            Status::ProcTout => "External check timeout",
         }
     }
 
     fn ok(self) -> bool {
         matches!(
             self,
-            Status::L4Ok | Status::L6Ok | Status::L7Ok | Status::L7OkC
+            Status::L4Ok | Status::L6Ok | Status::L7Ok | Status::L7OkC | Status::ProcOk
         )
     }
 
     /// HAProxy prints `, code: N` for these (its `HCHK_STATUS_L57DATA` and above).
     fn has_code(self) -> bool {
-        matches!(self, Status::L7Ok | Status::L7OkC | Status::L7Sts)
+        matches!(
+            self,
+            Status::L7Ok
+                | Status::L7OkC
+                | Status::L7Sts
+                | Status::ProcOk
+                | Status::ProcErr
+                | Status::ProcTout
+        )
     }
 
     /// HAProxy's numeric `HCHK_STATUS_*` value (`show servers state`'s `srv_check_status`).
@@ -185,6 +210,9 @@ impl Status {
             Status::L7Ok => 15,
             Status::L7OkC => 16,
             Status::L7Sts => 17,
+            Status::ProcErr => 18,
+            Status::ProcTout => 19,
+            Status::ProcOk => 20,
         }
     }
 
@@ -1518,7 +1546,7 @@ enum Step<'a> {
 fn plan(p: &Proxy) -> Vec<(Step<'_>, Option<&str>)> {
     let mut v: Vec<(Step, Option<&str>)> = Vec::new();
     let rules = match p.options.check_type {
-        CheckType::Connect => return vec![(Step::Connect0, None)],
+        CheckType::Connect | CheckType::External => return vec![(Step::Connect0, None)],
         CheckType::Http => &p.options.http_checks,
         CheckType::Tcp => &p.options.tcp_checks,
     };
@@ -1580,6 +1608,9 @@ async fn check_once(
     srv: &ServerState,
     cfg: &CheckCfg,
 ) -> Outcome {
+    if p.options.check_type == CheckType::External {
+        return external_check(w, p, idx, srv, cfg).await;
+    }
     let mut conn: Option<Conn> = None;
     let mut out = run_steps(w, p, idx, srv, cfg, &mut conn, cfg.reuse_pool).await;
     if !out.status.ok()
@@ -1604,6 +1635,102 @@ async fn check_once(
         None => {}
     }
     out
+}
+
+/// `option external-check`: runs `external-check command` without a shell, with HAProxy's
+/// arguments (`PROXY_ADDR PROXY_PORT SERVER_ADDR SERVER_PORT`, `NOT_USED` for a proxy without
+/// a TCP or UNIX listener) and its environment, which is nothing else but `PATH` (`external-check
+/// path`, empty by default). Exit status 0 passes; anything else fails with the status as the
+/// code; a program still running after `inter` gets SIGTERM and the check fails
+/// (`PROCTOUT`), as in HAProxy 2.6. The server's own address is given, not the check's.
+async fn external_check(
+    w: &Worker,
+    p: &Proxy,
+    (pi, _): (usize, usize),
+    srv: &ServerState,
+    cfg: &CheckCfg,
+) -> Outcome {
+    let ext = &p.options.external_check;
+    let Some(cmd) = ext.command.as_deref() else {
+        return Outcome::new(Status::ProcErr, 0, "no external-check command");
+    };
+    // The first listener with an address, as HAProxy takes it.
+    let bind = p.binds.iter().find_map(|b| match &b.addr {
+        crate::config::BindAddr::Tcp(a) => Some((a.ip().to_string(), a.port().to_string())),
+        crate::config::BindAddr::Unix(path) => Some((path.display().to_string(), String::new())),
+        _ => None,
+    });
+    let (paddr, pport) = bind.unwrap_or_default();
+    let sa = **srv.addr.load();
+    let (saddr, sport) = match &srv.conf.unix {
+        Some(crate::config::UnixTarget::Path(path)) => (path.display().to_string(), String::new()),
+        Some(crate::config::UnixTarget::Abstract(n)) => (n.clone(), String::new()),
+        None => (sa.ip().to_string(), sa.port().to_string()),
+    };
+    let or_unused = |s: &str| {
+        if s.is_empty() {
+            "NOT_USED".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let proto = match (p.mode, srv.conf.h2) {
+        (crate::config::Mode::Tcp, _) => "tcp",
+        (_, crate::config::ServerH2::Always) => "h2",
+        _ => "h1",
+    };
+    let mut c = tokio::process::Command::new(cmd);
+    c.args([
+        or_unused(&paddr),
+        or_unused(&pport),
+        saddr.clone(),
+        or_unused(&sport),
+    ])
+    .env_clear()
+    .env("PATH", ext.path.as_deref().unwrap_or(""))
+    .env("HAPROXY_PROXY_ADDR", &paddr)
+    .env("HAPROXY_PROXY_ID", w.shared.proxies[pi].uuid.to_string())
+    .env("HAPROXY_PROXY_NAME", &p.name)
+    .env("HAPROXY_PROXY_PORT", &pport)
+    .env("HAPROXY_SERVER_ADDR", &saddr)
+    .env(
+        "HAPROXY_SERVER_CURCONN",
+        srv.served.load(Relaxed).to_string(),
+    )
+    .env("HAPROXY_SERVER_ID", srv.puid.to_string())
+    .env(
+        "HAPROXY_SERVER_MAXCONN",
+        srv.maxconn.load(Relaxed).to_string(),
+    )
+    .env("HAPROXY_SERVER_NAME", &srv.name)
+    .env("HAPROXY_SERVER_PORT", &sport)
+    .env("HAPROXY_SERVER_PROTO", proto)
+    .env("HAPROXY_SERVER_SSL", if srv.conf.ssl { "1" } else { "0" })
+    .stdin(std::process::Stdio::null());
+    let mut child = match c.spawn() {
+        Ok(c) => c,
+        // HAProxy's child exits 127 when execve fails.
+        Err(e) => return Outcome::new(Status::ProcErr, 127, format!("{cmd}: {e}")),
+    };
+    match tokio::time::timeout(cfg.inter, child.wait()).await {
+        Ok(Ok(st)) => match st.code() {
+            Some(0) => Outcome::new(Status::ProcOk, 0, ""),
+            Some(code) => Outcome::new(Status::ProcErr, code as u16, ""),
+            None => Outcome::new(Status::ProcErr, 0, "killed by a signal"),
+        },
+        Ok(Err(e)) => Outcome::new(Status::ProcErr, 0, e.to_string()),
+        Err(_) => {
+            if let Some(pid) = child.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+            // Reaped in the background (tokio's orphan queue) once it exits.
+            drop(child);
+            Outcome::new(Status::ProcTout, 0, "")
+        }
+    }
 }
 
 /// An idle pooled connection for the first connect of an HTTP check (`check-reuse-pool`),

@@ -1812,3 +1812,109 @@ fn protocol_check_options() {
         assert!(e.contains(":2: ") && e.contains(err), "{option}: {e}");
     }
 }
+
+/// `option external-check`: HAProxy's arguments and environment (and nothing else of
+/// sluice's environment), exit 0 passes, another status fails with it as the code, a program
+/// outliving `inter` is a timeout; the global permission and the command are required.
+#[test]
+fn external_checks_run_a_program_with_haproxys_arguments() {
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let srv_port = closed_port();
+    // The script records what it got, then exits with the status written in `rc`.
+    let rc = dir.join("rc");
+    std::fs::write(&rc, "0").unwrap();
+    let script = dir.write(
+        "check.sh",
+        format!(
+            "#!/bin/sh\nenv > {d}/env.tmp && mv {d}/env.tmp {d}/env\necho \"$@\" > {d}/args\n\
+             [ -f {d}/hang ] && sleep 5\nexit $(cat {d}/rc)\n",
+            d = dir.path().display()
+        ),
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = format!(
+        "global\n    external-check\n    insecure-fork-wanted\n{}frontend fe\n    \
+         bind 127.0.0.1:{port}\n    default_backend be\nbackend be\n    option external-check\n    \
+         option log-health-checks\n    external-check command {}\n    \
+         external-check path \"/usr/bin:/bin\"\n    \
+         server s1 127.0.0.1:{srv_port} check inter 300ms rise 1 fall 1 id 7 maxconn 33\n",
+        admin_defaults(&sock),
+        script.display()
+    );
+    let s = Sluice::builder(&cfg).env("SLUICE_TEST_SECRET", "x").start();
+    wait_until("a passed external check", WAIT, || {
+        stat_col(&sock, "s1", "check_status") == "PROCOK"
+    });
+    assert_eq!(stat_col(&sock, "s1", "status"), "UP");
+    let args = std::fs::read_to_string(dir.join("args")).unwrap();
+    assert_eq!(
+        args.trim(),
+        format!("NOT_USED NOT_USED 127.0.0.1 {srv_port}")
+    );
+    let env = std::fs::read_to_string(dir.join("env")).unwrap();
+    for want in [
+        "HAPROXY_PROXY_NAME=be".to_string(),
+        "HAPROXY_PROXY_ADDR=".to_string(),
+        "HAPROXY_SERVER_ADDR=127.0.0.1".to_string(),
+        format!("HAPROXY_SERVER_PORT={srv_port}"),
+        "HAPROXY_SERVER_ID=7".to_string(),
+        "HAPROXY_SERVER_MAXCONN=33".to_string(),
+        "HAPROXY_SERVER_NAME=s1".to_string(),
+        "HAPROXY_SERVER_PROTO=h1".to_string(),
+        "HAPROXY_SERVER_SSL=0".to_string(),
+        "PATH=/usr/bin:/bin".to_string(),
+    ] {
+        assert!(env.lines().any(|l| l == want), "{want} in:\n{env}");
+    }
+    assert!(
+        !env.contains("SLUICE_TEST_SECRET"),
+        "sluice's environment leaked:\n{env}"
+    );
+    // A failing status: DOWN, the status as the code, HAProxy's texts.
+    std::fs::write(&rc, "3").unwrap();
+    wait_until("a failed external check", WAIT, || {
+        stat_col(&sock, "s1", "status") == "DOWN"
+    });
+    assert_eq!(stat_col(&sock, "s1", "check_status"), "PROCERR");
+    assert_eq!(stat_col(&sock, "s1", "check_code"), "3");
+    s.wait_log_line(
+        |l| {
+            l.contains(
+                "Health check for server be/s1 failed, reason: External check error, code: 3",
+            )
+        },
+        WAIT,
+    );
+    // A program still running after `inter`: a timeout.
+    std::fs::write(dir.join("hang"), "").unwrap();
+    std::fs::write(&rc, "0").unwrap();
+    wait_until("a timed-out external check", WAIT, || {
+        stat_col(&sock, "s1", "check_status") == "PROCTOUT"
+    });
+    // Without the global permission, or without a command: HAProxy's errors.
+    for (global, cmd, want) in [
+        (
+            "",
+            "    external-check command /bin/true\n",
+            "unable to find required 'global.external-check'.",
+        ),
+        (
+            "    external-check\n",
+            "",
+            "unable to find required 'external-check command'.",
+        ),
+    ] {
+        let (code, out) = Sluice::check(&format!(
+            "global\n{global}{}backend be\n    option external-check\n{cmd}    server s1 127.0.0.1:1 check\n",
+            DEFAULTS_HTTP
+        ));
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.contains(&format!("Proxy 'be' : 'option external-check' {want}")),
+            "{out}"
+        );
+    }
+}

@@ -14,6 +14,17 @@ pub enum CheckType {
     Connect,
     Http,
     Tcp,
+    /// `option external-check`: a program's exit status.
+    External,
+}
+
+/// `external-check command CMD` / `external-check path PATH`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExternalCheck {
+    /// The program, run without a shell (HAProxy's execve: no PATH search).
+    pub command: Option<String>,
+    /// The PATH it gets (HAProxy's default: empty).
+    pub path: Option<String>,
 }
 
 /// One step of a check sequence (`http-check connect|send|expect`, `tcp-check

@@ -191,6 +191,8 @@ pub struct Global {
     pub strict_limits: bool,
     /// `zero-warning`: any warning stops the start-up (and makes `-c` fail).
     pub zero_warning: bool,
+    /// `external-check`: `option external-check` may run programs.
+    pub external_check: bool,
     /// `set-dumpable`: core dumps re-enabled after the change of identity, core and file
     /// size limits raised as far as allowed.
     pub set_dumpable: bool,
@@ -294,6 +296,7 @@ impl Default for Global {
             strict_limits: false,
             zero_warning: false,
             set_dumpable: false,
+            external_check: false,
             unix_bind: UnixBind::default(),
             h2: H2Tune::default(),
         }
@@ -481,6 +484,8 @@ pub struct ProxyOptions {
     /// Which health check the servers run (`option httpchk`, `option tcp-check`, or a
     /// plain connect).
     pub check_type: CheckType,
+    /// `external-check command|path` (for `option external-check`).
+    pub external_check: ExternalCheck,
     /// `option httpchk [METHOD] [URI] [VERSION]`: the request line of HTTP checks.
     pub httpchk: Option<HttpChk>,
     /// `http-check connect|send|expect` rules, in order (empty: one request, expect 2xx/3xx).

@@ -748,6 +748,29 @@ impl State {
                 }
             }
         }
+        // `option external-check` needs the global permission and a command (HAProxy's
+        // messages), in the proxies themselves (a `defaults` only passes them on).
+        for d in &self.proxies {
+            let p = &d.p;
+            if p.options.check_type != crate::config::CheckType::External {
+                continue;
+            }
+            let missing = if !self.global.external_check {
+                "'global.external-check'"
+            } else if p.options.external_check.command.is_none() {
+                "'external-check command'"
+            } else {
+                continue;
+            };
+            errors.push(ConfigError {
+                file: p.origin.file.clone(),
+                line: p.origin.line,
+                message: format!(
+                    "Proxy '{}' : 'option external-check' unable to find required {missing}.",
+                    p.name
+                ),
+            });
+        }
         let mut proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
         // `server ... resolvers NAME`: the section by index. As HAProxy, a section named
         // `default` exists without being written, with the nameservers of /etc/resolv.conf.

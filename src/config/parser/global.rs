@@ -61,6 +61,9 @@ const KEYWORDS: &[&str] = &[
     "tune.ssl.capture-cipherlist-size",
     "maxpipes",
     "set-dumpable",
+    "external-check",
+    "insecure-fork-wanted",
+    "insecure-setuid-wanted",
     "ssl-dh-param-file",
     "log-send-hostname",
     "unix-bind",
@@ -81,9 +84,6 @@ const UNSUPPORTED: &[&str] = &[
     "quiet",
     "debug",
     "expose-experimental-directives",
-    "external-check",
-    "insecure-fork-wanted",
-    "insecure-setuid-wanted",
     "grace",
     "busy-polling",
     "noepoll",
@@ -243,6 +243,13 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             no_extra(w, 1)?;
             g.set_dumpable = true;
         }
+        "external-check" => {
+            no_extra(w, 1)?;
+            g.external_check = true;
+        }
+        // Permissions HAProxy's own sandbox needs for external checks; sluice does not
+        // forbid forking or set-uid programs, so they change nothing.
+        "insecure-fork-wanted" | "insecure-setuid-wanted" => no_extra(w, 1)?,
         // Pipes serve kernel splicing only, which sluice does not use.
         "maxpipes" => {
             parse_u32(arg(w, 1, "number of pipes")?)?;

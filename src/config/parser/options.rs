@@ -30,6 +30,7 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("checkcache", D | B, true),
     ("redispatch", D | B, false),
     ("tcp-check", D | B, false),
+    ("external-check", D | B, false),
     // Protocol checks: tcp-check rule sets of their own.
     ("redis-check", D | B, false),
     ("ssl-hello-chk", D | B, false),
@@ -55,7 +56,6 @@ const UNSUPPORTED: &[&str] = &[
     "accept-invalid-http-request",
     "accept-invalid-http-response",
     "disable-h2-upgrade",
-    "external-check",
     "h1-case-adjust-bogus-client",
     "h1-case-adjust-bogus-server",
     "http-ignore-probes",
@@ -157,11 +157,11 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "checkcache" => o.checkcache = false,
             "logasap" => o.logasap = false,
             // Back to plain connects only if that was the check type in force.
-            "httpchk" | "tcp-check" => {
-                let t = if name == "httpchk" {
-                    super::super::CheckType::Http
-                } else {
-                    super::super::CheckType::Tcp
+            "httpchk" | "tcp-check" | "external-check" => {
+                let t = match name {
+                    "httpchk" => super::super::CheckType::Http,
+                    "tcp-check" => super::super::CheckType::Tcp,
+                    _ => super::super::CheckType::External,
                 };
                 if o.check_type == t {
                     o.check_type = super::super::CheckType::Connect;
@@ -259,6 +259,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "nolinger" => o.nolinger = true,
                 "contstats" => o.contstats = true,
                 "tcp-check" => o.check_type = super::super::CheckType::Tcp,
+                "external-check" => o.check_type = super::super::CheckType::External,
                 "http-server-close" => o.http_conn_mode = HttpConnMode::ServerClose,
                 "httpclose" => o.http_conn_mode = HttpConnMode::Close,
                 "http-keep-alive" => o.http_conn_mode = HttpConnMode::KeepAlive,

@@ -479,6 +479,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("http-reuse", D | B),
     ("http-check", D | B),
     ("tcp-check", D | B),
+    ("external-check", D | B),
     ("http-response", F | B),
     ("http-after-response", F | B),
     ("capture", F),
@@ -528,7 +529,6 @@ const UNSUPPORTED: &[&str] = &[
     "errorloc302",
     "errorloc303",
     "email-alert",
-    "external-check",
     "grace",
     "bind-process",
     "monitor",
@@ -731,6 +731,21 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         }
         "http-check" => super::checks::http_check(d, l)?,
         "tcp-check" => super::checks::tcp_check(d, l)?,
+        "external-check" => {
+            let what = match w.get(1).map(String::as_str) {
+                Some("command") => &mut d.p.options.external_check.command,
+                Some("path") => &mut d.p.options.external_check.path,
+                Some(x) => {
+                    return Err(format!(
+                        "unknown 'external-check' keyword '{x}' (expected 'command' or 'path')"
+                    )
+                    .into());
+                }
+                None => return Err("expects 'command CMD' or 'path PATH'".to_string().into()),
+            };
+            *what = Some(arg(w, 2, "argument")?.to_string());
+            no_extra(w, 3)?;
+        }
         "monitor-uri" => {
             let uri = arg(w, 1, "URI")?;
             no_extra(w, 2)?;

@@ -870,7 +870,7 @@ pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), Strin
         return Ok(());
     };
     let rules: &[CheckRule] = match p.options.check_type {
-        CheckType::Connect => &[],
+        CheckType::Connect | CheckType::External => &[],
         CheckType::Http => &p.options.http_checks,
         CheckType::Tcp => &p.options.tcp_checks,
     };

@@ -1935,7 +1935,7 @@ async fn run_steps(
                 }
                 let bare = tls.is_none() && proxy_hdr.is_none() && idx + 1 == steps.len();
                 let addr = SocketAddr::new(ip, port);
-                let src = srv.conf.source;
+                let src = srv.conf.source_now();
                 // A server on a UNIX socket is checked there, unless the check names an
                 // address or a port of its own.
                 let unix = srv.conf.unix.as_ref().filter(|_| own_addr);
@@ -1976,7 +1976,7 @@ async fn run_steps(
                     && let Some(a) = c.peer
                 {
                     // The previous response ends the connection: a new one for this request.
-                    let src = srv.conf.source;
+                    let src = srv.conf.source_now();
                     let unix = srv.conf.unix.as_ref().filter(|_| c.unix);
                     let (px, tls, mux) = (conn_proxy, conn_tls, conn_mux);
                     match connect(a, unix, src, connect_to, px, tls, false, mux).await {
@@ -3082,7 +3082,7 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         let addr = SocketAddr::new(target.addr.unwrap_or(srv.addr.load().ip()), target.port);
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = Box::pin(async {
-            let src = srv.conf.source;
+            let src = srv.conf.source_now();
             let mut c = connect(addr, None, src, connect_to, None, None, false, Mux::Plain).await?;
             if let Some(s) = &target.send
                 && let Some(io) = c.s.raw()

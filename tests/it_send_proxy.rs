@@ -180,6 +180,48 @@ fn backend_source_applies_to_servers_without_their_own() {
     );
 }
 
+/// `source ADDR:LOW-HIGH` on a server: each new connection takes the next port of the range.
+#[test]
+fn server_source_port_range() {
+    let (a, seen) = v1_echo();
+    // Four ports free on 127.0.0.5 (no other test binds that address).
+    let lo = loop {
+        let p = free_port();
+        if p < 65000 && (p..p + 4).all(|q| std::net::TcpListener::bind(("127.0.0.5", q)).is_ok()) {
+            break p;
+        }
+    };
+    let hi = lo + 3;
+    let (_s, port) = http_proxy(
+        a.addr,
+        "    option httpclose\n",
+        &format!("send-proxy source 127.0.0.5:{lo}-{hi}"),
+    );
+    for i in 0..8 {
+        assert_eq!(http_get(port, &format!("/{i}")).status, 200);
+    }
+    let ports: Vec<u16> = seen.lock().unwrap().iter().map(|(p, _)| p.port()).collect();
+    assert_eq!(ports.len(), 8, "a connection per request: {ports:?}");
+    assert!(
+        ports.iter().all(|p| (lo..=hi).contains(p)),
+        "{lo}-{hi}: {ports:?}"
+    );
+    let distinct: std::collections::HashSet<_> = ports.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        4,
+        "every port of the range in turn: {ports:?}"
+    );
+    let (code, err) = Sluice::check(
+        "defaults\n    mode http\nbackend be\n    server s1 127.0.0.1:1 source 127.0.0.1:2000-1000\n",
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("the port range ends (1000) before it starts (2000)"),
+        "{err}"
+    );
+}
+
 /// The keywords are checked: `source` needs an IP address, and the transparent-proxy forms
 /// and TLV variants remain unsupported errors.
 #[test]

@@ -1077,6 +1077,9 @@ pub struct Server {
     pub unix: Option<UnixTarget>,
     /// `source ADDR[:PORT]`: the local address connections to the server are made from.
     pub source: Option<SocketAddr>,
+    /// `source ADDR:LOW-HIGH`: connections take their port in LOW..=HIGH (`source` holds LOW),
+    /// in turn; see [`Server::source_now`].
+    pub source_high: Option<u16>,
     /// `check` (with its timings), `None` without it.
     pub check: Option<CheckCfg>,
     /// Agent, observe, slowstart, track and on-marked-* settings.
@@ -1106,7 +1109,24 @@ impl std::fmt::Display for UnixTarget {
     }
 }
 
+/// Where the next port of a `source` range is taken (a hint shared by every server: ports
+/// are tried in turn, and a port busy towards the same server makes that connect fail and
+/// be retried, so a per-server cursor would gain nothing).
+static SOURCE_PORT_CURSOR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 impl Server {
+    /// The local address of a new connection: `source`, with the next port of its range.
+    pub fn source_now(&self) -> Option<SocketAddr> {
+        let mut src = self.source?;
+        if let Some(high) = self.source_high {
+            let lo = u32::from(src.port());
+            let n = u32::from(high) - lo + 1;
+            let i = SOURCE_PORT_CURSOR.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
+            src.set_port((lo + i) as u16);
+        }
+        Some(src)
+    }
+
     /// Whether its connections belong to one client and are never pooled for others: they
     /// carry that client's address (`send-proxy*`) or go to the port it connected to.
     pub fn private_conns(&self) -> bool {

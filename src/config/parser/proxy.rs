@@ -42,6 +42,8 @@ pub(super) struct ServerOpts {
     /// `proto h1|h2`: `Some(true)` for h2.
     pub proto_h2: Option<bool>,
     pub source: Option<std::net::SocketAddr>,
+    /// `source ADDR:LOW-HIGH`: the last port of the range (`source` has the first).
+    pub source_high: Option<u16>,
     /// `resolvers NAME`, `resolve-prefer`, `resolve-net`, `resolve-opts`.
     pub resolvers: Option<String>,
     pub resolve_prefer_v4: bool,
@@ -74,6 +76,7 @@ impl Default for ServerOpts {
             send_proxy: None,
             proto_h2: None,
             source: None,
+            source_high: None,
             resolvers: None,
             resolve_prefer_v4: false,
             resolve_nets: Vec::new(),

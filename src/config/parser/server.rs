@@ -466,7 +466,9 @@ fn server_opts(
             // or none: any). `usesrc` and `interface` (transparent proxying) are not
             // supported and stay errors.
             "source" => {
-                o.source = Some(source_addr(val("address")?)?);
+                let (a, high) = source_range(val("address")?)?;
+                o.source = Some(a);
+                o.source_high = high;
                 i += 1;
             }
             "pool-purge-delay" => {
@@ -802,6 +804,7 @@ fn make_server(
             None => crate::config::ServerH2::Alpn,
         },
         source: o.source,
+        source_high: o.source_high,
         check: o.chk.check_cfg(),
         health: o.chk.health_cfg(),
         // `check-ssl` on a server whose traffic is plain: the TLS settings of its line are
@@ -914,6 +917,27 @@ pub fn check_needs(s: &mut Server, p: &crate::config::Proxy) -> Result<(), Strin
 }
 
 /// `source ADDR[:PORT]`: an IP address, with an optional port (none or 0: any).
+/// A server's `source ADDR[:PORT|:LOW-HIGH]`: the address with the first port, and the last
+/// port of a range (HAProxy's port ranges for servers).
+fn source_range(a: &str) -> Result<(std::net::SocketAddr, Option<u16>), String> {
+    let (_, rest) = strip_family(a, false);
+    let Some((_, Some(ports))) = split_host_port(rest).ok() else {
+        return Ok((source_addr(a)?, None));
+    };
+    let Some((lo, hi)) = ports.split_once('-') else {
+        return Ok((source_addr(a)?, None));
+    };
+    let lo_n = parse_port(lo, a)?;
+    let hi_n = parse_port(hi, a)?;
+    if hi_n < lo_n {
+        return Err(format!(
+            "'source {a}': the port range ends ({hi_n}) before it starts ({lo_n})"
+        ));
+    }
+    let base = &a[..a.len() - ports.len()];
+    Ok((source_addr(&format!("{base}{lo}"))?, Some(hi_n)))
+}
+
 pub(super) fn source_addr(a: &str) -> Result<std::net::SocketAddr, String> {
     let (family, rest) = strip_family(a, false);
     let (host, port) = split_host_port(rest)?;

@@ -297,10 +297,6 @@ fn config_errors_name_the_problem() {
         ("cookie S insert maxidle", "'maxidle' expects <idletime>"),
         ("cookie S insert indirekt", "did you mean 'indirect'"),
         (
-            "cookie S insert dynamic",
-            "'dynamic' is not supported by sluice",
-        ),
-        (
             "cookie S insert attr a;b",
             "not permitted in attribute value",
         ),
@@ -310,6 +306,10 @@ fn config_errors_name_the_problem() {
         assert!(out.contains(want), "{line}: {out}");
         assert!(out.contains(":7: "), "{line}: names the line: {out}");
     }
+    // `dynamic` without a key: servers without `cookie VALUE` get none (a warning).
+    let (code, out) = check("cookie S insert dynamic");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("without 'dynamic-cookie-key'"), "{out}");
     let (code, out) = check("cookie S insert domain localhost");
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("contains no embedded dot"), "{out}");
@@ -329,4 +329,42 @@ fn config_errors_name_the_problem() {
         ),
         "{out}"
     );
+}
+
+/// `cookie NAME insert dynamic` with `dynamic-cookie-key`: a server without `cookie VALUE`
+/// gets HAProxy's cookie for its address (a server with one keeps it), the client is told it
+/// and sticks to that server with it.
+#[test]
+fn dynamic_cookies_name_servers_as_haproxy_does() {
+    let b1 = server("s1");
+    let b2 = server("s2");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    default_backend be\n\
+         backend be\n    balance roundrobin\n    dynamic-cookie-key mysecret\n\
+         \x20   cookie SRVID insert dynamic\n    server s1 {}\n    server s2 {} cookie fixed\n",
+        b1.hostport(),
+        b2.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let want1 = sluice::config::dynamic_cookie("mysecret", lo(b1.port()));
+    let mut seen = std::collections::HashMap::new();
+    for i in 0..2 {
+        let r = get(port, &format!("/{i}"), None);
+        let set = r
+            .header("set-cookie")
+            .expect("an inserted cookie")
+            .to_string();
+        seen.insert(r.header("x-server").unwrap().to_string(), set);
+    }
+    assert_eq!(seen["s1"], format!("SRVID={want1}; path=/"));
+    assert_eq!(seen["s2"], "SRVID=fixed; path=/");
+    for _ in 0..3 {
+        let r = get(port, "/again", Some(&format!("SRVID={want1}")));
+        assert_eq!(
+            r.header("x-server"),
+            Some("s1"),
+            "the dynamic cookie sticks"
+        );
+    }
 }

@@ -637,6 +637,8 @@ pub struct Proxy {
     /// The same for responses (`%hs`).
     pub capture_rsp: Vec<CaptureSlot>,
     /// `cookie NAME ...`: server persistence by a cookie (a backend setting).
+    /// `dynamic-cookie-key KEY` (for `cookie ... dynamic`).
+    pub dynamic_cookie_key: Option<String>,
     pub cookie: Option<CookieCfg>,
     /// `compression algo|type|offload`.
     pub compression: Option<crate::compression::CompressionCfg>,
@@ -714,6 +716,22 @@ pub struct CookieCfg {
     pub maxlife: Option<u32>,
     /// `attr V`: extra attributes appended to inserted cookies (`SameSite=Lax`).
     pub attrs: Vec<String>,
+    /// `dynamic`: servers without `cookie VALUE` get one made from the backend's
+    /// `dynamic-cookie-key` and their address (see [`dynamic_cookie`]).
+    pub dynamic: bool,
+}
+
+/// HAProxy's dynamic cookie of a server (`srv_set_dyncookie`): XXH64, seed 0, of the key's
+/// bytes, the server's IP address (4 or 16 bytes) and its port as 4 big-endian bytes, printed
+/// as 16 hexadecimal digits, so that sluice and HAProxy in front of the same servers agree.
+pub fn dynamic_cookie(key: &str, addr: SocketAddr) -> String {
+    let mut b = key.as_bytes().to_vec();
+    match addr.ip() {
+        std::net::IpAddr::V4(a) => b.extend_from_slice(&a.octets()),
+        std::net::IpAddr::V6(a) => b.extend_from_slice(&a.octets()),
+    }
+    b.extend_from_slice(&u32::from(addr.port()).to_be_bytes());
+    format!("{:016x}", xxhash_rust::xxh64::xxh64(&b, 0))
 }
 
 impl CookieCfg {
@@ -732,6 +750,7 @@ impl CookieCfg {
             maxidle: None,
             maxlife: None,
             attrs: Vec::new(),
+            dynamic: false,
         }
     }
 }
@@ -1796,5 +1815,16 @@ pub struct Redirect {
 impl Config {
     pub fn proxy_by_name(&self, name: &str) -> Option<usize> {
         self.proxies.iter().position(|p| p.name == name)
+    }
+}
+
+#[cfg(test)]
+mod dynamic_cookie_tests {
+    /// The value HAProxy 2.6.12 inserted for `dynamic-cookie-key mysecret` and a server at
+    /// 127.0.0.1:19992 (`cookie SRVID insert dynamic`, read from its `Set-Cookie`).
+    #[test]
+    fn matches_haproxy() {
+        let a = "127.0.0.1:19992".parse().unwrap();
+        assert_eq!(super::dynamic_cookie("mysecret", a), "2c33aa68ad352740");
     }
 }

@@ -160,6 +160,7 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         tcp_content: Vec::new(),
         inspect_delay: None,
         cookie: None,
+        dynamic_cookie_key: None,
         compression: None,
         fullconn: None,
         stats: None,
@@ -327,6 +328,27 @@ impl Draft {
             }
         }
         self.p.servers = servers;
+        // `cookie ... dynamic`: a cookie for each server without its own, from its address
+        // (servers whose address is not known yet get none, as in HAProxy).
+        if let (Some(c), Some(key)) = (&self.p.cookie, &self.p.dynamic_cookie_key)
+            && c.dynamic
+        {
+            for sv in &mut self.p.servers {
+                if sv.cookie.is_none() && !sv.unresolved && sv.unix.is_none() {
+                    sv.cookie = Some(crate::config::dynamic_cookie(key, sv.addr));
+                }
+            }
+        } else if self.p.cookie.as_ref().is_some_and(|c| c.dynamic) {
+            warnings.push(ConfigError {
+                file: self.p.origin.file.clone(),
+                line: self.p.origin.line,
+                message: format!(
+                    "{}: 'cookie ... dynamic' without 'dynamic-cookie-key': servers without \
+                     'cookie VALUE' get no cookie",
+                    self.describe()
+                ),
+            });
+        }
         if self.p.mode == Mode::Http {
             for r in &self.p.tcp_content {
                 if r.cond.as_ref().is_some_and(|c| c.reads_tcp_data()) {
@@ -467,6 +489,7 @@ const KEYWORDS: &[(&str, u8)] = &[
     ("compression", D | F | B),
     ("filter", F | B),
     ("cookie", D | B),
+    ("dynamic-cookie-key", D | B),
     ("unique-id-format", D | F),
     ("unique-id-header", D | F),
     ("default-server", D | B),
@@ -516,7 +539,6 @@ const UNSUPPORTED: &[&str] = &[
     "stick-store-request",
     "stick-store-response",
     "tcp-response",
-    "dynamic-cookie-key",
     "log-format-sd",
     "error-log-format",
     "log-tag",
@@ -861,6 +883,10 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             d.p.cookie = Some(cookie(w)?);
             d.needs_http(l, "cookie");
         }
+        "dynamic-cookie-key" => {
+            d.p.dynamic_cookie_key = Some(arg(w, 1, "key")?.to_string());
+            no_extra(w, 2)?;
+        }
         "compression" => {
             let in_defaults = d.is_defaults;
             compression(
@@ -1103,13 +1129,7 @@ fn cookie(w: &[String]) -> Result<CookieCfg, String> {
                 c.attrs.push(a.to_string());
                 i += 1;
             }
-            "dynamic" => {
-                return Err(
-                    "'cookie': option 'dynamic' is not supported by sluice (give each \
-                            server its own 'cookie VALUE')"
-                        .to_string(),
-                );
-            }
+            "dynamic" => c.dynamic = true,
             o => {
                 return Err(format!(
                     "'cookie' supports 'rewrite', 'insert', 'prefix', 'indirect', 'nocache', \

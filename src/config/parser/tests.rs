@@ -3783,6 +3783,7 @@ fn cookie_persistence_settings() {
             maxidle: Some(1800),
             maxlife: Some(2),
             attrs: vec!["SameSite=Lax".into()],
+            dynamic: false,
         })
     );
     assert!(p("own").options.persist);

@@ -1297,6 +1297,8 @@ fn state_fetches_see_servers_and_proxies() {
          http-request set-header x-host %[hostname]\n    \
          http-request set-header x-rand %[rand(10)]\n    \
          http-request set-header x-date %[date(10)]\n    \
+         http-request set-header x-date-ms %[date(-2000,ms)]\n    \
+         http-request set-header x-date-us %[date(0,us)]/%[date_us]\n    \
          http-request set-header x-up %[srv_is_up(be/s2)]\n    \
          http-response set-header x-srv %[srv_name]/%[srv_id]\n    \
          use_backend fallback if {{ nbsrv(be) lt 1 }}\n    default_backend be\n\
@@ -1332,6 +1334,19 @@ fn state_fetches_see_servers_and_proxies() {
         .unwrap()
         .as_secs();
     assert!((now + 8..=now + 12).contains(&date), "{date} vs {now}");
+    // With a unit, the offset is in that unit; `date_us` is the microseconds of the second.
+    let ms: u64 = got.header("x-date-ms").unwrap().parse().unwrap();
+    assert!(
+        (now * 1000 - 4000..=now * 1000 + 1000).contains(&ms),
+        "{ms} vs {now}"
+    );
+    let (us, frac) = got.header("x-date-us").unwrap().split_once('/').unwrap();
+    let (us, frac): (u64, u64) = (us.parse().unwrap(), frac.parse().unwrap());
+    assert!(
+        us / 1_000_000 + 2 >= now && us / 1_000_000 <= now,
+        "{us} vs {now}"
+    );
+    assert!(frac < 1_000_000);
     // A draining server does not count (HAProxy counts servers with a weight).
     assert_eq!(stats_cli(&sock, "set server be/s2 state drain").trim(), "");
     let _ = http_get(port, "/d");

@@ -2975,8 +2975,11 @@ pub enum StateFetch {
     CurServer(bool),
     /// `rand([N])`: uniform in 0..N (0..2^32 without N).
     Rand(u64),
-    /// `date([OFFSET])`: Unix time in seconds, plus the offset.
-    Date(i64),
+    /// `date([OFFSET][,UNIT])`: the epoch in UNIT per second (1, 1000 or 1000000), plus
+    /// OFFSET in that unit.
+    Date(i64, i64),
+    /// `date_us`: the microseconds of the current second.
+    DateUs,
     /// `env(NAME)`, `hostname`: read at start-up.
     Text(Box<[u8]>),
     /// `pid`, `nbthread`.
@@ -3088,6 +3091,7 @@ impl StateFetch {
         "srv_id",
         "rand",
         "date",
+        "date_us",
         "env",
         "hostname",
         "pid",
@@ -3144,15 +3148,21 @@ impl StateFetch {
                 },
             },
             "date" => match arg {
-                None => StateFetch::Date(0),
+                None => StateFetch::Date(0, 1),
                 Some(a) => {
-                    let off = a.split(',').next().unwrap_or("").trim();
-                    if a.contains(',') {
-                        return Err(format!(
-                            "{what} 'date': a unit (ms, us) is not supported by sluice"
-                        ));
-                    }
-                    StateFetch::Date(int(off)?)
+                    let (off, unit) = a.split_once(',').unwrap_or((a, ""));
+                    let per_s = match unit.trim() {
+                        "" | "s" => 1,
+                        "ms" => 1_000,
+                        "us" => 1_000_000,
+                        u => {
+                            return Err(format!(
+                                "{what} 'date': unknown unit '{u}' (expected s, ms or us)"
+                            ));
+                        }
+                    };
+                    let off = off.trim();
+                    StateFetch::Date(if off.is_empty() { 0 } else { int(off)? }, per_s)
                 }
             },
             "env" => {
@@ -3170,6 +3180,7 @@ impl StateFetch {
                 crate::util::hostname().into_bytes().into(),
             ))?,
             "pid" => none(StateFetch::Pid)?,
+            "date_us" => none(StateFetch::DateUs)?,
             _ => none(StateFetch::NbThread)?,
         })
     }
@@ -3191,7 +3202,23 @@ impl StateFetch {
                 let r = (u128::from(crate::util::rand_u32()) * u128::from(*n)) >> 32;
                 int(f, r as i64)
             }
-            StateFetch::Date(off) => int(f, crate::backend::unix_now() as i64 + off),
+            StateFetch::Date(off, per_s) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let v = match per_s {
+                    1 => now.as_secs() as i64,
+                    1_000 => now.as_millis() as i64,
+                    _ => now.as_micros() as i64,
+                };
+                int(f, v + off)
+            }
+            StateFetch::DateUs => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                int(f, i64::from(now.subsec_micros()))
+            }
             StateFetch::Text(t) => f(Sample::Str(t)),
             StateFetch::Pid => int(f, i64::from(std::process::id())),
             StateFetch::NbThread => match s.shared {

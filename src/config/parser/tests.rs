@@ -3116,7 +3116,7 @@ fn http_reuse_and_pool_server_options() {
 #[test]
 fn unsupported_haproxy_keywords() {
     for kw in [
-        "dynamic-cookie-key secret",
+        "email-alert mailers m",
         "tcp-response content accept",
         "persist rdp-cookie",
         "log-format-sd %ci",

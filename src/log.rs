@@ -281,6 +281,8 @@ fn captures(out: &mut String, (n, v): (usize, &[Option<Box<[u8]>>])) {
 #[derive(Debug, Default, Clone)]
 pub struct Entry<'a> {
     pub client: Option<SocketAddr>,
+    /// The client's TCP socket for `fc_rtt`-like fetches evaluated at log time.
+    pub tcp_fd: Option<std::os::fd::BorrowedFd<'a>>,
     pub accept_time: Option<SystemTime>,
     pub frontend: &'a str,
     pub backend: &'a str,
@@ -630,6 +632,7 @@ impl Logger {
                                     pp: None,
                                     shared: None,
                                     server: None,
+                                    tcp_fd: e.tcp_fd,
                                 },
                             );
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])
@@ -716,6 +719,17 @@ impl Logger {
                     out.push('+');
                 }
                 num(out, e.t_total)
+            }
+            Var::Tu => {
+                if e.asap {
+                    out.push('+');
+                }
+                let tu = if e.t_total < 0 {
+                    -1
+                } else {
+                    e.t_total - e.t_idle.max(0)
+                };
+                num(out, tu)
             }
             Var::Tw => num(out, e.t_wait),
             Var::Td => {

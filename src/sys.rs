@@ -4,6 +4,30 @@
 use std::io;
 use std::os::fd::FromRawFd;
 
+/// The kernel's `TCP_INFO` for a TCP socket (`fc_rtt`, `fc_retrans`, ... fetches).
+pub fn tcp_info(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<libc::tcp_info> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `tcp_info` is a C struct of integers only, for which all-zero bytes are a valid
+    // value.
+    let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `ti` and `len` are valid out-parameters on our stack, `len` holding the size of
+    // `ti`, which the kernel never writes past; `fd` is borrowed, hence open, for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut ti as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ti)
+}
+
 /// Takes ownership of an inherited, already-listening socket (`bind fd@N`).
 ///
 /// Fails if `fd` is not open or is not a socket, so a typo in the config cannot make us

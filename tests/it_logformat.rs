@@ -121,6 +121,59 @@ fn tcp_mode_fields() {
     assert_eq!(field(&caps, "sp").parse::<u16>().unwrap(), srv.addr.port());
 }
 
+/// `fc_rtt`, `fc_rttvar`, `fc_unacked`, ... read the client connection's `TCP_INFO` (in
+/// rules, headers and logs, HTTP and TCP); `%Tu` is `%Tt` less the idle time `%Ti`.
+#[test]
+fn tcp_info_fetches_and_tu() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED}    mode http\nfrontend fe\n    bind 127.0.0.1:{port}\n    \
+         log-format \"%HP rtt=%[fc_rtt(us)] var=%[fc_rttvar] un=%[fc_unacked] re=%[fc_reordering] \
+         rt=%[fc_retrans] l=%[fc_lost] s=%[fc_sacked] Tt=%Tt Ti=%Ti Tu=%Tu\"\n    \
+         http-request set-header x-rtt %[fc_rtt(us)]\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        b.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/first").status, 200);
+    // Idle, then the second request of the connection: its Ti is the pause.
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(c.get("/second").status, 200);
+    let rtt: u64 = b.last_request().header("x-rtt").unwrap().parse().unwrap();
+    assert!(rtt > 0, "a connected TCP socket has an RTT estimate");
+    let line = s.wait_log_line(|l| l.starts_with("/second "), WAIT);
+    let caps = matches(
+        r"^/second rtt=(?P<rtt>\d+) var=\d+ un=\d+ re=(?P<re>\d+) rt=\d+ l=\d+ s=\d+ Tt=(?P<tt>\d+) Ti=(?P<ti>\d+) Tu=(?P<tu>\d+)$",
+        &line,
+    );
+    assert!(field(&caps, "rtt").parse::<u64>().unwrap() > 0);
+    // Linux starts every connection's reordering metric at 3 (net.ipv4.tcp_reordering).
+    assert!(field(&caps, "re").parse::<u64>().unwrap() > 0);
+    let n = |k| field(&caps, k).parse::<i64>().unwrap();
+    assert!(n("ti") >= 150, "{line}");
+    assert_eq!(n("tu"), n("tt") - n("ti"), "{line}");
+    // In mode tcp too, where the line is built when the session ends.
+    let echo = TcpBackend::echo();
+    let tport = free_port();
+    let cfg = format!(
+        "{LOGGED}    mode tcp\nfrontend fe\n    bind 127.0.0.1:{tport}\n    \
+         log-format \"tcp rtt=%[fc_rtt(us)] re=%[fc_reordering]\"\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        echo.hostport()
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = TcpStream::connect(lo(tport)).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(b"ping").unwrap();
+    let mut got = [0u8; 4];
+    c.read_exact(&mut got).unwrap();
+    drop(c);
+    let line = s.wait_log_line(|l| l.starts_with("tcp "), WAIT);
+    matches(r"^tcp rtt=[1-9]\d* re=[1-9]\d*$", &line);
+}
+
 // ---------------------------------------------------------------------------------------------
 // TLS
 

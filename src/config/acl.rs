@@ -89,6 +89,41 @@ pub struct Sess<'a> {
     pub shared: Option<&'a crate::backend::Shared>,
     /// The server of the transaction, once its response is being processed (`srv_name`).
     pub server: Option<&'a crate::backend::ServerState>,
+    /// The client's TCP socket, when `TCP_INFO_USED` (`fc_rtt`, ...).
+    pub tcp_fd: Option<std::os::fd::BorrowedFd<'a>>,
+}
+
+/// Set when a configuration reads the kernel's `TCP_INFO` (`fc_rtt`, ...): sessions then keep
+/// a duplicate of the client socket's descriptor, which stays valid until they end.
+pub static TCP_INFO_USED: AtomicBool = AtomicBool::new(false);
+
+/// Which `TCP_INFO` counter a `fc_*` fetch reads (HAProxy's mapping); RTTs in µs or ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpInfoField {
+    Rtt(bool),
+    RttVar(bool),
+    Unacked,
+    Sacked,
+    Retrans,
+    Fackets,
+    Lost,
+    Reordering,
+}
+
+impl TcpInfoField {
+    fn of(self, ti: &libc::tcp_info) -> u32 {
+        let ms = |us: bool, v: u32| if us { v } else { v / 1000 };
+        match self {
+            TcpInfoField::Rtt(us) => ms(us, ti.tcpi_rtt),
+            TcpInfoField::RttVar(us) => ms(us, ti.tcpi_rttvar),
+            TcpInfoField::Unacked => ti.tcpi_unacked,
+            TcpInfoField::Sacked => ti.tcpi_sacked,
+            TcpInfoField::Retrans => ti.tcpi_retrans,
+            TcpInfoField::Fackets => ti.tcpi_fackets,
+            TcpInfoField::Lost => ti.tcpi_lost,
+            TcpInfoField::Reordering => ti.tcpi_reordering,
+        }
+    }
 }
 
 /// Set when a configuration reads the address a client connected to (`dst`, `dst_port`,
@@ -400,6 +435,9 @@ enum Fetch {
     /// `fc_pp_authority` (type 0x02), `fc_pp_unique_id` (0x05): a TLV of the client's PROXY
     /// protocol v2 header.
     PpTlv(u8),
+    /// `fc_rtt[(us|ms)]`, `fc_rttvar`, `fc_unacked`, `fc_sacked`, `fc_retrans`, `fc_fackets`,
+    /// `fc_lost`, `fc_reordering`: the kernel's `TCP_INFO` of the client connection.
+    TcpInfo(TcpInfoField),
     /// `http_auth(L)`: the request's Basic credentials are valid in userlist L.
     HttpAuth(crate::userlist::UserlistRef),
     /// `http_auth_group(L)`: the groups of the user the credentials authenticate in L.
@@ -703,6 +741,7 @@ impl Fetch {
                 // Made from the request, but kept with the session until it is logged.
                 | Fetch::UniqueId
                 | Fetch::PpTlv(_)
+                | Fetch::TcpInfo(_)
                 | Fetch::Stick { .. }
                 | Fetch::TableAvl(_)
                 | Fetch::TableCnt(_)
@@ -734,6 +773,7 @@ impl Fetch {
     fn out_type(&self) -> SmpType {
         match self {
             Fetch::Res(inner) => inner.out_type(),
+            Fetch::TcpInfo(_) => SmpType::Int,
             // A variable's type is known only when it is read: taken as text for matching.
             Fetch::Var { .. } | Fetch::Uuid => SmpType::Str,
             Fetch::Const(v) => match v {
@@ -1011,6 +1051,10 @@ impl Fetch {
             Fetch::PpTlv(t) => match view.sess().pp.and_then(|p| p.get(*t)) {
                 Some(v) => f(Sample::Str(v)),
                 None => false,
+            },
+            Fetch::TcpInfo(field) => match view.sess().tcp_fd.map(crate::sys::tcp_info) {
+                Some(Ok(ti)) => f(Sample::Int(i64::from(field.of(&ti)))),
+                _ => false,
             },
             Fetch::UniqueId => match view.sess().unique_id {
                 Some(id) => f(Sample::Str(id.as_bytes())),
@@ -1466,6 +1510,14 @@ const CRITERIA: &[&str] = &[
     "uuid",
     "fc_pp_authority",
     "fc_pp_unique_id",
+    "fc_rtt",
+    "fc_rttvar",
+    "fc_unacked",
+    "fc_sacked",
+    "fc_retrans",
+    "fc_fackets",
+    "fc_lost",
+    "fc_reordering",
     "var",
     "str",
     "int",
@@ -1879,6 +1931,30 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "unique-id" => no_args(Fetch::UniqueId)?,
         "fc_pp_authority" => no_args(Fetch::PpTlv(0x02))?,
         "fc_pp_unique_id" => no_args(Fetch::PpTlv(0x05))?,
+        "fc_rtt" | "fc_rttvar" => {
+            let us = match args.map(str::trim) {
+                None | Some("" | "ms") => false,
+                Some("us") => true,
+                Some(u) => return Err(format!("{what} '{name}': unknown unit '{u}' (ms or us)")),
+            };
+            TCP_INFO_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+            Fetch::TcpInfo(if name == "fc_rtt" {
+                TcpInfoField::Rtt(us)
+            } else {
+                TcpInfoField::RttVar(us)
+            })
+        }
+        "fc_unacked" | "fc_sacked" | "fc_retrans" | "fc_fackets" | "fc_lost" | "fc_reordering" => {
+            TCP_INFO_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+            no_args(Fetch::TcpInfo(match name {
+                "fc_unacked" => TcpInfoField::Unacked,
+                "fc_sacked" => TcpInfoField::Sacked,
+                "fc_retrans" => TcpInfoField::Retrans,
+                "fc_fackets" => TcpInfoField::Fackets,
+                "fc_lost" => TcpInfoField::Lost,
+                _ => TcpInfoField::Reordering,
+            }))?
+        }
         "table_avl" | "table_cnt" => {
             let t = match args.map(str::trim).filter(|a| !a.is_empty()) {
                 Some(a) => crate::stick::reference(a),

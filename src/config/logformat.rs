@@ -49,6 +49,8 @@ pub enum Var {
     Tr,
     TR,
     Tt,
+    /// `%Tu`: the time the user saw, `Tt` minus the idle time `Ti`.
+    Tu,
     Tw,
     /// `%ac %bc %fc %sc %rc %sq %bq`.
     ActConn,
@@ -133,6 +135,7 @@ const VARS: &[(&str, Var, bool)] = &[
     ("Tr", Var::Tr, true),
     ("Ts", Var::Timestamp, false),
     ("Tt", Var::Tt, false),
+    ("Tu", Var::Tu, false),
     ("Tw", Var::Tw, false),
     ("U", Var::BytesIn, false),
     ("ac", Var::ActConn, false),

@@ -1244,6 +1244,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             .unwrap_or(fe.name.as_str());
         let e = Entry {
             client: self.ctx.peer,
+            tcp_fd: self.ctx.tcp_fd.as_deref().map(std::os::fd::AsFd::as_fd),
             accept_time: Some(self.ctx.accepted_at),
             vars: Some(&self.ctx.vars),
             frontend: &fe.name,
@@ -1776,6 +1777,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         let ctx = self.ctx;
         Entry {
             client: ctx.peer,
+            tcp_fd: ctx.tcp_fd.as_deref().map(std::os::fd::AsFd::as_fd),
             accept_time: Some(ctx.accepted_at),
             frontend: &self.fe.name,
             backend,
@@ -1935,6 +1937,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             pp: self.ctx.pp.as_deref(),
             shared: Some(self.ctx.shared()),
             server: None,
+            tcp_fd: self.ctx.tcp_fd.as_deref().map(std::os::fd::AsFd::as_fd),
         }
     }
 

@@ -507,6 +507,7 @@ fn spawn_stream(
         proto: BindProto::H2,
         h2_line: None,
         _adm: None,
+        tcp_fd: conn.tcp_fd.clone(),
     };
     let task = tokio::task::spawn_local(Box::pin(async move {
         stream(ctx, req, respond).await;

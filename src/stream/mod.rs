@@ -108,6 +108,10 @@ pub async fn serve(
             pp: None,
             shared: Some(&w.shared),
             server: None,
+            tcp_fd: match &client {
+                Client::Tcp(s, _) => Some(std::os::fd::AsFd::as_fd(s)),
+                Client::Unix(_) => None,
+            },
         };
         let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
         let verdict = tcp_rules(&p.tcp_connection, &view, &mut sc);
@@ -175,6 +179,15 @@ pub async fn serve(
         proto,
         h2_line: None,
         _adm: Some(adm),
+        tcp_fd: match &client {
+            Client::Tcp(s, _) if crate::config::acl::TCP_INFO_USED.load(Relaxed) => {
+                std::os::fd::AsFd::as_fd(s)
+                    .try_clone_to_owned()
+                    .ok()
+                    .map(Rc::new)
+            }
+            _ => None,
+        },
     };
     if let Some(tls) = tls {
         // Boxed: a TLS session's futures are large and must not size plain sessions' tasks.
@@ -509,6 +522,9 @@ pub struct SessionCtx {
     /// The connection's place in its `maxconn` limits (`None` for an HTTP/2 stream, whose
     /// connection holds it).
     _adm: Option<Admission>,
+    /// A duplicate of the client's TCP socket, kept only when a rule or format reads its
+    /// `TCP_INFO` (`fc_rtt`, ...): valid as long as the session, whatever the client does.
+    pub tcp_fd: Option<Rc<std::os::fd::OwnedFd>>,
 }
 
 impl SessionCtx {
@@ -533,6 +549,7 @@ impl SessionCtx {
             pp: self.pp.as_deref(),
             shared: Some(self.shared()),
             server: None,
+            tcp_fd: self.tcp_fd.as_deref().map(std::os::fd::AsFd::as_fd),
         }
     }
 }

@@ -570,6 +570,7 @@ fn log_tcp(
     let fstate = &shared.proxies[ctx.proxy].fe;
     let mut e = Entry {
         client: ctx.peer,
+        tcp_fd: ctx.tcp_fd.as_deref().map(std::os::fd::AsFd::as_fd),
         accept_time: Some(ctx.accepted_at),
         frontend: &fe.name,
         backend: bname,

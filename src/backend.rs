@@ -53,6 +53,8 @@ pub struct ServerState {
     pub last_change: AtomicU64,
     /// Highest `queued` seen (stats `qmax`).
     pub max_queued: AtomicU32,
+    /// `source ADDR:LOW-HIGH`: the turn of the next connection's port in the range.
+    pub source_turn: AtomicU32,
     /// Operational state (health checks); true until checks say otherwise.
     pub up: AtomicBool,
     /// Requests currently being served (HAProxy's `served`, stats `scur`).
@@ -460,6 +462,20 @@ pub fn unix_now() -> u64 {
 }
 
 impl ServerState {
+    /// The local address of a new connection: `source`, with the next port of its range, in
+    /// turn per server (a cursor shared by servers would give a server only some ports).
+    /// A port still busy towards this server makes that connect fail and be retried.
+    pub fn source_now(&self) -> Option<SocketAddr> {
+        let mut src = self.conf.source?;
+        if let Some(high) = self.conf.source_high {
+            let lo = u32::from(src.port());
+            let n = u32::from(high) - lo + 1;
+            let i = self.source_turn.fetch_add(1, Relaxed) % n;
+            src.set_port((lo + i) as u16);
+        }
+        Some(src)
+    }
+
     pub fn from_config(s: &Server, puid: u32, nbthread: usize, dynamic: DynMaxconn) -> ServerState {
         if s.send_proxy.is_some() {
             crate::send_proxy::IN_USE.store(true, Relaxed);
@@ -491,6 +507,7 @@ impl ServerState {
             iweight: s.weight,
             last_change: AtomicU64::new(unix_now()),
             max_queued: AtomicU32::new(0),
+            source_turn: AtomicU32::new(0),
             up: AtomicBool::new(true),
             served: AtomicU32::new(0),
             max_served: AtomicU32::new(0),

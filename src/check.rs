@@ -1706,13 +1706,20 @@ async fn external_check(
     .env("HAPROXY_SERVER_PORT", &sport)
     .env("HAPROXY_SERVER_PROTO", proto)
     .env("HAPROXY_SERVER_SSL", if srv.conf.ssl { "1" } else { "0" })
-    .stdin(std::process::Stdio::null());
+    .stdin(std::process::Stdio::null())
+    // A check task that ends (server deleted, soft stop) takes its program with it.
+    .kill_on_drop(true);
     let mut child = match c.spawn() {
         Ok(c) => c,
-        // HAProxy's child exits 127 when execve fails.
-        Err(e) => return Outcome::new(Status::ProcErr, 127, format!("{cmd}: {e}")),
+        // HAProxy's child exits with -1 (255) when it cannot execute the command.
+        Err(e) => return Outcome::new(Status::ProcErr, 255, format!("{cmd}: {e}")),
     };
-    match tokio::time::timeout(cfg.inter, child.wait()).await {
+    // `inter`, or at most `timeout connect` when `timeout check` is set (HAProxy 2.6).
+    let limit = match (p.timeouts.check, p.timeouts.connect) {
+        (Some(_), Some(c)) => cfg.inter.min(c),
+        _ => cfg.inter,
+    };
+    match tokio::time::timeout(limit, child.wait()).await {
         Ok(Ok(st)) => match st.code() {
             Some(0) => Outcome::new(Status::ProcOk, 0, ""),
             Some(code) => Outcome::new(Status::ProcErr, code as u16, ""),
@@ -1726,8 +1733,11 @@ async fn external_check(
                     nix::sys::signal::Signal::SIGTERM,
                 );
             }
-            // Reaped in the background (tokio's orphan queue) once it exits.
-            drop(child);
+            // SIGTERM was sent, as HAProxy sends it: the program gets 10 s to exit and be
+            // reaped, then the drop kills it (and tokio's orphan queue reaps it).
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+            });
             Outcome::new(Status::ProcTout, 0, "")
         }
     }
@@ -1935,7 +1945,7 @@ async fn run_steps(
                 }
                 let bare = tls.is_none() && proxy_hdr.is_none() && idx + 1 == steps.len();
                 let addr = SocketAddr::new(ip, port);
-                let src = srv.conf.source_now();
+                let src = srv.source_now();
                 // A server on a UNIX socket is checked there, unless the check names an
                 // address or a port of its own.
                 let unix = srv.conf.unix.as_ref().filter(|_| own_addr);
@@ -1976,7 +1986,7 @@ async fn run_steps(
                     && let Some(a) = c.peer
                 {
                     // The previous response ends the connection: a new one for this request.
-                    let src = srv.conf.source_now();
+                    let src = srv.source_now();
                     let unix = srv.conf.unix.as_ref().filter(|_| c.unix);
                     let (px, tls, mux) = (conn_proxy, conn_tls, conn_mux);
                     match connect(a, unix, src, connect_to, px, tls, false, mux).await {
@@ -3082,7 +3092,7 @@ async fn run_agent(w: Rc<Worker>, pi: usize, si: usize, first: Duration) {
         let addr = SocketAddr::new(target.addr.unwrap_or(srv.addr.load().ip()), target.port);
         let _slot = CheckSlot::take(shared.cfg.global.checks.max_per_thread).await;
         let res = Box::pin(async {
-            let src = srv.conf.source_now();
+            let src = srv.source_now();
             let mut c = connect(addr, None, src, connect_to, None, None, false, Mux::Plain).await?;
             if let Some(s) = &target.send
                 && let Some(io) = c.s.raw()

@@ -745,7 +745,7 @@ fn parse_version(kw: &str, v: &str) -> Result<ProtocolVersion, String> {
         "SSLv3" | "TLSv1.0" | "TLSv1.1" if kw == "ssl-min-ver" => {
             crate::config::warn(format!(
                 "'ssl-min-ver {v}': sluice speaks TLSv1.2 and TLSv1.3 only (rustls), so the \
-                 minimum is TLSv1.2: {v} and TLSv1.1 clients are refused"
+                 minimum is TLSv1.2: peers that only speak older versions are refused"
             ));
             Ok(ProtocolVersion::TLSv1_2)
         }
@@ -1842,7 +1842,9 @@ impl rustls::server::ProducesTickets for Aged<Arc<dyn rustls::server::ProducesTi
         self.inner.enabled()
     }
     fn lifetime(&self) -> u32 {
-        self.lifetime
+        // RFC 8446 4.6.1: a server must not hint more than 7 days (the stamp still enforces
+        // a longer `tune.ssl.lifetime`).
+        self.lifetime.min(604_800)
     }
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
         self.inner.encrypt(&Self::stamp(plain))
@@ -3116,6 +3118,31 @@ mod tests {
             w.len() == 1 && w[0].contains("the minimum is TLSv1.2"),
             "{w:?}"
         );
+    }
+
+    /// `tune.ssl.lifetime`: sealed sessions carry their time; an old one is refused; the
+    /// hint never exceeds 7 days (RFC 8446) even when the lifetime does.
+    #[test]
+    fn aged_sessions() {
+        use rustls::server::ProducesTickets;
+        let t = Aged {
+            inner: bind_ticketer().unwrap(),
+            lifetime: 30 * 86_400,
+        };
+        assert_eq!(t.lifetime(), 604_800);
+        let sealed = t.encrypt(b"session").unwrap();
+        assert_eq!(t.decrypt(&sealed).as_deref(), Some(&b"session"[..]));
+        let a = Aged {
+            inner: (),
+            lifetime: 1,
+        };
+        let mut old = (epoch_ms() - 1_500).to_be_bytes().to_vec();
+        old.extend_from_slice(b"s");
+        assert_eq!(a.fresh(old), None, "1.5 s old with a 1 s lifetime");
+        let mut young = (epoch_ms() - 500).to_be_bytes().to_vec();
+        young.extend_from_slice(b"s");
+        assert_eq!(a.fresh(young).as_deref(), Some(&b"s"[..]));
+        assert_eq!(a.fresh(vec![1, 2]), None, "too short to hold a stamp");
     }
 
     #[test]

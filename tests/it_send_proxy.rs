@@ -212,6 +212,36 @@ fn server_source_port_range() {
         4,
         "every port of the range in turn: {ports:?}"
     );
+    // Two servers in turn, each with its own range: each uses every port of its own (a
+    // cursor shared by the servers would give each only some).
+    let (b, seen_b) = v1_echo();
+    let lo2 = loop {
+        let p = free_port();
+        if p < 65000 && (p..p + 2).all(|q| std::net::TcpListener::bind(("127.0.0.6", q)).is_ok()) {
+            break p;
+        }
+    };
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    \
+         default_backend be\nbackend be\n    option httpclose\n    balance roundrobin\n    \
+         server a {} send-proxy source 127.0.0.6:{lo2}-{}\n    \
+         server b {} send-proxy source 127.0.0.6:{lo2}-{}\n",
+        a.addr,
+        lo2 + 1,
+        b.addr,
+        lo2 + 1
+    );
+    let _s2 = Sluice::start(&cfg);
+    seen.lock().unwrap().clear();
+    for i in 0..8 {
+        assert_eq!(http_get(port, &format!("/{i}")).status, 200);
+    }
+    for s in [&seen, &seen_b] {
+        let ports: std::collections::HashSet<u16> =
+            s.lock().unwrap().iter().map(|(p, _)| p.port()).collect();
+        assert_eq!(ports.len(), 2, "both ports of the range: {ports:?}");
+    }
     let (code, err) = Sluice::check(
         "defaults\n    mode http\nbackend be\n    server s1 127.0.0.1:1 source 127.0.0.1:2000-1000\n",
     );

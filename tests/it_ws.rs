@@ -151,3 +151,37 @@ fn upgrade_uses_its_own_server_connection() {
     echo_round(&mut c, b"still tunnelled");
     c.wire.stream.write_all(b"").unwrap();
 }
+
+/// The bytes of an upgraded connection count both ways: the client's in `%U` and `bin`,
+/// the server's in `%B` and `bout`, for the frontend, the backend and the server.
+#[test]
+fn tunnel_bytes_are_counted_both_ways() {
+    let b = HttpBackend::with_handler("ws", |_| Reply::Upgrade);
+    let dir = TempDir::new();
+    let sock = dir.join("s.sock");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    stats socket {} level admin\n{LOGGED_HTTP}frontend fe\n    \
+         bind 127.0.0.1:{port}\n    log-format \"ws %U %B\"\n    default_backend be\n{}",
+        sock.display(),
+        backend_section("be", "", &[&b])
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = upgrade(port);
+    let msg = vec![b'x'; 10_000];
+    echo_round(&mut c, &msg);
+    c.shutdown_write();
+    c.expect_closed();
+    let line = s.wait_log_line(|l| l.starts_with("ws "), WAIT);
+    let n: Vec<u64> = line[3..].split(' ').map(|v| v.parse().unwrap()).collect();
+    assert!(n[0] > 10_000 && n[1] > 10_000, "{line}");
+    for (px, sv) in [
+        ("fe", "FRONTEND"),
+        ("be", "BACKEND"),
+        ("be", b.name.as_str()),
+    ] {
+        let bin: u64 = stat_column(&sock, px, sv, "bin").parse().unwrap();
+        let bout: u64 = stat_column(&sock, px, sv, "bout").parse().unwrap();
+        assert!(bin > 10_000 && bout > 10_000, "{px}/{sv}: {bin} {bout}");
+    }
+}

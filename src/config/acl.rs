@@ -2963,6 +2963,9 @@ mod tests {
         assert!(perr("if TRUE ||").contains("missing ACL after 'or'"));
         assert!(perr("if || TRUE").contains("missing ACL before"));
         assert!(perr("if TRUE && TRUE").contains("AND is implicit"));
+        assert!(perr("if { date(,us) gt 0 }").contains("an offset must precede the unit"));
+        assert!(perr("if { date(0,h) gt 0 }").contains("unknown unit 'h'"));
+        assert!(perr("if { fc_rtt(s) gt 0 }").contains("unknown unit 's'"));
         assert!(perr("if !").contains("missing ACL after '!'"));
         assert!(perr("if {path_beg /a }").contains("separated by spaces"));
         assert!(perr("if { }").contains("empty anonymous ACL"));
@@ -3226,12 +3229,19 @@ impl StateFetch {
             "date" => match arg {
                 None => StateFetch::Date(0, 1),
                 Some(a) => {
-                    let (off, unit) = a.split_once(',').unwrap_or((a, ""));
-                    let per_s = match unit.trim() {
-                        "" | "s" => 1,
-                        "ms" => 1_000,
-                        "us" => 1_000_000,
-                        u => {
+                    let (off, unit) = match a.split_once(',') {
+                        // `date(,us)`: HAProxy wants the offset before a unit.
+                        Some((o, _)) if o.trim().is_empty() => {
+                            return Err(format!("{what} 'date': an offset must precede the unit"));
+                        }
+                        Some((o, u)) => (o, Some(u)),
+                        None => (a, None),
+                    };
+                    let per_s = match unit.map(str::trim) {
+                        None | Some("s") => 1,
+                        Some("ms") => 1_000,
+                        Some("us") => 1_000_000,
+                        Some(u) => {
                             return Err(format!(
                                 "{what} 'date': unknown unit '{u}' (expected s, ms or us)"
                             ));
@@ -3287,7 +3297,7 @@ impl StateFetch {
                     1_000 => now.as_millis() as i64,
                     _ => now.as_micros() as i64,
                 };
-                int(f, v + off)
+                int(f, v.saturating_add(*off))
             }
             StateFetch::DateUs => {
                 let now = std::time::SystemTime::now()

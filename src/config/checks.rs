@@ -21,7 +21,8 @@ pub enum CheckType {
 /// `external-check command CMD` / `external-check path PATH`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExternalCheck {
-    /// The program, run without a shell (HAProxy's execve: no PATH search).
+    /// The program, run without a shell (a name without `/` is looked up in `path`, as
+    /// HAProxy's execvp does with the PATH it gives the child).
     pub command: Option<String>,
     /// The PATH it gets (HAProxy's default: empty).
     pub path: Option<String>,

@@ -525,11 +525,11 @@ pub struct ProxyOptions {
     /// goes to the server without `connection: close` (servers that see it may stop using
     /// chunked encoding); the connection is closed after the response all the same.
     pub http_pretend_keepalive: bool,
+    /// `option contstats`: a `mode tcp` session's bytes reach the stats as they move, not
+    /// at its end.
+    pub contstats: bool,
     /// `option http-buffer-request`: a request's body (up to the buffer size) is received
     /// before a server is chosen.
-    /// `option contstats`: a TCP session's bytes reach the stats as they move, not at its
-    /// end (HTTP bodies are counted as they move anyway).
-    pub contstats: bool,
     pub http_buffer_request: bool,
     /// `option checkcache`: a response that a shared cache could store with its
     /// `Set-Cookie` is blocked (502, `PH`).
@@ -1097,7 +1097,7 @@ pub struct Server {
     /// `source ADDR[:PORT]`: the local address connections to the server are made from.
     pub source: Option<SocketAddr>,
     /// `source ADDR:LOW-HIGH`: connections take their port in LOW..=HIGH (`source` holds LOW),
-    /// in turn; see [`Server::source_now`].
+    /// in turn; see `backend::ServerState::source_now`.
     pub source_high: Option<u16>,
     /// `check` (with its timings), `None` without it.
     pub check: Option<CheckCfg>,
@@ -1128,24 +1128,7 @@ impl std::fmt::Display for UnixTarget {
     }
 }
 
-/// Where the next port of a `source` range is taken (a hint shared by every server: ports
-/// are tried in turn, and a port busy towards the same server makes that connect fail and
-/// be retried, so a per-server cursor would gain nothing).
-static SOURCE_PORT_CURSOR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
 impl Server {
-    /// The local address of a new connection: `source`, with the next port of its range.
-    pub fn source_now(&self) -> Option<SocketAddr> {
-        let mut src = self.source?;
-        if let Some(high) = self.source_high {
-            let lo = u32::from(src.port());
-            let n = u32::from(high) - lo + 1;
-            let i = SOURCE_PORT_CURSOR.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
-            src.set_port((lo + i) as u16);
-        }
-        Some(src)
-    }
-
     /// Whether its connections belong to one client and are never pooled for others: they
     /// carry that client's address (`send-proxy*`) or go to the port it connected to.
     pub fn private_conns(&self) -> bool {
@@ -1672,7 +1655,8 @@ pub enum HeaderAction {
 }
 
 /// How `del-header ... -m METH` compares a field's name with NAME: case-insensitively, as
-/// HAProxy does, except `reg` (the regex as written).
+/// HAProxy does; `reg` runs the regex as written on the lower-case name (HAProxy keeps names
+/// in lower case, so `^x-` matches `X-Foo` and `^X-` matches nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NameMatch {
     Str,
@@ -1694,7 +1678,7 @@ impl NameMatch {
             NameMatch::Sub => {
                 name.is_empty() || n.windows(name.len()).any(|w| w.eq_ignore_ascii_case(name))
             }
-            NameMatch::Reg(re) => re.0.is_match(n),
+            NameMatch::Reg(re) => re.0.is_match(&n.to_ascii_lowercase()),
         }
     }
 }

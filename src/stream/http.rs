@@ -2844,7 +2844,6 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         self.sbuf.advance(resp.head_len);
 
         if tunnel_mode {
-            let _ = &slot;
             let to_client: Vec<u8> = {
                 let mut v = std::mem::take(&mut self.out);
                 v.extend_from_slice(&self.sbuf);
@@ -2871,6 +2870,12 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             )
             .await;
             txn.bytes_out = end.down;
+            // What the client sent through the tunnel counts as request bytes (`%U`, `bin`),
+            // and the server's counters see both ways, as after a response body.
+            txn.bytes_in += end.up;
+            let sc = &slot.server_state().counters;
+            sc.bytes_in.fetch_add(end.up, Relaxed);
+            sc.bytes_out.fetch_add(end.down, Relaxed);
             txn.term = end.term;
             return None;
         }

@@ -987,7 +987,7 @@ async fn connect_stream(
         }
         return Ok((ServerStream::Unix(s), None, false));
     }
-    let mut tcp = connect_one(addr, srv.conf.source_now(), timeout, opts).await?;
+    let mut tcp = connect_one(addr, srv.source_now(), timeout, opts).await?;
     if let Some(h) = proxy_hdr {
         // Before anything else, TLS included. A small write on a new connection: the
         // socket buffer takes it whole.

@@ -279,7 +279,9 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
             );
         }
         "tune.ssl.cachesize" => {
-            g.tls.session_cache = Some(parse_u32(arg(w, 1, "number of sessions")?)? as usize);
+            // HAProxy's limit (a positive int); rustls reserves the room up front.
+            let n = parse_range(arg(w, 1, "number of sessions")?, 0, i32::MAX as u64)?;
+            g.tls.session_cache = Some(n as usize);
             no_extra(w, 2)?;
         }
         "tune.ssl.lifetime" => {
@@ -990,8 +992,10 @@ mod tests {
             "tune.ssl.lifetime soon",
             "tune.ssl.cachesize -1",
             "set-dumpable x",
+            "tune.ssl.cachesize 4000000000",
         ]);
-        assert_eq!(e.len(), 3, "{e:?}");
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(e[3].contains("out of range"), "{e:?}");
     }
 
     #[test]

@@ -296,12 +296,19 @@ fn ecdsa_and_rsa_certificates_for_one_name_are_picked_by_the_client() {
     assert!(err.contains("none.pem.ecdsa"), "{err}");
 }
 
-#[test]
-fn strict_sni_refuses_unknown_and_missing_names() {
+/// A temporary directory holding `a.pem`: a leaf for `a.example`, with its chain and key,
+/// signed by the returned CA.
+fn a_example_site() -> (TempDir, Ca, PathBuf) {
     let dir = TempDir::new();
     let ca = Ca::new("Test CA");
     let a = ca.leaf("a.example", &["a.example"]);
     let f = write_file(&dir, "a.pem", &a.bundle());
+    (dir, ca, f)
+}
+
+#[test]
+fn strict_sni_refuses_unknown_and_missing_names() {
+    let (_dir, ca, f) = a_example_site();
     let b = HttpBackend::start("s1");
     let port = free_port();
     let _s = tls_proxy(
@@ -320,10 +327,7 @@ fn strict_sni_refuses_unknown_and_missing_names() {
 
 #[test]
 fn alpn_in_tcp_mode_is_as_configured_and_http_mode_picks_h2_only_when_offered() {
-    let dir = TempDir::new();
-    let ca = Ca::new("Test CA");
-    let a = ca.leaf("a.example", &["a.example"]);
-    let f = write_file(&dir, "a.pem", &a.bundle());
+    let (_dir, ca, f) = a_example_site();
     let echo = TcpBackend::echo();
     let b = HttpBackend::start("s1");
     let bh2 = HttpBackend::start("alpn-h1");
@@ -444,12 +448,23 @@ frontend fr\n    bind 127.0.0.1:{pr} ssl crt {f} ca-file {ca} verify required\n{
 // Session resumption
 // ---------------------------------------------------------------------------------------------
 
+/// A client of `ca`'s servers speaking only `version`, keeping the sessions it may resume.
+fn resuming_client(
+    ca: &Ca,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> Arc<ClientConfig> {
+    let mut c = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots(&ca.pem()))
+        .with_no_client_auth();
+    c.resumption = rustls::client::Resumption::in_memory_sessions(256);
+    Arc::new(c)
+}
+
 #[test]
 fn sessions_resume_across_worker_threads() {
-    let dir = TempDir::new();
-    let ca = Ca::new("Test CA");
-    let a = ca.leaf("a.example", &["a.example"]);
-    let f = write_file(&dir, "a.pem", &a.bundle());
+    let (dir, ca, f) = a_example_site();
     let b = HttpBackend::start("s1");
     let port = free_port();
     let sock = dir.join("admin.sock");
@@ -463,13 +478,7 @@ frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
     let _s = Sluice::start(&cfg);
     for versions in [&rustls::version::TLS13, &rustls::version::TLS12] {
         // One client configuration = one session store, as a browser has.
-        let mut c = ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[versions])
-            .unwrap()
-            .with_root_certificates(roots(&ca.pem()))
-            .with_no_client_auth();
-        c.resumption = rustls::client::Resumption::in_memory_sessions(256);
-        let c = Arc::new(c);
+        let c = resuming_client(&ca, versions);
         let n = 40;
         let mut resumed = 0;
         let mut ports = std::collections::HashSet::new();
@@ -501,10 +510,7 @@ frontend fe\n    bind 127.0.0.1:{port} ssl crt {}\n    default_backend be\n{}",
 /// no session, so that without tickets nothing resumes.
 #[test]
 fn session_lifetime_and_cache_size() {
-    let dir = TempDir::new();
-    let ca = Ca::new("Test CA");
-    let a = ca.leaf("a.example", &["a.example"]);
-    let f = write_file(&dir, "a.pem", &a.bundle());
+    let (_dir, ca, f) = a_example_site();
     let b = HttpBackend::start("s1");
     let run = |global: &str, bind_opts: &str| {
         let port = free_port();
@@ -516,15 +522,7 @@ fn session_lifetime_and_cache_size() {
         );
         (Sluice::start(&cfg), port)
     };
-    let client = |versions: &'static rustls::SupportedProtocolVersion| {
-        let mut c = ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[versions])
-            .unwrap()
-            .with_root_certificates(roots(&ca.pem()))
-            .with_no_client_auth();
-        c.resumption = rustls::client::Resumption::in_memory_sessions(256);
-        Arc::new(c)
-    };
+    let client = |versions| resuming_client(&ca, versions);
     // One request on a new connection; whether its handshake resumed a session.
     let resumed = |port: u16, c: &Arc<ClientConfig>| {
         let mut t = tls_connect(port, Some("a.example"), c).unwrap();
@@ -583,10 +581,7 @@ fn assert_both_threads_accepted(sock: &Path) {
 
 #[test]
 fn failed_and_stalled_handshakes_are_logged_and_bounded() {
-    let dir = TempDir::new();
-    let ca = Ca::new("Test CA");
-    let a = ca.leaf("a.example", &["a.example"]);
-    let f = write_file(&dir, "a.pem", &a.bundle());
+    let (_dir, ca, f) = a_example_site();
     let b = HttpBackend::start("s1");
     let (port, named) = (free_port(), free_port());
     let cfg = format!(
@@ -1484,10 +1479,7 @@ frontend fe\n    bind 127.0.0.1:{port} ssl crt-list {}\n    default_backend be\n
 
 #[test]
 fn crt_list_option_errors_name_the_file_line_and_option() {
-    let dir = TempDir::new();
-    let ca = Ca::new("Test CA");
-    let a = ca.leaf("a.example", &["a.example"]);
-    let f = write_file(&dir, "a.pem", &a.bundle());
+    let (dir, _ca, f) = a_example_site();
     let cases = [
         (
             "[alpn h2 curves X25519] a.example",
@@ -1535,10 +1527,7 @@ fn crt_list_option_errors_name_the_file_line_and_option() {
 #[test]
 fn tls_ticket_keys_file_lets_instances_resume_each_others_sessions() {
     use base64::Engine;
-    let dir = TempDir::new();
-    let ca = Ca::new("Test CA");
-    let a = ca.leaf("a.example", &["a.example"]);
-    let f = write_file(&dir, "a.pem", &a.bundle());
+    let (dir, ca, f) = a_example_site();
     let key = |seed: u8| base64::engine::general_purpose::STANDARD.encode([seed; 48]);
     let shared = write_file(
         &dir,

@@ -455,10 +455,7 @@ pub struct Shared {
 
 /// Current Unix time in seconds (for `lastchg`-style fields).
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    crate::util::since_epoch().as_secs()
 }
 
 impl ServerState {

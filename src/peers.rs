@@ -68,17 +68,11 @@ pub struct PeerStats {
     pub confirm: AtomicU64,
 }
 
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl PeerStats {
     pub(crate) fn established(&self) {
         self.active.store(true, Relaxed);
         self.last_status.store(200, Relaxed);
-        self.last_hdshk_ms.store(unix_ms(), Relaxed);
+        self.last_hdshk_ms.store(crate::util::unix_ms(), Relaxed);
     }
 
     pub(crate) fn bump(c: &AtomicU64) {
@@ -106,7 +100,7 @@ fn status_name(code: u16) -> &'static str {
 pub fn cli_show(sections: &[Arc<Section>], name: Option<&str>) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let now = unix_ms();
+    let now = crate::util::unix_ms();
     let ago = |ms: u64| match ms {
         0 => "<NEVER>".to_string(),
         t => format!("{}s", now.saturating_sub(t) / 1000),

@@ -1811,16 +1811,10 @@ impl<T> fmt::Debug for Aged<T> {
     }
 }
 
-fn epoch_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl<T> Aged<T> {
     fn stamp(plain: &[u8]) -> Vec<u8> {
         let mut v = Vec::with_capacity(8 + plain.len());
-        v.extend_from_slice(&epoch_ms().to_be_bytes());
+        v.extend_from_slice(&crate::util::unix_ms().to_be_bytes());
         v.extend_from_slice(plain);
         v
     }
@@ -1829,7 +1823,7 @@ impl<T> Aged<T> {
     /// the clock having gone back, counts as young).
     fn fresh(&self, mut v: Vec<u8>) -> Option<Vec<u8>> {
         let stamp = u64::from_be_bytes(v.get(..8)?.try_into().ok()?);
-        if epoch_ms().saturating_sub(stamp) > u64::from(self.lifetime) * 1000 {
+        if crate::util::unix_ms().saturating_sub(stamp) > u64::from(self.lifetime) * 1000 {
             return None;
         }
         v.drain(..8);
@@ -3136,10 +3130,10 @@ mod tests {
             inner: (),
             lifetime: 1,
         };
-        let mut old = (epoch_ms() - 1_500).to_be_bytes().to_vec();
+        let mut old = (crate::util::unix_ms() - 1_500).to_be_bytes().to_vec();
         old.extend_from_slice(b"s");
         assert_eq!(a.fresh(old), None, "1.5 s old with a 1 s lifetime");
-        let mut young = (epoch_ms() - 500).to_be_bytes().to_vec();
+        let mut young = (crate::util::unix_ms() - 500).to_be_bytes().to_vec();
         young.extend_from_slice(b"s");
         assert_eq!(a.fresh(young).as_deref(), Some(&b"s"[..]));
         assert_eq!(a.fresh(vec![1, 2]), None, "too short to hold a stamp");

@@ -16,6 +16,18 @@ fn seed() -> u64 {
     t ^ (&local as *const u8 as u64).rotate_left(32) | 1
 }
 
+/// The time since the Unix epoch (zero if the clock says earlier).
+pub fn since_epoch() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    since_epoch().as_millis() as u64
+}
+
 /// The system's host name (`node`, `hostname`, `%H`, `log-send-hostname`); empty if unknown.
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

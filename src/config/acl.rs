@@ -3289,9 +3289,7 @@ impl StateFetch {
                 int(f, r as i64)
             }
             StateFetch::Date(off, per_s) => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default();
+                let now = crate::util::since_epoch();
                 let v = match per_s {
                     1 => now.as_secs() as i64,
                     1_000 => now.as_millis() as i64,
@@ -3299,12 +3297,7 @@ impl StateFetch {
                 };
                 int(f, v.saturating_add(*off))
             }
-            StateFetch::DateUs => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default();
-                int(f, i64::from(now.subsec_micros()))
-            }
+            StateFetch::DateUs => int(f, i64::from(crate::util::since_epoch().subsec_micros())),
             StateFetch::Text(t) => f(Sample::Str(t)),
             StateFetch::Pid => int(f, i64::from(std::process::id())),
             StateFetch::NbThread => match s.shared {

@@ -1678,6 +1678,8 @@ impl NameMatch {
             NameMatch::Sub => {
                 name.is_empty() || n.windows(name.len()).any(|w| w.eq_ignore_ascii_case(name))
             }
+            // A name without upper case needs no copy (HTTP/2 names never have any).
+            NameMatch::Reg(re) if !n.iter().any(u8::is_ascii_uppercase) => re.0.is_match(n),
             NameMatch::Reg(re) => re.0.is_match(&n.to_ascii_lowercase()),
         }
     }

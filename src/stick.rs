@@ -338,7 +338,8 @@ pub fn now_ms() -> u64 {
 impl Table {
     pub fn new(name: &str, mut def: TableDef) -> Table {
         // `stick on|match|store-request` keep the server in every table they use, declared
-        // or not: its place is reserved, and shown once such a rule wrote it.
+        // or not: its place is reserved, and shown for tables such a rule writes (noted when
+        // the configuration is loaded).
         let show_server_id = def.store.iter().any(|(d, _)| *d == Data::ServerId);
         if !show_server_id {
             def.store.insert(0, (Data::ServerId, 0));

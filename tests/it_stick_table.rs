@@ -647,9 +647,10 @@ fn stick_store_response_learns_the_session_cookie_a_server_sets() {
         cookies[0].0, cookies[1].0,
         "roundrobin spreads new sessions"
     );
-    // Each session's requests go to its server, whatever roundrobin would pick.
-    for _ in 0..3 {
-        for (server, cookie) in &cookies {
+    // Each session's requests go to its server, whatever roundrobin would pick: several in a
+    // row, where roundrobin alone would alternate.
+    for (server, cookie) in &cookies {
+        for _ in 0..3 {
             let r = HttpClient::connect(port).get_with("/", &format!("Cookie: {cookie}\r\n"));
             assert_eq!(&r.body_str(), server, "{cookie}");
         }

@@ -691,7 +691,10 @@ impl State {
         sections
             .into_iter()
             .map(|s| {
-                if !s.disabled {
+                // Changes are queued for remote peers only: a section of the local peer
+                // alone (tables kept across reloads) hands its entries over from the table
+                // itself, and its requests need not queue anything.
+                if !s.disabled && s.peers.len() > 1 {
                     for t in &s.tables {
                         t.start_sync();
                     }
@@ -772,6 +775,13 @@ impl State {
             });
         }
         let mut proxies = resolve(&self.global, std::mem::take(&mut self.proxies), &mut errors);
+        // A table that `stick` rules write keeps `server_id` from the start: `show table`
+        // prints it, and peers hear of it in the table's first definition.
+        for r in proxies.iter().flat_map(|p| &p.sticks).filter(|r| r.stores) {
+            if let Some(t) = r.table.get() {
+                t.note_stick_rule();
+            }
+        }
         // `server ... resolvers NAME`: the section by index. As HAProxy, a section named
         // `default` exists without being written, with the nameservers of /etc/resolv.conf.
         let wants_default = proxies.iter().flat_map(|p| p.servers.iter()).any(|s| {

@@ -394,15 +394,6 @@ impl Session {
 
 /// Starts the replication of every `peers` section that runs (on the first worker thread).
 pub fn spawn(w: &Rc<Worker>) {
-    // A table that `stick` rules write keeps `server_id`, and its peers must hear of it from
-    // the first definition, not once a rule has run.
-    for p in &w.shared.cfg.proxies {
-        for r in p.sticks.iter().filter(|r| r.stores) {
-            if let Some(t) = r.table.get() {
-                t.note_stick_rule();
-            }
-        }
-    }
     for (index, sec) in w.shared.cfg.peers.iter().enumerate() {
         if sec.disabled {
             continue;

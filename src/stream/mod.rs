@@ -1581,7 +1581,6 @@ pub(crate) fn stick_store(
             continue;
         }
         let Some(t) = r.table.get() else { continue };
-        t.note_stick_rule();
         if let Some(e) = r.key.key(view, t).and_then(|k| t.get_or_create(k)) {
             t.set(&e, crate::stick::Data::ServerId, puid.into());
         }

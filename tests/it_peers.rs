@@ -68,17 +68,7 @@ frontend fe\n    bind 127.0.0.1:{}\n\
 
     /// The line of `key` in table `table` of peer `i`, once `ready` holds for it.
     fn entry(&self, i: usize, table: &str, key: &str, ready: impl Fn(&str) -> bool) -> String {
-        let mut last = String::new();
-        wait_until(&format!("{key} in {table} of peer {i}"), WAIT, || {
-            let out = stats_cli(&self.sock(i), &format!("show table {table}"));
-            last = out
-                .lines()
-                .find(|l| l.contains(&format!(": key={key} ")))
-                .unwrap_or("")
-                .to_string();
-            !last.is_empty() && ready(&last)
-        });
-        last
+        table_entry_when(&self.sock(i), table, key, ready)
     }
 }
 
@@ -234,18 +224,7 @@ frontend fe\n    bind 127.0.0.1:{http}\n\
         );
         assert_eq!(r.status, 200);
     }
-    let line = |want: &str| {
-        let mut last = String::new();
-        wait_until(&format!("alice with {want}"), WAIT, || {
-            last = stats_cli(&sock, "show table local/t")
-                .lines()
-                .find(|l| l.contains(": key=alice "))
-                .unwrap_or("")
-                .to_string();
-            last.contains(want)
-        });
-        last
-    };
+    let line = |want: &str| table_entry_when(&sock, "local/t", "alice", |l| l.contains(want));
     line("gpc0=2");
     s.signal(nix::sys::signal::Signal::SIGUSR2);
     wait_until("the first worker gone", WAIT, || former_exited(&s, first));
@@ -289,13 +268,9 @@ backend be\n    balance roundrobin\n    stick-table type ip size 100 expire 60s 
     let first = http_get(http[0], "/").server();
     assert_ne!(first, other, "roundrobin on a");
     let sid = |i: usize| {
-        stats_cli(&dir.join(&format!("{i}.sock")), "show table be")
-            .lines()
-            .find(|l| l.contains(": key=127.0.0.1 "))
-            .and_then(|l| l.split(" server_id=").nth(1))
-            .and_then(|v| v.split(' ').next())
-            .unwrap_or("")
-            .to_string()
+        table_entry(&dir.join(&format!("{i}.sock")), "be", "127.0.0.1")
+            .map(|l| table_col(&l, "server_id").to_string())
+            .unwrap_or_default()
     };
     wait_until("b learns the server", WAIT, || !sid(1).is_empty());
     assert_eq!(sid(1), sid(0));

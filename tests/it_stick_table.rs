@@ -19,31 +19,16 @@ fn global(dir: &TempDir) -> String {
 
 /// The `show table NAME` line of `key`, or `None` when the key is not in the table.
 fn entry(dir: &TempDir, table: &str, key: &str) -> Option<String> {
-    let out = stats_cli(&dir.join("s.sock"), &format!("show table {table}"));
-    out.lines()
-        .find(|l| l.contains(&format!(": key={key} ")))
-        .map(str::to_string)
+    table_entry(&dir.join("s.sock"), table, key)
 }
 
 /// The entry of `key` once `ready` holds for it: a response reaches the client before the
 /// transaction's end is accounted (the counters and `use` of the entry it tracks).
 fn settled(dir: &TempDir, table: &str, key: &str, ready: impl Fn(&str) -> bool) -> String {
-    let mut last = None;
-    wait_until(&format!("entry {key} of {table} settled"), WAIT, || {
-        last = entry(dir, table, key);
-        last.as_deref().is_some_and(&ready)
-    });
-    last.expect("checked by wait_until")
+    table_entry_when(&dir.join("s.sock"), table, key, ready)
 }
 
-/// Value of column `col` (`http_req_cnt`, `http_req_rate(10000)`, `use`, ...) in an entry line.
-fn col(line: &str, col: &str) -> u64 {
-    line.split(' ')
-        .find_map(|w| w.strip_prefix(&format!("{col}=")))
-        .unwrap_or_else(|| panic!("no {col} in {line}"))
-        .parse()
-        .unwrap()
-}
+use common::table_col as col;
 
 #[test]
 fn rate_limit_denies_from_the_request_over_the_limit_and_keeps_the_connection() {

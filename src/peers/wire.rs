@@ -481,14 +481,12 @@ async fn hand_over(node: Rc<Node>, hold: crate::worker::Hold) {
         });
     }
     let deadline = tokio::time::Instant::now() + DEAD;
-    while tokio::time::Instant::now() < deadline {
-        match tokio::time::timeout_at(deadline, teach_successor(&node, addr)).await {
-            // Taught, or nobody to teach.
-            Ok(Some(true)) | Err(_) => break,
-            Ok(None) => break,
-            // Busy (another hand-over, or still this process's listener): again shortly.
-            Ok(Some(false)) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
+    // Busy (another hand-over, or still this process's listener): again shortly. Taught,
+    // nobody to teach, or out of time: done.
+    while let Ok(Some(false)) =
+        tokio::time::timeout_at(deadline, teach_successor(&node, addr)).await
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     drop(hold);
 }

@@ -1912,3 +1912,35 @@ pub fn former_exited(s: &Sluice, pid: i32) -> bool {
         .iter()
         .any(|l| l.contains(&format!("Former worker ({pid}) exited")))
 }
+
+/// The `show table TABLE` line of `key` on the stats socket `sock`, if the table holds it.
+pub fn table_entry(sock: &Path, table: &str, key: &str) -> Option<String> {
+    let out = stats_cli(sock, &format!("show table {table}"));
+    out.lines()
+        .find(|l| l.contains(&format!(": key={key} ")))
+        .map(str::to_string)
+}
+
+/// The `show table` line of `key` once `ready` holds for it.
+pub fn table_entry_when(
+    sock: &Path,
+    table: &str,
+    key: &str,
+    ready: impl Fn(&str) -> bool,
+) -> String {
+    let mut last = None;
+    wait_until(&format!("entry {key} of {table}"), WAIT, || {
+        last = table_entry(sock, table, key);
+        last.as_deref().is_some_and(&ready)
+    });
+    last.expect("checked by wait_until")
+}
+
+/// The value of column `col` (`http_req_cnt`, `server_id`, `use`, ...) in a `show table` line.
+pub fn table_col(line: &str, col: &str) -> u64 {
+    line.split(' ')
+        .find_map(|w| w.strip_prefix(&format!("{col}=")))
+        .unwrap_or_else(|| panic!("no {col} in {line}"))
+        .parse()
+        .unwrap()
+}

@@ -44,6 +44,7 @@ pub mod reload;
 pub mod resolvers;
 pub mod runtime;
 pub mod send_proxy;
+pub mod spoe;
 pub mod stats;
 pub mod stats_page;
 pub mod stick;

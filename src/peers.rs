@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::stick::Table;
 
-mod wire;
+pub(crate) mod wire;
 
 pub use wire::spawn;
 

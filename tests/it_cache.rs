@@ -575,11 +575,11 @@ fn cache_configuration_errors_name_the_line() {
     );
     let (code, err) = check(
         "cache c1\n    total-max-size 4\nfrontend f2\n    bind 127.0.0.1:8081\n    \
-         filter spoe engine x config y\n    default_backend be\n",
+         filter bwlim-in x default-limit 1m default-period 1s\n    default_backend be\n",
     );
     assert_ne!(code, 0);
     assert!(
-        err.contains("filter 'spoe' is not supported by sluice"),
+        err.contains("filter 'bwlim-in' is not supported by sluice"),
         "{err}"
     );
     // res.cache_hit reads the response: not in http-request rules.

@@ -1396,3 +1396,37 @@ fn state_fetches_see_servers_and_proxies() {
     );
     assert!(err.contains("(2 errors)"), "each reported once: {err}");
 }
+
+/// `option http-buffer-request` waits for the body before the frontend's http-request rules,
+/// as HAProxy does, so that they can read it (`req.body`, `req.body_size`).
+#[test]
+fn buffered_body_is_seen_by_request_rules() {
+    let t = two(
+        "    option http-buffer-request\n    \
+         http-request deny if { req.body -m sub evil }\n    \
+         http-request set-header x-size %[req.body_size]\n    \
+         http-request set-header x-ver %[req.ver]\n    \
+         use_backend b if { req.body_len gt 3 }",
+        "",
+    );
+    let post = |body: &str| {
+        let mut c = HttpClient::connect(t.port);
+        // The head alone first: the body comes in a later segment.
+        c.send(format!(
+            "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        ));
+        // The proxy has read the head (and waits for the body) before the body is sent.
+        wait_consumed(&c.wire.stream);
+        c.request(body)
+    };
+    assert_eq!(post("this is evil").status, 403);
+    let r = post("fine body");
+    assert_eq!((r.status, r.body_str().as_str()), (200, "B"));
+    assert_eq!(post("ok").body_str(), "A");
+    let seen = t.b.requests();
+    let last = seen.last().unwrap();
+    assert_eq!(last.header("x-size"), Some("9"));
+    assert_eq!(last.header("x-ver"), Some("1.1"));
+    let _ = &t.a;
+}

@@ -65,6 +65,18 @@ pub trait HttpView {
     fn cache_hit(&self) -> Option<&str> {
         None
     }
+    /// Calls `f` with each header field (name, value) in order (`req.hdrs`, `res.hdrs`).
+    fn for_each_field(&self, _f: &mut dyn FnMut(&[u8], &[u8])) {}
+    /// The minor version of HTTP/1 (`req.ver`, `res.ver`: `1.<minor>`).
+    fn version_minor(&self) -> Option<u8> {
+        None
+    }
+    /// The body received so far and the size it announced (`req.body`, `req.body_len`,
+    /// `req.body_size`; on a response `res.body`...): the request's is whole once `option
+    /// http-buffer-request` waited for it, a response's is what came with its head.
+    fn body(&self) -> Option<(&[u8], u64)> {
+        None
+    }
 }
 
 /// What a view knows of its session beyond the request.
@@ -462,6 +474,19 @@ enum Fetch {
     CacheName,
     /// A response fetch (`res.hdr`, `shdr`, ...): the inner header fetch, on a response only.
     Res(Box<Fetch>),
+    /// `req.ver` / `res.ver`: `1.0` or `1.1`.
+    Ver,
+    /// `req.hdrs` / `res.hdrs`: the header block as text, with its final empty line.
+    Hdrs,
+    /// `req.hdrs_bin` / `res.hdrs_bin`: the header fields as varint-prefixed names and
+    /// values, ending with two empty ones.
+    HdrsBin,
+    /// `pathq`: the path and the query string of the target.
+    PathQ,
+    /// `req.body`, `req.body_len`, `req.body_size`.
+    Body,
+    BodyLen,
+    BodySize,
 }
 
 /// Whose entry a stick-table fetch reads.
@@ -773,7 +798,8 @@ impl Fetch {
     fn out_type(&self) -> SmpType {
         match self {
             Fetch::Res(inner) => inner.out_type(),
-            Fetch::TcpInfo(_) => SmpType::Int,
+            Fetch::TcpInfo(_) | Fetch::BodyLen | Fetch::BodySize => SmpType::Int,
+            Fetch::Ver | Fetch::Hdrs | Fetch::HdrsBin | Fetch::PathQ | Fetch::Body => SmpType::Str,
             // A variable's type is known only when it is read: taken as text for matching.
             Fetch::Var { .. } | Fetch::Uuid => SmpType::Str,
             Fetch::Const(v) => match v {
@@ -1095,6 +1121,62 @@ impl Fetch {
                 }))
             }
             Fetch::Res(inner) => view.status().is_some() && inner.for_each(view, f),
+            Fetch::Ver => match view.version_minor() {
+                Some(0) => f(Sample::Str(b"1.0")),
+                Some(_) => f(Sample::Str(b"1.1")),
+                None => false,
+            },
+            Fetch::Hdrs | Fetch::HdrsBin => {
+                let bin = matches!(self, Fetch::HdrsBin);
+                let mut out = Vec::new();
+                // As HAProxy's HTX: lower-case names, and no `Connection` field (the
+                // connection's business, not the message's).
+                view.for_each_field(&mut |n, v| {
+                    if n.eq_ignore_ascii_case(b"connection") {
+                        return;
+                    }
+                    if bin {
+                        crate::peers::wire::put_varint(&mut out, n.len() as u64);
+                        out.extend(n.iter().map(u8::to_ascii_lowercase));
+                        crate::peers::wire::put_varint(&mut out, v.len() as u64);
+                        out.extend_from_slice(v);
+                    } else {
+                        out.extend(n.iter().map(u8::to_ascii_lowercase));
+                        out.extend_from_slice(b": ");
+                        out.extend_from_slice(v);
+                        out.extend_from_slice(b"\r\n");
+                    }
+                });
+                out.extend_from_slice(if bin { b"\0\0" } else { b"\r\n" });
+                f(Sample::Str(&out))
+            }
+            Fetch::PathQ => {
+                let u = view.uri();
+                match uri_path(u) {
+                    // The path starts the rest of the target: keep its query string.
+                    Some(p) => {
+                        let start = p.as_ptr() as usize - u.as_ptr() as usize;
+                        let end = u[start..]
+                            .iter()
+                            .position(|&c| c == b'#')
+                            .map_or(u.len(), |i| start + i);
+                        f(Sample::Str(&u[start..end]))
+                    }
+                    None => false,
+                }
+            }
+            Fetch::Body => match view.body() {
+                Some((b, _)) => f(Sample::Str(b)),
+                None => false,
+            },
+            Fetch::BodyLen => match view.body() {
+                Some((b, _)) => f(Sample::Int(b.len() as i64)),
+                None => false,
+            },
+            Fetch::BodySize => match view.body() {
+                Some((_, n)) => f(Sample::Int(n.min(i64::MAX as u64) as i64)),
+                None => false,
+            },
             Fetch::SslFc => f(Sample::Bool(view.tls().is_some())),
             Fetch::SslCUsed => f(Sample::Bool(view.tls().is_some_and(|t| t.client_cert))),
             Fetch::SslCVerify => match view.tls() {
@@ -1186,6 +1268,16 @@ impl SampleFetch {
     /// that runs after `tcp-request inspect-delay` (a dynamic `use_backend` name).
     pub fn parse_with_payload(word: &str) -> Result<SampleFetch, String> {
         Self::parse_in(word, true)
+    }
+
+    /// Whether its sample is binary data rather than text (`req.body`, `req.hdrs_bin`), as
+    /// SPOE sends it.
+    pub fn is_binary(&self) -> bool {
+        self.convs.is_empty()
+            && match &self.fetch {
+                Fetch::Res(inner) => matches!(**inner, Fetch::HdrsBin | Fetch::Body),
+                f => matches!(f, Fetch::HdrsBin | Fetch::Body | Fetch::ReqPayload { .. }),
+            }
     }
 
     /// Whether it reads the client's first data.
@@ -1610,6 +1702,21 @@ const CRITERIA: &[&str] = &[
     "status",
     "res.cache_hit",
     "res.cache_name",
+    "req.ver",
+    "req_ver",
+    "res.ver",
+    "resp_ver",
+    "req.hdrs",
+    "req.hdrs_bin",
+    "res.hdrs",
+    "res.hdrs_bin",
+    "pathq",
+    "req.body",
+    "req.body_len",
+    "req.body_size",
+    "res.body",
+    "res.body_len",
+    "res.body_size",
     "res.hdr",
     "res.cook",
     "scook",
@@ -1659,12 +1766,10 @@ const UNSUPPORTED_FETCHES: &[&str] = &[
     "cook_val",
     "dst_conn",
     "http_first_req",
-    "req.body",
     "req.cook_cnt",
+    "res.payload",
     "req.rdp_cookie",
     "req.ssl_ver",
-    "req.ver",
-    "req_ver",
     "urlp_val",
 ];
 
@@ -1859,6 +1964,19 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "status" => no_args(Fetch::Status)?,
         "res.cache_hit" => no_args(Fetch::CacheHit)?,
         "res.cache_name" => no_args(Fetch::CacheName)?,
+        "req.ver" | "req_ver" => no_args(Fetch::Ver)?,
+        "res.ver" | "resp_ver" => no_args(Fetch::Res(Box::new(Fetch::Ver)))?,
+        "req.hdrs" => no_args(Fetch::Hdrs)?,
+        "req.hdrs_bin" => no_args(Fetch::HdrsBin)?,
+        "res.hdrs" => no_args(Fetch::Res(Box::new(Fetch::Hdrs)))?,
+        "res.hdrs_bin" => no_args(Fetch::Res(Box::new(Fetch::HdrsBin)))?,
+        "pathq" => no_args(Fetch::PathQ)?,
+        "req.body" => no_args(Fetch::Body)?,
+        "req.body_len" => no_args(Fetch::BodyLen)?,
+        "req.body_size" => no_args(Fetch::BodySize)?,
+        "res.body" => no_args(Fetch::Res(Box::new(Fetch::Body)))?,
+        "res.body_len" => no_args(Fetch::Res(Box::new(Fetch::BodyLen)))?,
+        "res.body_size" => no_args(Fetch::Res(Box::new(Fetch::BodySize)))?,
         "res.hdr" | "shdr" => Fetch::Res(Box::new(Fetch::Hdr {
             name: hdr_name()?,
             split: true,

@@ -659,6 +659,8 @@ pub struct Proxy {
     pub stats: Option<StatsPage>,
     /// `stick-table ...`: the proxy's table (its name is the proxy's).
     pub stick_table: Option<std::sync::Arc<crate::stick::Table>>,
+    /// `filter spoe`: the SPOE engines of the proxy, in declaration order.
+    pub spoe: Vec<std::sync::Arc<crate::spoe::Engine>>,
     /// `stick on|match|store-request`: server persistence through a stick table.
     pub sticks: Vec<StickRule>,
 }
@@ -1454,6 +1456,8 @@ pub enum HttpResponseAction {
     CacheStore(crate::cache::Use),
     /// `capture EXPR id N`: the sample goes into a response capture slot (`%hs`).
     Capture(CaptureAction),
+    /// `send-spoe-group ENGINE GROUP`: as the request's; samples see the response.
+    SendSpoeGroup(crate::spoe::GroupRef),
 }
 
 /// A capture slot of a frontend: a header (`capture request|response header NAME`) or a
@@ -1731,6 +1735,9 @@ pub enum HttpRequestAction {
     CacheUse(crate::cache::Use),
     /// `capture EXPR len N|id N`: the sample goes into a request capture slot (`%hr`).
     Capture(CaptureAction),
+    /// `send-spoe-group ENGINE GROUP`: the group's messages go to an agent of the proxy's SPOE
+    /// engine, and the rules wait for its answer. Evaluation goes on.
+    SendSpoeGroup(crate::spoe::GroupRef),
 }
 
 /// Which part of the request target a rewrite sets.

@@ -347,6 +347,7 @@ impl State {
     }
 
     fn proxy_keyword(&mut self, d: &mut Draft, l: &Line) {
+        crate::spoe::BUFSIZE.set(self.global.bufsize);
         if let Err(e) = proxy::keyword(d, l) {
             let msg = match e {
                 KwErr::Reason(r) => format!("'{}' in {}: {r}", l.words[0], d.describe()),
@@ -1018,6 +1019,40 @@ fn resolve(
             }
         } else if d.p.kind == ProxyKind::Listen {
             p.default_backend = Some(idx);
+        }
+        // `use-backend` of the SPOE agents: a backend in `mode tcp`.
+        for e in &mut p.spoe {
+            let name = &*e.backend_name;
+            let origin = Origin {
+                file: e.at.0.clone(),
+                line: e.at.1,
+            };
+            match drafts
+                .iter()
+                .position(|b| b.p.name == name && b.p.kind.has_backend())
+            {
+                Some(i) if drafts[i].p.mode == super::Mode::Tcp => {
+                    std::sync::Arc::make_mut(e).backend = i;
+                }
+                Some(_) => errors.push(at(
+                    &origin,
+                    format!(
+                        "'filter spoe' in {}: backend '{name}' of SPOE agent '{}' is in 'mode \
+                         http' (SPOP needs 'mode tcp')",
+                        d.describe(),
+                        e.agent.name
+                    ),
+                )),
+                None => errors.push(at(
+                    &origin,
+                    format!(
+                        "'filter spoe' in {}: unknown backend '{name}' for SPOE agent '{}'{}",
+                        d.describe(),
+                        e.agent.name,
+                        did_you_mean(name, backend_names.iter().copied())
+                    ),
+                )),
+            }
         }
         for (name, dynamic, cond, origin) in &d.use_backends {
             if dynamic.is_some() {

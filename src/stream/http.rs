@@ -269,6 +269,25 @@ impl HttpView for ReqView<'_> {
     fn sess(&self) -> Sess<'_> {
         self.sess
     }
+    fn for_each_field(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        for (n, v) in &self.hdrs.list {
+            f(n.get(self.buf), v.get(self.buf));
+        }
+    }
+    fn version_minor(&self) -> Option<u8> {
+        Some(self.head.version_minor)
+    }
+    fn body(&self) -> Option<(&[u8], u64)> {
+        let start = self.head.head_len.min(self.buf.len());
+        match self.head.body {
+            BodyKind::None => Some((&[], 0)),
+            BodyKind::Length(n) => {
+                let end = start.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
+                Some((&self.buf[start..end.min(self.buf.len())], n))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A response as `http-response` rules see it (request-only fetches see the request).
@@ -294,6 +313,10 @@ struct RspRules<'r> {
 
 struct RspView<'a> {
     status: u16,
+    /// Where the body starts in `buf`, and the size its head announced (`res.body`).
+    body: Option<(usize, u64)>,
+    /// HTTP/1.`version_minor` (`res.ver`).
+    version_minor: u8,
     /// The request's method (the rest of the request is gone).
     method: &'a [u8],
     buf: &'a [u8],
@@ -334,6 +357,20 @@ impl HttpView for RspView<'_> {
     }
     fn status(&self) -> Option<u16> {
         Some(self.status)
+    }
+    fn for_each_field(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        for (n, v) in &self.hdrs.list {
+            f(n.get(self.buf), v.get(self.buf));
+        }
+    }
+    fn version_minor(&self) -> Option<u8> {
+        Some(self.version_minor)
+    }
+    fn body(&self) -> Option<(&[u8], u64)> {
+        let (start, n) = self.body?;
+        let start = start.min(self.buf.len());
+        let end = start.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
+        Some((&self.buf[start..end.min(self.buf.len())], n))
     }
 }
 
@@ -714,6 +751,13 @@ struct Conn<'a, C> {
     /// The stick-table entries the current request tracks (`http-request track-scN`, and
     /// `tcp-request content track-scN`, which in `mode http` run per request).
     sc: crate::stick::Trackers,
+    /// The response's HTTP/1 minor version (`res.ver`).
+    rsp_minor: u8,
+    /// Where the server's response body starts in `sbuf`, and its announced length
+    /// (`res.body`); `None` for other answers.
+    rsp_body: Option<(usize, u64)>,
+    /// SPOE exchanges of the current transaction (`filter spoe`).
+    spoe: crate::spoe::TxnState,
 }
 
 /// Lingering close, after an error answer: how long, and how many bytes, the client's further
@@ -858,6 +902,9 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             linger: false,
             dropped: false,
             sc: crate::stick::Trackers::default(),
+            rsp_minor: 1,
+            rsp_body: None,
+            spoe: crate::spoe::TxnState::default(),
         }
     }
 }
@@ -1435,14 +1482,33 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             self.unique_id =
                 Some(self.render_on_request(self.fe, head, src, txn, f, Live::UniqueId));
         }
+        // SPOE: each HTTP request is a stream of its own, as in HAProxy.
+        self.spoe = crate::spoe::TxnState::default();
+        self.rsp_body = None;
+        let fe = self.fe;
+        if !fe.spoe.is_empty() {
+            use crate::spoe::Event;
+            self.spoe_event(fe, Event::ClientSession, head, src).await;
+            self.spoe_event(fe, Event::FrontendTcpRequest, head, src)
+                .await;
+        }
         // `tcp-request content` rules run per request in `mode http`, before the
         // `http-request` ones (HAProxy's streams are requests).
         let verdict = self.content_rules(self.fe, head, src);
         if verdict != super::Verdict::Go {
             return self.content_reject(txn, verdict);
         }
+        // `option http-buffer-request` on the frontend: the body (up to the buffer) is
+        // received before its http-request rules, which may read it (`req.body`).
+        if fe.options.http_buffer_request && !self.buffer_body(head).await {
+            return self.error_response(head, txn, 408, *b"cR").await;
+        }
+        if !fe.spoe.is_empty() {
+            let ev = crate::spoe::Event::FrontendHttpRequest;
+            self.spoe_event(fe, ev, head, src).await;
+        }
         // Frontend http-request rules.
-        if let Some(r) = self.run_request_rules(self.fe, head, src, txn) {
+        if let Some(r) = self.request_rules(fe, head, src, txn).await {
             return self.act_final(self.fe, head, txn, r).await;
         }
         // A hit of the frontend's `cache-use` is answered by the frontend: no backend.
@@ -1477,11 +1543,26 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         txn.be = Some(be_idx);
         let bp = &shared.cfg.proxies[be_idx];
         if be_idx != self.ctx.proxy {
+            use crate::spoe::Event;
+            if !bp.spoe.is_empty() {
+                self.spoe_event(bp, Event::BackendTcpRequest, head, src)
+                    .await;
+            }
             let verdict = self.content_rules(bp, head, src);
             if verdict != super::Verdict::Go {
                 return self.content_reject(txn, verdict);
             }
-            if let Some(r) = self.run_request_rules(bp, head, src, txn) {
+            if bp.options.http_buffer_request
+                && !self.fe.options.http_buffer_request
+                && !self.buffer_body(head).await
+            {
+                return self.error_response(head, txn, 408, *b"cR").await;
+            }
+            if !bp.spoe.is_empty() {
+                self.spoe_event(bp, Event::BackendHttpRequest, head, src)
+                    .await;
+            }
+            if let Some(r) = self.request_rules(bp, head, src, txn).await {
                 return self.act_final(bp, head, txn, r).await;
             }
             if bp.stats.is_some()
@@ -1496,20 +1577,25 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         if txn.cache.as_ref().is_some_and(|c| c.hit.is_some()) {
             return self.serve_cached(head, txn, be_idx).await;
         }
-        // `option http-buffer-request`: the body (up to the buffer) is received before a
-        // server is chosen and connected to; a client that stops sending gets a 408.
-        if (self.fe.options.http_buffer_request || bp.options.http_buffer_request)
-            && !head.expect_continue
-            && let BodyKind::Length(n) = head.body
-        {
-            let room = self.bufsize.saturating_sub(head.head_len) as u64;
-            let want = n.min(room);
-            let t = self.fe.timeouts.http_request.or(self.fe.timeouts.client);
-            if want > 0 && self.read_body_into_buf(head, want, t).await.is_none() {
-                return self.error_response(head, txn, 408, *b"cR").await;
-            }
-        }
+        // A listen section's `option http-buffer-request` (its own backend): the body was
+        // waited for before its rules, as the frontend's.
         self.forward(head, txn, be_idx).await
+    }
+
+    /// `option http-buffer-request`: the body (up to the buffer) is received before the
+    /// rules that follow, and before a server is chosen and connected to. `false`: the
+    /// client stopped sending (a 408).
+    async fn buffer_body(&mut self, head: &RequestHead) -> bool {
+        if head.expect_continue {
+            return true;
+        }
+        let BodyKind::Length(n) = head.body else {
+            return true;
+        };
+        let room = self.bufsize.saturating_sub(head.head_len) as u64;
+        let want = n.min(room);
+        let t = self.fe.timeouts.http_request.or(self.fe.timeouts.client);
+        want == 0 || self.read_body_into_buf(head, want, t).await.is_some()
     }
 
     /// Answers the stats page of proxy `px` if the request is for it (`None`: it is not).
@@ -1670,8 +1756,9 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         head: &RequestHead,
         src: Option<IpAddr>,
         txn: &mut Txn,
-    ) -> Option<&'p HttpRequestAction> {
-        for rule in &p.http_request {
+        from: usize,
+    ) -> Option<(usize, &'p HttpRequestAction)> {
+        for (i, rule) in p.http_request.iter().enumerate().skip(from) {
             let ok = match &rule.cond {
                 None => true,
                 Some(c) => c.eval(&self.proxy_view(p, head, src)),
@@ -1731,10 +1818,89 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                         self.hdrs.uri = Some(new.into_boxed_slice());
                     }
                 }
-                other => return Some(other),
+                other => return Some((i, other)),
             }
         }
         None
+    }
+
+    /// The `http-request` rules of `p`, waiting for the agents of `send-spoe-group` rules;
+    /// returns the action that ends the evaluation, if one does.
+    async fn request_rules<'p>(
+        &mut self,
+        p: &'p Proxy,
+        head: &RequestHead,
+        src: Option<IpAddr>,
+        txn: &mut Txn,
+    ) -> Option<&'p HttpRequestAction> {
+        let mut from = 0;
+        loop {
+            match self.run_request_rules(p, head, src, txn, from)? {
+                (i, HttpRequestAction::SendSpoeGroup(g)) => {
+                    if let Some(e) = p.spoe.get(g.engine) {
+                        self.spoe_run(e, Err(g.group), p, head, src).await;
+                    }
+                    from = i + 1;
+                }
+                (_, a) => return Some(a),
+            }
+        }
+    }
+
+    /// The messages of SPOE engines of `p` sent on event `ev`, each exchange waited for.
+    async fn spoe_event(
+        &mut self,
+        p: &Proxy,
+        ev: crate::spoe::Event,
+        head: &RequestHead,
+        src: Option<IpAddr>,
+    ) {
+        for e in &p.spoe {
+            if e.has_event(ev) {
+                self.spoe_run(e, Ok(ev), p, head, src).await;
+            }
+        }
+    }
+
+    /// The `on-http-response` messages of the frontend's SPOE engines, then the backend's.
+    async fn spoe_response(
+        &mut self,
+        bp: &Proxy,
+        txn: &Txn,
+        srv: Option<&crate::backend::ServerState>,
+        status: u16,
+    ) {
+        let ctx = self.ctx;
+        let ev = crate::spoe::Event::HttpResponse;
+        let fe = self.fe;
+        let sets: [&Proxy; 2] = [fe, bp];
+        let n = if std::ptr::eq(fe, bp) { 1 } else { 2 };
+        let mut st = std::mem::take(&mut self.spoe);
+        for p in &sets[..n] {
+            for e in p.spoe.iter().filter(|e| e.has_event(ev)) {
+                let view = self.rsp_view(txn, status, &bp.name, srv);
+                e.process(ctx, &mut st, Ok(ev), &view, &ctx.vars).await;
+            }
+        }
+        self.spoe = st;
+    }
+
+    /// One SPOE exchange on the request: samples are taken as the rules of `p` see it.
+    async fn spoe_run(
+        &mut self,
+        e: &crate::spoe::Engine,
+        what: Result<crate::spoe::Event, usize>,
+        p: &Proxy,
+        head: &RequestHead,
+        src: Option<IpAddr>,
+    ) {
+        let ctx = self.ctx;
+        let mut st = std::mem::take(&mut self.spoe);
+        {
+            let view = self.proxy_view(p, head, src);
+            e.process(ctx, &mut st, what, &view, &ctx.vars).await;
+        }
+        self.spoe = st;
     }
 
     /// The request as the rules of proxy `p` see it (`be_name` is `p`'s name).
@@ -2062,6 +2228,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
     ) -> RspView<'v> {
         RspView {
             status,
+            body: self.rsp_body,
+            version_minor: self.rsp_minor,
             method: &txn.method.0[..usize::from(txn.method.1)],
             buf: &self.sbuf,
             hdrs: &self.hdrs,
@@ -2160,6 +2328,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             | HttpRequestAction::SetLogLevel(_)
             | HttpRequestAction::CacheUse(_)
             | HttpRequestAction::Capture(_)
+            | HttpRequestAction::SendSpoeGroup(_)
             | HttpRequestAction::Allow
             | HttpRequestAction::PatEdit(_) => {
                 unreachable!("header edits, target rewrites and stick actions are applied in place")
@@ -2699,6 +2868,12 @@ impl<'a, C: ClientIo> Conn<'a, C> {
 
         // Response head: http-response rules (backend first, then frontend), hop-by-hop.
         self.hdrs.load(&resp.headers);
+        self.rsp_minor = resp.version_minor;
+        self.rsp_body = match resp.body {
+            BodyKind::None => Some((resp.head_len, 0)),
+            BodyKind::Length(n) => Some((resp.head_len, n)),
+            _ => None,
+        };
         if resp.cl_rewrite {
             self.hdrs.set_content_length(&self.sbuf, resp.cl_value);
         }
@@ -2710,13 +2885,19 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             let view = self.rsp_view(txn, resp.status, &bp.name, Some(slot.server_state()));
             super::stick_store(shared, bp_index(shared, bp), &view, slot.server, true);
         }
+        if !self.fe.spoe.is_empty() || !bp.spoe.is_empty() {
+            self.spoe_response(bp, txn, Some(slot.server_state()), resp.status)
+                .await;
+        }
         let RspRules {
             mut end,
             status: cur_status,
             reason,
             mut fill,
             ..
-        } = self.response_rules(bp, txn, Some(slot.server_state()), resp.status);
+        } = self
+            .response_rules(bp, txn, Some(slot.server_state()), resp.status)
+            .await;
         if let Some(RspEnd::Drop) = end {
             // `http-response silent-drop`: the response goes nowhere (its connection is
             // dropped on return), and the client is not told; counted and logged as HAProxy
@@ -3381,7 +3562,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             status,
             reason,
             ..
-        } = self.response_rules(bp, txn, None, resp.status);
+        } = self.response_rules(bp, txn, None, resp.status).await;
         self.cbuf.advance(head.head_len);
         let body_left = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
         let keep = !head.conn_close
@@ -3475,7 +3656,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
     /// in `self.hdrs` (from a server, `srv`, or from the cache): header edits are applied;
     /// what ended the evaluation, the status the client gets, and the storing of the
     /// response (`cache-store`) are returned.
-    fn response_rules<'p>(
+    async fn response_rules<'p>(
         &mut self,
         bp: &'p Proxy,
         txn: &mut Txn,
@@ -3494,7 +3675,28 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 &self.sbuf,
             );
         }
-        let mut out = self.run_response_rules(bp, txn, srv, status);
+        let mut out = RspRules {
+            end: None,
+            status,
+            reason: None,
+            fill: None,
+            captures: Vec::new(),
+        };
+        // `send-spoe-group` pauses the evaluation until its agent answers.
+        let mut from = (0, 0);
+        while let Some((at, p, g)) = self.run_response_rules(bp, txn, srv, &mut out, from) {
+            if let Some(e) = p.spoe.get(g.engine) {
+                let ctx = self.ctx;
+                let mut st = std::mem::take(&mut self.spoe);
+                {
+                    let view = self.rsp_view(txn, out.status, &bp.name, srv);
+                    e.process(ctx, &mut st, Err(g.group), &view, &ctx.vars)
+                        .await;
+                }
+                self.spoe = st;
+            }
+            from = at;
+        }
         // `http-response capture`: into the frontend's response slots.
         let caps = &self.fe.capture_rsp;
         for (i, v) in std::mem::take(&mut out.captures) {
@@ -3504,29 +3706,27 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         out
     }
 
-    /// [`Self::response_rules`]' evaluation proper.
+    /// [`Self::response_rules`]' evaluation proper, from rule `from.1` of rule set `from.0`
+    /// (the backend's, then the frontend's): returns where to go on from when a
+    /// `send-spoe-group` rule pauses it, with that rule's proxy and group.
+    #[allow(clippy::type_complexity)]
     fn run_response_rules<'p>(
         &mut self,
         bp: &'p Proxy,
         txn: &Txn,
         srv: Option<&crate::backend::ServerState>,
-        status: u16,
-    ) -> RspRules<'p>
+        out: &mut RspRules<'p>,
+        from: (usize, usize),
+    ) -> Option<((usize, usize), &'p Proxy, &'p crate::spoe::GroupRef)>
     where
         'a: 'p,
     {
         let rule_sets: [&'p Proxy; 2] = [bp, self.fe];
         let n_sets = if std::ptr::eq(bp, self.fe) { 1 } else { 2 };
-        let mut out = RspRules {
-            end: None,
-            status,
-            reason: None,
-            fill: None,
-            captures: Vec::new(),
-        };
         let cache_name = txn.cache_hit_name();
-        'rules: for p in &rule_sets[..n_sets] {
-            for rule in &p.http_response {
+        'rules: for (si, p) in rule_sets[..n_sets].iter().enumerate().skip(from.0) {
+            let first = if si == from.0 { from.1 } else { 0 };
+            for (ri, rule) in p.http_response.iter().enumerate().skip(first) {
                 let view = self.rsp_view(txn, out.status, &bp.name, srv);
                 if !rule.cond.as_ref().is_none_or(|c| c.eval(&view)) {
                     continue;
@@ -3567,6 +3767,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                         }
                         continue;
                     }
+                    HttpResponseAction::SendSpoeGroup(g) => return Some(((si, ri + 1), p, g)),
                     HttpResponseAction::CacheStore(u) => {
                         if out.fill.is_none() && cache_name.is_none() {
                             out.fill = self.cache_store(u, txn, out.status, out.reason);
@@ -3595,7 +3796,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 }
             }
         }
-        out
+        None
     }
 
     /// `http-response cache-store`: starts storing the response if the request looked the

@@ -251,6 +251,19 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         }
         _ => Vec::new(),
     };
+    // SPOE: in `mode tcp` the stream is the session.
+    let mut spoe = crate::spoe::TxnState::default();
+    {
+        use crate::spoe::Event;
+        spoe_events(
+            &ctx,
+            fe,
+            &mut spoe,
+            &[Event::ClientSession, Event::FrontendTcpRequest],
+            &held,
+        )
+        .await;
+    }
     let verdict = content_verdict(&mut ctx, fe, &held);
     if verdict != super::Verdict::Go {
         if verdict == super::Verdict::SilentDrop {
@@ -268,6 +281,8 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
     let bc = &shared.backend(be_idx).counters;
     bc.sessions_total.fetch_add(1, Relaxed);
     let verdict = if be_idx != ctx.proxy {
+        let ev = [crate::spoe::Event::BackendTcpRequest];
+        spoe_events(&ctx, bp, &mut spoe, &ev, &held).await;
         content_verdict(&mut ctx, bp, &held)
     } else {
         super::Verdict::Go
@@ -429,6 +444,29 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         redisp,
         false,
     );
+}
+
+/// The messages the SPOE engines of `p` send on `events`, each exchange waited for.
+async fn spoe_events(
+    ctx: &SessionCtx,
+    p: &crate::config::Proxy,
+    st: &mut crate::spoe::TxnState,
+    events: &[crate::spoe::Event],
+    held: &[u8],
+) {
+    for &ev in events {
+        for e in p.spoe.iter().filter(|e| e.has_event(ev)) {
+            let mut sess = ctx.sess();
+            sess.backend = &p.name;
+            let view = SrcView(
+                ctx.peer.map(|a| a.ip()),
+                ctx.tls.as_deref(),
+                Some(held),
+                sess,
+            );
+            e.process(ctx, st, Ok(ev), &view, &ctx.vars).await;
+        }
+    }
 }
 
 /// `tcp-request content` rules of `p` on the client's first data `held`. Entries they track

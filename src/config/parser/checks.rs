@@ -1084,6 +1084,20 @@ pub(super) fn protocol_check(name: &str, words: &[String]) -> Result<Vec<CheckRu
                 ),
             ]
         }
+        // SPOP: a HAPROXY-HELLO marked `healthcheck`, answered by an AGENT-HELLO frame
+        // (type 101 after the 4-byte length) rather than an AGENT-DISCONNECT.
+        "spop-check" => {
+            no_extra(words, 0)?;
+            vec![
+                send(crate::spoe::health_hello()),
+                expect(
+                    rbinary("^.{8}65"),
+                    Some(5),
+                    "L7RSP",
+                    Some("SPOA server is ok"),
+                ),
+            ]
+        }
         // A TLS ClientHello must be answered by a TLS record: a handshake (0x16) or an alert
         // (0x15) both show that TLS is spoken there.
         "ssl-hello-chk" => {

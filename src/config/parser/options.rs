@@ -36,6 +36,7 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("ssl-hello-chk", D | B, false),
     ("pgsql-check", D | B, false),
     ("mysql-check", D | B, false),
+    ("spop-check", D | B, false),
     ("tcplog", D | F, false),
     ("tcp-smart-accept", D | F, false),
     ("tcp-smart-connect", D | B, false),
@@ -70,7 +71,6 @@ const UNSUPPORTED: &[&str] = &[
     "originalto",
     "smtpchk",
     "socket-stats",
-    "spop-check",
     "transparent",
 ];
 
@@ -116,7 +116,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
     if negate
         && matches!(
             name,
-            "redis-check" | "ssl-hello-chk" | "pgsql-check" | "mysql-check"
+            "redis-check" | "ssl-hello-chk" | "pgsql-check" | "mysql-check" | "spop-check"
         )
     {
         return Err(
@@ -223,7 +223,7 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             o.httpchk = Some(super::checks::httpchk(&words[1..])?);
             o.check_type = super::super::CheckType::Http;
         }
-        "redis-check" | "ssl-hello-chk" | "pgsql-check" | "mysql-check" => {
+        "redis-check" | "ssl-hello-chk" | "pgsql-check" | "mysql-check" | "spop-check" => {
             o.tcp_checks = super::checks::protocol_check(name, &words[1..])?;
             o.protocol_check = true;
             o.check_type = super::super::CheckType::Tcp;

@@ -165,6 +165,7 @@ fn blank_proxy(name: &str, kind: ProxyKind, origin: Origin) -> Proxy {
         fullconn: None,
         stats: None,
         stick_table: None,
+        spoe: Vec::new(),
         sticks: Vec::new(),
     }
 }
@@ -348,6 +349,65 @@ impl Draft {
                     self.describe()
                 ),
             });
+        }
+        // `send-spoe-group`: the engine is a `filter spoe` of this proxy, the group one its
+        // agent lists.
+        let engines = &self.p.spoe;
+        let describe = self.describe();
+        let req = self
+            .p
+            .http_request
+            .iter_mut()
+            .filter_map(|r| match &mut r.action {
+                crate::config::HttpRequestAction::SendSpoeGroup(g) => {
+                    Some((&r.origin, g, "request"))
+                }
+                _ => None,
+            });
+        let rsp = self
+            .p
+            .http_response
+            .iter_mut()
+            .filter_map(|r| match &mut r.action {
+                crate::config::HttpResponseAction::SendSpoeGroup(g) => {
+                    Some((&r.origin, g, "response"))
+                }
+                _ => None,
+            });
+        for (origin, g, side) in req.chain(rsp) {
+            let found = engines
+                .iter()
+                .position(|e| e.id == g.engine_name)
+                .ok_or_else(|| {
+                    format!(
+                        "unable to find SPOE engine '{}' in {describe} (declare it with \
+                         'filter spoe engine {} config FILE')",
+                        g.engine_name, g.engine_name
+                    )
+                })
+                .and_then(|i| {
+                    engines[i]
+                        .group(&g.group_name)
+                        .map(|j| (i, j))
+                        .ok_or_else(|| {
+                            format!(
+                                "unable to find SPOE group '{}' in SPOE engine '{}' (groups \
+                                 are listed by the agent's 'groups' line)",
+                                g.group_name, g.engine_name
+                            )
+                        })
+                });
+            match found {
+                Ok((i, j)) => {
+                    g.engine = i;
+                    g.group = j;
+                }
+                Err(m) => errors.push(ConfigError {
+                    file: origin.file.clone(),
+                    line: origin.line,
+                    message: format!("'http-{side} send-spoe-group' in {describe}: {m}"),
+                }),
+            }
         }
         if self.p.mode == Mode::Http {
             for r in &self.p.tcp_content {
@@ -964,12 +1024,47 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                 (Some("compression"), _) => {
                     return Err("'filter compression' takes no argument".to_string().into());
                 }
-                (Some(f @ ("spoe" | "trace" | "bwlim-in" | "bwlim-out" | "fcgi-app")), _) => {
+                (Some("spoe"), _) => {
+                    let (mut engine, mut file) = (None, None);
+                    let mut i = 2;
+                    while i < w.len() {
+                        match (w[i].as_str(), w.get(i + 1)) {
+                            ("engine", Some(n)) => engine = Some(n.as_str()),
+                            ("config", Some(f)) => file = Some(f.as_str()),
+                            (k @ ("engine" | "config"), None) => {
+                                return Err(format!("'filter spoe': '{k}' expects a value").into());
+                            }
+                            (o, _) => {
+                                return Err(format!(
+                                    "'filter spoe': unknown argument '{o}' (engine, config)"
+                                )
+                                .into());
+                            }
+                        }
+                        i += 2;
+                    }
+                    let Some(file) = file else {
+                        return Err("'filter spoe' expects 'config <file>'".to_string().into());
+                    };
+                    let bufsize = crate::spoe::BUFSIZE.get();
+                    let mut e = crate::spoe::load(file, engine, bufsize)?;
+                    e.at = (l.file.clone(), l.line);
+                    if d.p.spoe.iter().any(|x| x.id == e.id) {
+                        return Err(format!(
+                            "'filter spoe': engine '{}' is declared twice in this proxy",
+                            e.id
+                        )
+                        .into());
+                    }
+                    d.p.spoe.push(std::sync::Arc::new(e));
+                    return Ok(());
+                }
+                (Some(f @ ("trace" | "bwlim-in" | "bwlim-out" | "fcgi-app")), _) => {
                     return Err(format!("filter '{f}' is not supported by sluice").into());
                 }
                 (Some(f), _) => {
                     return Err(format!(
-                        "unknown filter '{f}' (sluice has 'cache' and 'compression')"
+                        "unknown filter '{f}' (sluice has 'cache', 'compression' and 'spoe')"
                     )
                     .into());
                 }

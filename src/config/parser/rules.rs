@@ -40,6 +40,7 @@ const REQUEST_ACTIONS: &[&str] = &[
     "replace-uri",
     "cache-use",
     "capture",
+    "send-spoe-group",
 ];
 /// `http-response` actions sluice implements.
 const RESPONSE_ACTIONS: &[&str] = &[
@@ -56,6 +57,7 @@ const RESPONSE_ACTIONS: &[&str] = &[
     "set-status",
     "cache-store",
     "capture",
+    "send-spoe-group",
 ];
 /// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
 const UNSUPPORTED_ACTIONS: &[&str] = &[
@@ -667,6 +669,19 @@ fn rewrite(action: &str, args: &[String]) -> Result<UriRewrite, String> {
     })
 }
 
+/// `send-spoe-group ENGINE GROUP`: resolved when the proxy's section ends.
+fn spoe_group(args: &[String]) -> Result<crate::spoe::GroupRef, String> {
+    match args {
+        [e, g] => Ok(crate::spoe::GroupRef {
+            engine_name: e.as_str().into(),
+            group_name: g.as_str().into(),
+            engine: usize::MAX,
+            group: usize::MAX,
+        }),
+        _ => Err("'send-spoe-group' expects an engine name and a group name".into()),
+    }
+}
+
 /// `redirect location|prefix|scheme TARGET [code N] [drop-query] [append-slash]`.
 fn redirect(args: &[String]) -> Result<HttpRequestAction, String> {
     // HAProxy takes the type and the options in any order (`redirect code 301 location /x`).
@@ -885,6 +900,7 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "use-service" => use_service(args)?,
         "cache-use" => HttpRequestAction::CacheUse(cache_name("cache-use", args)?),
         "capture" => HttpRequestAction::Capture(capture(d, args, true)?),
+        "send-spoe-group" => HttpRequestAction::SendSpoeGroup(spoe_group(args)?),
         "auth" => HttpRequestAction::Auth {
             realm: match args {
                 [] => None,
@@ -1131,6 +1147,7 @@ fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "set-log-level" => HttpResponseAction::SetLogLevel(log_level(&w[2..end])?),
         "cache-store" => HttpResponseAction::CacheStore(cache_name("cache-store", &w[2..end])?),
         "capture" => HttpResponseAction::Capture(capture(d, &w[2..end], false)?),
+        "send-spoe-group" => HttpResponseAction::SendSpoeGroup(spoe_group(&w[2..end])?),
         a => HttpResponseAction::Header(header_action(a, &w[2..end])?),
     };
     d.needs_http(l, &l.words[0]);

@@ -1,0 +1,1282 @@
+//! `spoe`: the Stream Processing Offload Engine. `filter spoe [engine NAME] config FILE`, the
+//! SPOE file it names (`spoe-agent`, `spoe-message`, `spoe-group`), `send-spoe-group`, and
+//! SPOP 2.0, the protocol spoken to the agents (HAProxy's `doc/SPOE.txt`).
+//!
+//! On an event (`on-frontend-http-request`...) or a `send-spoe-group` rule, the messages that
+//! apply are encoded into one NOTIFY frame, sent to an agent of the engine's `use-backend`,
+//! and the stream waits for its ACK, whose `set-var`/`unset-var` actions set variables under
+//! the agent's prefix (`txn.PREFIX.NAME`). Connections to agents are per thread: opened with a
+//! HELLO handshake, kept idle between exchanges (`timeout idle`), one frame in flight each.
+//!
+//! This module does not know HTTP: callers give it a view to evaluate samples on, and the
+//! session's variables. It must never block its thread: every exchange is bounded by
+//! `timeout processing`, and a failing agent costs the stream that time at most.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::config::acl::{AclSet, parse_cond};
+use crate::config::converter::Val;
+use crate::config::{Cond, HttpView, SampleFetch};
+use crate::peers::wire::{get_varint, put_varint};
+use crate::vars::{Scope, SetCond, VarName, Vars};
+
+// ---------------------------------------------------------------------------------------------
+// Types.
+
+/// When the messages of an engine are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    ClientSession,
+    FrontendTcpRequest,
+    BackendTcpRequest,
+    FrontendHttpRequest,
+    BackendHttpRequest,
+    HttpResponse,
+}
+
+/// One `filter spoe` line with the scope of its SPOE file.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    /// The filter's `engine` name, else the agent's name.
+    pub id: Box<str>,
+    pub agent: Agent,
+    pub messages: Vec<Message>,
+    /// The `spoe-group` sections the agent lists (`groups`), in that order.
+    pub groups: Vec<Group>,
+    /// The backend of the agents (`use-backend`), resolved when all proxies are known.
+    pub backend_name: Box<str>,
+    pub backend: usize,
+    /// The `filter spoe` line (file, line), for errors found later.
+    pub at: (String, usize),
+    /// This engine's key in the per-thread connection pool.
+    uid: usize,
+    /// A random id sent in HELLO frames (`engine-id`): agents group connections by it.
+    engine_id: Box<str>,
+}
+
+/// The `spoe-agent` section.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    pub name: Box<str>,
+    pub var_prefix: Box<str>,
+    pub timeout_hello: Option<Duration>,
+    pub timeout_idle: Option<Duration>,
+    pub timeout_processing: Option<Duration>,
+    pub max_frame_size: u32,
+    pub set_on_error: Option<Box<str>>,
+    pub set_process_time: Option<Box<str>>,
+    pub set_total_time: Option<Box<str>>,
+    pub continue_on_error: bool,
+    pub force_set_var: bool,
+    pub pipelining: bool,
+    /// Messages sent on their events (`messages`): indexes into [`Engine::messages`].
+    pub on_events: Vec<usize>,
+}
+
+/// A `spoe-message` section.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub name: Box<str>,
+    /// `args [NAME=]SAMPLE...`: unnamed arguments have an empty name.
+    pub args: Vec<(Box<str>, SampleFetch)>,
+    pub event: Option<Event>,
+    pub cond: Option<Cond>,
+    /// Its samples read the response (`status`, `res.hdr`): sent only on responses.
+    pub on_response: bool,
+}
+
+/// A `spoe-group` section: messages sent together by `send-spoe-group`.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub name: Box<str>,
+    pub messages: Vec<usize>,
+}
+
+/// `send-spoe-group ENGINE GROUP`: names, resolved against the proxy's engines once its
+/// section is read (the `filter` line may come after the rule).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRef {
+    pub engine_name: Box<str>,
+    pub group_name: Box<str>,
+    /// Index into the proxy's `spoe` engines, and into that engine's groups.
+    pub engine: usize,
+    pub group: usize,
+}
+
+/// What a stream keeps between the engines' exchanges of one transaction.
+#[derive(Debug, Default)]
+pub struct TxnState {
+    /// Engines (by uid) disabled for the rest of the transaction by an error.
+    off: Vec<usize>,
+    /// This transaction's SPOP stream id, taken at its first exchange.
+    sid: Option<u64>,
+    fid: u64,
+    /// Sum of the processing times of the transaction's exchanges (`set-total-time`), in ms.
+    total_ms: i64,
+}
+
+/// Why an exchange failed: the value of the `set-on-error` variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpoeError(pub i64);
+
+impl SpoeError {
+    /// `timeout processing` expired.
+    const TIMEOUT: SpoeError = SpoeError(1);
+    /// The NOTIFY frame is over the agreed frame size.
+    const TOO_BIG: SpoeError = SpoeError(3);
+    /// A SPOP error: 256 + the SPOP status code (1 I/O, 2 timeout, 4 invalid frame...).
+    fn spop(code: u64) -> SpoeError {
+        SpoeError(256 + code.min(u32::MAX as u64) as i64)
+    }
+}
+
+/// An open connection to an agent, after its HELLO.
+struct AgentConn {
+    conn: crate::stream::ServerConn,
+    /// The frame size both sides agreed on.
+    max_frame: u32,
+}
+
+/// An agent connection waiting for the next exchange on this thread.
+struct Idle {
+    uid: usize,
+    conn: AgentConn,
+    since: Instant,
+    idle_timeout: Option<Duration>,
+}
+
+// SPOP frame types and codes.
+const HAPROXY_HELLO: u8 = 1;
+const NOTIFY: u8 = 3;
+const AGENT_HELLO: u8 = 101;
+const AGENT_DISCONNECT: u8 = 102;
+const ACK: u8 = 103;
+const FLAG_FIN: u32 = 1;
+const ACTION_SET_VAR: u8 = 1;
+const ACTION_UNSET_VAR: u8 = 2;
+const T_NULL: u8 = 0;
+const T_BOOL: u8 = 1;
+const T_INT32: u8 = 2;
+const T_UINT32: u8 = 3;
+const T_INT64: u8 = 4;
+const T_UINT64: u8 = 5;
+const T_IPV4: u8 = 6;
+const T_IPV6: u8 = 7;
+const T_STR: u8 = 8;
+const T_BIN: u8 = 9;
+const ERR_IO: u64 = 1;
+const ERR_TIMEOUT: u64 = 2;
+const ERR_INVALID: u64 = 4;
+const ERR_BAD_VERSION: u64 = 8;
+const ERR_BAD_FRAME_SIZE: u64 = 9;
+
+/// The pause between attempts to reach an agent while an exchange waits for one.
+const CONNECT_RETRY: Duration = Duration::from_millis(100);
+
+static NEXT_UID: AtomicUsize = AtomicUsize::new(1);
+static NEXT_SID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// `tune.bufsize` while a configuration is read: it bounds `max-frame-size`.
+    pub static BUFSIZE: Cell<usize> = const { Cell::new(16384) };
+    static IDLE: RefCell<Vec<Idle>> = const { RefCell::new(Vec::new()) };
+    static REAPER: Cell<bool> = const { Cell::new(false) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration.
+
+impl Event {
+    fn parse(s: &str) -> Result<Event, String> {
+        Ok(match s {
+            "on-client-session" => Event::ClientSession,
+            "on-frontend-tcp-request" => Event::FrontendTcpRequest,
+            "on-backend-tcp-request" => Event::BackendTcpRequest,
+            "on-frontend-http-request" => Event::FrontendHttpRequest,
+            "on-backend-http-request" => Event::BackendHttpRequest,
+            "on-http-response" => Event::HttpResponse,
+            "on-server-session" | "on-tcp-response" => {
+                return Err(format!("event '{s}' is not supported by sluice"));
+            }
+            o => {
+                return Err(format!(
+                    "unknown event '{o}' (on-client-session, on-frontend-tcp-request, \
+                     on-backend-tcp-request, on-frontend-http-request, \
+                     on-backend-http-request, on-http-response)"
+                ));
+            }
+        })
+    }
+}
+
+/// The `spoe-agent` section being read: names are resolved once the scope is read.
+struct AgentDraft {
+    agent: Agent,
+    at: String,
+    backend: Option<String>,
+    messages: Vec<String>,
+    groups: Vec<String>,
+}
+
+/// A message being read: its `args` are parsed once its event says whether they are taken
+/// on the request or on the response.
+struct MsgDraft {
+    name: String,
+    at: String,
+    args: Vec<(String, String)>,
+    event: Option<(Event, Option<Vec<String>>)>,
+    acls: AclSet,
+}
+
+fn valid_var_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
+}
+
+/// Reads the scope of SPOE file `path` for `filter spoe [engine NAME]` (`engine` None: the
+/// whole file, which then must have no scope line). `bufsize` bounds `max-frame-size`.
+pub fn load(path: &str, engine: Option<&str>, bufsize: usize) -> Result<Engine, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read SPOE configuration file '{path}': {e}"))?;
+    let (lines, errors) =
+        crate::config::tokenizer::tokenize(path, &text, &crate::config::tokenizer::env_var);
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e.to_string());
+    }
+    // Scope lines (`[name]`) are whole lines; the tokenizer keeps them as one word.
+    let mut in_scope = engine.is_none();
+    let mut found_scope = false;
+    let mut agent: Option<AgentDraft> = None;
+    let mut msgs: Vec<MsgDraft> = Vec::new();
+    let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
+    #[derive(PartialEq)]
+    enum Sec {
+        None,
+        Agent,
+        Message,
+        Group,
+    }
+    let mut sec = Sec::None;
+    let max_frame_cap = bufsize.saturating_sub(4).max(256) as u32;
+    for l in &lines {
+        let at = format!("{}:{}", l.file, l.line);
+        let fail = |m: String| Err(format!("{at}: {m}"));
+        let w = &l.words;
+        let kw = w[0].as_str();
+        if kw.starts_with('[') {
+            let Some(name) = kw.strip_prefix('[').and_then(|s| s.strip_suffix(']')) else {
+                return fail(format!("invalid scope line '{kw}' (expected '[NAME]')"));
+            };
+            if w.len() > 1 {
+                return fail(format!("unexpected '{}' after scope '[{name}]'", w[1]));
+            }
+            match engine {
+                None => {
+                    return fail(format!(
+                        "scope '[{name}]' found, but the 'filter spoe' line names no engine \
+                         (add 'engine {name}')"
+                    ));
+                }
+                Some(e) => {
+                    in_scope = e == name;
+                    found_scope |= in_scope;
+                }
+            }
+            sec = Sec::None;
+            continue;
+        }
+        if !in_scope {
+            continue;
+        }
+        match kw {
+            "spoe-agent" => {
+                let Some(name) = w.get(1) else {
+                    return fail("'spoe-agent' expects a name".into());
+                };
+                if agent.is_some() {
+                    return fail(format!(
+                        "a second 'spoe-agent' ('{name}'): a scope has one agent"
+                    ));
+                }
+                agent = Some(AgentDraft {
+                    agent: Agent {
+                        name: name.as_str().into(),
+                        var_prefix: name.as_str().into(),
+                        timeout_hello: None,
+                        timeout_idle: None,
+                        timeout_processing: None,
+                        max_frame_size: max_frame_cap,
+                        set_on_error: None,
+                        set_process_time: None,
+                        set_total_time: None,
+                        continue_on_error: false,
+                        force_set_var: false,
+                        pipelining: true,
+                        on_events: Vec::new(),
+                    },
+                    at: at.clone(),
+                    backend: None,
+                    messages: Vec::new(),
+                    groups: Vec::new(),
+                });
+                sec = Sec::Agent;
+                continue;
+            }
+            "spoe-message" => {
+                let Some(name) = w.get(1) else {
+                    return fail("'spoe-message' expects a name".into());
+                };
+                if msgs.iter().any(|m| &m.name == name) {
+                    return fail(format!("'spoe-message {name}' is defined twice"));
+                }
+                msgs.push(MsgDraft {
+                    name: name.clone(),
+                    at: at.clone(),
+                    args: Vec::new(),
+                    event: None,
+                    acls: AclSet::new(),
+                });
+                sec = Sec::Message;
+                continue;
+            }
+            "spoe-group" => {
+                let Some(name) = w.get(1) else {
+                    return fail("'spoe-group' expects a name".into());
+                };
+                if groups.iter().any(|g| &g.0 == name) {
+                    return fail(format!("'spoe-group {name}' is defined twice"));
+                }
+                groups.push((name.clone(), at.clone(), Vec::new()));
+                sec = Sec::Group;
+                continue;
+            }
+            _ => {}
+        }
+        let r = match sec {
+            Sec::None => Err(format!(
+                "'{kw}' outside of a 'spoe-agent', 'spoe-message' or 'spoe-group' section"
+            )),
+            Sec::Agent => {
+                let a = agent.as_mut().expect("in an agent section");
+                agent_kw(a, w, max_frame_cap)
+            }
+            Sec::Message => message_kw(msgs.last_mut().expect("in a message section"), w, &at),
+            Sec::Group => match kw {
+                "messages" if w.len() > 1 => {
+                    groups
+                        .last_mut()
+                        .expect("in a group section")
+                        .2
+                        .extend(w[1..].iter().cloned());
+                    Ok(())
+                }
+                "messages" => Err("'messages' expects message names".into()),
+                o => Err(format!("unknown keyword '{o}' in 'spoe-group' (messages)")),
+            },
+        };
+        if let Err(m) = r {
+            return fail(m);
+        }
+    }
+    if let Some(e) = engine
+        && !found_scope
+    {
+        return Err(format!(
+            "{path}: no scope '[{e}]' in this SPOE configuration file"
+        ));
+    }
+    let Some(AgentDraft {
+        mut agent,
+        at: agent_at,
+        backend,
+        messages: msg_names,
+        groups: group_names,
+    }) = agent
+    else {
+        return Err(match engine {
+            Some(e) => format!("{path}: scope '[{e}]' has no 'spoe-agent' section"),
+            None => format!("{path}: no 'spoe-agent' section"),
+        });
+    };
+    let Some(backend_name) = backend else {
+        return Err(format!(
+            "{agent_at}: 'spoe-agent {}' has no 'use-backend'",
+            agent.name
+        ));
+    };
+    if agent.timeout_hello.is_none()
+        || agent.timeout_idle.is_none()
+        || agent.timeout_processing.is_none()
+    {
+        crate::config::warn(format!(
+            "{agent_at}: missing timeouts for SPOE agent '{}': set 'timeout hello', 'timeout \
+             idle' and 'timeout processing' (a missing one never expires)",
+            agent.name
+        ));
+    }
+    // Messages: parse their samples now that their event is known.
+    let mut messages = Vec::with_capacity(msgs.len());
+    for m in msgs {
+        messages.push(finish_message(m)?);
+    }
+    let find = |name: &str, at: &str| {
+        messages
+            .iter()
+            .position(|m| &*m.name == name)
+            .ok_or_else(|| format!("{at}: unknown SPOE message '{name}'"))
+    };
+    for n in &msg_names {
+        let i = find(n, &agent_at)?;
+        if messages[i].event.is_none() {
+            crate::config::warn(format!(
+                "{agent_at}: SPOE message '{n}' has no 'event': 'messages' ignores it"
+            ));
+            continue;
+        }
+        if !agent.on_events.contains(&i) {
+            agent.on_events.push(i);
+        }
+    }
+    let mut out_groups = Vec::new();
+    for g in &group_names {
+        let Some((name, at, members)) = groups.iter().find(|x| &x.0 == g) else {
+            return Err(format!("{agent_at}: unknown SPOE group '{g}'"));
+        };
+        let mut idx = Vec::new();
+        for m in members {
+            idx.push(find(m, at)?);
+        }
+        out_groups.push(Group {
+            name: name.as_str().into(),
+            messages: idx,
+        });
+    }
+    let uid = NEXT_UID.fetch_add(1, Relaxed);
+    let engine_id: String = {
+        let mut b = [0u8; 16];
+        let _ = aws_lc_rs::rand::fill(&mut b);
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    };
+    Ok(Engine {
+        id: engine.unwrap_or(&agent.name).into(),
+        agent,
+        messages,
+        groups: out_groups,
+        backend_name: backend_name.into(),
+        backend: usize::MAX,
+        at: (String::new(), 0),
+        uid,
+        engine_id: engine_id.into(),
+    })
+}
+
+fn agent_kw(d: &mut AgentDraft, w: &[String], max_frame_cap: u32) -> Result<(), String> {
+    let AgentDraft {
+        agent: a,
+        backend,
+        messages: msgs,
+        groups,
+        ..
+    } = d;
+    let arg = |i: usize, what: &str| {
+        w.get(i)
+            .map(String::as_str)
+            .ok_or_else(|| format!("'{}' expects {what}", w[..i].join(" ")))
+    };
+    let var = |i: usize| -> Result<Box<str>, String> {
+        let v = arg(i, "a variable name")?;
+        if !valid_var_part(v) {
+            return Err(format!(
+                "invalid variable name '{v}' (only 'a-z', 'A-Z', '0-9', '.' and '_')"
+            ));
+        }
+        Ok(v.into())
+    };
+    match w[0].as_str() {
+        "messages" => msgs.extend(w[1..].iter().cloned()),
+        "groups" => groups.extend(w[1..].iter().cloned()),
+        "use-backend" => *backend = Some(arg(1, "a backend name")?.to_string()),
+        "timeout" => {
+            let t = crate::config::parser::parse_time_pub(arg(2, "a time")?)?;
+            let t = (!t.is_zero()).then_some(t);
+            match arg(1, "'hello', 'idle' or 'processing'")? {
+                "hello" => a.timeout_hello = t,
+                "idle" => a.timeout_idle = t,
+                "processing" => a.timeout_processing = t,
+                o => return Err(format!("unknown timeout '{o}' (hello, idle or processing)")),
+            }
+        }
+        "max-frame-size" => {
+            let n: u32 = arg(1, "a size")?
+                .parse()
+                .map_err(|_| format!("invalid size '{}'", w[1]))?;
+            if !(256..=max_frame_cap).contains(&n) {
+                return Err(format!(
+                    "'max-frame-size' must be between 256 and {max_frame_cap} (tune.bufsize - 4)"
+                ));
+            }
+            a.max_frame_size = n;
+        }
+        // Limits of HAProxy's applet scheduling; sluice opens a connection per concurrent
+        // exchange, up to the servers' `maxconn`.
+        "maxconnrate" | "maxerrrate" | "max-waiting-frames" => {
+            arg(1, "a number")?
+                .parse::<u32>()
+                .map_err(|_| format!("invalid number '{}'", w[1]))?;
+        }
+        "register-var-names" => {
+            for i in 1..w.len() {
+                var(i)?;
+            }
+        }
+        "log" => {
+            crate::config::warn(format!(
+                "'{}' in 'spoe-agent {}': sluice does not log SPOE processing; the stream's \
+                 own log line is kept",
+                w.join(" "),
+                a.name
+            ));
+        }
+        "no" if w.get(1).is_some_and(|x| x == "log") => {}
+        "option" | "no" => {
+            let neg = w[0] == "no";
+            let base = if neg { 2 } else { 1 };
+            if neg && w.get(1).is_none_or(|x| x != "option") {
+                return Err("'no' expects 'option' or 'log'".into());
+            }
+            let name = arg(base, "an option name")?;
+            match (name, neg) {
+                ("var-prefix", false) => a.var_prefix = var(base + 1)?,
+                ("set-on-error", false) => a.set_on_error = Some(var(base + 1)?),
+                ("set-process-time", false) => a.set_process_time = Some(var(base + 1)?),
+                ("set-total-time", false) => a.set_total_time = Some(var(base + 1)?),
+                ("continue-on-error", false) => a.continue_on_error = true,
+                ("force-set-var", false) => a.force_set_var = true,
+                ("pipelining", n) => a.pipelining = !n,
+                // Always off in sluice: an ACK must come back on its NOTIFY's connection.
+                ("async", _) | ("send-frag-payload", _) | ("dontlog-normal", _) => {}
+                (o, _) => {
+                    return Err(format!(
+                        "unknown option '{o}' (var-prefix, set-on-error, set-process-time, \
+                         set-total-time, continue-on-error, force-set-var, pipelining, async, \
+                         send-frag-payload, dontlog-normal)"
+                    ));
+                }
+            }
+        }
+        o => {
+            return Err(format!(
+                "unknown keyword '{o}' in 'spoe-agent' (messages, groups, use-backend, timeout, \
+                 option, max-frame-size, register-var-names, log, maxconnrate, maxerrrate, \
+                 max-waiting-frames)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn message_kw(m: &mut MsgDraft, w: &[String], at: &str) -> Result<(), String> {
+    match w[0].as_str() {
+        "acl" => m.acls.add(&w[1..]),
+        "args" => {
+            for a in &w[1..] {
+                // `name=sample`; a sample with `=` in its arguments has a `(` before it.
+                let (name, expr) = match a.split_once('=') {
+                    Some((n, e)) if !n.contains('(') => (n.to_string(), e.to_string()),
+                    _ => (String::new(), a.clone()),
+                };
+                m.args.push((name, expr));
+            }
+            Ok(())
+        }
+        "event" => {
+            let ev = Event::parse(w.get(1).ok_or("'event' expects an event name")?)?;
+            let cond = match w.get(2) {
+                None => None,
+                Some(k) if k == "if" || k == "unless" => Some(w[2..].to_vec()),
+                Some(o) => return Err(format!("unexpected '{o}' (expected 'if' or 'unless')")),
+            };
+            m.event = Some((ev, cond));
+            Ok(())
+        }
+        // HAProxy 2.6 skips unknown lines here without a word (a `;` "comment", say):
+        // sluice skips them too, but says so.
+        o => {
+            crate::config::warn(format!(
+                "unknown keyword '{o}' in 'spoe-message {}' ignored, as HAProxy does (at {})",
+                m.name, at
+            ));
+            Ok(())
+        }
+    }
+}
+
+fn finish_message(m: MsgDraft) -> Result<Message, String> {
+    let on_response = matches!(m.event, Some((Event::HttpResponse, _)));
+    let at = &m.at;
+    let parse_args = |rsp: bool| -> Result<Vec<(Box<str>, SampleFetch)>, String> {
+        let mut out = Vec::new();
+        for (name, expr) in &m.args {
+            let f = if rsp {
+                SampleFetch::on_response(|| SampleFetch::parse(expr))
+            } else {
+                SampleFetch::parse(expr)
+            };
+            out.push((name.as_str().into(), f?));
+        }
+        Ok(out)
+    };
+    let (args, on_response) = match parse_args(on_response) {
+        Ok(a) => (a, on_response),
+        // A message of a group may be sent from `http-response` rules: response samples.
+        Err(e) if m.event.is_none() => match parse_args(true) {
+            Ok(a) => (a, true),
+            Err(_) => return Err(format!("{at}: 'spoe-message {}': {e}", m.name)),
+        },
+        Err(e) => return Err(format!("{at}: 'spoe-message {}': {e}", m.name)),
+    };
+    let (event, cond) = match m.event {
+        None => (None, None),
+        Some((ev, None)) => (Some(ev), None),
+        Some((ev, Some(words))) => {
+            let c = parse_cond(&words, &m.acls)
+                .map_err(|e| format!("{at}: 'spoe-message {}': {e}", m.name))?;
+            if c.uses_response() && ev != Event::HttpResponse {
+                return Err(format!(
+                    "{at}: 'spoe-message {}': the condition reads the response, which \
+                     this event does not see",
+                    m.name
+                ));
+            }
+            (Some(ev), Some(c))
+        }
+    };
+    Ok(Message {
+        name: m.name.into(),
+        args,
+        event,
+        cond,
+        on_response,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding and decoding.
+
+fn put_str(out: &mut Vec<u8>, s: &[u8]) {
+    put_varint(out, s.len() as u64);
+    out.extend_from_slice(s);
+}
+
+fn put_typed(out: &mut Vec<u8>, v: Option<&Val>, binary: bool) {
+    match v {
+        None => out.push(T_NULL),
+        Some(Val::Bool(b)) => out.push(T_BOOL | if *b { 0x10 } else { 0 }),
+        Some(Val::Int(n)) => {
+            // HAProxy's integers are signed 64 bits; varints carry the two's complement.
+            out.push(T_INT64);
+            put_varint(out, *n as u64);
+        }
+        Some(Val::Ip(std::net::IpAddr::V4(a))) => {
+            out.push(T_IPV4);
+            out.extend_from_slice(&a.octets());
+        }
+        Some(Val::Ip(std::net::IpAddr::V6(a))) => {
+            out.push(T_IPV6);
+            out.extend_from_slice(&a.octets());
+        }
+        Some(Val::Str(s)) => {
+            out.push(if binary { T_BIN } else { T_STR });
+            put_str(out, s);
+        }
+    }
+}
+
+/// Starts a frame: room for its length, then type, flags, stream and frame ids.
+fn frame_start(out: &mut Vec<u8>, kind: u8, sid: u64, fid: u64) {
+    out.extend_from_slice(&[0; 4]);
+    out.push(kind);
+    out.extend_from_slice(&FLAG_FIN.to_be_bytes());
+    put_varint(out, sid);
+    put_varint(out, fid);
+}
+
+fn frame_end(out: &mut [u8]) {
+    let n = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&n.to_be_bytes());
+}
+
+fn get_str<'b>(b: &mut &'b [u8]) -> Option<&'b [u8]> {
+    let n = usize::try_from(get_varint(b)?).ok()?;
+    if b.len() < n {
+        return None;
+    }
+    let (s, rest) = b.split_at(n);
+    *b = rest;
+    Some(s)
+}
+
+/// Reads one typed value; `Some(None)` for NULL.
+fn get_typed(b: &mut &[u8]) -> Option<Option<Val>> {
+    let (&t, rest) = b.split_first()?;
+    *b = rest;
+    let take = |b: &mut &[u8], n: usize| -> Option<Vec<u8>> {
+        if b.len() < n {
+            return None;
+        }
+        let (x, rest) = b.split_at(n);
+        *b = rest;
+        Some(x.to_vec())
+    };
+    Some(Some(match t & 0x0F {
+        T_NULL => return Some(None),
+        T_BOOL => Val::Bool(t & 0x10 != 0),
+        T_INT32 | T_INT64 => Val::Int(get_varint(b)? as i64),
+        T_UINT32 | T_UINT64 => Val::Int(get_varint(b)?.min(i64::MAX as u64) as i64),
+        T_IPV4 => {
+            let o: [u8; 4] = take(b, 4)?.try_into().ok()?;
+            Val::Ip(std::net::Ipv4Addr::from(o).into())
+        }
+        T_IPV6 => {
+            let o: [u8; 16] = take(b, 16)?.try_into().ok()?;
+            Val::Ip(std::net::Ipv6Addr::from(o).into())
+        }
+        T_STR | T_BIN => Val::Str(get_str(b)?.to_vec()),
+        _ => return None,
+    }))
+}
+
+/// A frame's type, stream id, frame id and payload.
+fn parse_frame(f: &[u8]) -> Option<(u8, u64, u64, &[u8])> {
+    let (&kind, mut b) = f.split_first()?;
+    if b.len() < 4 {
+        return None;
+    }
+    b = &b[4..];
+    let sid = get_varint(&mut b)?;
+    let fid = get_varint(&mut b)?;
+    Some((kind, sid, fid, b))
+}
+
+/// The items of a KV-LIST payload (HELLO, DISCONNECT).
+fn kv_list(mut b: &[u8]) -> Option<Vec<(&[u8], Option<Val>)>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let k = get_str(&mut b)?;
+        let v = get_typed(&mut b)?;
+        out.push((k, v));
+    }
+    Some(out)
+}
+
+fn kv_int(kv: &[(&[u8], Option<Val>)], key: &[u8]) -> Option<i64> {
+    kv.iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| match v {
+            Some(Val::Int(n)) => Some(*n),
+            _ => None,
+        })
+}
+
+fn kv_str<'k>(kv: &'k [(&[u8], Option<Val>)], key: &[u8]) -> Option<&'k [u8]> {
+    kv.iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| match v {
+            Some(Val::Str(s)) => Some(s.as_slice()),
+            _ => None,
+        })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Behaviour.
+
+impl Engine {
+    /// Whether some message of the agent's `messages` is sent on `ev`.
+    pub fn has_event(&self, ev: Event) -> bool {
+        self.agent
+            .on_events
+            .iter()
+            .any(|&i| self.messages[i].event == Some(ev))
+    }
+
+    /// The index of group `name` of the agent, for `send-spoe-group`.
+    pub fn group(&self, name: &str) -> Option<usize> {
+        self.groups.iter().position(|g| &*g.name == name)
+    }
+
+    /// Encodes the NOTIFY frame of `msgs` (those whose condition holds); `None` when none
+    /// does, and then nothing is sent.
+    fn notify(
+        &self,
+        msgs: &mut dyn Iterator<Item = &Message>,
+        view: &dyn HttpView,
+        sid: u64,
+        fid: u64,
+    ) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(256);
+        frame_start(&mut out, NOTIFY, sid, fid);
+        let start = out.len();
+        for m in msgs {
+            if m.cond.as_ref().is_some_and(|c| !c.eval(view)) {
+                continue;
+            }
+            put_str(&mut out, m.name.as_bytes());
+            out.push(m.args.len().min(255) as u8);
+            for (name, f) in m.args.iter().take(255) {
+                put_str(&mut out, name.as_bytes());
+                let v = f.value(view);
+                put_typed(&mut out, v.as_ref(), f.is_binary());
+            }
+        }
+        if out.len() == start {
+            return None;
+        }
+        frame_end(&mut out);
+        Some(out)
+    }
+
+    /// Runs the messages of event `ev` (or of group `group`) for a stream: encodes them on
+    /// `view`, exchanges them with an agent, and applies the agent's actions to `vars`.
+    /// Does nothing when the engine is off for the transaction.
+    pub async fn process(
+        &self,
+        ctx: &crate::stream::SessionCtx,
+        st: &mut TxnState,
+        what: Result<Event, usize>,
+        view: &dyn HttpView,
+        vars: &Vars,
+    ) {
+        if st.off.contains(&self.uid) {
+            return;
+        }
+        let started = Instant::now();
+        let sid = *st.sid.get_or_insert_with(|| NEXT_SID.fetch_add(1, Relaxed));
+        st.fid += 1;
+        let fid = st.fid;
+        let frame = match what {
+            Ok(ev) => {
+                let mut it = self
+                    .agent
+                    .on_events
+                    .iter()
+                    .map(|&i| &self.messages[i])
+                    .filter(|m| m.event == Some(ev));
+                self.notify(&mut it, view, sid, fid)
+            }
+            Err(g) => {
+                let Some(g) = self.groups.get(g) else { return };
+                let mut it = g.messages.iter().map(|&i| &self.messages[i]);
+                self.notify(&mut it, view, sid, fid)
+            }
+        };
+        let Some(frame) = frame else { return };
+        let res = match self.agent.timeout_processing {
+            Some(t) => tokio::time::timeout(t, self.exchange(ctx, &frame, sid, fid))
+                .await
+                .unwrap_or(Err(SpoeError::TIMEOUT)),
+            None => self.exchange(ctx, &frame, sid, fid).await,
+        };
+        let ms = started.elapsed().as_millis() as i64;
+        st.total_ms += ms;
+        let prefixed = |scope: Scope, n: &str| VarName {
+            scope,
+            name: format!("{}.{n}", self.agent.var_prefix).into(),
+        };
+        if let Some(n) = &self.agent.set_process_time {
+            vars.set(&prefixed(Scope::Txn, n), Val::Int(ms), &[]);
+        }
+        if let Some(n) = &self.agent.set_total_time {
+            vars.set(&prefixed(Scope::Txn, n), Val::Int(st.total_ms), &[]);
+        }
+        match res {
+            Ok(ack) => self.apply(&ack, vars),
+            Err(e) => {
+                if let Some(n) = &self.agent.set_on_error {
+                    vars.set(&prefixed(Scope::Txn, n), Val::Int(e.0), &[]);
+                }
+                if !self.agent.continue_on_error {
+                    st.off.push(self.uid);
+                }
+            }
+        }
+    }
+
+    /// Applies the actions of an ACK payload.
+    fn apply(&self, mut b: &[u8], vars: &Vars) {
+        while let Some((&kind, rest)) = b.split_first() {
+            b = rest;
+            let Some((&nargs, rest)) = b.split_first() else {
+                return;
+            };
+            b = rest;
+            let scope_name = |b: &mut &[u8]| -> Option<(Scope, String)> {
+                let (&s, rest) = b.split_first()?;
+                *b = rest;
+                let scope = match s {
+                    0 => Scope::Proc,
+                    1 => Scope::Sess,
+                    2 => Scope::Txn,
+                    3 => Scope::Req,
+                    4 => Scope::Res,
+                    _ => return None,
+                };
+                let n = String::from_utf8(get_str(b)?.to_vec()).ok()?;
+                Some((scope, n))
+            };
+            match (kind, nargs) {
+                (ACTION_SET_VAR, 3) => {
+                    let Some((scope, n)) = scope_name(&mut b) else {
+                        return;
+                    };
+                    let Some(v) = get_typed(&mut b) else { return };
+                    let (Some(v), true) = (v, valid_var_part(&n)) else {
+                        continue;
+                    };
+                    let name = VarName {
+                        scope,
+                        name: format!("{}.{n}", self.agent.var_prefix).into(),
+                    };
+                    // A process variable is created only with `force-set-var` (HAProxy's
+                    // rule since variables are hashed: other scopes are always set).
+                    let conds: &[SetCond] = if scope == Scope::Proc && !self.agent.force_set_var {
+                        &[SetCond::IfExists]
+                    } else {
+                        &[]
+                    };
+                    vars.set(&name, v, conds);
+                }
+                (ACTION_UNSET_VAR, 2) => {
+                    let Some((scope, n)) = scope_name(&mut b) else {
+                        return;
+                    };
+                    vars.unset(&VarName {
+                        scope,
+                        name: format!("{}.{n}", self.agent.var_prefix).into(),
+                    });
+                }
+                // An unknown action: its arguments are typed data, skipped.
+                _ => {
+                    for _ in 0..nargs {
+                        if get_typed(&mut b).is_none() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `frame` on an agent connection and waits for its ACK; returns the ACK's
+    /// payload. A connection reused from the pool that turns out closed is replaced once.
+    async fn exchange(
+        &self,
+        ctx: &crate::stream::SessionCtx,
+        frame: &[u8],
+        sid: u64,
+        fid: u64,
+    ) -> Result<Vec<u8>, SpoeError> {
+        let mut fresh_tried = false;
+        loop {
+            let (mut c, reused) = match self.take_idle() {
+                Some(c) => (c, true),
+                None => {
+                    fresh_tried = true;
+                    match self.connect(ctx).await {
+                        Ok(c) => (c, false),
+                        // As HAProxy, the stream waits for an agent connection until
+                        // `timeout processing` (error 1) rather than failing at once.
+                        Err(_) if self.agent.timeout_processing.is_some() => {
+                            tokio::time::sleep(CONNECT_RETRY).await;
+                            fresh_tried = false;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            if frame.len() - 4 > c.max_frame as usize {
+                self.park(c);
+                return Err(SpoeError::TOO_BIG);
+            }
+            match round_trip(&mut c, frame, sid, fid).await {
+                Ok(ack) => {
+                    self.park(c);
+                    return Ok(ack);
+                }
+                Err(Failure::Io) if reused && !fresh_tried => continue,
+                Err(Failure::Io) => return Err(SpoeError::spop(ERR_IO)),
+                Err(Failure::Spop(code)) => return Err(SpoeError::spop(code)),
+            }
+        }
+    }
+
+    /// Opens a connection to an agent of the backend and runs the HELLO handshake.
+    async fn connect(&self, ctx: &crate::stream::SessionCtx) -> Result<AgentConn, SpoeError> {
+        let input = crate::backend::PickInput {
+            src: ctx.peer.map(|a| a.ip()),
+            uri: b"",
+            hdr: None,
+            persist: None,
+        };
+        let mut conn = crate::stream::connect_server(ctx, self.backend, &input)
+            .await
+            .map_err(|_| SpoeError::spop(ERR_IO))?;
+        let mut hello = Vec::with_capacity(128);
+        frame_start(&mut hello, HAPROXY_HELLO, 0, 0);
+        put_str(&mut hello, b"supported-versions");
+        put_typed(&mut hello, Some(&Val::Str(b"2.0".to_vec())), false);
+        put_str(&mut hello, b"max-frame-size");
+        hello.push(T_UINT32);
+        put_varint(&mut hello, self.agent.max_frame_size as u64);
+        put_str(&mut hello, b"capabilities");
+        let caps: &[u8] = if self.agent.pipelining {
+            b"pipelining"
+        } else {
+            b""
+        };
+        put_typed(&mut hello, Some(&Val::Str(caps.to_vec())), false);
+        put_str(&mut hello, b"engine-id");
+        put_typed(
+            &mut hello,
+            Some(&Val::Str(self.engine_id.as_bytes().to_vec())),
+            false,
+        );
+        frame_end(&mut hello);
+        let max = self.agent.max_frame_size;
+        let handshake = async {
+            conn.stream
+                .write_all(&hello)
+                .await
+                .map_err(|_| SpoeError::spop(ERR_IO))?;
+            let f = read_frame(&mut conn.stream, max)
+                .await
+                .map_err(|e| SpoeError::spop(e.code()))?;
+            let Some((kind, _, _, payload)) = parse_frame(&f) else {
+                return Err(SpoeError::spop(ERR_INVALID));
+            };
+            let Some(kv) = kv_list(payload) else {
+                return Err(SpoeError::spop(ERR_INVALID));
+            };
+            match kind {
+                AGENT_HELLO => {}
+                AGENT_DISCONNECT => {
+                    return Err(SpoeError::spop(
+                        kv_int(&kv, b"status-code").unwrap_or(99).max(0) as u64,
+                    ));
+                }
+                _ => return Err(SpoeError::spop(ERR_INVALID)),
+            }
+            let version = kv_str(&kv, b"version").unwrap_or(b"");
+            let major = version.split(|&c| c == b'.').next().unwrap_or(b"");
+            if major.trim_ascii() != b"2" {
+                return Err(SpoeError::spop(ERR_BAD_VERSION));
+            }
+            let size = kv_int(&kv, b"max-frame-size").unwrap_or(0);
+            if size < 256 || size > i64::from(max) {
+                return Err(SpoeError::spop(ERR_BAD_FRAME_SIZE));
+            }
+            Ok(size as u32)
+        };
+        let size = match self.agent.timeout_hello {
+            Some(t) => tokio::time::timeout(t, handshake)
+                .await
+                .unwrap_or(Err(SpoeError::spop(ERR_TIMEOUT)))?,
+            None => handshake.await?,
+        };
+        Ok(AgentConn {
+            conn,
+            max_frame: size,
+        })
+    }
+
+    /// A live idle connection of this engine, if this thread has one.
+    fn take_idle(&self) -> Option<AgentConn> {
+        IDLE.with(|p| {
+            let mut p = p.borrow_mut();
+            while let Some(i) = p.iter().rposition(|x| x.uid == self.uid) {
+                let x = p.swap_remove(i);
+                let expired = x.idle_timeout.is_some_and(|t| x.since.elapsed() >= t);
+                if !expired && alive(&x.conn.conn.stream) {
+                    return Some(x.conn);
+                }
+            }
+            None
+        })
+    }
+
+    /// Keeps `c` for the next exchange on this thread.
+    fn park(&self, c: AgentConn) {
+        IDLE.with(|p| {
+            p.borrow_mut().push(Idle {
+                uid: self.uid,
+                conn: c,
+                since: Instant::now(),
+                idle_timeout: self.agent.timeout_idle,
+            })
+        });
+        if !REAPER.with(|r| r.replace(true)) {
+            tokio::task::spawn_local(reap());
+        }
+    }
+}
+
+/// The HAPROXY-HELLO of `option spop-check`: a health check, after which the agent closes.
+pub fn health_hello() -> Vec<u8> {
+    let mut f = Vec::with_capacity(96);
+    frame_start(&mut f, HAPROXY_HELLO, 0, 0);
+    put_str(&mut f, b"supported-versions");
+    put_typed(&mut f, Some(&Val::Str(b"2.0".to_vec())), false);
+    put_str(&mut f, b"max-frame-size");
+    f.push(T_UINT32);
+    put_varint(&mut f, 16380);
+    put_str(&mut f, b"capabilities");
+    put_typed(&mut f, Some(&Val::Str(Vec::new())), false);
+    put_str(&mut f, b"healthcheck");
+    put_typed(&mut f, Some(&Val::Bool(true)), false);
+    frame_end(&mut f);
+    f
+}
+
+/// Closes this thread's idle agent connections once their `timeout idle` has passed (or
+/// their agent closed them); ends when none is left.
+async fn reap() {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let left = IDLE.with(|p| {
+            let mut p = p.borrow_mut();
+            p.retain(|x| {
+                x.idle_timeout.is_none_or(|t| x.since.elapsed() < t) && alive(&x.conn.conn.stream)
+            });
+            p.len()
+        });
+        if left == 0 {
+            REAPER.with(|r| r.set(false));
+            return;
+        }
+    }
+}
+
+/// Whether an idle connection is still open with nothing unexpected to read.
+fn alive(s: &crate::stream::ServerStream) -> bool {
+    match s {
+        crate::stream::ServerStream::Plain(t) => {
+            let mut b = [0u8; 1];
+            matches!(t.try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        }
+        _ => true,
+    }
+}
+
+/// How a round trip failed.
+enum Failure {
+    /// The connection failed (closed, reset): another may do.
+    Io,
+    /// The agent answered with an error (AGENT-DISCONNECT) or an invalid frame.
+    Spop(u64),
+}
+
+impl Failure {
+    fn code(&self) -> u64 {
+        match self {
+            Failure::Io => ERR_IO,
+            Failure::Spop(c) => *c,
+        }
+    }
+}
+
+/// Reads one frame (without its length), at most `max` bytes.
+async fn read_frame(s: &mut crate::stream::ServerStream, max: u32) -> Result<Vec<u8>, Failure> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.map_err(|_| Failure::Io)?;
+    let n = u32::from_be_bytes(len);
+    if n > max || n == 0 {
+        return Err(Failure::Spop(3));
+    }
+    let mut f = vec![0u8; n as usize];
+    s.read_exact(&mut f).await.map_err(|_| Failure::Io)?;
+    Ok(f)
+}
+
+async fn round_trip(
+    c: &mut AgentConn,
+    frame: &[u8],
+    sid: u64,
+    fid: u64,
+) -> Result<Vec<u8>, Failure> {
+    c.conn
+        .stream
+        .write_all(frame)
+        .await
+        .map_err(|_| Failure::Io)?;
+    loop {
+        let f = read_frame(&mut c.conn.stream, c.max_frame).await?;
+        let Some((kind, fsid, ffid, payload)) = parse_frame(&f) else {
+            return Err(Failure::Spop(ERR_INVALID));
+        };
+        match kind {
+            ACK if fsid == sid && ffid == fid => return Ok(payload.to_vec()),
+            AGENT_DISCONNECT => {
+                let code = kv_list(payload)
+                    .and_then(|kv| kv_int(&kv, b"status-code"))
+                    .unwrap_or(99);
+                return Err(Failure::Spop(code.max(0) as u64));
+            }
+            // An ACK of an exchange that timed out earlier, or an unknown frame: skipped.
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_values_round_trip() {
+        let vals = [
+            Val::Bool(true),
+            Val::Bool(false),
+            Val::Int(-5),
+            Val::Int(1 << 40),
+            Val::Ip("10.1.2.3".parse().unwrap()),
+            Val::Ip("::1".parse().unwrap()),
+            Val::Str(b"hello".to_vec()),
+        ];
+        let mut b = Vec::new();
+        for v in &vals {
+            put_typed(&mut b, Some(v), false);
+        }
+        put_typed(&mut b, None, false);
+        let mut r = b.as_slice();
+        for v in &vals {
+            assert_eq!(get_typed(&mut r), Some(Some(v.clone())));
+        }
+        assert_eq!(get_typed(&mut r), Some(None));
+        assert!(r.is_empty());
+        // Booleans carry their value in the flags nibble.
+        let mut t = Vec::new();
+        put_typed(&mut t, Some(&Val::Bool(true)), false);
+        assert_eq!(t, [0x11]);
+    }
+
+    #[test]
+    fn frames_have_their_length_and_ids() {
+        let mut f = Vec::new();
+        frame_start(&mut f, NOTIFY, 300, 2);
+        put_str(&mut f, b"m");
+        frame_end(&mut f);
+        assert_eq!(
+            u32::from_be_bytes(f[..4].try_into().unwrap()) as usize,
+            f.len() - 4
+        );
+        let (kind, sid, fid, payload) = parse_frame(&f[4..]).unwrap();
+        assert_eq!((kind, sid, fid), (NOTIFY, 300, 2));
+        assert_eq!(payload, [1, b'm']);
+        assert_eq!(&f[5..9], &FLAG_FIN.to_be_bytes());
+    }
+}

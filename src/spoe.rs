@@ -85,8 +85,6 @@ pub struct Message {
     pub args: Vec<(Box<str>, SampleFetch)>,
     pub event: Option<Event>,
     pub cond: Option<Cond>,
-    /// Its samples read the response (`status`, `res.hdr`): sent only on responses.
-    pub on_response: bool,
 }
 
 /// A `spoe-group` section: messages sent together by `send-spoe-group`.
@@ -151,6 +149,7 @@ struct Idle {
 
 // SPOP frame types and codes.
 const HAPROXY_HELLO: u8 = 1;
+const HAPROXY_DISCONNECT: u8 = 2;
 const NOTIFY: u8 = 3;
 const AGENT_HELLO: u8 = 101;
 const AGENT_DISCONNECT: u8 = 102;
@@ -171,8 +170,15 @@ const T_BIN: u8 = 9;
 const ERR_IO: u64 = 1;
 const ERR_TIMEOUT: u64 = 2;
 const ERR_INVALID: u64 = 4;
+const ERR_NO_VERSION: u64 = 5;
+const ERR_NO_FRAME_SIZE: u64 = 6;
 const ERR_BAD_VERSION: u64 = 8;
+const ERR_NO_FRAGMENTS: u64 = 10;
+const FLAG_ABORT: u32 = 2;
 const ERR_BAD_FRAME_SIZE: u64 = 9;
+
+/// Idle agent connections kept per engine and thread.
+const IDLE_MAX: usize = 64;
 
 /// The pause between attempts to reach an agent while an exchange waits for one.
 const CONNECT_RETRY: Duration = Duration::from_millis(100);
@@ -619,23 +625,25 @@ fn message_kw(m: &mut MsgDraft, w: &[String], at: &str) -> Result<(), String> {
 fn finish_message(m: MsgDraft) -> Result<Message, String> {
     let on_response = matches!(m.event, Some((Event::HttpResponse, _)));
     let at = &m.at;
+    // Samples may read the client's first data (`req.payload`) for the tcp events; on a
+    // response event, the response. A group's messages may be sent from `http-response`
+    // rules too: response samples are allowed there (request ones then give NULL).
     let parse_args = |rsp: bool| -> Result<Vec<(Box<str>, SampleFetch)>, String> {
         let mut out = Vec::new();
         for (name, expr) in &m.args {
             let f = if rsp {
-                SampleFetch::on_response(|| SampleFetch::parse(expr))
+                SampleFetch::on_response(|| SampleFetch::parse_with_payload(expr))
             } else {
-                SampleFetch::parse(expr)
+                SampleFetch::parse_with_payload(expr)
             };
             out.push((name.as_str().into(), f?));
         }
         Ok(out)
     };
-    let (args, on_response) = match parse_args(on_response) {
-        Ok(a) => (a, on_response),
-        // A message of a group may be sent from `http-response` rules: response samples.
+    let args = match parse_args(on_response) {
+        Ok(a) => a,
         Err(e) if m.event.is_none() => match parse_args(true) {
-            Ok(a) => (a, true),
+            Ok(a) => a,
             Err(_) => return Err(format!("{at}: 'spoe-message {}': {e}", m.name)),
         },
         Err(e) => return Err(format!("{at}: 'spoe-message {}': {e}", m.name)),
@@ -661,7 +669,6 @@ fn finish_message(m: MsgDraft) -> Result<Message, String> {
         args,
         event,
         cond,
-        on_response,
     })
 }
 
@@ -752,15 +759,13 @@ fn get_typed(b: &mut &[u8]) -> Option<Option<Val>> {
 }
 
 /// A frame's type, stream id, frame id and payload.
-fn parse_frame(f: &[u8]) -> Option<(u8, u64, u64, &[u8])> {
+fn parse_frame(f: &[u8]) -> Option<(u8, u32, u64, u64, &[u8])> {
     let (&kind, mut b) = f.split_first()?;
-    if b.len() < 4 {
-        return None;
-    }
+    let flags = u32::from_be_bytes(b.get(..4)?.try_into().ok()?);
     b = &b[4..];
     let sid = get_varint(&mut b)?;
     let fid = get_varint(&mut b)?;
-    Some((kind, sid, fid, b))
+    Some((kind, flags, sid, fid, b))
 }
 
 /// The items of a KV-LIST payload (HELLO, DISCONNECT).
@@ -875,11 +880,25 @@ impl Engine {
             }
         };
         let Some(frame) = frame else { return };
-        let res = match self.agent.timeout_processing {
-            Some(t) => tokio::time::timeout(t, self.exchange(ctx, &frame, sid, fid))
-                .await
-                .unwrap_or(Err(SpoeError::TIMEOUT)),
-            None => self.exchange(ctx, &frame, sid, fid).await,
+        // Without `timeout processing`, the agents' backend `timeout server` bounds the
+        // exchange (as it bounds HAProxy's SPOE streams): an agent never holds a stream
+        // forever.
+        let limit = self.agent.timeout_processing.or_else(|| {
+            ctx.shared()
+                .cfg
+                .proxies
+                .get(self.backend)
+                .and_then(|b| b.timeouts.server)
+        });
+        let res = if frame.len() - 4 > self.agent.max_frame_size as usize {
+            Err(SpoeError::TOO_BIG)
+        } else {
+            match limit {
+                Some(t) => tokio::time::timeout(t, self.exchange(ctx, &frame, sid, fid, true))
+                    .await
+                    .unwrap_or(Err(SpoeError::TIMEOUT)),
+                None => self.exchange(ctx, &frame, sid, fid, false).await,
+            }
         };
         let ms = started.elapsed().as_millis() as i64;
         st.total_ms += ms;
@@ -973,12 +992,15 @@ impl Engine {
 
     /// Sends `frame` on an agent connection and waits for its ACK; returns the ACK's
     /// payload. A connection reused from the pool that turns out closed is replaced once.
+    /// `bounded`: a timeout runs around it, and an agent that cannot be reached is tried
+    /// again until then.
     async fn exchange(
         &self,
         ctx: &crate::stream::SessionCtx,
         frame: &[u8],
         sid: u64,
         fid: u64,
+        bounded: bool,
     ) -> Result<Vec<u8>, SpoeError> {
         let mut fresh_tried = false;
         loop {
@@ -988,17 +1010,19 @@ impl Engine {
                     fresh_tried = true;
                     match self.connect(ctx).await {
                         Ok(c) => (c, false),
-                        // As HAProxy, the stream waits for an agent connection until
-                        // `timeout processing` (error 1) rather than failing at once.
-                        Err(_) if self.agent.timeout_processing.is_some() => {
+                        // As HAProxy, the stream waits for an agent it cannot reach until
+                        // `timeout processing` (error 1) rather than failing at once; an
+                        // agent that answers the HELLO with an error fails it at once.
+                        Err((_, true)) if bounded => {
                             tokio::time::sleep(CONNECT_RETRY).await;
                             fresh_tried = false;
                             continue;
                         }
-                        Err(e) => return Err(e),
+                        Err((e, _)) => return Err(e),
                     }
                 }
             };
+            // The agent may have agreed to less than the engine's frame size.
             if frame.len() - 4 > c.max_frame as usize {
                 self.park(c);
                 return Err(SpoeError::TOO_BIG);
@@ -1016,7 +1040,12 @@ impl Engine {
     }
 
     /// Opens a connection to an agent of the backend and runs the HELLO handshake.
-    async fn connect(&self, ctx: &crate::stream::SessionCtx) -> Result<AgentConn, SpoeError> {
+    /// `Err((e, true))`: no agent could be reached (worth another try); `false`: one
+    /// answered, with an error.
+    async fn connect(
+        &self,
+        ctx: &crate::stream::SessionCtx,
+    ) -> Result<AgentConn, (SpoeError, bool)> {
         let input = crate::backend::PickInput {
             src: ctx.peer.map(|a| a.ip()),
             uri: b"",
@@ -1025,7 +1054,7 @@ impl Engine {
         };
         let mut conn = crate::stream::connect_server(ctx, self.backend, &input)
             .await
-            .map_err(|_| SpoeError::spop(ERR_IO))?;
+            .map_err(|_| (SpoeError::spop(ERR_IO), true))?;
         let mut hello = Vec::with_capacity(128);
         frame_start(&mut hello, HAPROXY_HELLO, 0, 0);
         put_str(&mut hello, b"supported-versions");
@@ -1056,7 +1085,7 @@ impl Engine {
             let f = read_frame(&mut conn.stream, max)
                 .await
                 .map_err(|e| SpoeError::spop(e.code()))?;
-            let Some((kind, _, _, payload)) = parse_frame(&f) else {
+            let Some((kind, _, _, _, payload)) = parse_frame(&f) else {
                 return Err(SpoeError::spop(ERR_INVALID));
             };
             let Some(kv) = kv_list(payload) else {
@@ -1071,12 +1100,16 @@ impl Engine {
                 }
                 _ => return Err(SpoeError::spop(ERR_INVALID)),
             }
-            let version = kv_str(&kv, b"version").unwrap_or(b"");
+            let Some(version) = kv_str(&kv, b"version") else {
+                return Err(SpoeError::spop(ERR_NO_VERSION));
+            };
             let major = version.split(|&c| c == b'.').next().unwrap_or(b"");
             if major.trim_ascii() != b"2" {
                 return Err(SpoeError::spop(ERR_BAD_VERSION));
             }
-            let size = kv_int(&kv, b"max-frame-size").unwrap_or(0);
+            let Some(size) = kv_int(&kv, b"max-frame-size") else {
+                return Err(SpoeError::spop(ERR_NO_FRAME_SIZE));
+            };
             if size < 256 || size > i64::from(max) {
                 return Err(SpoeError::spop(ERR_BAD_FRAME_SIZE));
             }
@@ -1085,9 +1118,10 @@ impl Engine {
         let size = match self.agent.timeout_hello {
             Some(t) => tokio::time::timeout(t, handshake)
                 .await
-                .unwrap_or(Err(SpoeError::spop(ERR_TIMEOUT)))?,
-            None => handshake.await?,
-        };
+                .unwrap_or(Err(SpoeError::spop(ERR_TIMEOUT))),
+            None => handshake.await,
+        }
+        .map_err(|e| (e, false))?;
         Ok(AgentConn {
             conn,
             max_frame: size,
@@ -1112,12 +1146,18 @@ impl Engine {
     /// Keeps `c` for the next exchange on this thread.
     fn park(&self, c: AgentConn) {
         IDLE.with(|p| {
-            p.borrow_mut().push(Idle {
+            let mut p = p.borrow_mut();
+            // Past the cap the connection closes: a burst does not keep its agent
+            // connections (and their server slots) for good.
+            if p.iter().filter(|x| x.uid == self.uid).count() >= IDLE_MAX {
+                return;
+            }
+            p.push(Idle {
                 uid: self.uid,
                 conn: c,
                 since: Instant::now(),
                 idle_timeout: self.agent.timeout_idle,
-            })
+            });
         });
         if !REAPER.with(|r| r.replace(true)) {
             tokio::task::spawn_local(reap());
@@ -1150,7 +1190,13 @@ async fn reap() {
         let left = IDLE.with(|p| {
             let mut p = p.borrow_mut();
             p.retain(|x| {
-                x.idle_timeout.is_none_or(|t| x.since.elapsed() < t) && alive(&x.conn.conn.stream)
+                let keep = x.idle_timeout.is_none_or(|t| x.since.elapsed() < t);
+                if !keep && let crate::stream::ServerStream::Plain(t) = &x.conn.conn.stream {
+                    // A clean end for the agent: HAPROXY-DISCONNECT, status 0 ("normal").
+                    // Best effort: a full socket buffer just closes.
+                    let _ = t.try_write(&disconnect_frame());
+                }
+                keep && alive(&x.conn.conn.stream)
             });
             p.len()
         });
@@ -1159,6 +1205,19 @@ async fn reap() {
             return;
         }
     }
+}
+
+/// HAPROXY-DISCONNECT with status 0: the connection ends normally.
+fn disconnect_frame() -> Vec<u8> {
+    let mut f = Vec::with_capacity(48);
+    frame_start(&mut f, HAPROXY_DISCONNECT, 0, 0);
+    put_str(&mut f, b"status-code");
+    f.push(T_UINT32);
+    put_varint(&mut f, 0);
+    put_str(&mut f, b"message");
+    put_typed(&mut f, Some(&Val::Str(b"normal".to_vec())), false);
+    frame_end(&mut f);
+    f
 }
 
 /// Whether an idle connection is still open with nothing unexpected to read.
@@ -1215,10 +1274,17 @@ async fn round_trip(
         .map_err(|_| Failure::Io)?;
     loop {
         let f = read_frame(&mut c.conn.stream, c.max_frame).await?;
-        let Some((kind, fsid, ffid, payload)) = parse_frame(&f) else {
+        let Some((kind, flags, fsid, ffid, payload)) = parse_frame(&f) else {
             return Err(Failure::Spop(ERR_INVALID));
         };
         match kind {
+            // A fragmented (or aborted) ACK: sluice does not announce fragmentation.
+            ACK if fsid == sid
+                && ffid == fid
+                && (flags & FLAG_FIN == 0 || flags & FLAG_ABORT != 0) =>
+            {
+                return Err(Failure::Spop(ERR_NO_FRAGMENTS));
+            }
             ACK if fsid == sid && ffid == fid => return Ok(payload.to_vec()),
             AGENT_DISCONNECT => {
                 let code = kv_list(payload)
@@ -1274,8 +1340,8 @@ mod tests {
             u32::from_be_bytes(f[..4].try_into().unwrap()) as usize,
             f.len() - 4
         );
-        let (kind, sid, fid, payload) = parse_frame(&f[4..]).unwrap();
-        assert_eq!((kind, sid, fid), (NOTIFY, 300, 2));
+        let (kind, flags, sid, fid, payload) = parse_frame(&f[4..]).unwrap();
+        assert_eq!((kind, flags, sid, fid), (NOTIFY, FLAG_FIN, 300, 2));
         assert_eq!(payload, [1, b'm']);
         assert_eq!(&f[5..9], &FLAG_FIN.to_be_bytes());
     }

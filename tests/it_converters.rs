@@ -11,6 +11,7 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
+use std::time::Duration;
 
 /// One request on a fresh connection: `GET path` with `Host: host` (none if empty) and the
 /// extra header lines `extra` (each ending in `\r\n`).
@@ -649,4 +650,35 @@ fn track_on_a_converted_key() {
         out.starts_with("# table: fe, type: ip, size:1024, used:1\n"),
         "{out}"
     );
+}
+
+/// `debug(PREFIX,stderr)` passes the sample on and writes it as HAProxy 2.6 does
+/// (`[debug] PREFIX: type=T <VALUE>`); a ring name is accepted with a warning.
+#[test]
+fn debug_converter_traces_to_stderr() {
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    \
+         http-request return status 200 content-type text/plain lf-string \
+         \"%[str(hello),debug(pfx,stderr)] %[int(5),debug(n,stderr)] %[str(x),debug(r)]\"\n"
+    );
+    let s = Sluice::start(&cfg);
+    assert!(
+        s.stderr
+            .text()
+            .contains("ring 'buf0' is not kept by sluice"),
+        "{}",
+        s.stderr.text()
+    );
+    let r = http_get(port, "/");
+    assert_eq!(r.body_str(), "hello 5 x");
+    for want in ["[debug] pfx: type=str <hello>", "[debug] n: type=sint <5>"] {
+        assert!(
+            s.stderr
+                .wait(|l| l.contains(want), Duration::from_secs(10))
+                .is_some(),
+            "{want}: {}",
+            s.stderr.text()
+        );
+    }
 }

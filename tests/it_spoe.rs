@@ -607,3 +607,64 @@ fn http_response_send_spoe_group_sees_the_response() {
     // The rules before it have run: the header it reads was set by one.
     assert_eq!(args[1].value, b"fe");
 }
+
+#[test]
+fn frontend_engine_gets_backend_events_and_absolute_targets() {
+    let agent = Agent::start(|_| Answer::Ack(set_var_int(2, "n", 1)));
+    let spoe = format!(
+        "{AGENT}spoe-message check\n    args pq=pathq ver=req_ver\n    event on-backend-http-request\n"
+    );
+    let (_s, port, _d) = start(
+        &spoe,
+        "    http-response set-header x-n %[var(txn.iprep.n)]",
+        &agent,
+    );
+    // Absolute-form targets, with and without a path.
+    for (target, pq) in [
+        ("http://h/a?b", "/a?b"),
+        ("http://h", ""),
+        ("http://h?x", "?x"),
+    ] {
+        let mut c = HttpClient::connect(port);
+        let r = c.request(format!(
+            "GET {target} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+        ));
+        assert_eq!((r.status, r.header("x-n")), (200, Some("1")), "{target}");
+        let n = agent.notifies();
+        assert_eq!(
+            n.last().unwrap().messages[0].1[0].value,
+            pq.as_bytes(),
+            "{target}"
+        );
+    }
+}
+
+#[test]
+fn without_processing_timeout_the_backend_timeout_server_bounds_an_exchange() {
+    let silent = Agent::start(|_| Answer::Silence);
+    let spoe = AGENT.replace("    timeout processing 2s\n", "")
+        + "spoe-message check\n    args src\n    event on-frontend-http-request\n";
+    let dir = TempDir::new();
+    let conf = dir.write("spoe.conf", spoe);
+    let be = HttpBackend::start("S");
+    let port = free_port();
+    let cfg = format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    filter spoe engine e1 config {}\n    \
+         http-response set-header x-err %[var(txn.iprep.err)]\n    default_backend app\n\
+         backend app\n    server s {}\nbackend agents\n    mode tcp\n    timeout server 300ms\n    \
+         server a1 {}\n",
+        conf.display(),
+        be.hostport(),
+        silent.addr
+    );
+    let s = Sluice::start(&cfg);
+    assert!(
+        s.stderr
+            .text()
+            .contains("missing timeouts for SPOE agent 'a'"),
+        "{}",
+        s.stderr.text()
+    );
+    let r = http_get(port, "/");
+    assert_eq!((r.status, r.header("x-err")), (200, Some("1")));
+}

@@ -662,6 +662,27 @@ fn uri_path(uri: &[u8]) -> Option<&[u8]> {
     Some(&rest[..end])
 }
 
+/// The path and query string of a request target (`pathq`): origin form as it is, absolute
+/// form from the first `/` or `?` after the authority; `None` for `*` and authority form.
+fn uri_pathq(uri: &[u8]) -> Option<&[u8]> {
+    let rest = if uri.first() == Some(&b'/') {
+        uri
+    } else {
+        let pos = uri.windows(3).position(|w| w == b"://")?;
+        if uri[..pos].contains(&b'/') {
+            return None;
+        }
+        let after = &uri[pos + 3..];
+        let p = after
+            .iter()
+            .position(|&c| c == b'/' || c == b'?')
+            .unwrap_or(after.len());
+        &after[p..]
+    };
+    let end = rest.iter().position(|&c| c == b'#').unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
 /// The host and port of an absolute-form request target (`http://10.0.0.1:8080/x`); the port
 /// defaults to 80. `None` for origin form.
 fn url_authority(uri: &[u8]) -> Option<(&[u8], u16)> {
@@ -858,6 +879,57 @@ impl Fetch {
             | Fetch::SslCVerify
             | Fetch::ReqLen
             | Fetch::ReqSslHelloType => SmpType::Int,
+        }
+    }
+
+    /// `req.ver`, `req.hdrs`, `req.body`... on the message the view shows (the response's
+    /// through `Res`).
+    fn message_fetch(&self, view: &dyn HttpView, f: &mut dyn FnMut(Sample<'_>) -> bool) -> bool {
+        match self {
+            Fetch::Ver => match view.version_minor() {
+                Some(0) => f(Sample::Str(b"1.0")),
+                Some(_) => f(Sample::Str(b"1.1")),
+                None => false,
+            },
+            // Not an HTTP message (`mode tcp`): no sample.
+            Fetch::Hdrs | Fetch::HdrsBin if view.version_minor().is_none() => false,
+            Fetch::Hdrs | Fetch::HdrsBin => {
+                let bin = matches!(self, Fetch::HdrsBin);
+                let mut out = Vec::new();
+                // As HAProxy's HTX: lower-case names, and no `Connection` field (the
+                // connection's business, not the message's).
+                view.for_each_field(&mut |n, v| {
+                    if n.eq_ignore_ascii_case(b"connection") {
+                        return;
+                    }
+                    if bin {
+                        crate::peers::wire::put_varint(&mut out, n.len() as u64);
+                        out.extend(n.iter().map(u8::to_ascii_lowercase));
+                        crate::peers::wire::put_varint(&mut out, v.len() as u64);
+                        out.extend_from_slice(v);
+                    } else {
+                        out.extend(n.iter().map(u8::to_ascii_lowercase));
+                        out.extend_from_slice(b": ");
+                        out.extend_from_slice(v);
+                        out.extend_from_slice(b"\r\n");
+                    }
+                });
+                out.extend_from_slice(if bin { b"\0\0" } else { b"\r\n" });
+                f(Sample::Str(&out))
+            }
+            Fetch::Body => match view.body() {
+                Some((b, _)) => f(Sample::Str(b)),
+                None => false,
+            },
+            Fetch::BodyLen => match view.body() {
+                Some((b, _)) => f(Sample::Int(b.len() as i64)),
+                None => false,
+            },
+            Fetch::BodySize => match view.body() {
+                Some((_, n)) => f(Sample::Int(n.min(i64::MAX as u64) as i64)),
+                None => false,
+            },
+            _ => false,
         }
     }
 
@@ -1120,61 +1192,27 @@ impl Fetch {
                     (t.def.size as i64 - used).max(0)
                 }))
             }
-            Fetch::Res(inner) => view.status().is_some() && inner.for_each(view, f),
-            Fetch::Ver => match view.version_minor() {
-                Some(0) => f(Sample::Str(b"1.0")),
-                Some(_) => f(Sample::Str(b"1.1")),
-                None => false,
-            },
-            Fetch::Hdrs | Fetch::HdrsBin => {
-                let bin = matches!(self, Fetch::HdrsBin);
-                let mut out = Vec::new();
-                // As HAProxy's HTX: lower-case names, and no `Connection` field (the
-                // connection's business, not the message's).
-                view.for_each_field(&mut |n, v| {
-                    if n.eq_ignore_ascii_case(b"connection") {
-                        return;
+            Fetch::Res(inner) => {
+                view.status().is_some()
+                    && match **inner {
+                        Fetch::Ver
+                        | Fetch::Hdrs
+                        | Fetch::HdrsBin
+                        | Fetch::Body
+                        | Fetch::BodyLen
+                        | Fetch::BodySize => inner.message_fetch(view, f),
+                        _ => inner.for_each(view, f),
                     }
-                    if bin {
-                        crate::peers::wire::put_varint(&mut out, n.len() as u64);
-                        out.extend(n.iter().map(u8::to_ascii_lowercase));
-                        crate::peers::wire::put_varint(&mut out, v.len() as u64);
-                        out.extend_from_slice(v);
-                    } else {
-                        out.extend(n.iter().map(u8::to_ascii_lowercase));
-                        out.extend_from_slice(b": ");
-                        out.extend_from_slice(v);
-                        out.extend_from_slice(b"\r\n");
-                    }
-                });
-                out.extend_from_slice(if bin { b"\0\0" } else { b"\r\n" });
-                f(Sample::Str(&out))
             }
-            Fetch::PathQ => {
-                let u = view.uri();
-                match uri_path(u) {
-                    // The path starts the rest of the target: keep its query string.
-                    Some(p) => {
-                        let start = p.as_ptr() as usize - u.as_ptr() as usize;
-                        let end = u[start..]
-                            .iter()
-                            .position(|&c| c == b'#')
-                            .map_or(u.len(), |i| start + i);
-                        f(Sample::Str(&u[start..end]))
-                    }
-                    None => false,
-                }
-            }
-            Fetch::Body => match view.body() {
-                Some((b, _)) => f(Sample::Str(b)),
-                None => false,
-            },
-            Fetch::BodyLen => match view.body() {
-                Some((b, _)) => f(Sample::Int(b.len() as i64)),
-                None => false,
-            },
-            Fetch::BodySize => match view.body() {
-                Some((_, n)) => f(Sample::Int(n.min(i64::MAX as u64) as i64)),
+            // The request's on a request, the response's inside `Res`.
+            Fetch::Ver
+            | Fetch::Hdrs
+            | Fetch::HdrsBin
+            | Fetch::Body
+            | Fetch::BodyLen
+            | Fetch::BodySize => view.status().is_none() && self.message_fetch(view, f),
+            Fetch::PathQ => match uri_pathq(view.uri()) {
+                Some(p) => f(Sample::Str(p)),
                 None => false,
             },
             Fetch::SslFc => f(Sample::Bool(view.tls().is_some())),
@@ -1249,7 +1287,7 @@ fn reads_request_head(name: &str) -> bool {
     let base = name.split_once('_').map_or(name, |(b, _)| b);
     (name.starts_with("req.") && !name.starts_with("req.ssl") && name != "req.len")
         || matches!(base, "path" | "url" | "query" | "base" | "cook" | "urlp")
-        || name == "base32"
+        || matches!(name, "base32" | "req_ver" | "pathq")
         || name.starts_with("http_auth")
 }
 
@@ -3155,6 +3193,11 @@ mod tests {
         assert_eq!(uri_path(b"http://h?x"), Some(&b""[..]));
         assert_eq!(uri_path(b"*"), None);
         assert_eq!(uri_path(b"example.com:443"), None);
+        assert_eq!(uri_pathq(b"/a?b#c"), Some(&b"/a?b"[..]));
+        assert_eq!(uri_pathq(b"http://h"), Some(&b""[..]));
+        assert_eq!(uri_pathq(b"http://h?x"), Some(&b"?x"[..]));
+        assert_eq!(uri_pathq(b"https://h:1/p?q"), Some(&b"/p?q"[..]));
+        assert_eq!(uri_pathq(b"*"), None);
     }
 }
 

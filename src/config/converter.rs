@@ -123,6 +123,12 @@ pub(crate) enum Conv {
     SecureMemcmp(VarName),
     /// `set-var(VAR[,COND...])`: stores the sample and passes it on.
     SetVar(VarName, Box<[SetCond]>),
+    /// `debug([PREFIX[,SINK]])`: the sample goes on unchanged; with SINK `stderr` or
+    /// `stdout` it is written there too (`[debug] PREFIX: type=str VALUE`).
+    Debug {
+        prefix: Box<str>,
+        stdout: Option<bool>,
+    },
     Neg,
     Cpl,
     Not,
@@ -265,7 +271,6 @@ const UNSUPPORTED: &[&str] = &[
     "capture-req",
     "capture-res",
     "da-csv-conv",
-    "debug",
     "digest",
     "fix_is_valid",
     "fix_tag_value",
@@ -610,6 +615,30 @@ impl Conv {
                 } else {
                     (Conv::SecureMemcmp(v), In::Bin, T::Bool)
                 }
+            }
+            "debug" => {
+                n_args(0, 2)?;
+                let prefix = a.first().map_or("", |p| p.trim());
+                let stdout = match a.get(1).map(|s| s.trim()) {
+                    Some("stdout") => Some(true),
+                    Some("stderr") => Some(false),
+                    other => {
+                        crate::config::parser::warn(format!(
+                            "converter 'debug': ring '{}' is not kept by sluice (it has no \
+                             rings): the sample goes on and is not traced; name 'stderr' or \
+                             'stdout' to see it",
+                            other.unwrap_or("buf0")
+                        ));
+                        None
+                    }
+                };
+                return Ok((
+                    Conv::Debug {
+                        prefix: prefix.into(),
+                        stdout,
+                    },
+                    input,
+                ));
             }
             "set-var" => {
                 if a.is_empty() || a.len() > 5 {
@@ -1120,6 +1149,27 @@ impl Conv {
             Conv::SecureMemcmp(name) => {
                 let b = var_of(vars, name)?.into_bin();
                 Val::Bool(v.into_bin() == b)
+            }
+            Conv::Debug { prefix, stdout } => {
+                if let Some(out) = stdout {
+                    let (t, text) = match &v {
+                        Val::Str(b) => {
+                            ("str", String::from_utf8_lossy(b).escape_debug().to_string())
+                        }
+                        Val::Int(n) => ("sint", n.to_string()),
+                        Val::Bool(b) => ("bool", u8::from(*b).to_string()),
+                        Val::Ip(ip @ std::net::IpAddr::V4(_)) => ("ipv4", ip.to_string()),
+                        Val::Ip(ip) => ("ipv6", ip.to_string()),
+                    };
+                    let line = format!("[debug] {prefix}: type={t} <{text}>\n");
+                    use std::io::Write as _;
+                    if *out {
+                        let _ = std::io::stdout().write_all(line.as_bytes());
+                    } else {
+                        let _ = std::io::stderr().write_all(line.as_bytes());
+                    }
+                }
+                v
             }
             Conv::SetVar(name, conds) => {
                 if let Some(vs) = vars {

@@ -1544,7 +1544,19 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         let bp = &shared.cfg.proxies[be_idx];
         if be_idx != self.ctx.proxy {
             use crate::spoe::Event;
-            if !bp.spoe.is_empty() {
+            // HAProxy waits for the body before the backend's content rules.
+            if bp.options.http_buffer_request
+                && !self.fe.options.http_buffer_request
+                && !self.buffer_body(head).await
+            {
+                return self.error_response(head, txn, 408, *b"cR").await;
+            }
+            // The backend events go to the frontend's engines too (only a `listen`
+            // section's skip them), then to the backend's.
+            let spoe = !self.fe.spoe.is_empty() || !bp.spoe.is_empty();
+            if spoe {
+                self.spoe_event(fe, Event::BackendTcpRequest, head, src)
+                    .await;
                 self.spoe_event(bp, Event::BackendTcpRequest, head, src)
                     .await;
             }
@@ -1552,13 +1564,9 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             if verdict != super::Verdict::Go {
                 return self.content_reject(txn, verdict);
             }
-            if bp.options.http_buffer_request
-                && !self.fe.options.http_buffer_request
-                && !self.buffer_body(head).await
-            {
-                return self.error_response(head, txn, 408, *b"cR").await;
-            }
-            if !bp.spoe.is_empty() {
+            if spoe {
+                self.spoe_event(fe, Event::BackendHttpRequest, head, src)
+                    .await;
                 self.spoe_event(bp, Event::BackendHttpRequest, head, src)
                     .await;
             }
@@ -3550,6 +3558,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             Ok(Parsed::Complete(r)) => r,
             _ => return self.error_response(head, txn, 500, *b"PH").await,
         };
+        self.rsp_minor = resp.version_minor;
+        self.rsp_body = None;
         // Logged as HAProxy logs a hit: no wait, no connect, no response time, `LR`.
         txn.status = resp.status as i32;
         txn.term = *b"LR";

@@ -282,6 +282,7 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
     bc.sessions_total.fetch_add(1, Relaxed);
     let verdict = if be_idx != ctx.proxy {
         let ev = [crate::spoe::Event::BackendTcpRequest];
+        spoe_events(&ctx, fe, &mut spoe, &ev, &held).await;
         spoe_events(&ctx, bp, &mut spoe, &ev, &held).await;
         content_verdict(&mut ctx, bp, &held)
     } else {

@@ -1430,3 +1430,56 @@ fn buffered_body_is_seen_by_request_rules() {
     assert_eq!(last.header("x-ver"), Some("1.1"));
     let _ = &t.a;
 }
+
+/// `capture.req.hdr(N)` / `capture.res.hdr(N)` read capture slots in `http-response` rules
+/// (what `http-request capture` or `capture request header` kept).
+#[test]
+fn capture_slots_in_response_rules() {
+    let t = two(
+        "    declare capture request len 32\n    capture request header User-Agent len 16\n    \
+         capture response header X-Server len 8\n    \
+         http-request capture req.hdr(host) id 0\n    \
+         http-response set-header x-host %[capture.req.hdr(0)]\n    \
+         http-response set-header x-ua %[capture.req.hdr(1)]\n    \
+         http-response set-header x-srv %[capture.res.hdr(0)]",
+        "",
+    );
+    let r = req(
+        t.port,
+        "GET / HTTP/1.1\r\nHost: example.org\r\nUser-Agent: probe/1.0\r\n",
+    );
+    assert_eq!(r.header("x-host"), Some("example.org"));
+    assert_eq!(r.header("x-ua"), Some("probe/1.0"));
+    assert_eq!(r.header("x-srv"), Some("A"));
+    let _ = (&t.a, &t.b, &t.s);
+    // In http-request rules the slots are refused, with where they work.
+    let (code, err) = Sluice::check(&format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{}\n    declare capture request len 8\n    \
+         http-request set-header x %[capture.req.hdr(0)]\n    default_backend a\nbackend a\n    server s 127.0.0.1:1\n",
+        free_port()
+    ));
+    assert_ne!(code, 0);
+    assert!(err.contains("in 'http-response' rules only"), "{err}");
+}
+
+/// `http-response redirect location FMT [code N]` replaces the server's answer; only
+/// `location` redirects are possible there, as in HAProxy.
+#[test]
+fn http_response_redirect_location() {
+    let t = two(
+        "    http-response redirect location /moved?from=%[status]&by=%[res.hdr(x-server)] code 303 if { status 200 }",
+        "",
+    );
+    let r = req(t.port, "GET /x HTTP/1.1\r\nHost: h\r\n");
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location"), Some("/moved?from=200&by=A"));
+    assert_eq!(r.body_str(), "");
+    let _ = (&t.a, &t.b, &t.s);
+    let (code, err) = Sluice::check(&format!(
+        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{}\n    http-response redirect prefix /p\n    \
+         default_backend a\nbackend a\n    server s 127.0.0.1:1\n",
+        free_port()
+    ));
+    assert_ne!(code, 0);
+    assert!(err.contains("only 'location' redirects"), "{err}");
+}

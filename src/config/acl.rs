@@ -65,6 +65,10 @@ pub trait HttpView {
     fn cache_hit(&self) -> Option<&str> {
         None
     }
+    /// What request (`req`) or response capture slot `idx` holds (`capture.req.hdr(N)`).
+    fn capture(&self, _req: bool, _idx: usize) -> Option<&[u8]> {
+        None
+    }
     /// Calls `f` with each header field (name, value) in order (`req.hdrs`, `res.hdrs`).
     fn for_each_field(&self, _f: &mut dyn FnMut(&[u8], &[u8])) {}
     /// The minor version of HTTP/1 (`req.ver`, `res.ver`: `1.<minor>`).
@@ -474,6 +478,11 @@ enum Fetch {
     CacheName,
     /// A response fetch (`res.hdr`, `shdr`, ...): the inner header fetch, on a response only.
     Res(Box<Fetch>),
+    /// `capture.req.hdr(N)`, `capture.res.hdr(N)`: what capture slot N holds.
+    Capture {
+        req: bool,
+        idx: usize,
+    },
     /// `req.ver` / `res.ver`: `1.0` or `1.1`.
     Ver,
     /// `req.hdrs` / `res.hdrs`: the header block as text, with its final empty line.
@@ -820,6 +829,7 @@ impl Fetch {
         match self {
             Fetch::Res(inner) => inner.out_type(),
             Fetch::TcpInfo(_) | Fetch::BodyLen | Fetch::BodySize => SmpType::Int,
+            Fetch::Capture { .. } => SmpType::Str,
             Fetch::Ver | Fetch::Hdrs | Fetch::HdrsBin | Fetch::PathQ | Fetch::Body => SmpType::Str,
             // A variable's type is known only when it is read: taken as text for matching.
             Fetch::Var { .. } | Fetch::Uuid => SmpType::Str,
@@ -1204,6 +1214,10 @@ impl Fetch {
                         _ => inner.for_each(view, f),
                     }
             }
+            Fetch::Capture { req, idx } => match view.capture(*req, *idx) {
+                Some(b) => f(Sample::Str(b)),
+                None => false,
+            },
             // The request's on a request, the response's inside `Res`.
             Fetch::Ver
             | Fetch::Hdrs
@@ -1346,7 +1360,9 @@ impl SampleFetch {
         let on_response = RESPONSE_FORMATS.with(std::cell::Cell::get);
         if on_response {
             let (name, _) = split_criterion(fetch_word, WHAT)?;
-            if name.starts_with("capture.req.") && name != "capture.req.method" {
+            if name.starts_with("capture.req.")
+                && !matches!(name, "capture.req.method" | "capture.req.hdr")
+            {
                 return Err(format!(
                     "{WHAT} '{name}' is not supported by sluice in 'http-response' rules (the \
                      request line is not kept; use 'http-request set-var(txn.NAME)')"
@@ -1731,6 +1747,8 @@ const CRITERIA: &[&str] = &[
     "query",
     "capture.req.uri",
     "capture.req.method",
+    "capture.req.hdr",
+    "capture.res.hdr",
     "url_ip",
     "url_port",
     "url_param",
@@ -1799,7 +1817,6 @@ const CRITERIA: &[&str] = &[
 /// Sample fetches HAProxy has that sluice does not evaluate (yet).
 const UNSUPPORTED_FETCHES: &[&str] = &[
     "base32",
-    "capture.req.hdr",
     "cook_cnt",
     "cook_val",
     "dst_conn",
@@ -1975,6 +1992,22 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "be_name" => no_args(Fetch::BeName)?,
         "base" => no_args(Fetch::Base)?,
         "query" => no_args(Fetch::Query)?,
+        "capture.req.hdr" | "capture.res.hdr" => {
+            if !RESPONSE_FORMATS.with(std::cell::Cell::get) {
+                return Err(format!(
+                    "{what} '{name}' is supported by sluice in 'http-response' rules only (the \
+                     access log has '%hr' and '%hs')"
+                ));
+            }
+            let idx = args
+                .map(str::trim)
+                .and_then(|a| a.parse::<usize>().ok())
+                .ok_or_else(|| format!("{what} '{name}' needs a capture slot number"))?;
+            Fetch::Capture {
+                req: name == "capture.req.hdr",
+                idx,
+            }
+        }
         "capture.req.uri" => no_args(Fetch::Url)?,
         "capture.req.method" => no_args(Fetch::Method)?,
         "url_ip" => no_args(Fetch::UrlIp)?,

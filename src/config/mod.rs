@@ -1458,6 +1458,9 @@ pub enum HttpResponseAction {
     Capture(CaptureAction),
     /// `send-spoe-group ENGINE GROUP`: as the request's; samples see the response.
     SendSpoeGroup(crate::spoe::GroupRef),
+    /// `redirect location TARGET [code N]`: the server's response is dropped and the client
+    /// is redirected (only `location` redirects, as in HAProxy).
+    Redirect(Redirect),
 }
 
 /// A capture slot of a frontend: a header (`capture request|response header NAME`) or a

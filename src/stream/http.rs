@@ -295,6 +295,7 @@ impl HttpView for ReqView<'_> {
 #[derive(Clone, Copy)]
 enum RspEnd<'r> {
     Return(&'r crate::config::Reply),
+    Redirect(&'r Redirect),
     Deny(&'r crate::config::Deny),
     Drop,
 }
@@ -313,6 +314,8 @@ struct RspRules<'r> {
 
 struct RspView<'a> {
     status: u16,
+    /// The transaction's request and response captures (`capture.req.hdr(N)`).
+    caps: [&'a [Option<Box<[u8]>>]; 2],
     /// Where the body starts in `buf`, and the size its head announced (`res.body`).
     body: Option<(usize, u64)>,
     /// HTTP/1.`version_minor` (`res.ver`).
@@ -365,6 +368,9 @@ impl HttpView for RspView<'_> {
     }
     fn version_minor(&self) -> Option<u8> {
         Some(self.version_minor)
+    }
+    fn capture(&self, req: bool, idx: usize) -> Option<&[u8]> {
+        self.caps[usize::from(!req)].get(idx)?.as_deref()
     }
     fn body(&self) -> Option<(&[u8], u64)> {
         let (start, n) = self.body?;
@@ -2236,6 +2242,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
     ) -> RspView<'v> {
         RspView {
             status,
+            caps: [&txn.cap_req, &txn.cap_rsp],
             body: self.rsp_body,
             version_minor: self.rsp_minor,
             method: &txn.method.0[..usize::from(txn.method.1)],
@@ -2953,6 +2960,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             };
             let (answer, status) = match end {
                 RspEnd::Return(r) => (fill_reply(r, head.is_head, true, &mut eval), r.status),
+                RspEnd::Redirect(rd) => (response_redirect(rd, &mut eval), rd.code),
                 RspEnd::Deny(d) => (self.deny_answer(d, head, txn, &mut eval), d.status),
                 RspEnd::Drop => unreachable!("handled above"),
             };
@@ -3586,6 +3594,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             };
             let (answer, status) = match end {
                 RspEnd::Return(r) => (fill_reply(r, head.is_head, true, &mut eval), r.status),
+                RspEnd::Redirect(rd) => (response_redirect(rd, &mut eval), rd.code),
                 RspEnd::Deny(d) => (self.deny_answer(d, head, txn, &mut eval), d.status),
                 RspEnd::Drop => {
                     txn.flags.denied = true;
@@ -3760,6 +3769,10 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     }
                     HttpResponseAction::Return(r) => {
                         out.end = Some(RspEnd::Return(r));
+                        break 'rules;
+                    }
+                    HttpResponseAction::Redirect(rd) => {
+                        out.end = Some(RspEnd::Redirect(rd));
                         break 'rules;
                     }
                     HttpResponseAction::SetVar(a) => {
@@ -4022,6 +4035,25 @@ fn bp_index(shared: &crate::backend::Shared, bp: &Proxy) -> usize {
 
 /// HTTP connection mode of a transaction: the stricter of frontend and backend.
 /// A reply's bytes, its log-format parts (if any) evaluated by `eval`.
+/// The answer of `http-response redirect location TARGET`: the target's format is evaluated
+/// on the response; the connection closes after it, as after `http-response return`.
+fn response_redirect(
+    rd: &Redirect,
+    eval: &mut dyn FnMut(&crate::config::logformat::LogFormat) -> String,
+) -> Vec<u8> {
+    let loc = match &rd.target {
+        LfValue::Lit(t) => t.clone(),
+        LfValue::Fmt { format, .. } => eval(format),
+    };
+    format!(
+        "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: {loc}\r\ncache-control: no-cache\r\n\
+         connection: close\r\n\r\n",
+        rd.code,
+        crate::http::reason_phrase(rd.code)
+    )
+    .into_bytes()
+}
+
 fn fill_reply(
     r: &crate::config::Reply,
     head_request: bool,

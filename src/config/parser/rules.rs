@@ -58,6 +58,7 @@ const RESPONSE_ACTIONS: &[&str] = &[
     "cache-store",
     "capture",
     "send-spoe-group",
+    "redirect",
 ];
 /// Real HAProxy actions sluice does not implement (reported as unsupported, not unknown).
 const UNSUPPORTED_ACTIONS: &[&str] = &[
@@ -1144,6 +1145,18 @@ fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         }
         "set-status" => set_status(&w[2..end])?,
         "return" => HttpResponseAction::Return(reply("return", &w[2..end], 200)?),
+        "redirect" => match redirect(&w[2..end])? {
+            HttpRequestAction::Redirect(rd) if rd.kind == crate::config::RedirectKind::Location => {
+                HttpResponseAction::Redirect(rd)
+            }
+            _ => {
+                return Err(
+                    "only 'location' redirects are possible on a response (as in HAProxy)"
+                        .to_string()
+                        .into(),
+                );
+            }
+        },
         "set-log-level" => HttpResponseAction::SetLogLevel(log_level(&w[2..end])?),
         "cache-store" => HttpResponseAction::CacheStore(cache_name("cache-store", &w[2..end])?),
         "capture" => HttpResponseAction::Capture(capture(d, &w[2..end], false)?),

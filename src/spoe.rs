@@ -22,7 +22,7 @@ use crate::config::acl::{AclSet, parse_cond};
 use crate::config::converter::Val;
 use crate::config::{Cond, HttpView, SampleFetch};
 use crate::peers::wire::{get_varint, put_varint};
-use crate::vars::{Scope, SetCond, VarName, Vars};
+use crate::vars::{Scope, VarName, Vars};
 
 // ---------------------------------------------------------------------------------------------
 // Types.
@@ -960,14 +960,16 @@ impl Engine {
                         scope,
                         name: format!("{}.{n}", self.agent.var_prefix).into(),
                     };
-                    // A process variable is created only with `force-set-var` (HAProxy's
-                    // rule since variables are hashed: other scopes are always set).
-                    let conds: &[SetCond] = if scope == Scope::Proc && !self.agent.force_set_var {
-                        &[SetCond::IfExists]
-                    } else {
-                        &[]
-                    };
-                    vars.set(&name, v, conds);
+                    // A process variable the configuration does not name is created only
+                    // with `force-set-var` (HAProxy's rule since variables are hashed:
+                    // other scopes are always set).
+                    if scope == Scope::Proc
+                        && !self.agent.force_set_var
+                        && !crate::vars::proc_exists(&name.name)
+                    {
+                        continue;
+                    }
+                    vars.set(&name, v, &[]);
                 }
                 (ACTION_UNSET_VAR, 2) => {
                     let Some((scope, n)) = scope_name(&mut b) else {
@@ -1328,6 +1330,90 @@ mod tests {
         let mut t = Vec::new();
         put_typed(&mut t, Some(&Val::Bool(true)), false);
         assert_eq!(t, [0x11]);
+    }
+
+    proptest::proptest! {
+        /// Whatever an agent sends, decoding never panics, and what it decodes is within
+        /// the bytes it was given.
+        #[test]
+        fn agent_bytes_never_panic(b in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let _ = parse_frame(&b);
+            let _ = kv_list(&b);
+            let mut r = b.as_slice();
+            while !r.is_empty() && get_typed(&mut r).is_some() {}
+            let e = test_engine();
+            let vars = Vars::default();
+            e.apply(&b, &vars);
+        }
+
+        /// Typed values survive an encode and a decode.
+        #[test]
+        fn typed_round_trip(n in proptest::num::i64::ANY, s in proptest::collection::vec(proptest::num::u8::ANY, 0..400)) {
+            let mut b = Vec::new();
+            put_typed(&mut b, Some(&Val::Int(n)), false);
+            put_typed(&mut b, Some(&Val::Str(s.clone())), true);
+            let mut r = b.as_slice();
+            proptest::prop_assert_eq!(get_typed(&mut r), Some(Some(Val::Int(n))));
+            proptest::prop_assert_eq!(get_typed(&mut r), Some(Some(Val::Str(s))));
+            proptest::prop_assert!(r.is_empty());
+        }
+    }
+
+    fn test_engine() -> Engine {
+        Engine {
+            id: "e".into(),
+            agent: Agent {
+                name: "a".into(),
+                var_prefix: "p".into(),
+                timeout_hello: None,
+                timeout_idle: None,
+                timeout_processing: None,
+                max_frame_size: 16380,
+                set_on_error: None,
+                set_process_time: None,
+                set_total_time: None,
+                continue_on_error: false,
+                force_set_var: false,
+                pipelining: true,
+                on_events: Vec::new(),
+            },
+            messages: Vec::new(),
+            groups: Vec::new(),
+            backend_name: "b".into(),
+            backend: 0,
+            at: (String::new(), 0),
+            uid: 0,
+            engine_id: "x".into(),
+        }
+    }
+
+    #[test]
+    fn ack_actions_set_prefixed_variables() {
+        let e = test_engine();
+        let vars = Vars::default();
+        let mut ack = vec![ACTION_SET_VAR, 3, 2];
+        put_str(&mut ack, b"score");
+        put_typed(&mut ack, Some(&Val::Int(7)), false);
+        // A process variable that does not exist is not created without force-set-var.
+        ack.extend([ACTION_SET_VAR, 3, 0]);
+        put_str(&mut ack, b"nope");
+        put_typed(&mut ack, Some(&Val::Int(1)), false);
+        ack.extend([ACTION_SET_VAR, 3, 1]);
+        put_str(&mut ack, b"gone");
+        put_typed(&mut ack, Some(&Val::Bool(true)), false);
+        ack.extend([ACTION_UNSET_VAR, 2, 1]);
+        put_str(&mut ack, b"gone");
+        // One the configuration names is set.
+        ack.extend([ACTION_SET_VAR, 3, 0]);
+        put_str(&mut ack, b"named");
+        put_typed(&mut ack, Some(&Val::Int(2)), false);
+        let named = VarName::parse("proc.p.named").unwrap();
+        e.apply(&ack, &vars);
+        let get = |s: &str| vars.get(&VarName::parse(s).unwrap());
+        assert_eq!(get("txn.p.score"), Some(Val::Int(7)));
+        assert!(!crate::vars::proc_exists("p.nope"));
+        assert_eq!(vars.get(&named), Some(Val::Int(2)));
+        assert_eq!(get("sess.p.gone"), None);
     }
 
     #[test]

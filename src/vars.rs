@@ -54,6 +54,10 @@ pub struct Vars {
 /// The process's variables.
 static PROC: Mutex<Vec<(Box<str>, Val)>> = Mutex::new(Vec::new());
 
+/// The `proc` variable names a configuration mentions: HAProxy creates them when it reads
+/// the configuration, so that an SPOE agent may set them (and no others).
+static PROC_NAMES: Mutex<Vec<Box<str>>> = Mutex::new(Vec::new());
+
 // ---------------------------------------------------------------------------------------------
 // Behaviour.
 
@@ -88,11 +92,31 @@ impl VarName {
                 "invalid variable name '{s}': a name holds only letters, digits, '.' and '_'"
             ));
         }
+        if scope == Scope::Proc {
+            let mut known = PROC_NAMES.lock().unwrap_or_else(|e| e.into_inner());
+            if !known.iter().any(|n| &**n == name) {
+                known.push(name.into());
+            }
+        }
         Ok(VarName {
             scope,
             name: name.into(),
         })
     }
+}
+
+/// Whether `proc.NAME` exists: named by the configuration, or set since.
+pub fn proc_exists(name: &str) -> bool {
+    PROC_NAMES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|n| &**n == name)
+        || PROC
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(n, _)| &**n == name)
 }
 
 impl SetCond {

@@ -1483,3 +1483,41 @@ fn http_response_redirect_location() {
     assert_ne!(code, 0);
     assert!(err.contains("only 'location' redirects"), "{err}");
 }
+
+/// `option http-use-proxy-header`: a proxied request (absolute target) is authenticated as a
+/// proxy does, with `Proxy-Authorization` and a 407; an origin-form one as before.
+#[test]
+fn proxy_header_authentication() {
+    let port = free_port();
+    let cfg = format!(
+        "userlist u\n    user bob insecure-password pw\n{DEFAULTS_HTTP}frontend fe\n    \
+         bind 127.0.0.1:{port}\n    option http-use-proxy-header\n    \
+         http-request auth realm px unless {{ http_auth(u) }}\n    \
+         http-request return status 200 content-type text/plain string ok\n"
+    );
+    let _s = Sluice::start(&cfg);
+    // "bob:pw"
+    let creds = "Ym9iOnB3";
+    let r = req(
+        port,
+        "GET http://example.com/x HTTP/1.1\r\nHost: example.com\r\n",
+    );
+    assert_eq!(r.status, 407);
+    assert_eq!(r.header("proxy-authenticate"), Some("Basic realm=\"px\""));
+    assert_eq!(r.header("www-authenticate"), None);
+    let ok = format!(
+        "GET http://example.com/x HTTP/1.1\r\nHost: example.com\r\nProxy-Authorization: Basic {creds}\r\n"
+    );
+    assert_eq!(req(port, &ok).status, 200);
+    // The origin's header does not authenticate to the proxy.
+    let wrong = format!(
+        "GET http://example.com/x HTTP/1.1\r\nHost: example.com\r\nAuthorization: Basic {creds}\r\n"
+    );
+    assert_eq!(req(port, &wrong).status, 407);
+    // An origin-form request: 401 and Authorization.
+    let r = req(port, "GET /x HTTP/1.1\r\nHost: h\r\n");
+    assert_eq!(r.status, 401);
+    assert!(r.header("www-authenticate").is_some());
+    let ok = format!("GET /x HTTP/1.1\r\nHost: h\r\nAuthorization: Basic {creds}\r\n");
+    assert_eq!(req(port, &ok).status, 200);
+}

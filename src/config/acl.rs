@@ -65,6 +65,11 @@ pub trait HttpView {
     fn cache_hit(&self) -> Option<&str> {
         None
     }
+    /// The header carrying the client's credentials (`http_auth`): `Proxy-Authorization` for
+    /// a proxied request under `option http-use-proxy-header`.
+    fn auth_header(&self) -> &'static [u8] {
+        b"authorization"
+    }
     /// What request (`req`) or response capture slot `idx` holds (`capture.req.hdr(N)`).
     fn capture(&self, _req: bool, _idx: usize) -> Option<&[u8]> {
         None
@@ -1170,13 +1175,13 @@ impl Fetch {
             },
             Fetch::HttpAuth(l) => {
                 let ok = l.get().is_some_and(|l| {
-                    view.for_each_header(b"authorization", &mut |v| l.authenticate(v).is_some())
+                    view.for_each_header(view.auth_header(), &mut |v| l.authenticate(v).is_some())
                 });
                 f(Sample::Bool(ok))
             }
             Fetch::HttpAuthGroup(l) => {
                 let Some(l) = l.get() else { return false };
-                view.for_each_header(b"authorization", &mut |v| {
+                view.for_each_header(view.auth_header(), &mut |v| {
                     l.authenticate(v)
                         .is_some_and(|u| l.groups_of(u).any(|g| f(Sample::Str(g.as_bytes()))))
                 })

@@ -531,6 +531,9 @@ pub struct ProxyOptions {
     /// `option http-buffer-request`: a request's body (up to the buffer size) is received
     /// before a server is chosen.
     pub http_buffer_request: bool,
+    /// `option http-use-proxy-header`: a proxied request (its target starts with neither
+    /// `/` nor `*`) is authenticated as a proxy does: `Proxy-Authorization`, 407.
+    pub http_use_proxy_header: bool,
     /// `option checkcache`: a response that a shared cache could store with its
     /// `Set-Cookie` is blocked (502, `PH`).
     pub checkcache: bool,

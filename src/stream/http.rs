@@ -240,6 +240,9 @@ struct ReqView<'a> {
     buf: &'a [u8],
     head: &'a RequestHead,
     hdrs: &'a Headers,
+    /// `option http-use-proxy-header` and a proxied request: credentials come in
+    /// `Proxy-Authorization`.
+    proxy_auth: bool,
     src: Option<IpAddr>,
     tls: Option<&'a crate::tls::TlsInfo>,
     sess: Sess<'a>,
@@ -276,6 +279,13 @@ impl HttpView for ReqView<'_> {
     }
     fn version_minor(&self) -> Option<u8> {
         Some(self.head.version_minor)
+    }
+    fn auth_header(&self) -> &'static [u8] {
+        if self.proxy_auth {
+            b"proxy-authorization"
+        } else {
+            b"authorization"
+        }
     }
     fn body(&self) -> Option<(&[u8], u64)> {
         let start = self.head.head_len.min(self.buf.len());
@@ -2095,10 +2105,18 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             buf: &self.cbuf,
             head,
             hdrs: &self.hdrs,
+            proxy_auth: self.proxied(head),
             src,
             tls: self.ctx.tls.as_deref(),
             sess: self.sess(&self.fe.name),
         }
+    }
+
+    /// `option http-use-proxy-header` and a request whose target starts with neither `/`
+    /// nor `*` (HAProxy's test for a request meant for a proxy).
+    fn proxied(&self, head: &RequestHead) -> bool {
+        self.fe.options.http_use_proxy_header
+            && !matches!(head.uri.of(&self.cbuf).first(), Some(b'/' | b'*'))
     }
 
     /// What the rules of a transaction in `backend` see of its session.
@@ -2306,16 +2324,31 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             HttpRequestAction::Auth { realm } => {
                 // HAProxy's 401: its page, the realm last; logged `LR`, counted as
                 // intercepted; the connection stays open for the retry with credentials.
+                // A proxied request under `option http-use-proxy-header`: HAProxy's 407.
+                let proxied = self.proxied(head);
+                let (status, body, field): (u16, &[u8], _) = if proxied {
+                    (
+                        407,
+                        b"<html><body><h1>407 Unauthorized</h1>\nYou need a valid user and \
+                          password to access this content.\n</body></html>\n",
+                        "proxy-authenticate",
+                    )
+                } else {
+                    (
+                        401,
+                        b"<html><body><h1>401 Unauthorized</h1>\nYou need a valid user and \
+                          password to access this content.\n</body></html>\n",
+                        "www-authenticate",
+                    )
+                };
                 let reply = crate::config::Reply {
-                    status: 401,
+                    status,
                     content_type: Some("text/html".into()),
-                    body: b"<html><body><h1>401 Unauthorized</h1>\nYou need a valid user and \
-                            password to access this content.\n</body></html>\n"
-                        .to_vec(),
+                    body: body.to_vec(),
                     headers: vec![
                         ("cache-control".into(), "no-cache".into()),
                         (
-                            "www-authenticate".into(),
+                            field.into(),
                             format!("Basic realm=\"{}\"", realm.as_deref().unwrap_or(&p.name)),
                         ),
                     ],
@@ -2325,7 +2358,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 txn.term = *b"LR";
                 txn.flags.intercepted = true;
                 let bytes = reply.render(head.is_head, false);
-                self.local_response(head, txn, &bytes, 401, true).await
+                self.local_response(head, txn, &bytes, status, true).await
             }
             HttpRequestAction::UseService(Service::PrometheusExporter) => {
                 // Answered here like the stats page: rendering reads relaxed atomics only.

@@ -893,11 +893,16 @@ impl Engine {
         let res = if frame.len() - 4 > self.agent.max_frame_size as usize {
             Err(SpoeError::TOO_BIG)
         } else {
+            // Boxed: the connect and handshake futures are large, and would otherwise
+            // grow every HTTP session's future, SPOE or not.
             match limit {
-                Some(t) => tokio::time::timeout(t, self.exchange(ctx, &frame, sid, fid, true))
-                    .await
-                    .unwrap_or(Err(SpoeError::TIMEOUT)),
-                None => self.exchange(ctx, &frame, sid, fid, false).await,
+                Some(t) => {
+                    let x = Box::pin(self.exchange(ctx, &frame, sid, fid, true));
+                    tokio::time::timeout(t, x)
+                        .await
+                        .unwrap_or(Err(SpoeError::TIMEOUT))
+                }
+                None => Box::pin(self.exchange(ctx, &frame, sid, fid, false)).await,
             }
         };
         let ms = started.elapsed().as_millis() as i64;

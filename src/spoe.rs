@@ -137,6 +137,9 @@ struct AgentConn {
     conn: crate::stream::ServerConn,
     /// The frame size both sides agreed on.
     max_frame: u32,
+    /// Bytes read past the last frame: one read usually brings a whole frame, length and
+    /// all.
+    rbuf: Vec<u8>,
 }
 
 /// An agent connection waiting for the next exchange on this thread.
@@ -1039,9 +1042,13 @@ impl Engine {
                     self.park(c);
                     return Ok(ack);
                 }
-                Err(Failure::Io) if reused && !fresh_tried => continue,
+                // A reused connection the agent closed (or is closing, AGENT-DISCONNECT)
+                // while it was idle: once more on a new one.
+                Err(Failure::Io | Failure::Disconnect(_)) if reused && !fresh_tried => continue,
                 Err(Failure::Io) => return Err(SpoeError::spop(ERR_IO)),
-                Err(Failure::Spop(code)) => return Err(SpoeError::spop(code)),
+                Err(Failure::Spop(code) | Failure::Disconnect(code)) => {
+                    return Err(SpoeError::spop(code));
+                }
             }
         }
     }
@@ -1084,12 +1091,13 @@ impl Engine {
         );
         frame_end(&mut hello);
         let max = self.agent.max_frame_size;
+        let mut rbuf = Vec::new();
         let handshake = async {
             conn.stream
                 .write_all(&hello)
                 .await
                 .map_err(|_| SpoeError::spop(ERR_IO))?;
-            let f = read_frame(&mut conn.stream, max)
+            let f = read_frame(&mut conn.stream, &mut rbuf, max)
                 .await
                 .map_err(|e| SpoeError::spop(e.code()))?;
             let Some((kind, _, _, _, payload)) = parse_frame(&f) else {
@@ -1132,6 +1140,7 @@ impl Engine {
         Ok(AgentConn {
             conn,
             max_frame: size,
+            rbuf,
         })
     }
 
@@ -1141,8 +1150,10 @@ impl Engine {
             let mut p = p.borrow_mut();
             while let Some(i) = p.iter().rposition(|x| x.uid == self.uid) {
                 let x = p.swap_remove(i);
+                // No liveness probe here (a syscall per exchange): one the agent closed
+                // fails the exchange's first read, which then takes a new connection.
                 let expired = x.idle_timeout.is_some_and(|t| x.since.elapsed() >= t);
-                if !expired && alive(&x.conn.conn.stream) {
+                if !expired && x.conn.rbuf.is_empty() {
                     return Some(x.conn);
                 }
             }
@@ -1242,30 +1253,48 @@ fn alive(s: &crate::stream::ServerStream) -> bool {
 enum Failure {
     /// The connection failed (closed, reset): another may do.
     Io,
-    /// The agent answered with an error (AGENT-DISCONNECT) or an invalid frame.
+    /// The agent sent an invalid frame.
     Spop(u64),
+    /// The agent said AGENT-DISCONNECT, with this status.
+    Disconnect(u64),
 }
 
 impl Failure {
     fn code(&self) -> u64 {
         match self {
             Failure::Io => ERR_IO,
-            Failure::Spop(c) => *c,
+            Failure::Spop(c) | Failure::Disconnect(c) => *c,
         }
     }
 }
 
-/// Reads one frame (without its length), at most `max` bytes.
-async fn read_frame(s: &mut crate::stream::ServerStream, max: u32) -> Result<Vec<u8>, Failure> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).await.map_err(|_| Failure::Io)?;
-    let n = u32::from_be_bytes(len);
-    if n > max || n == 0 {
-        return Err(Failure::Spop(3));
+/// Reads one frame (without its length), at most `max` bytes, through `buf`.
+async fn read_frame(
+    s: &mut crate::stream::ServerStream,
+    buf: &mut Vec<u8>,
+    max: u32,
+) -> Result<Vec<u8>, Failure> {
+    loop {
+        if let Some(len) = buf.get(..4) {
+            let n = u32::from_be_bytes(len.try_into().expect("4 bytes"));
+            if n > max || n == 0 {
+                return Err(Failure::Spop(3));
+            }
+            let total = 4 + n as usize;
+            if buf.len() >= total {
+                let f = buf[4..total].to_vec();
+                buf.drain(..total);
+                return Ok(f);
+            }
+            buf.reserve(total - buf.len());
+        } else {
+            buf.reserve(256);
+        }
+        match s.read_buf(buf).await {
+            Ok(0) | Err(_) => return Err(Failure::Io),
+            Ok(_) => {}
+        }
     }
-    let mut f = vec![0u8; n as usize];
-    s.read_exact(&mut f).await.map_err(|_| Failure::Io)?;
-    Ok(f)
 }
 
 async fn round_trip(
@@ -1280,7 +1309,7 @@ async fn round_trip(
         .await
         .map_err(|_| Failure::Io)?;
     loop {
-        let f = read_frame(&mut c.conn.stream, c.max_frame).await?;
+        let f = read_frame(&mut c.conn.stream, &mut c.rbuf, c.max_frame).await?;
         let Some((kind, flags, fsid, ffid, payload)) = parse_frame(&f) else {
             return Err(Failure::Spop(ERR_INVALID));
         };
@@ -1297,7 +1326,7 @@ async fn round_trip(
                 let code = kv_list(payload)
                     .and_then(|kv| kv_int(&kv, b"status-code"))
                     .unwrap_or(99);
-                return Err(Failure::Spop(code.max(0) as u64));
+                return Err(Failure::Disconnect(code.max(0) as u64));
             }
             // An ACK of an exchange that timed out earlier, or an unknown frame: skipped.
             _ => {}

@@ -13,6 +13,7 @@
 //! `timeout processing`, and a failing agent costs the stream that time at most.
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,8 @@ pub struct Agent {
     pub continue_on_error: bool,
     pub force_set_var: bool,
     pub pipelining: bool,
+    /// `max-waiting-frames` (default 20): frames in flight on one pipelined connection.
+    pub max_waiting: usize,
     /// Messages sent on their events (`messages`): indexes into [`Engine::messages`].
     pub on_events: Vec<usize>,
 }
@@ -140,14 +143,56 @@ struct AgentConn {
     /// Bytes read past the last frame: one read usually brings a whole frame, length and
     /// all.
     rbuf: Vec<u8>,
+    /// The agent announced `pipelining` too: several frames may be in flight.
+    pipelining: bool,
 }
 
-/// An agent connection waiting for the next exchange on this thread.
-struct Idle {
+/// A connection to an agent, owned by its task ([`pipe_task`]); exchanges hand it their
+/// NOTIFY frames through this handle and get their ACKs back by (stream id, frame id).
+#[derive(Clone)]
+struct Pipe {
     uid: usize,
-    conn: AgentConn,
-    since: Instant,
-    idle_timeout: Option<Duration>,
+    tx: tokio::sync::mpsc::UnboundedSender<Job>,
+    /// Exchanges waiting for their ACK on it.
+    inflight: Rc<Cell<usize>>,
+    /// Frames it takes at once: `max-waiting-frames` when both sides pipeline, else 1.
+    room: usize,
+    max_frame: u32,
+}
+
+/// One NOTIFY for a pipe's task, and where its ACK goes.
+struct Job {
+    frame: Vec<u8>,
+    key: (u64, u64),
+    done: tokio::sync::oneshot::Sender<Result<Vec<u8>, Failure>>,
+}
+
+/// Marks a connection being opened for an engine on this thread; when it is done (opened,
+/// failed or cancelled) the exchanges that waited for it look again.
+struct Opening(Rc<tokio::sync::Notify>);
+
+impl Opening {
+    fn new(uid: usize) -> Opening {
+        let n = Rc::new(tokio::sync::Notify::new());
+        CONNECTING.with(|c| c.borrow_mut().push((uid, n.clone())));
+        Opening(n)
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        CONNECTING.with(|c| c.borrow_mut().retain(|(_, n)| !Rc::ptr_eq(n, &self.0)));
+        self.0.notify_waiters();
+    }
+}
+
+/// Counts an exchange in its pipe's `inflight` until it ends, completed or cancelled.
+struct InFlight(Rc<Cell<usize>>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
 }
 
 // SPOP frame types and codes.
@@ -180,9 +225,6 @@ const ERR_NO_FRAGMENTS: u64 = 10;
 const FLAG_ABORT: u32 = 2;
 const ERR_BAD_FRAME_SIZE: u64 = 9;
 
-/// Idle agent connections kept per engine and thread.
-const IDLE_MAX: usize = 64;
-
 /// The pause between attempts to reach an agent while an exchange waits for one.
 const CONNECT_RETRY: Duration = Duration::from_millis(100);
 
@@ -192,8 +234,10 @@ static NEXT_SID: AtomicU64 = AtomicU64::new(1);
 thread_local! {
     /// `tune.bufsize` while a configuration is read: it bounds `max-frame-size`.
     pub static BUFSIZE: Cell<usize> = const { Cell::new(16384) };
-    static IDLE: RefCell<Vec<Idle>> = const { RefCell::new(Vec::new()) };
-    static REAPER: Cell<bool> = const { Cell::new(false) };
+    /// This thread's agent connections, of all engines.
+    static PIPES: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+    /// Engines (by uid) this thread is opening a connection for, and who waits for it.
+    static CONNECTING: RefCell<Vec<(usize, Rc<tokio::sync::Notify>)>> = const { RefCell::new(Vec::new()) };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -326,6 +370,7 @@ pub fn load(path: &str, engine: Option<&str>, bufsize: usize) -> Result<Engine, 
                         continue_on_error: false,
                         force_set_var: false,
                         pipelining: true,
+                        max_waiting: 20,
                         on_events: Vec::new(),
                     },
                     at: at.clone(),
@@ -533,7 +578,14 @@ fn agent_kw(d: &mut AgentDraft, w: &[String], max_frame_cap: u32) -> Result<(), 
         }
         // Limits of HAProxy's applet scheduling; sluice opens a connection per concurrent
         // exchange, up to the servers' `maxconn`.
-        "maxconnrate" | "maxerrrate" | "max-waiting-frames" => {
+        "max-waiting-frames" => {
+            a.max_waiting = arg(1, "a number")?
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("invalid number '{}'", w[1]))?;
+        }
+        "maxconnrate" | "maxerrrate" => {
             arg(1, "a number")?
                 .parse::<u32>()
                 .map_err(|_| format!("invalid number '{}'", w[1]))?;
@@ -1014,12 +1066,25 @@ impl Engine {
     ) -> Result<Vec<u8>, SpoeError> {
         let mut fresh_tried = false;
         loop {
-            let (mut c, reused) = match self.take_idle() {
-                Some(c) => (c, true),
+            let (pipe, reused) = match self.pick_pipe() {
+                Some(p) => (p, true),
                 None => {
+                    // A connection being opened for this engine: wait for it rather than
+                    // open one more (a burst would open one per exchange).
+                    let opening = CONNECTING.with(|c| {
+                        c.borrow()
+                            .iter()
+                            .find(|(u, _)| *u == self.uid)
+                            .map(|(_, n)| n.clone())
+                    });
+                    if let Some(n) = opening {
+                        n.notified().await;
+                        continue;
+                    }
+                    let _opening = Opening::new(self.uid);
                     fresh_tried = true;
                     match self.connect(ctx).await {
-                        Ok(c) => (c, false),
+                        Ok(c) => (self.start_pipe(c), false),
                         // As HAProxy, the stream waits for an agent it cannot reach until
                         // `timeout processing` (error 1) rather than failing at once; an
                         // agent that answers the HELLO with an error fails it at once.
@@ -1033,15 +1098,23 @@ impl Engine {
                 }
             };
             // The agent may have agreed to less than the engine's frame size.
-            if frame.len() - 4 > c.max_frame as usize {
-                self.park(c);
+            if frame.len() - 4 > pipe.max_frame as usize {
                 return Err(SpoeError::TOO_BIG);
             }
-            match round_trip(&mut c, frame, sid, fid).await {
-                Ok(ack) => {
-                    self.park(c);
-                    return Ok(ack);
-                }
+            pipe.inflight.set(pipe.inflight.get() + 1);
+            let _counted = InFlight(pipe.inflight.clone());
+            let (done, ack) = tokio::sync::oneshot::channel();
+            let job = Job {
+                frame: frame.to_vec(),
+                key: (sid, fid),
+                done,
+            };
+            let res = match pipe.tx.send(job) {
+                Ok(()) => ack.await.unwrap_or(Err(Failure::Io)),
+                Err(_) => Err(Failure::Io),
+            };
+            match res {
+                Ok(ack) => return Ok(ack),
                 // A reused connection the agent closed (or is closing, AGENT-DISCONNECT)
                 // while it was idle: once more on a new one.
                 Err(Failure::Io | Failure::Disconnect(_)) if reused && !fresh_tried => continue,
@@ -1125,12 +1198,16 @@ impl Engine {
             let Some(size) = kv_int(&kv, b"max-frame-size") else {
                 return Err(SpoeError::spop(ERR_NO_FRAME_SIZE));
             };
+            let caps = kv_str(&kv, b"capabilities").unwrap_or(b"");
+            let pipelining = caps
+                .split(|&c| c == b',')
+                .any(|c| c.trim_ascii() == b"pipelining");
             if size < 256 || size > i64::from(max) {
                 return Err(SpoeError::spop(ERR_BAD_FRAME_SIZE));
             }
-            Ok(size as u32)
+            Ok((size as u32, pipelining))
         };
-        let size = match self.agent.timeout_hello {
+        let (size, pipelining) = match self.agent.timeout_hello {
             Some(t) => tokio::time::timeout(t, handshake)
                 .await
                 .unwrap_or(Err(SpoeError::spop(ERR_TIMEOUT))),
@@ -1141,46 +1218,137 @@ impl Engine {
             conn,
             max_frame: size,
             rbuf,
+            pipelining,
         })
     }
 
-    /// A live idle connection of this engine, if this thread has one.
-    fn take_idle(&self) -> Option<AgentConn> {
-        IDLE.with(|p| {
+    /// This thread's open connection of this engine with the fewest frames in flight, if
+    /// one has room for another.
+    fn pick_pipe(&self) -> Option<Pipe> {
+        PIPES.with(|p| {
             let mut p = p.borrow_mut();
-            while let Some(i) = p.iter().rposition(|x| x.uid == self.uid) {
-                let x = p.swap_remove(i);
-                // No liveness probe here (a syscall per exchange): one the agent closed
-                // fails the exchange's first read, which then takes a new connection.
-                let expired = x.idle_timeout.is_some_and(|t| x.since.elapsed() >= t);
-                if !expired && x.conn.rbuf.is_empty() {
-                    return Some(x.conn);
+            p.retain(|x| !x.tx.is_closed());
+            p.iter()
+                .filter(|x| x.uid == self.uid && x.inflight.get() < x.room)
+                .min_by_key(|x| x.inflight.get())
+                .cloned()
+        })
+    }
+
+    /// Hands a new agent connection to its task, and lists it for this thread's exchanges.
+    fn start_pipe(&self, c: AgentConn) -> Pipe {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let pipe = Pipe {
+            uid: self.uid,
+            tx,
+            inflight: Rc::new(Cell::new(0)),
+            room: if self.agent.pipelining && c.pipelining {
+                self.agent.max_waiting
+            } else {
+                1
+            },
+            max_frame: c.max_frame,
+        };
+        PIPES.with(|p| p.borrow_mut().push(pipe.clone()));
+        tokio::task::spawn_local(pipe_task(c, rx, self.agent.timeout_idle));
+        pipe
+    }
+}
+
+/// Owns one agent connection: writes the NOTIFY frames exchanges queue (those that queued
+/// together in one write), hands each ACK to its exchange, and ends (failing what is in
+/// flight) when the connection fails, the agent disconnects, or it stayed idle for
+/// `timeout idle` (then with a HAPROXY-DISCONNECT).
+async fn pipe_task(
+    mut c: AgentConn,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Job>,
+    idle: Option<Duration>,
+) {
+    type Done = tokio::sync::oneshot::Sender<Result<Vec<u8>, Failure>>;
+    let mut pending: Vec<((u64, u64), Done)> = Vec::new();
+    let mut out = Vec::new();
+    let mut idle_since = tokio::time::Instant::now();
+    let max = c.max_frame;
+    let (mut rd, mut wr) = tokio::io::split(&mut c.conn.stream);
+    let rbuf = &mut c.rbuf;
+    let end = |pending: &mut Vec<((u64, u64), Done)>, f: Failure| {
+        for (_, done) in pending.drain(..) {
+            let _ = done.send(Err(f));
+        }
+    };
+    loop {
+        let idle_at = idle.map(|t| idle_since + t);
+        tokio::select! {
+            job = rx.recv() => {
+                let Some(job) = job else { break };
+                // Exchanges that gave up (their timeout) wait for nothing any more.
+                pending.retain(|(_, d)| !d.is_closed());
+                out.extend_from_slice(&job.frame);
+                pending.push((job.key, job.done));
+                while let Ok(j) = rx.try_recv() {
+                    out.extend_from_slice(&j.frame);
+                    pending.push((j.key, j.done));
+                }
+                if wr.write_all(&out).await.is_err() {
+                    end(&mut pending, Failure::Io);
+                    break;
+                }
+                out.clear();
+            }
+            f = read_frame(&mut rd, rbuf, max) => {
+                let f = match f {
+                    Ok(f) => f,
+                    Err(e) => {
+                        end(&mut pending, e);
+                        break;
+                    }
+                };
+                let Some((kind, flags, sid, fid, payload)) = parse_frame(&f) else {
+                    end(&mut pending, Failure::Spop(ERR_INVALID));
+                    break;
+                };
+                match kind {
+                    ACK => {
+                        if let Some(i) = pending.iter().position(|(k, _)| *k == (sid, fid)) {
+                            let (_, done) = pending.swap_remove(i);
+                            // Fragmented or aborted: sluice does not announce fragmentation.
+                            let r = if flags & FLAG_FIN == 0 || flags & FLAG_ABORT != 0 {
+                                Err(Failure::Spop(ERR_NO_FRAGMENTS))
+                            } else {
+                                Ok(payload.to_vec())
+                            };
+                            let _ = done.send(r);
+                        }
+                        if pending.is_empty() {
+                            idle_since = tokio::time::Instant::now();
+                        }
+                    }
+                    AGENT_DISCONNECT => {
+                        let code = kv_list(payload)
+                            .and_then(|kv| kv_int(&kv, b"status-code"))
+                            .unwrap_or(99);
+                        end(&mut pending, Failure::Disconnect(code.max(0) as u64));
+                        break;
+                    }
+                    // An unknown frame: skipped.
+                    _ => {}
                 }
             }
-            None
-        })
-    }
-
-    /// Keeps `c` for the next exchange on this thread.
-    fn park(&self, c: AgentConn) {
-        IDLE.with(|p| {
-            let mut p = p.borrow_mut();
-            // Past the cap the connection closes: a burst does not keep its agent
-            // connections (and their server slots) for good.
-            if p.iter().filter(|x| x.uid == self.uid).count() >= IDLE_MAX {
-                return;
+            _ = async {
+                match idle_at {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            }, if pending.is_empty() => {
+                // A clean end for the agent: HAPROXY-DISCONNECT, status 0 ("normal").
+                let bye = disconnect_frame();
+                let _ = tokio::time::timeout(Duration::from_millis(100), wr.write_all(&bye)).await;
+                break;
             }
-            p.push(Idle {
-                uid: self.uid,
-                conn: c,
-                since: Instant::now(),
-                idle_timeout: self.agent.timeout_idle,
-            });
-        });
-        if !REAPER.with(|r| r.replace(true)) {
-            tokio::task::spawn_local(reap());
         }
     }
+    // Closing the channel tells `pick_pipe` this connection is gone.
+    rx.close();
 }
 
 /// The HAPROXY-HELLO of `option spop-check`: a health check, after which the agent closes.
@@ -1200,31 +1368,6 @@ pub fn health_hello() -> Vec<u8> {
     f
 }
 
-/// Closes this thread's idle agent connections once their `timeout idle` has passed (or
-/// their agent closed them); ends when none is left.
-async fn reap() {
-    loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let left = IDLE.with(|p| {
-            let mut p = p.borrow_mut();
-            p.retain(|x| {
-                let keep = x.idle_timeout.is_none_or(|t| x.since.elapsed() < t);
-                if !keep && let crate::stream::ServerStream::Plain(t) = &x.conn.conn.stream {
-                    // A clean end for the agent: HAPROXY-DISCONNECT, status 0 ("normal").
-                    // Best effort: a full socket buffer just closes.
-                    let _ = t.try_write(&disconnect_frame());
-                }
-                keep && alive(&x.conn.conn.stream)
-            });
-            p.len()
-        });
-        if left == 0 {
-            REAPER.with(|r| r.set(false));
-            return;
-        }
-    }
-}
-
 /// HAPROXY-DISCONNECT with status 0: the connection ends normally.
 fn disconnect_frame() -> Vec<u8> {
     let mut f = Vec::with_capacity(48);
@@ -1238,18 +1381,8 @@ fn disconnect_frame() -> Vec<u8> {
     f
 }
 
-/// Whether an idle connection is still open with nothing unexpected to read.
-fn alive(s: &crate::stream::ServerStream) -> bool {
-    match s {
-        crate::stream::ServerStream::Plain(t) => {
-            let mut b = [0u8; 1];
-            matches!(t.try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-        }
-        _ => true,
-    }
-}
-
 /// How a round trip failed.
+#[derive(Debug, Clone, Copy)]
 enum Failure {
     /// The connection failed (closed, reset): another may do.
     Io,
@@ -1269,8 +1402,8 @@ impl Failure {
 }
 
 /// Reads one frame (without its length), at most `max` bytes, through `buf`.
-async fn read_frame(
-    s: &mut crate::stream::ServerStream,
+async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
+    s: &mut R,
     buf: &mut Vec<u8>,
     max: u32,
 ) -> Result<Vec<u8>, Failure> {
@@ -1293,43 +1426,6 @@ async fn read_frame(
         match s.read_buf(buf).await {
             Ok(0) | Err(_) => return Err(Failure::Io),
             Ok(_) => {}
-        }
-    }
-}
-
-async fn round_trip(
-    c: &mut AgentConn,
-    frame: &[u8],
-    sid: u64,
-    fid: u64,
-) -> Result<Vec<u8>, Failure> {
-    c.conn
-        .stream
-        .write_all(frame)
-        .await
-        .map_err(|_| Failure::Io)?;
-    loop {
-        let f = read_frame(&mut c.conn.stream, &mut c.rbuf, c.max_frame).await?;
-        let Some((kind, flags, fsid, ffid, payload)) = parse_frame(&f) else {
-            return Err(Failure::Spop(ERR_INVALID));
-        };
-        match kind {
-            // A fragmented (or aborted) ACK: sluice does not announce fragmentation.
-            ACK if fsid == sid
-                && ffid == fid
-                && (flags & FLAG_FIN == 0 || flags & FLAG_ABORT != 0) =>
-            {
-                return Err(Failure::Spop(ERR_NO_FRAGMENTS));
-            }
-            ACK if fsid == sid && ffid == fid => return Ok(payload.to_vec()),
-            AGENT_DISCONNECT => {
-                let code = kv_list(payload)
-                    .and_then(|kv| kv_int(&kv, b"status-code"))
-                    .unwrap_or(99);
-                return Err(Failure::Disconnect(code.max(0) as u64));
-            }
-            // An ACK of an exchange that timed out earlier, or an unknown frame: skipped.
-            _ => {}
         }
     }
 }
@@ -1409,6 +1505,7 @@ mod tests {
                 continue_on_error: false,
                 force_set_var: false,
                 pipelining: true,
+                max_waiting: 20,
                 on_events: Vec::new(),
             },
             messages: Vec::new(),

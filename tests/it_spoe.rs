@@ -149,6 +149,15 @@ fn set_var_int(scope: u8, name: &str, v: u64) -> Vec<u8> {
 
 impl Agent {
     fn start(answer: impl Fn(&Notify) -> Answer + Send + Sync + 'static) -> Agent {
+        Agent::start_with(false, answer)
+    }
+
+    /// `pipelining`: the agent announces it, and answers the NOTIFY frames that arrived
+    /// together in reverse order (ACKs need not come in order).
+    fn start_with(
+        pipelining: bool,
+        answer: impl Fn(&Notify) -> Answer + Send + Sync + 'static,
+    ) -> Agent {
         let l = TcpListener::bind(lo(0)).unwrap();
         let addr = l.local_addr().unwrap();
         let notifies = Arc::new(Mutex::new(Vec::new()));
@@ -160,6 +169,7 @@ impl Agent {
                 let Ok(mut s) = s else { return };
                 let (n3, h3, a3) = (n2.clone(), h2.clone(), answer.clone());
                 std::thread::spawn(move || {
+                    let mut held: Vec<Vec<u8>> = Vec::new();
                     while let Some(f) = read_frame(&mut s) {
                         let kind = f[0];
                         let mut p = 5;
@@ -182,7 +192,7 @@ impl Agent {
                                 put_varint(&mut pl, 16380);
                                 put_str(&mut pl, b"capabilities");
                                 pl.push(8);
-                                put_str(&mut pl, b"");
+                                put_str(&mut pl, if pipelining { b"pipelining" } else { b"" });
                                 if s.write_all(&frame(101, 0, 0, &pl)).is_err() {
                                     return;
                                 }
@@ -223,8 +233,20 @@ impl Agent {
                                         return;
                                     }
                                 };
-                                if s.write_all(&out).is_err() {
-                                    return;
+                                held.push(out);
+                                // More frames already there: answered after them.
+                                let more = pipelining && {
+                                    s.set_nonblocking(true).unwrap();
+                                    let m = s.peek(&mut [0u8; 1]).is_ok_and(|n| n > 0);
+                                    s.set_nonblocking(false).unwrap();
+                                    m
+                                };
+                                if !more {
+                                    for out in held.drain(..).rev() {
+                                        if s.write_all(&out).is_err() {
+                                            return;
+                                        }
+                                    }
                                 }
                             }
                             _ => return,
@@ -667,4 +689,53 @@ fn without_processing_timeout_the_backend_timeout_server_bounds_an_exchange() {
     );
     let r = http_get(port, "/");
     assert_eq!((r.status, r.header("x-err")), (200, Some("1")));
+}
+
+#[test]
+fn pipelined_agent_shares_one_connection_and_acks_find_their_streams() {
+    // Each answer carries the request's own path back.
+    let agent = Agent::start_with(true, |n| {
+        let path = String::from_utf8(n.messages[0].1[0].value.clone()).unwrap();
+        Answer::Ack(set_var_str(2, "path", &path))
+    });
+    let dir = TempDir::new();
+    let conf = dir.write(
+        "spoe.conf",
+        AGENT.to_string()
+            + "spoe-message check\n    args path\n    event on-frontend-http-request\n",
+    );
+    let port = free_port();
+    let cfg = format!(
+        "global\n    nbthread 1\n{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    \
+         filter spoe engine e1 config {}\n    \
+         http-request return status 200 content-type text/plain lf-string \"%[var(txn.iprep.path)]\"\n\
+         backend agents\n    mode tcp\n    server a1 {}\n",
+        conf.display(),
+        agent.addr
+    );
+    let _s = Sluice::start(&cfg);
+    let clients: Vec<_> = (0..16)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut c = HttpClient::connect(port);
+                (0..20).all(|j| c.get(&format!("/c{i}/r{j}")).body_str() == format!("/c{i}/r{j}"))
+            })
+        })
+        .collect();
+    for c in clients {
+        assert!(c.join().unwrap(), "an answer went to the wrong request");
+    }
+    let n = agent.notifies();
+    assert_eq!(n.len(), 320);
+    // One thread, an agent that pipelines: one connection carried them all.
+    assert!(
+        n.iter().all(|x| x.conn == n[0].conn),
+        "more than one agent connection"
+    );
+    let hello = agent.hellos.lock().unwrap()[0].clone();
+    assert!(
+        hello
+            .iter()
+            .any(|(k, v)| k == "capabilities" && v == b"pipelining")
+    );
 }

@@ -168,30 +168,35 @@ struct Job {
 }
 
 /// Marks a connection being opened for an engine on this thread; when it is done (opened,
-/// failed or cancelled) the exchanges that waited for it look again.
-struct Opening(Rc<tokio::sync::Notify>);
+/// failed or cancelled) the exchanges that waited for it look again. Only as many wait as
+/// the connection is expected to take (`max-waiting-frames` for an agent that pipelined on
+/// this thread before, else none): the others open their own at once.
+struct Opening(Rc<OpeningState>);
+
+struct OpeningState {
+    uid: usize,
+    notify: tokio::sync::Notify,
+    waiters: Cell<usize>,
+    room: usize,
+}
 
 impl Opening {
-    fn new(uid: usize) -> Opening {
-        let n = Rc::new(tokio::sync::Notify::new());
-        CONNECTING.with(|c| c.borrow_mut().push((uid, n.clone())));
-        Opening(n)
+    fn new(uid: usize, room: usize) -> Opening {
+        let st = Rc::new(OpeningState {
+            uid,
+            notify: tokio::sync::Notify::new(),
+            waiters: Cell::new(0),
+            room,
+        });
+        CONNECTING.with(|c| c.borrow_mut().push(st.clone()));
+        Opening(st)
     }
 }
 
 impl Drop for Opening {
     fn drop(&mut self) {
-        CONNECTING.with(|c| c.borrow_mut().retain(|(_, n)| !Rc::ptr_eq(n, &self.0)));
-        self.0.notify_waiters();
-    }
-}
-
-/// Counts an exchange in its pipe's `inflight` until it ends, completed or cancelled.
-struct InFlight(Rc<Cell<usize>>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.set(self.0.get().saturating_sub(1));
+        CONNECTING.with(|c| c.borrow_mut().retain(|o| !Rc::ptr_eq(o, &self.0)));
+        self.0.notify.notify_waiters();
     }
 }
 
@@ -236,8 +241,10 @@ thread_local! {
     pub static BUFSIZE: Cell<usize> = const { Cell::new(16384) };
     /// This thread's agent connections, of all engines.
     static PIPES: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
-    /// Engines (by uid) this thread is opening a connection for, and who waits for it.
-    static CONNECTING: RefCell<Vec<(usize, Rc<tokio::sync::Notify>)>> = const { RefCell::new(Vec::new()) };
+    /// The connections this thread is opening, and who waits for them.
+    static CONNECTING: RefCell<Vec<Rc<OpeningState>>> = const { RefCell::new(Vec::new()) };
+    /// Engines (by uid) whose agent did not announce `pipelining` on this thread.
+    static NO_PIPELINING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1074,14 +1081,23 @@ impl Engine {
                     let opening = CONNECTING.with(|c| {
                         c.borrow()
                             .iter()
-                            .find(|(u, _)| *u == self.uid)
-                            .map(|(_, n)| n.clone())
+                            .find(|o| o.uid == self.uid && o.waiters.get() + 1 < o.room)
+                            .cloned()
                     });
-                    if let Some(n) = opening {
-                        n.notified().await;
+                    if let Some(o) = opening {
+                        let woken = o.notify.notified();
+                        o.waiters.set(o.waiters.get() + 1);
+                        woken.await;
                         continue;
                     }
-                    let _opening = Opening::new(self.uid);
+                    let room = if self.agent.pipelining
+                        && !NO_PIPELINING.with(|n| n.borrow().contains(&self.uid))
+                    {
+                        self.agent.max_waiting
+                    } else {
+                        1
+                    };
+                    let _opening = Opening::new(self.uid, room);
                     fresh_tried = true;
                     match self.connect(ctx).await {
                         Ok(c) => (self.start_pipe(c), false),
@@ -1101,8 +1117,9 @@ impl Engine {
             if frame.len() - 4 > pipe.max_frame as usize {
                 return Err(SpoeError::TOO_BIG);
             }
+            // Counted until its ACK comes (or the connection ends), by the pipe's task: an
+            // exchange that gives up leaves its frame at the agent all the same.
             pipe.inflight.set(pipe.inflight.get() + 1);
-            let _counted = InFlight(pipe.inflight.clone());
             let (done, ack) = tokio::sync::oneshot::channel();
             let job = Job {
                 frame: frame.to_vec(),
@@ -1111,7 +1128,10 @@ impl Engine {
             };
             let res = match pipe.tx.send(job) {
                 Ok(()) => ack.await.unwrap_or(Err(Failure::Io)),
-                Err(_) => Err(Failure::Io),
+                Err(_) => {
+                    pipe.inflight.set(pipe.inflight.get().saturating_sub(1));
+                    Err(Failure::Io)
+                }
             };
             match res {
                 Ok(ack) => return Ok(ack),
@@ -1249,25 +1269,37 @@ impl Engine {
             },
             max_frame: c.max_frame,
         };
+        NO_PIPELINING.with(|n| {
+            let mut n = n.borrow_mut();
+            n.retain(|&u| u != self.uid);
+            if !c.pipelining {
+                n.push(self.uid);
+            }
+        });
         PIPES.with(|p| p.borrow_mut().push(pipe.clone()));
-        tokio::task::spawn_local(pipe_task(c, rx, self.agent.timeout_idle));
+        let quiet = self.agent.timeout_idle.or(self.agent.timeout_processing);
+        tokio::task::spawn_local(pipe_task(c, rx, pipe.inflight.clone(), quiet));
         pipe
     }
 }
 
 /// Owns one agent connection: writes the NOTIFY frames exchanges queue (those that queued
 /// together in one write), hands each ACK to its exchange, and ends (failing what is in
-/// flight) when the connection fails, the agent disconnects, or it stayed idle for
-/// `timeout idle` (then with a HAPROXY-DISCONNECT).
+/// flight) when the connection fails or the agent disconnects. `quiet` (`timeout idle`, else
+/// `timeout processing`) bounds each write and the time without any traffic: then the
+/// connection ends with a HAPROXY-DISCONNECT (status 0 when nothing was in flight, else 2,
+/// a timeout), as HAProxy ends an agent connection that stopped answering. `inflight` counts
+/// the frames written and not answered, which `pick_pipe` compares with the room.
 async fn pipe_task(
     mut c: AgentConn,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Job>,
-    idle: Option<Duration>,
+    inflight: Rc<Cell<usize>>,
+    quiet: Option<Duration>,
 ) {
     type Done = tokio::sync::oneshot::Sender<Result<Vec<u8>, Failure>>;
     let mut pending: Vec<((u64, u64), Done)> = Vec::new();
     let mut out = Vec::new();
-    let mut idle_since = tokio::time::Instant::now();
+    let mut last = tokio::time::Instant::now();
     let max = c.max_frame;
     let (mut rd, mut wr) = tokio::io::split(&mut c.conn.stream);
     let rbuf = &mut c.rbuf;
@@ -1276,26 +1308,34 @@ async fn pipe_task(
             let _ = done.send(Err(f));
         }
     };
+    let mut bye = None;
     loop {
-        let idle_at = idle.map(|t| idle_since + t);
+        let quiet_at = quiet.map(|t| last + t);
         tokio::select! {
             job = rx.recv() => {
                 let Some(job) = job else { break };
-                // Exchanges that gave up (their timeout) wait for nothing any more.
-                pending.retain(|(_, d)| !d.is_closed());
                 out.extend_from_slice(&job.frame);
                 pending.push((job.key, job.done));
                 while let Ok(j) = rx.try_recv() {
                     out.extend_from_slice(&j.frame);
                     pending.push((j.key, j.done));
                 }
-                if wr.write_all(&out).await.is_err() {
+                let write = wr.write_all(&out);
+                let written = match quiet {
+                    Some(t) => tokio::time::timeout(t, write).await.unwrap_or(Err(
+                        std::io::ErrorKind::TimedOut.into(),
+                    )),
+                    None => write.await,
+                };
+                if written.is_err() {
                     end(&mut pending, Failure::Io);
                     break;
                 }
                 out.clear();
+                last = tokio::time::Instant::now();
             }
             f = read_frame(&mut rd, rbuf, max) => {
+                last = tokio::time::Instant::now();
                 let f = match f {
                     Ok(f) => f,
                     Err(e) => {
@@ -1305,22 +1345,22 @@ async fn pipe_task(
                 };
                 let Some((kind, flags, sid, fid, payload)) = parse_frame(&f) else {
                     end(&mut pending, Failure::Spop(ERR_INVALID));
+                    bye = Some(ERR_INVALID);
                     break;
                 };
                 match kind {
                     ACK => {
                         if let Some(i) = pending.iter().position(|(k, _)| *k == (sid, fid)) {
                             let (_, done) = pending.swap_remove(i);
+                            inflight.set(inflight.get().saturating_sub(1));
                             // Fragmented or aborted: sluice does not announce fragmentation.
                             let r = if flags & FLAG_FIN == 0 || flags & FLAG_ABORT != 0 {
                                 Err(Failure::Spop(ERR_NO_FRAGMENTS))
                             } else {
                                 Ok(payload.to_vec())
                             };
+                            // (Its exchange may have given up: the ACK is dropped.)
                             let _ = done.send(r);
-                        }
-                        if pending.is_empty() {
-                            idle_since = tokio::time::Instant::now();
                         }
                     }
                     AGENT_DISCONNECT => {
@@ -1335,20 +1375,24 @@ async fn pipe_task(
                 }
             }
             _ = async {
-                match idle_at {
+                match quiet_at {
                     Some(t) => tokio::time::sleep_until(t).await,
                     None => std::future::pending().await,
                 }
-            }, if pending.is_empty() => {
-                // A clean end for the agent: HAPROXY-DISCONNECT, status 0 ("normal").
-                let bye = disconnect_frame();
-                let _ = tokio::time::timeout(Duration::from_millis(100), wr.write_all(&bye)).await;
+            } => {
+                let status = if pending.is_empty() { 0 } else { ERR_TIMEOUT };
+                end(&mut pending, Failure::Spop(ERR_TIMEOUT));
+                bye = Some(status);
                 break;
             }
         }
     }
     // Closing the channel tells `pick_pipe` this connection is gone.
     rx.close();
+    if let Some(status) = bye {
+        let f = disconnect_frame(status);
+        let _ = tokio::time::timeout(Duration::from_millis(100), wr.write_all(&f)).await;
+    }
 }
 
 /// The HAPROXY-HELLO of `option spop-check`: a health check, after which the agent closes.
@@ -1368,15 +1412,20 @@ pub fn health_hello() -> Vec<u8> {
     f
 }
 
-/// HAPROXY-DISCONNECT with status 0: the connection ends normally.
-fn disconnect_frame() -> Vec<u8> {
+/// HAPROXY-DISCONNECT with `status` (0: the connection ends normally).
+fn disconnect_frame(status: u64) -> Vec<u8> {
     let mut f = Vec::with_capacity(48);
     frame_start(&mut f, HAPROXY_DISCONNECT, 0, 0);
     put_str(&mut f, b"status-code");
     f.push(T_UINT32);
-    put_varint(&mut f, 0);
+    put_varint(&mut f, status);
     put_str(&mut f, b"message");
-    put_typed(&mut f, Some(&Val::Str(b"normal".to_vec())), false);
+    let m: &[u8] = match status {
+        0 => b"normal",
+        ERR_TIMEOUT => b"a timeout occurred",
+        _ => b"invalid frame received",
+    };
+    put_typed(&mut f, Some(&Val::Str(m.to_vec())), false);
     frame_end(&mut f);
     f
 }

@@ -42,6 +42,8 @@ struct Agent {
     addr: std::net::SocketAddr,
     notifies: Arc<Mutex<Vec<Notify>>>,
     hellos: Hellos,
+    /// The status codes of the HAPROXY-DISCONNECT frames received.
+    disconnects: Arc<Mutex<Vec<String>>>,
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -162,12 +164,13 @@ impl Agent {
         let addr = l.local_addr().unwrap();
         let notifies = Arc::new(Mutex::new(Vec::new()));
         let hellos = Arc::new(Mutex::new(Vec::new()));
-        let (n2, h2) = (notifies.clone(), hellos.clone());
+        let disconnects = Arc::new(Mutex::new(Vec::new()));
+        let (n2, h2, d2) = (notifies.clone(), hellos.clone(), disconnects.clone());
         let answer = Arc::new(answer);
         std::thread::spawn(move || {
             for (conn, s) in l.incoming().enumerate() {
                 let Ok(mut s) = s else { return };
-                let (n3, h3, a3) = (n2.clone(), h2.clone(), answer.clone());
+                let (n3, h3, a3, d3) = (n2.clone(), h2.clone(), answer.clone(), d2.clone());
                 std::thread::spawn(move || {
                     let mut held: Vec<Vec<u8>> = Vec::new();
                     while let Some(f) = read_frame(&mut s) {
@@ -249,6 +252,14 @@ impl Agent {
                                     }
                                 }
                             }
+                            2 => {
+                                // HAPROXY-DISCONNECT: its status-code, then the end.
+                                let _ = get_str(&f, &mut p);
+                                d3.lock()
+                                    .unwrap()
+                                    .push(String::from_utf8(get_typed(&f, &mut p).1).unwrap());
+                                return;
+                            }
                             _ => return,
                         }
                     }
@@ -259,6 +270,7 @@ impl Agent {
             addr,
             notifies,
             hellos,
+            disconnects,
         }
     }
 
@@ -738,4 +750,30 @@ fn pipelined_agent_shares_one_connection_and_acks_find_their_streams() {
             .iter()
             .any(|(k, v)| k == "capabilities" && v == b"pipelining")
     );
+}
+
+#[test]
+fn a_connection_whose_agent_stopped_answering_ends_with_a_timeout_disconnect() {
+    let agent = Agent::start_with(true, |_| Answer::Silence);
+    let spoe = AGENT
+        .replace("timeout processing 2s", "timeout processing 200ms")
+        .replace("timeout idle 30s", "timeout idle 600ms")
+        + "spoe-message check\n    args src\n    event on-frontend-http-request\n";
+    let (_s, port, _d) = start(
+        &spoe,
+        "    http-response set-header x-err %[var(txn.iprep.err)]",
+        &agent,
+    );
+    let r = http_get(port, "/");
+    assert_eq!((r.status, r.header("x-err")), (200, Some("1")));
+    // Nothing came back within `timeout idle`: sluice ends the connection, status 2.
+    wait_until("a HAPROXY-DISCONNECT", Duration::from_secs(10), || {
+        !agent.disconnects.lock().unwrap().is_empty()
+    });
+    assert_eq!(agent.disconnects.lock().unwrap()[0], "2");
+    // The next exchange opens a new connection (and times out the same way).
+    let r = http_get(port, "/");
+    assert_eq!(r.header("x-err"), Some("1"));
+    let n = agent.notifies();
+    assert_ne!(n[0].conn, n[1].conn);
 }

@@ -250,6 +250,28 @@ thread_local! {
 // ---------------------------------------------------------------------------------------------
 // Configuration.
 
+impl Agent {
+    /// An agent's defaults: its name as the variable prefix, no timeouts, pipelining.
+    fn new(name: &str, max_frame_size: u32) -> Agent {
+        Agent {
+            name: name.into(),
+            var_prefix: name.into(),
+            timeout_hello: None,
+            timeout_idle: None,
+            timeout_processing: None,
+            max_frame_size,
+            set_on_error: None,
+            set_process_time: None,
+            set_total_time: None,
+            continue_on_error: false,
+            force_set_var: false,
+            pipelining: true,
+            max_waiting: 20,
+            on_events: Vec::new(),
+        }
+    }
+}
+
 impl Event {
     fn parse(s: &str) -> Result<Event, String> {
         Ok(match s {
@@ -364,22 +386,7 @@ pub fn load(path: &str, engine: Option<&str>, bufsize: usize) -> Result<Engine, 
                     ));
                 }
                 agent = Some(AgentDraft {
-                    agent: Agent {
-                        name: name.as_str().into(),
-                        var_prefix: name.as_str().into(),
-                        timeout_hello: None,
-                        timeout_idle: None,
-                        timeout_processing: None,
-                        max_frame_size: max_frame_cap,
-                        set_on_error: None,
-                        set_process_time: None,
-                        set_total_time: None,
-                        continue_on_error: false,
-                        force_set_var: false,
-                        pipelining: true,
-                        max_waiting: 20,
-                        on_events: Vec::new(),
-                    },
+                    agent: Agent::new(name, max_frame_cap),
                     at: at.clone(),
                     backend: None,
                     messages: Vec::new(),
@@ -1542,20 +1549,8 @@ mod tests {
         Engine {
             id: "e".into(),
             agent: Agent {
-                name: "a".into(),
                 var_prefix: "p".into(),
-                timeout_hello: None,
-                timeout_idle: None,
-                timeout_processing: None,
-                max_frame_size: 16380,
-                set_on_error: None,
-                set_process_time: None,
-                set_total_time: None,
-                continue_on_error: false,
-                force_set_var: false,
-                pipelining: true,
-                max_waiting: 20,
-                on_events: Vec::new(),
+                ..Agent::new("a", 16380)
             },
             messages: Vec::new(),
             groups: Vec::new(),

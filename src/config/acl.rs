@@ -655,44 +655,36 @@ fn trim_ows(mut s: &[u8]) -> &[u8] {
     s
 }
 
+/// A request target from its path on: origin form as it is, absolute form from the first
+/// `/` or `?` after the authority (empty without either); `None` for `*` and authority form.
+fn target_from_path(uri: &[u8]) -> Option<&[u8]> {
+    if uri.first() == Some(&b'/') {
+        return Some(uri);
+    }
+    let pos = uri.windows(3).position(|w| w == b"://")?;
+    // The scheme must not contain '/'.
+    if uri[..pos].contains(&b'/') {
+        return None;
+    }
+    let after = &uri[pos + 3..];
+    let p = after
+        .iter()
+        .position(|&c| c == b'/' || c == b'?')
+        .unwrap_or(after.len());
+    Some(&after[p..])
+}
+
 /// The path of a request target: origin form up to `?`; absolute form with the scheme and
 /// authority removed; `None` for `*` and authority form.
 fn uri_path(uri: &[u8]) -> Option<&[u8]> {
-    let rest = if uri.first() == Some(&b'/') {
-        uri
-    } else {
-        let pos = uri.windows(3).position(|w| w == b"://")?;
-        // The scheme must not contain '/'.
-        if uri[..pos].contains(&b'/') {
-            return None;
-        }
-        let after = &uri[pos + 3..];
-        match after.iter().position(|&c| c == b'/' || c == b'?') {
-            Some(p) if after[p] == b'/' => &after[p..],
-            _ => return Some(&[]),
-        }
-    };
+    let rest = target_from_path(uri)?;
     let end = rest.iter().position(|&c| c == b'?').unwrap_or(rest.len());
     Some(&rest[..end])
 }
 
-/// The path and query string of a request target (`pathq`): origin form as it is, absolute
-/// form from the first `/` or `?` after the authority; `None` for `*` and authority form.
+/// The path and query string of a request target (`pathq`), without a fragment.
 fn uri_pathq(uri: &[u8]) -> Option<&[u8]> {
-    let rest = if uri.first() == Some(&b'/') {
-        uri
-    } else {
-        let pos = uri.windows(3).position(|w| w == b"://")?;
-        if uri[..pos].contains(&b'/') {
-            return None;
-        }
-        let after = &uri[pos + 3..];
-        let p = after
-            .iter()
-            .position(|&c| c == b'/' || c == b'?')
-            .unwrap_or(after.len());
-        &after[p..]
-    };
+    let rest = target_from_path(uri)?;
     let end = rest.iter().position(|&c| c == b'#').unwrap_or(rest.len());
     Some(&rest[..end])
 }

@@ -297,16 +297,7 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         return;
     }
     // `stick match` / `stick on` choose the server; `stick on` / `store-request` remember it.
-    let stick_view = || {
-        let mut sess = ctx.sess();
-        sess.backend = &bp.name;
-        SrcView(
-            ctx.peer.map(|a| a.ip()),
-            ctx.tls.as_deref(),
-            Some(&held),
-            sess,
-        )
-    };
+    let stick_view = || rules_view(&ctx, bp, &held);
     let stuck = if bp.sticks.is_empty() {
         None
     } else {
@@ -447,6 +438,19 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
     );
 }
 
+/// The session as the rules (and SPOE messages) of proxy `p` see it, with the client's
+/// first data `held`.
+fn rules_view<'v>(ctx: &'v SessionCtx, p: &'v crate::config::Proxy, held: &'v [u8]) -> SrcView<'v> {
+    let mut sess = ctx.sess();
+    sess.backend = &p.name;
+    SrcView(
+        ctx.peer.map(|a| a.ip()),
+        ctx.tls.as_deref(),
+        Some(held),
+        sess,
+    )
+}
+
 /// The messages the SPOE engines of `p` send on `events`, each exchange waited for.
 async fn spoe_events(
     ctx: &SessionCtx,
@@ -457,14 +461,7 @@ async fn spoe_events(
 ) {
     for &ev in events {
         for e in p.spoe.iter().filter(|e| e.has_event(ev)) {
-            let mut sess = ctx.sess();
-            sess.backend = &p.name;
-            let view = SrcView(
-                ctx.peer.map(|a| a.ip()),
-                ctx.tls.as_deref(),
-                Some(held),
-                sess,
-            );
+            let view = rules_view(ctx, p, held);
             e.process(ctx, st, Ok(ev), &view, &ctx.vars).await;
         }
     }
@@ -476,14 +473,7 @@ fn content_verdict(ctx: &mut SessionCtx, p: &crate::config::Proxy, held: &[u8]) 
     // Out of the context while the rules, which see the context, add to it.
     let mut sc = std::mem::take(&mut ctx.sc);
     let allowed = {
-        let mut sess = ctx.sess();
-        sess.backend = &p.name;
-        let view = SrcView(
-            ctx.peer.map(|a| a.ip()),
-            ctx.tls.as_deref(),
-            Some(held),
-            sess,
-        );
+        let view = rules_view(ctx, p, held);
         super::tcp_rules(&p.tcp_content, &view, &mut sc)
     };
     ctx.sc = sc;

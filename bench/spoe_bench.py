@@ -15,7 +15,6 @@ comparison that matters is the proxy CPU per request.
 
 import argparse
 import os
-import re
 import socket
 import struct
 import subprocess
@@ -26,9 +25,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import difftool  # noqa: E402
+import run  # noqa: E402  (bench/run.py: its wrk parser and CPU accounting)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLK = os.sysconf("SC_CLK_TCK")
 
 
 def put_varint(out, v):
@@ -156,23 +155,12 @@ def config(port, agent_port, spoe_conf, with_spoe):
     )
 
 
-def cpu_ticks(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 def run_wrk(port, duration, conns):
+    """wrk pinned to CPU 0; its output read by bench/run.py's parser."""
     cmd = ["taskset", "-c", "0", "wrk", "-t1", "-c%d" % conns, "-d%ds" % duration,
            "--latency", "http://127.0.0.1:%d/" % port]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
-    m = re.search(r"(\d+) requests in", out)
-    reqs = int(m.group(1)) if m else 0
-    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
-    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}
-    p99_ms = float(p99.group(1)) * scale[p99.group(2)] if p99 else float("nan")
-    errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return reqs, p99_ms, int(errs.group(1)) if errs else 0
+    return run.parse_wrk(out)
 
 
 def one(name, binary, cfg, port, duration, conns, work):
@@ -195,13 +183,14 @@ def one(name, binary, cfg, port, duration, conns, work):
         want = b"score=42" if "filter spoe" in cfg else b"score="
         if want not in body:
             raise SystemExit("%s answered %r" % (name, body[:200]))
-        t0 = cpu_ticks(px.proc.pid)
-        reqs, p99, errs = run_wrk(port, duration, conns)
-        t1 = cpu_ticks(px.proc.pid)
+        t0 = run.tree_cpu(px.proc.pid)
+        w = run_wrk(port, duration, conns)
+        t1 = run.tree_cpu(px.proc.pid)
     finally:
         px.stop()
-    us = (t1 - t0) * 1e6 / CLK / max(reqs, 1)
-    return {"req_s": reqs / duration, "us_req": us, "p99_ms": p99, "errs": errs}
+    us = (t1 - t0) * 1e6 / max(w["requests"], 1)
+    return {"req_s": w["requests"] / duration, "us_req": us, "p99_ms": w["p99_ms"],
+            "errs": w["errors"]}
 
 
 def main():

@@ -5,8 +5,9 @@
 //! On an event (`on-frontend-http-request`...) or a `send-spoe-group` rule, the messages that
 //! apply are encoded into one NOTIFY frame, sent to an agent of the engine's `use-backend`,
 //! and the stream waits for its ACK, whose `set-var`/`unset-var` actions set variables under
-//! the agent's prefix (`txn.PREFIX.NAME`). Connections to agents are per thread: opened with a
-//! HELLO handshake, kept idle between exchanges (`timeout idle`), one frame in flight each.
+//! the agent's prefix (`txn.PREFIX.NAME`). Connections to agents are per thread, each owned by a
+//! task that writes the frames streams queue and hands every ACK back to its stream: up to
+//! `max-waiting-frames` in flight when the agent pipelines, else one.
 //!
 //! This module does not know HTTP: callers give it a view to evaluate samples on, and the
 //! session's variables. It must never block its thread: every exchange is bounded by
@@ -68,9 +69,11 @@ pub struct Agent {
     pub timeout_idle: Option<Duration>,
     pub timeout_processing: Option<Duration>,
     pub max_frame_size: u32,
-    pub set_on_error: Option<Box<str>>,
-    pub set_process_time: Option<Box<str>>,
-    pub set_total_time: Option<Box<str>>,
+    /// `option set-on-error|set-process-time|set-total-time NAME`: `txn.PREFIX.NAME` (the
+    /// prefix is added once the section is read).
+    pub set_on_error: Option<VarName>,
+    pub set_process_time: Option<VarName>,
+    pub set_total_time: Option<VarName>,
     pub continue_on_error: bool,
     pub force_set_var: bool,
     pub pipelining: bool,
@@ -153,7 +156,8 @@ struct AgentConn {
 struct Pipe {
     uid: usize,
     tx: tokio::sync::mpsc::UnboundedSender<Job>,
-    /// Exchanges waiting for their ACK on it.
+    /// Frames written (or queued) and not answered yet: counted up by the exchange that
+    /// queues one, down by the task as the ACK comes.
     inflight: Rc<Cell<usize>>,
     /// Frames it takes at once: `max-waiting-frames` when both sides pipeline, else 1.
     room: usize,
@@ -208,6 +212,7 @@ const AGENT_HELLO: u8 = 101;
 const AGENT_DISCONNECT: u8 = 102;
 const ACK: u8 = 103;
 const FLAG_FIN: u32 = 1;
+const FLAG_ABORT: u32 = 2;
 const ACTION_SET_VAR: u8 = 1;
 const ACTION_UNSET_VAR: u8 = 2;
 const T_NULL: u8 = 0;
@@ -226,9 +231,8 @@ const ERR_INVALID: u64 = 4;
 const ERR_NO_VERSION: u64 = 5;
 const ERR_NO_FRAME_SIZE: u64 = 6;
 const ERR_BAD_VERSION: u64 = 8;
-const ERR_NO_FRAGMENTS: u64 = 10;
-const FLAG_ABORT: u32 = 2;
 const ERR_BAD_FRAME_SIZE: u64 = 9;
+const ERR_NO_FRAGMENTS: u64 = 10;
 
 /// The pause between attempts to reach an agent while an exchange waits for one.
 const CONNECT_RETRY: Duration = Duration::from_millis(100);
@@ -250,7 +254,23 @@ thread_local! {
 // ---------------------------------------------------------------------------------------------
 // Configuration.
 
+/// `txn.NAME`, before the agent's prefix is known.
+fn txn_var(name: Box<str>) -> VarName {
+    VarName {
+        scope: Scope::Txn,
+        name,
+    }
+}
+
 impl Agent {
+    /// The variable `SCOPE.PREFIX.NAME` an agent's `NAME` stands for.
+    fn var(&self, scope: Scope, name: &str) -> VarName {
+        VarName {
+            scope,
+            name: format!("{}.{name}", self.var_prefix).into(),
+        }
+    }
+
     /// An agent's defaults: its name as the variable prefix, no timeouts, pipelining.
     fn new(name: &str, max_frame_size: u32) -> Agent {
         Agent {
@@ -530,6 +550,18 @@ pub fn load(path: &str, engine: Option<&str>, bufsize: usize) -> Result<Engine, 
         let _ = aws_lc_rs::rand::fill(&mut b);
         b.iter().map(|x| format!("{x:02x}")).collect()
     };
+    // The variables the agent's options name take its prefix, known now.
+    let prefix = agent.var_prefix.clone();
+    for v in [
+        &mut agent.set_on_error,
+        &mut agent.set_process_time,
+        &mut agent.set_total_time,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        v.name = format!("{prefix}.{}", v.name).into();
+    }
     Ok(Engine {
         id: engine.unwrap_or(&agent.name).into(),
         agent,
@@ -556,7 +588,7 @@ fn agent_kw(d: &mut AgentDraft, w: &[String], max_frame_cap: u32) -> Result<(), 
             .map(String::as_str)
             .ok_or_else(|| format!("'{}' expects {what}", w[..i].join(" ")))
     };
-    let var = |i: usize| -> Result<Box<str>, String> {
+    let var_name = |i: usize| -> Result<Box<str>, String> {
         let v = arg(i, "a variable name")?;
         if !valid_var_part(v) {
             return Err(format!(
@@ -606,7 +638,7 @@ fn agent_kw(d: &mut AgentDraft, w: &[String], max_frame_cap: u32) -> Result<(), 
         }
         "register-var-names" => {
             for i in 1..w.len() {
-                var(i)?;
+                var_name(i)?;
             }
         }
         "log" => {
@@ -626,10 +658,12 @@ fn agent_kw(d: &mut AgentDraft, w: &[String], max_frame_cap: u32) -> Result<(), 
             }
             let name = arg(base, "an option name")?;
             match (name, neg) {
-                ("var-prefix", false) => a.var_prefix = var(base + 1)?,
-                ("set-on-error", false) => a.set_on_error = Some(var(base + 1)?),
-                ("set-process-time", false) => a.set_process_time = Some(var(base + 1)?),
-                ("set-total-time", false) => a.set_total_time = Some(var(base + 1)?),
+                ("var-prefix", false) => a.var_prefix = var_name(base + 1)?,
+                ("set-on-error", false) => a.set_on_error = Some(txn_var(var_name(base + 1)?)),
+                ("set-process-time", false) => {
+                    a.set_process_time = Some(txn_var(var_name(base + 1)?))
+                }
+                ("set-total-time", false) => a.set_total_time = Some(txn_var(var_name(base + 1)?)),
                 ("continue-on-error", false) => a.continue_on_error = true,
                 ("force-set-var", false) => a.force_set_var = true,
                 ("pipelining", n) => a.pipelining = !n,
@@ -747,6 +781,20 @@ fn finish_message(m: MsgDraft) -> Result<Message, String> {
 fn put_str(out: &mut Vec<u8>, s: &[u8]) {
     put_varint(out, s.len() as u64);
     out.extend_from_slice(s);
+}
+
+/// A KV-list item whose value is a STRING.
+fn put_kv_str(out: &mut Vec<u8>, key: &[u8], v: &[u8]) {
+    put_str(out, key);
+    out.push(T_STR);
+    put_str(out, v);
+}
+
+/// A KV-list item whose value is a UINT32.
+fn put_kv_u32(out: &mut Vec<u8>, key: &[u8], v: u32) {
+    put_str(out, key);
+    out.push(T_UINT32);
+    put_varint(out, v.into());
 }
 
 fn put_typed(out: &mut Vec<u8>, v: Option<&Val>, binary: bool) {
@@ -976,21 +1024,17 @@ impl Engine {
         };
         let ms = started.elapsed().as_millis() as i64;
         st.total_ms += ms;
-        let prefixed = |scope: Scope, n: &str| VarName {
-            scope,
-            name: format!("{}.{n}", self.agent.var_prefix).into(),
-        };
-        if let Some(n) = &self.agent.set_process_time {
-            vars.set(&prefixed(Scope::Txn, n), Val::Int(ms), &[]);
+        if let Some(v) = &self.agent.set_process_time {
+            vars.set(v, Val::Int(ms), &[]);
         }
-        if let Some(n) = &self.agent.set_total_time {
-            vars.set(&prefixed(Scope::Txn, n), Val::Int(st.total_ms), &[]);
+        if let Some(v) = &self.agent.set_total_time {
+            vars.set(v, Val::Int(st.total_ms), &[]);
         }
         match res {
             Ok(ack) => self.apply(&ack, vars),
             Err(e) => {
-                if let Some(n) = &self.agent.set_on_error {
-                    vars.set(&prefixed(Scope::Txn, n), Val::Int(e.0), &[]);
+                if let Some(v) = &self.agent.set_on_error {
+                    vars.set(v, Val::Int(e.0), &[]);
                 }
                 if !self.agent.continue_on_error {
                     st.off.push(self.uid);
@@ -1007,7 +1051,9 @@ impl Engine {
                 return;
             };
             b = rest;
-            let scope_name = |b: &mut &[u8]| -> Option<(Scope, String)> {
+            // VAR-SCOPE and VAR-NAME: the variable under the agent's prefix (`None` for a
+            // name no variable can have).
+            let var = |b: &mut &[u8]| -> Option<Option<VarName>> {
                 let (&s, rest) = b.split_first()?;
                 *b = rest;
                 let scope = match s {
@@ -1018,26 +1064,20 @@ impl Engine {
                     4 => Scope::Res,
                     _ => return None,
                 };
-                let n = String::from_utf8(get_str(b)?.to_vec()).ok()?;
-                Some((scope, n))
+                let n = std::str::from_utf8(get_str(b)?).ok()?;
+                Some(valid_var_part(n).then(|| self.agent.var(scope, n)))
             };
             match (kind, nargs) {
                 (ACTION_SET_VAR, 3) => {
-                    let Some((scope, n)) = scope_name(&mut b) else {
-                        return;
-                    };
+                    let Some(name) = var(&mut b) else { return };
                     let Some(v) = get_typed(&mut b) else { return };
-                    let (Some(v), true) = (v, valid_var_part(&n)) else {
+                    let (Some(v), Some(name)) = (v, name) else {
                         continue;
-                    };
-                    let name = VarName {
-                        scope,
-                        name: format!("{}.{n}", self.agent.var_prefix).into(),
                     };
                     // A process variable the configuration does not name is created only
                     // with `force-set-var` (HAProxy's rule since variables are hashed:
                     // other scopes are always set).
-                    if scope == Scope::Proc
+                    if name.scope == Scope::Proc
                         && !self.agent.force_set_var
                         && !crate::vars::proc_exists(&name.name)
                     {
@@ -1045,15 +1085,11 @@ impl Engine {
                     }
                     vars.set(&name, v, &[]);
                 }
-                (ACTION_UNSET_VAR, 2) => {
-                    let Some((scope, n)) = scope_name(&mut b) else {
-                        return;
-                    };
-                    vars.unset(&VarName {
-                        scope,
-                        name: format!("{}.{n}", self.agent.var_prefix).into(),
-                    });
-                }
+                (ACTION_UNSET_VAR, 2) => match var(&mut b) {
+                    None => return,
+                    Some(None) => {}
+                    Some(Some(name)) => vars.unset(&name),
+                },
                 // An unknown action: its arguments are typed data, skipped.
                 _ => {
                     for _ in 0..nargs {
@@ -1169,27 +1205,14 @@ impl Engine {
         let mut conn = crate::stream::connect_server(ctx, self.backend, &input)
             .await
             .map_err(|_| (SpoeError::spop(ERR_IO), true))?;
-        let mut hello = Vec::with_capacity(128);
-        frame_start(&mut hello, HAPROXY_HELLO, 0, 0);
-        put_str(&mut hello, b"supported-versions");
-        put_typed(&mut hello, Some(&Val::Str(b"2.0".to_vec())), false);
-        put_str(&mut hello, b"max-frame-size");
-        hello.push(T_UINT32);
-        put_varint(&mut hello, self.agent.max_frame_size as u64);
-        put_str(&mut hello, b"capabilities");
         let caps: &[u8] = if self.agent.pipelining {
             b"pipelining"
         } else {
             b""
         };
-        put_typed(&mut hello, Some(&Val::Str(caps.to_vec())), false);
-        put_str(&mut hello, b"engine-id");
-        put_typed(
-            &mut hello,
-            Some(&Val::Str(self.engine_id.as_bytes().to_vec())),
-            false,
-        );
-        frame_end(&mut hello);
+        let hello = hello_frame(self.agent.max_frame_size, caps, |f| {
+            put_kv_str(f, b"engine-id", self.engine_id.as_bytes())
+        });
         let max = self.agent.max_frame_size;
         let mut rbuf = Vec::new();
         let handshake = async {
@@ -1402,37 +1425,38 @@ async fn pipe_task(
     }
 }
 
-/// The HAPROXY-HELLO of `option spop-check`: a health check, after which the agent closes.
-pub fn health_hello() -> Vec<u8> {
-    let mut f = Vec::with_capacity(96);
+/// A HAPROXY-HELLO announcing SPOP 2.0, frame size `max_frame` and `caps`; `more` adds the
+/// items of its kind (`engine-id`, `healthcheck`).
+fn hello_frame(max_frame: u32, caps: &[u8], more: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut f = Vec::with_capacity(128);
     frame_start(&mut f, HAPROXY_HELLO, 0, 0);
-    put_str(&mut f, b"supported-versions");
-    put_typed(&mut f, Some(&Val::Str(b"2.0".to_vec())), false);
-    put_str(&mut f, b"max-frame-size");
-    f.push(T_UINT32);
-    put_varint(&mut f, 16380);
-    put_str(&mut f, b"capabilities");
-    put_typed(&mut f, Some(&Val::Str(Vec::new())), false);
-    put_str(&mut f, b"healthcheck");
-    put_typed(&mut f, Some(&Val::Bool(true)), false);
+    put_kv_str(&mut f, b"supported-versions", b"2.0");
+    put_kv_u32(&mut f, b"max-frame-size", max_frame);
+    put_kv_str(&mut f, b"capabilities", caps);
+    more(&mut f);
     frame_end(&mut f);
     f
+}
+
+/// The HAPROXY-HELLO of `option spop-check`: a health check, after which the agent closes.
+pub fn health_hello() -> Vec<u8> {
+    hello_frame(16380, b"", |f| {
+        put_str(f, b"healthcheck");
+        put_typed(f, Some(&Val::Bool(true)), false);
+    })
 }
 
 /// HAPROXY-DISCONNECT with `status` (0: the connection ends normally).
 fn disconnect_frame(status: u64) -> Vec<u8> {
     let mut f = Vec::with_capacity(48);
     frame_start(&mut f, HAPROXY_DISCONNECT, 0, 0);
-    put_str(&mut f, b"status-code");
-    f.push(T_UINT32);
-    put_varint(&mut f, status);
-    put_str(&mut f, b"message");
+    put_kv_u32(&mut f, b"status-code", status.min(u32::MAX as u64) as u32);
     let m: &[u8] = match status {
         0 => b"normal",
         ERR_TIMEOUT => b"a timeout occurred",
         _ => b"invalid frame received",
     };
-    put_typed(&mut f, Some(&Val::Str(m.to_vec())), false);
+    put_kv_str(&mut f, b"message", m);
     frame_end(&mut f);
     f
 }

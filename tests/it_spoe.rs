@@ -281,7 +281,12 @@ impl Agent {
 
 /// sluice with frontend `fe` (`fe_extra` lines), an echo backend, and backend `agents` with
 /// the agent; the SPOE file holds `spoe`.
-fn start(spoe: &str, fe_extra: &str, agent: &Agent) -> (Sluice, u16, TempDir) {
+fn start(spoe: &str, fe_extra: &str, agent: &Agent) -> (Sluice, u16, TempDir, HttpBackend) {
+    start_with(spoe, fe_extra, &format!("server a1 {}", agent.addr))
+}
+
+/// [`start`], with `agents` as the lines of backend `agents` (its servers, its timeouts).
+fn start_with(spoe: &str, fe_extra: &str, agents: &str) -> (Sluice, u16, TempDir, HttpBackend) {
     let dir = TempDir::new();
     let conf = dir.write("spoe.conf", spoe);
     let be = HttpBackend::start("S");
@@ -290,14 +295,11 @@ fn start(spoe: &str, fe_extra: &str, agent: &Agent) -> (Sluice, u16, TempDir) {
         "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    filter spoe engine e1 config {}\n\
          {fe_extra}\n    default_backend app\n\
          backend app\n    server s {}\n\
-         backend agents\n    mode tcp\n    server a1 {}\n",
+         backend agents\n    mode tcp\n    {agents}\n",
         conf.display(),
         be.hostport(),
-        agent.addr
     );
-    let s = Sluice::start(&cfg);
-    std::mem::forget(be);
-    (s, port, dir)
+    (Sluice::start(&cfg), port, dir, be)
 }
 
 const AGENT: &str = "[e1]\nspoe-agent a\n    messages check\n    option var-prefix iprep\n    \
@@ -314,7 +316,7 @@ fn event_message_sets_variables_the_rules_read() {
         "{AGENT}spoe-message check\n    args ip=src path=path meth=method hdrs=req.hdrs ver=req.ver\n    \
          event on-frontend-http-request\n"
     );
-    let (_s, port, _d) = start(
+    let (_s, port, _d, _app) = start(
         &spoe,
         "    http-request deny deny_status 403 if { var(txn.iprep.score) -m int lt 10 }\n    \
          http-response set-header x-score %[var(txn.iprep.score)]\n    \
@@ -363,7 +365,7 @@ fn agent_answer_can_deny_a_request() {
     });
     let spoe =
         format!("{AGENT}spoe-message check\n    args path\n    event on-frontend-http-request\n");
-    let (_s, port, _d) = start(
+    let (_s, port, _d, _app) = start(
         &spoe,
         "    http-request deny deny_status 403 if { var(txn.iprep.score) -m int lt 10 }",
         &agent,
@@ -385,7 +387,7 @@ fn send_spoe_group_from_rules_and_message_conditions() {
                 spoe-message on-ev\n    args src\n    event on-frontend-http-request if { path_beg /ev }\n\
                 spoe-message in-grp\n    args x=str(hello) n=int(7) b=bool(1)\n\
                 spoe-group grp\n    messages in-grp\n";
-    let (_s, port, _d) = start(
+    let (_s, port, _d, _app) = start(
         spoe,
         "    http-request set-var(txn.before) var(txn.g.sent)\n    \
          http-request send-spoe-group e1 grp if { path_beg /grp }\n    \
@@ -416,7 +418,7 @@ fn errors_set_the_error_variable_and_the_request_goes_on() {
     let silent = Agent::start(|_| Answer::Silence);
     let spoe = AGENT.replace("timeout processing 2s", "timeout processing 300ms")
         + "spoe-message check\n    args src\n    event on-frontend-http-request\n";
-    let (_s, port, _d) = start(
+    let (_s, port, _d, _app) = start(
         &spoe,
         "    http-response set-header x-err %[var(txn.iprep.err)]",
         &silent,
@@ -429,7 +431,7 @@ fn errors_set_the_error_variable_and_the_request_goes_on() {
     let rude = Agent::start(|_| Answer::Disconnect(42));
     let spoe = AGENT.to_string()
         + "spoe-message check\n    args src\n    event on-frontend-http-request\n";
-    let (_s2, port, _d2) = start(
+    let (_s2, port, _d2, _app2) = start(
         &spoe,
         "    http-response set-header x-err %[var(txn.iprep.err)]",
         &rude,
@@ -440,23 +442,13 @@ fn errors_set_the_error_variable_and_the_request_goes_on() {
 
 #[test]
 fn unreachable_agent_times_out_the_exchange() {
-    let port_closed = closed_port();
-    let dir = TempDir::new();
-    let conf = dir.write(
-        "spoe.conf",
-        AGENT.replace("timeout processing 2s", "timeout processing 300ms")
-            + "spoe-message check\n    args src\n    event on-frontend-http-request\n",
+    let spoe = AGENT.replace("timeout processing 2s", "timeout processing 300ms")
+        + "spoe-message check\n    args src\n    event on-frontend-http-request\n";
+    let (_s, port, _d, _app) = start_with(
+        &spoe,
+        "    http-response set-header x-err %[var(txn.iprep.err)]",
+        &format!("server a1 127.0.0.1:{}", closed_port()),
     );
-    let be = HttpBackend::start("S");
-    let port = free_port();
-    let cfg = format!(
-        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    filter spoe engine e1 config {}\n    \
-         http-response set-header x-err %[var(txn.iprep.err)]\n    default_backend app\n\
-         backend app\n    server s {}\nbackend agents\n    mode tcp\n    server a1 127.0.0.1:{port_closed}\n",
-        conf.display(),
-        be.hostport()
-    );
-    let _s = Sluice::start(&cfg);
     // HAProxy 2.6.12 answers the same way: the stream waits for an agent connection until
     // `timeout processing`.
     let r = http_get(port, "/");
@@ -477,7 +469,7 @@ fn request_body_and_response_event() {
                 timeout idle 30s\n    timeout processing 2s\n    use-backend agents\n\
                 spoe-message req\n    args body=req.body size=req.body_size\n    event on-frontend-http-request\n\
                 spoe-message rsp\n    args status=status ver=res.ver\n    event on-http-response\n";
-    let (_s, port, _d) = start(
+    let (_s, port, _d, _app) = start(
         spoe,
         "    option http-buffer-request\n    \
          http-response set-header x-len %[var(txn.b.len)]\n    \
@@ -626,7 +618,7 @@ fn http_response_send_spoe_group_sees_the_response() {
     let spoe = "[e1]\nspoe-agent a\n    groups rsp\n    option var-prefix r\n    timeout hello 2s\n    \
                 timeout idle 30s\n    timeout processing 2s\n    use-backend agents\n\
                 spoe-message m\n    args status x=res.hdr(x-from)\nspoe-group rsp\n    messages m\n";
-    let (_s, port, _d) = start(
+    let (_s, port, _d, _app) = start(
         spoe,
         "    http-response set-header x-from fe\n    \
          http-response set-header x-before %[var(txn.r.seen)]\n    \
@@ -648,7 +640,7 @@ fn frontend_engine_gets_backend_events_and_absolute_targets() {
     let spoe = format!(
         "{AGENT}spoe-message check\n    args pq=pathq ver=req_ver\n    event on-backend-http-request\n"
     );
-    let (_s, port, _d) = start(
+    let (_s, port, _d, _app) = start(
         &spoe,
         "    http-response set-header x-n %[var(txn.iprep.n)]",
         &agent,
@@ -678,20 +670,11 @@ fn without_processing_timeout_the_backend_timeout_server_bounds_an_exchange() {
     let silent = Agent::start(|_| Answer::Silence);
     let spoe = AGENT.replace("    timeout processing 2s\n", "")
         + "spoe-message check\n    args src\n    event on-frontend-http-request\n";
-    let dir = TempDir::new();
-    let conf = dir.write("spoe.conf", spoe);
-    let be = HttpBackend::start("S");
-    let port = free_port();
-    let cfg = format!(
-        "{DEFAULTS_HTTP}frontend fe\n    bind 127.0.0.1:{port}\n    filter spoe engine e1 config {}\n    \
-         http-response set-header x-err %[var(txn.iprep.err)]\n    default_backend app\n\
-         backend app\n    server s {}\nbackend agents\n    mode tcp\n    timeout server 300ms\n    \
-         server a1 {}\n",
-        conf.display(),
-        be.hostport(),
-        silent.addr
+    let (s, port, _d, _app) = start_with(
+        &spoe,
+        "    http-response set-header x-err %[var(txn.iprep.err)]",
+        &format!("timeout server 300ms\n    server a1 {}", silent.addr),
     );
-    let s = Sluice::start(&cfg);
     assert!(
         s.stderr
             .text()
@@ -759,7 +742,7 @@ fn a_connection_whose_agent_stopped_answering_ends_with_a_timeout_disconnect() {
         .replace("timeout processing 2s", "timeout processing 200ms")
         .replace("timeout idle 30s", "timeout idle 600ms")
         + "spoe-message check\n    args src\n    event on-frontend-http-request\n";
-    let (_s, port, _d) = start(
+    let (_s, port, _d, _app) = start(
         &spoe,
         "    http-response set-header x-err %[var(txn.iprep.err)]",
         &agent,

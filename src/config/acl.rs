@@ -655,18 +655,20 @@ fn trim_ows(mut s: &[u8]) -> &[u8] {
     s
 }
 
+/// What follows `SCHEME://` in an absolute-form target; `None` for other forms (a scheme
+/// holds no `/`).
+fn after_scheme(uri: &[u8]) -> Option<&[u8]> {
+    let pos = uri.windows(3).position(|w| w == b"://")?;
+    (!uri[..pos].contains(&b'/')).then(|| &uri[pos + 3..])
+}
+
 /// A request target from its path on: origin form as it is, absolute form from the first
 /// `/` or `?` after the authority (empty without either); `None` for `*` and authority form.
 fn target_from_path(uri: &[u8]) -> Option<&[u8]> {
     if uri.first() == Some(&b'/') {
         return Some(uri);
     }
-    let pos = uri.windows(3).position(|w| w == b"://")?;
-    // The scheme must not contain '/'.
-    if uri[..pos].contains(&b'/') {
-        return None;
-    }
-    let after = &uri[pos + 3..];
+    let after = after_scheme(uri)?;
     let p = after
         .iter()
         .position(|&c| c == b'/' || c == b'?')
@@ -692,11 +694,7 @@ fn uri_pathq(uri: &[u8]) -> Option<&[u8]> {
 /// The host and port of an absolute-form request target (`http://10.0.0.1:8080/x`); the port
 /// defaults to 80. `None` for origin form.
 fn url_authority(uri: &[u8]) -> Option<(&[u8], u16)> {
-    let pos = uri.windows(3).position(|w| w == b"://")?;
-    if uri[..pos].contains(&b'/') {
-        return None;
-    }
-    let after = &uri[pos + 3..];
+    let after = after_scheme(uri)?;
     let end = after
         .iter()
         .position(|&c| matches!(c, b'/' | b'?' | b'#'))

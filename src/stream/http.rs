@@ -1894,17 +1894,33 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         srv: Option<&crate::backend::ServerState>,
         status: u16,
     ) {
-        let ctx = self.ctx;
         let ev = crate::spoe::Event::HttpResponse;
         let fe = self.fe;
         let sets: [&Proxy; 2] = [fe, bp];
         let n = if std::ptr::eq(fe, bp) { 1 } else { 2 };
-        let mut st = std::mem::take(&mut self.spoe);
         for p in &sets[..n] {
             for e in p.spoe.iter().filter(|e| e.has_event(ev)) {
-                let view = self.rsp_view(txn, status, &bp.name, srv);
-                e.process(ctx, &mut st, Ok(ev), &view, &ctx.vars).await;
+                self.spoe_rsp_run(e, Ok(ev), bp, txn, srv, status).await;
             }
+        }
+    }
+
+    /// One SPOE exchange on the response (`status` as the rules see it now).
+    async fn spoe_rsp_run(
+        &mut self,
+        e: &crate::spoe::Engine,
+        what: Result<crate::spoe::Event, usize>,
+        bp: &Proxy,
+        txn: &Txn,
+        srv: Option<&crate::backend::ServerState>,
+        status: u16,
+    ) {
+        let ctx = self.ctx;
+        // Out of `self` while the view borrows it.
+        let mut st = std::mem::take(&mut self.spoe);
+        {
+            let view = self.rsp_view(txn, status, &bp.name, srv);
+            e.process(ctx, &mut st, what, &view, &ctx.vars).await;
         }
         self.spoe = st;
     }
@@ -3738,14 +3754,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         let mut from = (0, 0);
         while let Some((at, p, g)) = self.run_response_rules(bp, txn, srv, &mut out, from) {
             if let Some(e) = p.spoe.get(g.engine) {
-                let ctx = self.ctx;
-                let mut st = std::mem::take(&mut self.spoe);
-                {
-                    let view = self.rsp_view(txn, out.status, &bp.name, srv);
-                    e.process(ctx, &mut st, Err(g.group), &view, &ctx.vars)
-                        .await;
-                }
-                self.spoe = st;
+                self.spoe_rsp_run(e, Err(g.group), bp, txn, srv, out.status)
+                    .await;
             }
             from = at;
         }

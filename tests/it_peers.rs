@@ -280,3 +280,152 @@ backend be\n    balance roundrobin\n    stick-table type ip size 100 expire 60s 
         assert_eq!(http_get(http[1], "/").server(), first);
     }
 }
+
+/// The test acting as peer `b` towards a sluice that is peer `a`: it says hello, reads the
+/// binary messages, and acknowledges only when told to.
+struct FakePeer {
+    s: std::net::TcpStream,
+    buf: Vec<u8>,
+    /// The table the next update is for (sluice's id, from its definition or switch).
+    table: u64,
+}
+
+impl FakePeer {
+    fn connect(port: u16) -> FakePeer {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(lo(port)).expect("connect to the peer port");
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.write_all(b"HAProxyS 2.1\na\nb 4242 1\n").unwrap();
+        let mut status = [0u8; 4];
+        s.read_exact(&mut status).expect("hello status");
+        assert_eq!(&status, b"200\n");
+        FakePeer {
+            s,
+            buf: Vec::new(),
+            table: 0,
+        }
+    }
+
+    /// HAProxy's variable-length integer at the start of `b`, and its length.
+    fn varint(b: &[u8]) -> Option<(u64, usize)> {
+        let mut v = *b.first()? as u64;
+        let mut n = 1;
+        if v >= 240 {
+            let mut shift = 4;
+            loop {
+                let c = *b.get(n)?;
+                n += 1;
+                v += (c as u64) << shift;
+                shift += 7;
+                if c < 128 {
+                    break;
+                }
+            }
+        }
+        Some((v, n))
+    }
+
+    /// The next message (class, kind, body); `None` when sluice closed the session.
+    fn next(&mut self) -> Option<(u8, u8, Vec<u8>)> {
+        use std::io::Read;
+        loop {
+            if self.buf.len() >= 2 {
+                let (class, kind) = (self.buf[0], self.buf[1]);
+                if kind & 0x80 == 0 {
+                    self.buf.drain(..2);
+                    return Some((class, kind, Vec::new()));
+                }
+                if let Some((len, n)) = Self::varint(&self.buf[2..]) {
+                    let start = 2 + n;
+                    if self.buf.len() >= start + len as usize {
+                        let body = self.buf[start..start + len as usize].to_vec();
+                        self.buf.drain(..start + len as usize);
+                        return Some((class, kind, body));
+                    }
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            match self.s.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) => panic!("reading the peer session: {e}"),
+            }
+        }
+    }
+
+    /// Reads updates until one carries `key`: every key seen before it, and the (table,
+    /// update id) to acknowledge it with.
+    fn update_of(&mut self, key: &str) -> (Vec<String>, (u64, u32)) {
+        let mut seen = Vec::new();
+        loop {
+            let (class, kind, body) = self
+                .next()
+                .unwrap_or_else(|| panic!("session closed before an update of {key}"));
+            match (class, kind) {
+                // A definition or a switch: the table id first.
+                (10, 0x82) | (10, 0x83) => self.table = Self::varint(&body).unwrap().0,
+                (10, 0x80) | (10, 0x85) => {
+                    let id = u32::from_be_bytes(body[..4].try_into().unwrap());
+                    let text = String::from_utf8_lossy(&body[4..]).to_string();
+                    if text.contains(key) {
+                        return (seen, (self.table, id));
+                    }
+                    seen.push(text);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn ack(&mut self, (table, id): (u64, u32)) {
+        use std::io::Write;
+        assert!(table < 240, "one-byte table id");
+        let mut m = vec![10, 0x84, 5, table as u8];
+        m.extend_from_slice(&id.to_be_bytes());
+        self.s.write_all(&m).unwrap();
+    }
+
+    /// Closes its side and reads until sluice has ended the session (so that sluice has
+    /// read everything sent before).
+    fn close(mut self) {
+        self.s.shutdown(std::net::Shutdown::Write).unwrap();
+        while self.next().is_some() {}
+    }
+}
+
+#[test]
+fn an_update_the_peer_did_not_acknowledge_goes_again() {
+    // Peer b is this test. An update sent on a session that ends (or that a newer session
+    // replaces) before b acknowledged it is sent again: on the newer session, or on the next.
+    let p = Pair::new();
+    let _a = p.start(0);
+    // Changes by the CLI: an HTTP request would touch its entry again when its stream ends,
+    // whenever that is.
+    let set = |key: &str| {
+        stats_cli(
+            &p.sock(0),
+            &format!("set table mesh/t key {key} data.gpc0 7"),
+        )
+    };
+    let mut first = FakePeer::connect(p.peer[0]);
+    set("alice");
+    first.update_of("alice");
+    // Both sides connecting at once: the newer session replaces the older one.
+    let mut second = FakePeer::connect(p.peer[0]);
+    second.update_of("alice");
+    first.close();
+    second.close();
+    // No session: alice waits for the next one; acknowledged there, it is not sent again.
+    let mut third = FakePeer::connect(p.peer[0]);
+    let (_, acked) = third.update_of("alice");
+    third.ack(acked);
+    third.close();
+    let mut fourth = FakePeer::connect(p.peer[0]);
+    set("carol");
+    let (before, _) = fourth.update_of("carol");
+    assert!(
+        !before.iter().any(|k| k.contains("alice")),
+        "sent again after its acknowledgement: {before:?}"
+    );
+    fourth.close();
+}

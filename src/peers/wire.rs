@@ -11,7 +11,7 @@
 //! entry a peer taught us (HAProxy does the same; every peer talks to every other).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -297,7 +297,7 @@ struct Node {
     sessions: RefCell<HashMap<usize, Rc<Session>>>,
     /// Per peer and table, the keys changed here while that peer had no session: sent when
     /// it has one again (HAProxy resumes after the last update the peer acknowledged).
-    backlog: RefCell<Vec<Vec<std::collections::HashSet<Key>>>>,
+    backlog: RefCell<Vec<Vec<HashSet<Key>>>>,
     serial: Cell<u64>,
     w: Rc<Worker>,
 }
@@ -338,6 +338,11 @@ struct Session {
     closing: Cell<bool>,
     /// A resync was answered on this session.
     taught: Cell<bool>,
+    /// Per table, the updates sent on this session that the peer has not acknowledged yet
+    /// (id, key), oldest first: when the session ends, their keys go to the next session or
+    /// to the peer's backlog, so that a change sent on a session that died (or that a newer
+    /// one replaced) before the peer read it still reaches the peer.
+    unacked: RefCell<Vec<VecDeque<(u32, Key)>>>,
 }
 
 /// Sends protocol error `kind` and ends the session once it is out (the reader waits for
@@ -360,6 +365,39 @@ impl Session {
             current: Cell::new(None),
             closing: Cell::new(false),
             taught: Cell::new(false),
+            unacked: RefCell::new((0..tables).map(|_| VecDeque::new()).collect()),
+        }
+    }
+
+    /// Remembers that update `id` of table `t` carried `k`, until the peer acknowledges it.
+    fn track(&self, t: usize, id: u32, k: &Key) {
+        let mut unacked = self.unacked.borrow_mut();
+        let q = &mut unacked[t];
+        if q.len() >= BACKLOG_MAX {
+            q.pop_front();
+        }
+        q.push_back((id, k.clone()));
+    }
+
+    /// The peer acknowledged the updates of table `t` up to `id` (ids grow on a session,
+    /// modulo 2^32).
+    fn acked(&self, t: usize, id: u32) {
+        if let Some(q) = self.unacked.borrow_mut().get_mut(t) {
+            while q
+                .front()
+                .is_some_and(|&(u, _)| id.wrapping_sub(u) as i32 >= 0)
+            {
+                q.pop_front();
+            }
+        }
+    }
+
+    /// Sends the current value of `k` in table `t` (if it is still there) as a new update.
+    fn send_key(&self, node: &Node, t: usize, k: &Key) {
+        let id = node.next_update_id(t);
+        if let Some(body) = node.tables[t].update(id, k, false) {
+            self.push_update(node, t, UPDATE, &body);
+            self.track(t, id, k);
         }
     }
 
@@ -549,6 +587,7 @@ async fn flush_loop(node: Rc<Node>, t: usize) {
             let sessions = node.sessions.borrow();
             for s in sessions.values() {
                 s.push_update(&node, t, UPDATE, &body);
+                s.track(t, id, &k);
             }
             let mut backlog = node.backlog.borrow_mut();
             for (p, peer) in node.sec.peers.iter().enumerate() {
@@ -733,10 +772,7 @@ async fn run_session(node: Rc<Node>, peer: usize, s: TcpStream, early: Vec<u8>) 
         .collect();
     for (t, keys) in missed.into_iter().enumerate() {
         for k in keys {
-            let id = node.next_update_id(t);
-            if let Some(body) = node.tables[t].update(id, &k, false) {
-                sess.push_update(&node, t, UPDATE, &body);
-            }
+            sess.send_key(&node, t, &k);
         }
     }
     let (rd, wr) = s.into_split();
@@ -745,10 +781,32 @@ async fn run_session(node: Rc<Node>, peer: usize, s: TcpStream, early: Vec<u8>) 
         _ = reader(&node, &sess, rd, st, early) => {}
     }
     sess.close();
-    let mut map = node.sessions.borrow_mut();
-    if map.get(&peer).is_some_and(|s| s.serial == serial) {
-        map.remove(&peer);
-        st.active.store(false, Relaxed);
+    let successor = {
+        let mut map = node.sessions.borrow_mut();
+        if map.get(&peer).is_some_and(|s| s.serial == serial) {
+            map.remove(&peer);
+            st.active.store(false, Relaxed);
+        }
+        map.get(&peer).cloned()
+    };
+    // What the peer did not acknowledge goes again: on the session that replaced this one,
+    // or with the next one.
+    let unacked = std::mem::take(&mut *sess.unacked.borrow_mut());
+    let mut backlog = node.backlog.borrow_mut();
+    for (t, q) in unacked.into_iter().enumerate() {
+        let keys: HashSet<Key> = q.into_iter().map(|(_, k)| k).collect();
+        match &successor {
+            Some(next) => keys.iter().for_each(|k| next.send_key(&node, t, k)),
+            None => {
+                let b = &mut backlog[peer][t];
+                for k in keys {
+                    if b.len() >= BACKLOG_MAX {
+                        break;
+                    }
+                    b.insert(k);
+                }
+            }
+        }
     }
 }
 
@@ -855,7 +913,10 @@ async fn reader(
                 },
                 // The peer reports an error, and closes.
                 ERROR => return,
-                TABLE if table_message(node, &mut remotes, &mut current, kind, &body).is_none() => {
+                TABLE
+                    if table_message(node, sess, &mut remotes, &mut current, kind, &body)
+                        .is_none() =>
+                {
                     return fail(sess, st, 0).await;
                 }
                 RESERVED => {
@@ -886,6 +947,7 @@ fn teach(node: &Node, sess: &Session) {
             let id = node.next_update_id(t);
             if let Some(body) = wt.update(id, e.key(), timed) {
                 sess.push_update(node, t, if timed { UPDATE_TIMED } else { UPDATE }, &body);
+                sess.track(t, id, e.key());
             }
         }
         if !sess.defined.borrow()[t] {
@@ -906,6 +968,7 @@ fn teach(node: &Node, sess: &Session) {
 /// A stick-table class message; `None` when it is malformed.
 fn table_message(
     node: &Node,
+    sess: &Session,
     remotes: &mut HashMap<u64, Remote>,
     current: &mut Option<u64>,
     kind: u8,
@@ -975,7 +1038,14 @@ fn table_message(
             let id = get_varint(&mut b)?;
             *current = remotes.contains_key(&id).then_some(id);
         }
-        ACK => {}
+        // Our table id (definitions number them from 1), and the last update it got.
+        ACK => {
+            let t = get_varint(&mut b)?;
+            let id = get_u32(&mut b)?;
+            if let Some(t) = (t as usize).checked_sub(1) {
+                sess.acked(t, id);
+            }
+        }
         UPDATE | UPDATE_INCR | UPDATE_TIMED | UPDATE_INCR_TIMED => {
             let Some(r) = current.and_then(|c| remotes.get_mut(&c)) else {
                 return Some(());

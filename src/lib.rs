@@ -35,6 +35,7 @@ pub mod http;
 pub mod lb;
 pub mod listener;
 pub mod log;
+pub mod lua;
 pub mod map;
 pub mod master;
 pub mod peers;

@@ -357,6 +357,11 @@ pub(crate) enum SmpType {
 
 #[derive(Debug, Clone)]
 enum Fetch {
+    /// `lua.NAME(ARGS)`: a Lua function registered with `core.register_fetches`.
+    Lua {
+        name: Box<str>,
+        args: Box<[String]>,
+    },
     /// `var(NAME[,DEFAULT])`: a variable, or the default as a string.
     Var {
         name: crate::vars::VarName,
@@ -763,6 +768,7 @@ impl Fetch {
             Fetch::AlwaysTrue
                 | Fetch::AlwaysFalse
                 | Fetch::Const(_)
+                | Fetch::Lua { .. }
                 | Fetch::Var { .. }
                 | Fetch::Uuid
                 | Fetch::State(_)
@@ -827,7 +833,7 @@ impl Fetch {
             Fetch::Capture { .. } => SmpType::Str,
             Fetch::Ver | Fetch::Hdrs | Fetch::HdrsBin | Fetch::PathQ | Fetch::Body => SmpType::Str,
             // A variable's type is known only when it is read: taken as text for matching.
-            Fetch::Var { .. } | Fetch::Uuid => SmpType::Str,
+            Fetch::Var { .. } | Fetch::Uuid | Fetch::Lua { .. } => SmpType::Str,
             Fetch::Const(v) => match v {
                 converter::Val::Str(_) => SmpType::Str,
                 converter::Val::Int(_) => SmpType::Int,
@@ -942,6 +948,10 @@ impl Fetch {
     fn for_each(&self, view: &dyn HttpView, f: &mut dyn FnMut(Sample<'_>) -> bool) -> bool {
         match self {
             Fetch::Const(v) => f(v.as_sample()),
+            Fetch::Lua { name, args } => match crate::lua::run_fetch(name, args, view) {
+                Some(v) => f(v.as_sample()),
+                None => false,
+            },
             Fetch::Uuid => {
                 let mut b = [0u8; 16];
                 if aws_lc_rs::rand::fill(&mut b).is_err() {
@@ -1858,6 +1868,25 @@ fn split_criterion<'a>(word: &'a str, what: &str) -> Result<(&'a str, Option<&'a
 /// Returns the fetch and the name of its default matching method.
 fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> {
     let (name, args) = split_criterion(word, what)?;
+    if let Some(lua) = name.strip_prefix("lua.") {
+        if !crate::lua::has_fetch(lua) {
+            return Err(format!(
+                "unknown {what} '{name}' (no Lua script registers a fetch '{lua}' with \
+                 core.register_fetches)"
+            ));
+        }
+        let args = args
+            .filter(|a| !a.is_empty())
+            .map(|a| a.split(',').map(|s| s.trim().to_string()).collect())
+            .unwrap_or_default();
+        return Ok((
+            Fetch::Lua {
+                name: lua.into(),
+                args,
+            },
+            "str",
+        ));
+    }
     let no_args = |f: Fetch| -> Result<Fetch, String> {
         if args.is_some_and(|a| !a.is_empty()) {
             Err(format!("{what} '{name}' takes no argument"))

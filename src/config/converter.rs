@@ -72,6 +72,11 @@ pub(crate) enum Json {
 /// One converter with its checked arguments.
 #[derive(Debug, Clone)]
 pub(crate) enum Conv {
+    /// `lua.NAME(ARGS)`: a Lua function registered with `core.register_converters`.
+    Lua {
+        name: Box<str>,
+        args: Box<[String]>,
+    },
     Lower,
     Upper,
     Length,
@@ -399,6 +404,20 @@ impl Conv {
         let avalanche = || -> Result<bool, String> { Ok(opt_int(0, 0)? == 1) };
         use SmpType as T;
         let (conv, in_t, out) = match name {
+            n if n.starts_with("lua.") => {
+                let lua = &n[4..];
+                if !crate::lua::has_converter(lua) {
+                    return Err(format!(
+                        "unknown converter '{n}' (no Lua script registers a converter '{lua}' \
+                         with core.register_converters)"
+                    ));
+                }
+                let conv = Conv::Lua {
+                    name: lua.into(),
+                    args: a.to_vec().into(),
+                };
+                (conv, In::Str, T::Str)
+            }
             "lower" | "upper" | "cut_crlf" | "base64" | "b64dec" | "ub64enc" | "ub64dec"
             | "hex" | "hex2i" | "host_only" | "port_only" | "length" | "sha1" | "neg" | "cpl"
             | "not" | "bool" | "odd" | "even" => {
@@ -977,6 +996,7 @@ fn var_of(vars: Option<&Vars>, name: &VarName) -> Option<Val> {
 impl Conv {
     fn apply(&self, v: Val, vars: Option<&Vars>) -> Option<Val> {
         Some(match self {
+            Conv::Lua { name, args } => crate::lua::run_converter(name, args, &v)?,
             Conv::Lower => {
                 let mut b = v.into_str();
                 b.make_ascii_lowercase();

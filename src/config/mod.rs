@@ -1367,6 +1367,8 @@ pub enum TcpAction {
     Stick(StickAction),
     /// `set-var`, `set-var-fmt`, `unset-var`; evaluation goes on.
     SetVar(VarAction),
+    /// `lua.NAME [ARGS]`: a Lua function registered with `core.register_action`.
+    Lua(crate::lua::LuaAction),
 }
 
 /// The stick-table actions of `tcp-request` and `http-request` rules.
@@ -1464,6 +1466,8 @@ pub enum HttpResponseAction {
     /// `redirect location TARGET [code N]`: the server's response is dropped and the client
     /// is redirected (only `location` redirects, as in HAProxy).
     Redirect(Redirect),
+    /// `lua.NAME [ARGS]`: a Lua function registered with `core.register_action`.
+    Lua(crate::lua::LuaAction),
 }
 
 /// A capture slot of a frontend: a header (`capture request|response header NAME`) or a
@@ -1744,6 +1748,9 @@ pub enum HttpRequestAction {
     /// `send-spoe-group ENGINE GROUP`: the group's messages go to an agent of the proxy's SPOE
     /// engine, and the rules wait for its answer. Evaluation goes on.
     SendSpoeGroup(crate::spoe::GroupRef),
+    /// `lua.NAME [ARGS]`: a Lua function registered with `core.register_action`; evaluation
+    /// goes on unless it ends the transaction.
+    Lua(crate::lua::LuaAction),
 }
 
 /// Which part of the request target a rewrite sets.
@@ -1780,11 +1787,13 @@ impl PartialEq for Re {
 
 impl Eq for Re {}
 
-/// Built-in services of `http-request use-service`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Services of `http-request use-service`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Service {
     /// `prometheus-exporter`: the metrics in Prometheus' text format.
     PrometheusExporter,
+    /// `lua.NAME`: an HTTP service registered with `core.register_service`.
+    Lua(Box<str>),
 }
 
 impl Service {

@@ -53,6 +53,7 @@ pub fn load(
     crate::cache::reset();
     let _ = crate::config::acl::take_named();
     crate::map::reset();
+    crate::lua::reset();
     crate::errorfile::reset();
     // `setenv` and its kin in one file are seen by the files after it. All files are read
     // first: `env()` fetches see the environment as every such line left it, as HAProxy's
@@ -906,11 +907,13 @@ impl State {
         }
         let peers = self.finish_peers(&proxies, &mut errors);
         if errors.is_empty() {
+            let pat_refs = crate::map::take_refs();
+            crate::lua::set_pat_refs(&pat_refs);
             return Ok(Config {
                 global: self.global,
                 proxies,
                 resolvers: self.resolvers,
-                pat_refs: crate::map::take_refs(),
+                pat_refs,
                 caches: crate::cache::take_declared(),
                 peers,
                 peers_tables: self.peers_tables,

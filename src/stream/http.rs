@@ -302,13 +302,27 @@ impl HttpView for ReqView<'_> {
 
 /// A response as `http-response` rules see it (request-only fetches see the request).
 /// How `http-response` rules ended the response, when one answers instead of the server.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum RspEnd<'r> {
     Return(&'r crate::config::Reply),
+    /// A Lua action's `txn:done(reply)`.
+    Owned(Box<crate::config::Reply>),
+    /// A Lua action's `txn:done()`: the client connection is closed without an answer.
+    Close,
     Redirect(&'r Redirect),
     Deny(&'r crate::config::Deny),
     Drop,
 }
+
+/// `return act.DENY` from a Lua action on a response (HAProxy's 502), and a failed one (500).
+static LUA_DENY: crate::config::Deny = crate::config::Deny {
+    status: 502,
+    reply: None,
+};
+static LUA_ERROR: crate::config::Deny = crate::config::Deny {
+    status: 500,
+    reply: None,
+};
 
 /// What the `http-response` rules decided.
 struct RspRules<'r> {
@@ -629,6 +643,8 @@ struct Txn {
     /// The frontend's capture slots (`%hr`, `%hs`): empty (no allocation) without captures.
     cap_req: Vec<Option<Box<[u8]>>>,
     cap_rsp: Vec<Option<Box<[u8]>>>,
+    /// How a Lua action of the request rules ended the transaction.
+    lua_end: Option<crate::lua::End>,
 }
 
 /// Whether a status line carries status `code`.
@@ -711,6 +727,7 @@ impl Txn {
             from_cache: false,
             cap_req: Vec::new(),
             cap_rsp: Vec::new(),
+            lua_end: None,
         }
     }
 }
@@ -1738,6 +1755,17 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                         a.run(&view);
                         continue;
                     }
+                    // Edits of an HTTP message mean nothing here; an end rejects.
+                    TcpAction::Lua(a) => {
+                        let eff = crate::lua::run_action(a, &view, false);
+                        if eff.end.is_some() {
+                            return super::Verdict::Reject;
+                        }
+                        if eff.stop {
+                            return super::Verdict::Go;
+                        }
+                        continue;
+                    }
                 }
             };
             self.track(done);
@@ -1827,6 +1855,32 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     }
                     _ => self.hdrs.apply(&self.cbuf, a),
                 },
+                HttpRequestAction::Lua(la) => {
+                    let eff = crate::lua::run_action(la, &self.proxy_view(p, head, src), false);
+                    for e in eff.edits {
+                        match e {
+                            crate::lua::Edit::Header { res: false, action } => {
+                                self.hdrs.apply(&self.cbuf, &action)
+                            }
+                            crate::lua::Edit::Target(part, v) => {
+                                let cur = self.hdrs.target(&self.cbuf, head);
+                                if let Some(new) =
+                                    crate::http::rewrite_target(cur, part, None, v.as_bytes())
+                                {
+                                    self.hdrs.uri = Some(new.into_boxed_slice());
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    if eff.end.is_some() {
+                        txn.lua_end = eff.end;
+                        return Some((i, &rule.action));
+                    }
+                    if eff.stop {
+                        return None;
+                    }
+                }
                 HttpRequestAction::Rewrite(rw) => {
                     let value = match &rw.value {
                         LfValue::Lit(t) => std::borrow::Cow::Borrowed(t.as_str()),
@@ -2375,6 +2429,91 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 txn.flags.intercepted = true;
                 let bytes = reply.render(head.is_head, false);
                 self.local_response(head, txn, &bytes, status, true).await
+            }
+            HttpRequestAction::Lua(_) => {
+                txn.term = *b"PR";
+                match txn.lua_end.take() {
+                    Some(crate::lua::End::Reply(r)) => {
+                        txn.flags.intercepted = true;
+                        let bytes = r.render(head.is_head, false);
+                        let next = self.local_response(head, txn, &bytes, r.status, true).await;
+                        txn.term = *b"--";
+                        next
+                    }
+                    // The proxy's error pages, as for `deny`: the connection stays open after
+                    // a 403 unless the page says close; a 500 or 503 closes it.
+                    Some(
+                        end @ (crate::lua::End::Deny
+                        | crate::lua::End::Error
+                        | crate::lua::End::Abort),
+                    ) => {
+                        let status = match end {
+                            crate::lua::End::Deny => {
+                                txn.flags.denied = true;
+                                403
+                            }
+                            crate::lua::End::Error => 500,
+                            _ => 503,
+                        };
+                        if status != 403 {
+                            txn.term = *b"PI";
+                        }
+                        let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
+                        let (resp, keep) = match crate::errorfile::response(self.fe, be, status) {
+                            std::borrow::Cow::Borrowed(f) => {
+                                (f.to_vec(), status == 403 && !crate::http::says_close(f))
+                            }
+                            std::borrow::Cow::Owned(_) if status == 403 => {
+                                (crate::errorfile::builtin_open(403), true)
+                            }
+                            std::borrow::Cow::Owned(f) => (f, false),
+                        };
+                        self.local_response(head, txn, &resp, status, keep).await
+                    }
+                    // `txn:done()` without a reply, `act.ABORT`: closed without an answer.
+                    Some(crate::lua::End::Close) | None => {
+                        txn.flags.denied = true;
+                        None
+                    }
+                }
+            }
+            HttpRequestAction::UseService(Service::Lua(name)) => {
+                txn.flags.intercepted = true;
+                // The service reads the body (`applet:receive()`): it is received first.
+                if !self.buffer_body(head).await {
+                    return self.error_response(head, txn, 408, *b"cR").await;
+                }
+                let uri = head.uri.of(&self.cbuf).to_vec();
+                let method = head.method.of(&self.cbuf).to_vec();
+                let src = self.ctx.peer.map(|a| a.ip());
+                let answer = {
+                    let view = self.proxy_view(p, head, src);
+                    let body = view.body().map(|(b, _)| b.to_vec()).unwrap_or_default();
+                    let req = crate::lua::ServiceRequest {
+                        method: &method,
+                        uri: &uri,
+                        version: if head.version_minor == 0 {
+                            "HTTP/1.0"
+                        } else {
+                            "HTTP/1.1"
+                        },
+                        body: &body,
+                    };
+                    crate::lua::run_service(name, &req, &view)
+                };
+                match answer {
+                    Some(a) => {
+                        let reply = crate::lua::answer_reply(a);
+                        let bytes = reply.render(head.is_head, false);
+                        self.local_response(head, txn, &bytes, reply.status, true)
+                            .await
+                    }
+                    None => {
+                        txn.term = *b"PI";
+                        let resp = crate::errorfile::builtin_open(500);
+                        self.local_response(head, txn, &resp, 500, false).await
+                    }
+                }
             }
             HttpRequestAction::UseService(Service::PrometheusExporter) => {
                 // Answered here like the stats page: rendering reads relaxed atomics only.
@@ -2962,14 +3101,16 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         } = self
             .response_rules(bp, txn, Some(slot.server_state()), resp.status)
             .await;
-        if let Some(RspEnd::Drop) = end {
+        if let Some(RspEnd::Drop | RspEnd::Close) = end {
             // `http-response silent-drop`: the response goes nowhere (its connection is
             // dropped on return), and the client is not told; counted and logged as HAProxy
-            // does: a denied request, `PR`.
+            // does: a denied request, `PR`. A Lua `txn:done()` closes the connection.
             txn.flags.denied = true;
             txn.flags.from_server = false;
             txn.term = *b"PR";
-            self.silent_drop();
+            if matches!(end, Some(RspEnd::Drop)) {
+                self.silent_drop();
+            }
             return None;
         }
         let checkcache_deny = crate::config::Deny {
@@ -3009,9 +3150,10 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             };
             let (answer, status) = match end {
                 RspEnd::Return(r) => (fill_reply(r, head.is_head, true, &mut eval), r.status),
+                RspEnd::Owned(r) => (fill_reply(&r, head.is_head, true, &mut eval), r.status),
                 RspEnd::Redirect(rd) => (response_redirect(rd, &mut eval), rd.code),
                 RspEnd::Deny(d) => (self.deny_answer(d, head, txn, &mut eval), d.status),
-                RspEnd::Drop => unreachable!("handled above"),
+                RspEnd::Drop | RspEnd::Close => unreachable!("handled above"),
             };
             txn.status = status.into();
             let answer = self.after_blob(txn, &answer).into_owned();
@@ -3643,12 +3785,15 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             };
             let (answer, status) = match end {
                 RspEnd::Return(r) => (fill_reply(r, head.is_head, true, &mut eval), r.status),
+                RspEnd::Owned(r) => (fill_reply(&r, head.is_head, true, &mut eval), r.status),
                 RspEnd::Redirect(rd) => (response_redirect(rd, &mut eval), rd.code),
                 RspEnd::Deny(d) => (self.deny_answer(d, head, txn, &mut eval), d.status),
-                RspEnd::Drop => {
+                RspEnd::Drop | RspEnd::Close => {
                     txn.flags.denied = true;
                     txn.term = *b"PR";
-                    self.silent_drop();
+                    if matches!(end, RspEnd::Drop) {
+                        self.silent_drop();
+                    }
                     return None;
                 }
             };
@@ -3834,6 +3979,41 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                         continue;
                     }
                     HttpResponseAction::SendSpoeGroup(g) => return Some(((si, ri + 1), p, g)),
+                    HttpResponseAction::Lua(la) => {
+                        let eff = crate::lua::run_action(la, &view, true);
+                        for e in eff.edits {
+                            match e {
+                                crate::lua::Edit::Header { res: true, action } => {
+                                    self.hdrs.apply(&self.sbuf, &action)
+                                }
+                                crate::lua::Edit::Status(code, _) => {
+                                    out.status = code;
+                                    out.reason = None;
+                                }
+                                _ => {}
+                            }
+                        }
+                        match eff.end {
+                            Some(crate::lua::End::Reply(r)) => {
+                                out.end = Some(RspEnd::Owned(Box::new(r)));
+                                break 'rules;
+                            }
+                            Some(crate::lua::End::Deny) => {
+                                out.end = Some(RspEnd::Deny(&LUA_DENY));
+                                break 'rules;
+                            }
+                            Some(crate::lua::End::Error) => {
+                                out.end = Some(RspEnd::Deny(&LUA_ERROR));
+                                break 'rules;
+                            }
+                            Some(crate::lua::End::Close | crate::lua::End::Abort) => {
+                                out.end = Some(RspEnd::Close);
+                                break 'rules;
+                            }
+                            None if eff.stop => continue 'rules,
+                            None => continue,
+                        }
+                    }
                     HttpResponseAction::CacheStore(u) => {
                         if out.fill.is_none() && cache_name.is_none() {
                             out.fill = self.cache_store(u, txn, out.status, out.reason);

@@ -1519,6 +1519,17 @@ pub(crate) fn tcp_rules(
                     a.run(&view);
                     continue;
                 }
+                // Edits of an HTTP message mean nothing here; an end rejects.
+                TcpAction::Lua(a) => {
+                    let eff = crate::lua::run_action(a, &view, false);
+                    if eff.end.is_some() {
+                        return Verdict::Reject;
+                    }
+                    if eff.stop {
+                        return Verdict::Go;
+                    }
+                    continue;
+                }
             }
         };
         if let StickDone::Track(slot, t) = done {

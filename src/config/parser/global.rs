@@ -1,7 +1,7 @@
 //! The `global` section (repeatable; every occurrence adds to the same settings).
 
 use super::super::{CpuMap, Global};
-use super::values::{arg, no_extra, parse_range, parse_size, parse_time, parse_u32};
+use super::values::{arg, no_extra, parse_range, parse_size, parse_time, parse_u32, parse_u64};
 use super::{GlobalExtra, KwErr, did_you_mean, logs};
 use crate::config::tokenizer::Line;
 
@@ -103,9 +103,6 @@ const UNSUPPORTED: &[&str] = &[
     "thread-group",
     "default-path",
     "issuers-chain-path",
-    "lua-load",
-    "lua-load-per-thread",
-    "lua-prepend-path",
     "ssl-engine",
     "ssl-mode-async",
     "ssl-load-extra-files",
@@ -304,6 +301,54 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
                  DHE cipher suites (ECDHE ones need no parameters)"
                     .to_string(),
             );
+        }
+        // Lua (see the `lua` module): the script runs now, so that later lines may name what
+        // it registers.
+        "lua-load" | "lua-load-per-thread" => {
+            let file = arg(w, 1, "Lua file name")?;
+            crate::lua::load(file, &w[2..])?;
+        }
+        "lua-prepend-path" => {
+            let path = arg(w, 1, "path")?;
+            let cpath = match w.get(2).map(String::as_str) {
+                None | Some("path") => false,
+                Some("cpath") => true,
+                Some(o) => {
+                    return Err(
+                        format!("expects 'path' or 'cpath' after the path, got '{o}'").into(),
+                    );
+                }
+            };
+            no_extra(w, 3)?;
+            crate::lua::prepend_path(path, cpath);
+        }
+        "tune.lua.maxmem" => {
+            // Megabytes, as HAProxy's.
+            let mb = parse_u64(arg(w, 1, "number of megabytes")?)?;
+            no_extra(w, 2)?;
+            crate::lua::set_tune(|t| t.maxmem = (mb as usize).saturating_mul(1 << 20));
+        }
+        "tune.lua.session-timeout" | "tune.lua.service-timeout" => {
+            let t = parse_time(arg(w, 1, "timeout")?)?;
+            no_extra(w, 2)?;
+            let service = w[0] == "tune.lua.service-timeout";
+            crate::lua::set_tune(|l| {
+                if service {
+                    l.service_timeout = t
+                } else {
+                    l.session_timeout = t
+                }
+            });
+        }
+        // No Lua task runs (`core.register_task` is refused), and functions run without
+        // yielding: nothing for these to tune.
+        "tune.lua.task-timeout" => {
+            parse_time(arg(w, 1, "timeout")?)?;
+            no_extra(w, 2)?;
+        }
+        "tune.lua.forced-yield" => {
+            parse_range(arg(w, 1, "number")?, 1, u32::MAX as u64)?;
+            no_extra(w, 2)?;
         }
         "tune.bufsize" => {
             let v = parse_size(arg(w, 1, "size")?)?;

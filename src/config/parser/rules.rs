@@ -780,7 +780,16 @@ fn use_service(args: &[String]) -> Result<HttpRequestAction, String> {
             names()
         ));
     };
-    let Some(&(_, svc)) = Service::ALL.iter().find(|(n, _)| n == name) else {
+    if let Some(lua) = name.strip_prefix("lua.") {
+        crate::lua::service(lua)?;
+        if let Some(extra) = args.get(1) {
+            return Err(format!(
+                "'use-service {name}': unexpected argument '{extra}' (expected 'if' or 'unless')"
+            ));
+        }
+        return Ok(HttpRequestAction::UseService(Service::Lua(lua.into())));
+    }
+    let Some((_, svc)) = Service::ALL.iter().find(|(n, _)| n == name).cloned() else {
         return Err(format!(
             "'use-service': unknown service '{name}' (sluice provides: {})",
             names()
@@ -878,6 +887,16 @@ pub(super) fn http_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         d.p.http_request.push(HttpRequestRule {
             origin: origin(l),
             action,
+            cond,
+        });
+        return Ok(());
+    }
+    if let Some(name) = action.strip_prefix("lua.") {
+        let a = crate::lua::action(name, args, crate::lua::Kind::HttpReq)?;
+        d.needs_http(l, "http-request");
+        d.p.http_request.push(HttpRequestRule {
+            origin: origin(l),
+            action: HttpRequestAction::Lua(a),
             cond,
         });
         return Ok(());
@@ -988,6 +1007,11 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "accept" => TcpAction::Accept,
         "reject" => TcpAction::Reject,
         "silent-drop" => TcpAction::SilentDrop,
+        a if a.starts_with("lua.") && kind == "content" => TcpAction::Lua(crate::lua::action(
+            &a[4..],
+            &w[3..end.max(3)],
+            crate::lua::Kind::TcpReq,
+        )?),
         a => match stick_action(d, a, &w[3..end.max(3)])? {
             Some(s) => TcpAction::Stick(s),
             None => match var_action(a, &w[3..end.max(3)], kind == "content")? {
@@ -1112,6 +1136,17 @@ fn http_response_rule(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         d.p.http_response.push(HttpResponseRule {
             origin: origin(l),
             action: HttpResponseAction::PatEdit(e),
+            cond,
+        });
+        return Ok(());
+    }
+    if let Some(name) = action.strip_prefix("lua.") {
+        let (end, cond) = split_cond(d, w)?;
+        let a = crate::lua::action(name, &w[2..end], crate::lua::Kind::HttpRes)?;
+        d.needs_http(l, &l.words[0]);
+        d.p.http_response.push(HttpResponseRule {
+            origin: origin(l),
+            action: HttpResponseAction::Lua(a),
             cond,
         });
         return Ok(());

@@ -46,7 +46,7 @@ fn tcp_socket(
     addr: SocketAddr,
     b: &Bind,
     backlog: i32,
-    (smart, ka, nolinger): (bool, bool, bool),
+    (smart, ka, nolinger): (bool, Option<crate::config::TcpKeepalive>, bool),
 ) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
@@ -80,8 +80,17 @@ fn tcp_socket(
 /// and `SO_LINGER`, so no
 /// connection needs a setsockopt of its own. Set both ways, since an inherited socket may
 /// carry the old process's setting.
-fn set_accept_options(s: &Socket, smart: bool, keepalive: bool, nolinger: bool) -> io::Result<()> {
-    s.set_keepalive(keepalive)?;
+fn set_accept_options(
+    s: &Socket,
+    smart: bool,
+    keepalive: Option<crate::config::TcpKeepalive>,
+    nolinger: bool,
+) -> io::Result<()> {
+    s.set_keepalive(keepalive.is_some())?;
+    // `clitcpka-idle|intvl|cnt`: inherited by accepted sockets as well.
+    if let Some(k) = keepalive {
+        k.apply(&socket2::SockRef::from(s))?;
+    }
     // `option nolinger`: accepted sockets close with a reset and leave no FIN_WAIT/TIME_WAIT.
     s.set_linger(nolinger.then_some(std::time::Duration::ZERO))?;
     s.set_tcp_quickack(!smart)
@@ -108,7 +117,7 @@ pub fn bind_all(
                     .or(p.backlog)
                     .unwrap_or_else(|| p.maxconn.unwrap_or(1024).min(65535)) as i32;
             let smart = p.options.smart_accept(p.mode, b.ssl.is_some());
-            let ka = p.options.cli_tcpka;
+            let ka = p.options.cli_tcpka.then_some(p.options.cli_tcpka_params);
             let nolinger = p.options.nolinger;
             let taken = crate::reload::bind_key(&b.addr)
                 .map(|k| inherited.take(&k))
@@ -467,4 +476,36 @@ pub fn rate_take(shared: &Shared, proxy: usize, ssl: bool) -> Result<(), std::ti
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn accepted_sockets_inherit_the_keepalive_timing() {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        s.bind(&addr.into()).unwrap();
+        s.listen(16).unwrap();
+        let k = crate::config::TcpKeepalive {
+            idle: Some(Duration::from_secs(37)),
+            intvl: Some(Duration::from_secs(7)),
+            cnt: Some(5),
+        };
+        set_accept_options(&s, false, Some(k), false).unwrap();
+        let to = s.local_addr().unwrap().as_socket().unwrap();
+        let _c = std::net::TcpStream::connect(to).unwrap();
+        let (a, _) = s.accept().unwrap();
+        assert!(a.keepalive().unwrap());
+        assert_eq!(a.tcp_keepalive_time().unwrap(), Duration::from_secs(37));
+        assert_eq!(a.tcp_keepalive_interval().unwrap(), Duration::from_secs(7));
+        assert_eq!(a.tcp_keepalive_retries().unwrap(), 5);
+        // Without `option clitcpka`, no keep-alive at all.
+        set_accept_options(&s, false, None, false).unwrap();
+        let _c2 = std::net::TcpStream::connect(to).unwrap();
+        let (b, _) = s.accept().unwrap();
+        assert!(!b.keepalive().unwrap());
+    }
 }

@@ -256,7 +256,7 @@ fn ssl_binds_log_version_cipher_and_sni() {
          log-format \"%ci %ft %sslv %sslc %[ssl_fc_sni] %[ssl_fc] %{{+Q}}[ssl_fc_protocol] %[ssl_fc_cipher] %Th %{{+Q}}r\"\n    \
          default_backend be\n{}\
          frontend tfe\n    mode tcp\n    bind 127.0.0.1:{tport} ssl crt {pem}\n    \
-         log-format \"tcp %cp %ft %sslv %sslc %[ssl_fc_sni]\"\n    default_backend tbe\n\
+         log-format \"tcp %cp %ft %sslv %sslc %[ssl_fc_sni] %[ssl_fc_has_sni]\"\n    default_backend tbe\n\
          backend tbe\n    mode tcp\n    server t1 {}\n",
         backend_section("be", "    mode http", &[&b]),
         tcp_srv.hostport()
@@ -326,7 +326,7 @@ fn ssl_binds_log_version_cipher_and_sni() {
     let line = s.wait_log_line(|l| l.starts_with(&format!("tcp {cport} ")), WAIT);
     assert_eq!(
         line,
-        format!("tcp {cport} tfe~ TLSv1.3 {cipher} logs.example"),
+        format!("tcp {cport} tfe~ TLSv1.3 {cipher} logs.example 1"),
         "{line}"
     );
 }

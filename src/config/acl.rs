@@ -429,6 +429,8 @@ enum Fetch {
     SslFcAlpn,
     /// `ssl_c_used`: the client presented a certificate.
     SslCUsed,
+    /// `ssl_fc_has_sni`: the client's hello named a server.
+    SslFcHasSni,
     /// `ssl_c_verify`: 0 when the client certificate verified (always, since a failed one
     /// aborts the handshake).
     SslCVerify,
@@ -785,6 +787,7 @@ impl Fetch {
                 | Fetch::SslFcCipher
                 | Fetch::SslFcAlpn
                 | Fetch::SslCUsed
+                | Fetch::SslFcHasSni
                 | Fetch::SslCVerify
                 | Fetch::SslCSDn
                 | Fetch::SslCIDn
@@ -856,6 +859,7 @@ impl Fetch {
             | Fetch::ProtoHttp
             | Fetch::SslFc
             | Fetch::SslCUsed
+            | Fetch::SslFcHasSni
             | Fetch::HttpAuth(_) => SmpType::Bool,
             Fetch::HttpAuthGroup(_) => SmpType::Str,
             Fetch::Path
@@ -1236,6 +1240,7 @@ impl Fetch {
             },
             Fetch::SslFc => f(Sample::Bool(view.tls().is_some())),
             Fetch::SslCUsed => f(Sample::Bool(view.tls().is_some_and(|t| t.client_cert))),
+            Fetch::SslFcHasSni => f(Sample::Bool(view.tls().is_some_and(|t| t.sni.is_some()))),
             Fetch::SslCVerify => match view.tls() {
                 Some(_) => f(Sample::Int(0)),
                 None => false,
@@ -1723,6 +1728,7 @@ const CRITERIA: &[&str] = &[
     "ssl_fc_alpn",
     "ssl_c_used",
     "ssl_fc_has_crt",
+    "ssl_fc_has_sni",
     "ssl_c_verify",
     "ssl_c_s_dn",
     "ssl_c_i_dn",
@@ -2099,6 +2105,7 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         // `ssl_fc_has_crt`: the client sent a certificate on this connection; a resumed
         // session counts its first handshake's (as `ssl_c_used` does).
         "ssl_c_used" | "ssl_fc_has_crt" => no_args(Fetch::SslCUsed)?,
+        "ssl_fc_has_sni" => no_args(Fetch::SslFcHasSni)?,
         "ssl_c_verify" => no_args(Fetch::SslCVerify)?,
         "ssl_c_s_dn" | "ssl_c_i_dn" if args.is_some_and(|a| !a.trim().is_empty()) => {
             let a = args.unwrap_or("");
@@ -2513,9 +2520,10 @@ pub(crate) fn parse_expr(words: &[String]) -> Result<Expr, String> {
             f.path
         ));
     }
-    if needs_values && values.is_empty() && !explicit_end {
-        return Err(format!(
-            "no pattern to match against was provided for '{crit}', so this ACL would never \
+    // HAProxy warns and goes on (an unset `${VAR}` leaves no pattern, for example).
+    if needs_values && values.is_empty() && files.is_empty() && !explicit_end {
+        crate::config::parser::warn(format!(
+            "no pattern to match against was provided for '{crit}', so this ACL will never \
              match; use '-m found' to test for existence, or '--' if this is intended"
         ));
     }
@@ -3210,7 +3218,9 @@ mod tests {
         assert!(expr_err("path_reg (").starts_with("invalid regex '('"));
         assert!(expr_err("src 1.2.3.4/33").contains("not a valid IPv4 or IPv6"));
         assert!(expr_err("src 10.0.0.0/255.0.255.0").contains("non-contiguous"));
-        assert!(expr_err("path_beg").contains("no pattern to match against"));
+        // No pattern: a warning (as HAProxy's), and an ACL that never matches.
+        let r = req("GET", "/api");
+        assert!(!check(&["a path_beg"], "if a", &r));
         assert!(expr_err("hdr_cnt(host) gt").contains("missing value after operator"));
         assert!(expr_err("hdr_cnt(host) abc").contains("not a valid integer"));
         assert!(expr_err("path -m found /x").contains("takes no pattern"));

@@ -513,6 +513,11 @@ pub struct ProxyOptions {
     pub cli_tcpka: bool,
     /// `option srvtcpka` (or `tcpka`): TCP keep-alive probes on server connections.
     pub srv_tcpka: bool,
+    /// `clitcpka-idle`, `clitcpka-intvl`, `clitcpka-cnt`: the probes' timing on client
+    /// connections (the system's when unset).
+    pub cli_tcpka_params: TcpKeepalive,
+    /// `srvtcpka-idle`, `srvtcpka-intvl`, `srvtcpka-cnt`: the same on server connections.
+    pub srv_tcpka_params: TcpKeepalive,
     /// `option nolinger`: this proxy's side of a connection (clients in a frontend, servers
     /// in a backend) closes with a reset (`SO_LINGER` 0), freeing the socket at once.
     pub nolinger: bool,
@@ -540,6 +545,34 @@ pub struct ProxyOptions {
     /// `option logasap`: log a transaction when its response head is sent (HTTP), or its
     /// server connection is made (TCP), not at its end.
     pub logasap: bool,
+}
+
+/// The timing of TCP keep-alive probes (`TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpKeepalive {
+    pub idle: Option<std::time::Duration>,
+    pub intvl: Option<std::time::Duration>,
+    pub cnt: Option<u32>,
+}
+
+impl TcpKeepalive {
+    /// Sets what is configured on `s` (keep-alive itself is `option clitcpka|srvtcpka`).
+    pub fn apply(&self, s: &socket2::SockRef<'_>) -> std::io::Result<()> {
+        if *self == TcpKeepalive::default() {
+            return Ok(());
+        }
+        let mut k = socket2::TcpKeepalive::new();
+        if let Some(t) = self.idle {
+            k = k.with_time(t);
+        }
+        if let Some(t) = self.intvl {
+            k = k.with_interval(t);
+        }
+        if let Some(n) = self.cnt {
+            k = k.with_retries(n);
+        }
+        s.set_tcp_keepalive(&k)
+    }
 }
 
 impl ProxyOptions {

@@ -1212,7 +1212,9 @@ async fn connect_one(
         Ok(s) => {
             let _ = s.set_nodelay(true);
             if keepalive {
-                let _ = socket2::SockRef::from(&s).set_keepalive(true);
+                let r = socket2::SockRef::from(&s);
+                let _ = r.set_keepalive(true);
+                let _ = opts.srv_tcpka_params.apply(&r);
             }
             if opts.nolinger {
                 // A zero linger time never blocks the close (tokio's warning is about

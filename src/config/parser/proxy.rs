@@ -544,6 +544,12 @@ pub(super) const B: u8 = 4;
 const KEYWORDS: &[(&str, u8)] = &[
     ("acl", F | B),
     ("backlog", D | F),
+    ("clitcpka-idle", D | F),
+    ("clitcpka-intvl", D | F),
+    ("clitcpka-cnt", D | F),
+    ("srvtcpka-idle", D | B),
+    ("srvtcpka-intvl", D | B),
+    ("srvtcpka-cnt", D | B),
     ("balance", D | B),
     ("bind", F),
     ("compression", D | F | B),
@@ -741,6 +747,40 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "maxconn" => {
             d.p.maxconn = Some(parse_u32(arg(w, 1, "number of connections")?)?);
             no_extra(w, 2)?;
+        }
+        // TCP keep-alive timing: times in seconds unless a unit is given, as HAProxy's.
+        "clitcpka-idle" | "clitcpka-intvl" | "srvtcpka-idle" | "srvtcpka-intvl" => {
+            let v = arg(w, 1, "timeout")?;
+            let t = if v.bytes().all(|b| b.is_ascii_digit()) {
+                std::time::Duration::from_secs(parse_u32(v)?.into())
+            } else {
+                parse_time(v)?
+            };
+            if t.is_zero() {
+                return Err(format!("'{kw}' expects a time of at least 1s, got '{v}'").into());
+            }
+            // The kernel counts whole seconds.
+            let t = std::time::Duration::from_secs(t.as_secs().max(1));
+            no_extra(w, 2)?;
+            let k = if kw.starts_with("cli") {
+                &mut d.p.options.cli_tcpka_params
+            } else {
+                &mut d.p.options.srv_tcpka_params
+            };
+            if kw.ends_with("idle") {
+                k.idle = Some(t);
+            } else {
+                k.intvl = Some(t);
+            }
+        }
+        "clitcpka-cnt" | "srvtcpka-cnt" => {
+            let n = parse_range(arg(w, 1, "count")?, 1, 127)? as u32;
+            no_extra(w, 2)?;
+            if kw.starts_with("cli") {
+                d.p.options.cli_tcpka_params.cnt = Some(n);
+            } else {
+                d.p.options.srv_tcpka_params.cnt = Some(n);
+            }
         }
         "retries" => {
             d.p.retries = parse_u32(arg(w, 1, "number of retries")?)?;

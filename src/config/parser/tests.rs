@@ -3958,3 +3958,47 @@ fn minconn_and_fullconn() {
     assert!(p("fixed").options.prefer_last_server);
     assert!(!p("dyn").options.prefer_last_server);
 }
+
+#[test]
+fn tcp_keepalive_timings() {
+    let c = ok(&[
+        "defaults",
+        "  clitcpka-idle 30",
+        "  srvtcpka-cnt 4",
+        "frontend f",
+        "  bind :8000",
+        "  option clitcpka",
+        "  clitcpka-intvl 2500ms",
+        "  clitcpka-cnt 9",
+        "  default_backend b",
+        "backend b",
+        "  srvtcpka-idle 1m",
+        "  srvtcpka-intvl 10s",
+        "  server s 127.0.0.1:1",
+    ]);
+    let s = Duration::from_secs;
+    let f = &px(&c, "f").options;
+    // Seconds by default; a unit as written; the kernel's whole seconds.
+    assert_eq!(f.cli_tcpka_params.idle, Some(s(30)));
+    assert_eq!(f.cli_tcpka_params.intvl, Some(s(2)));
+    assert_eq!(f.cli_tcpka_params.cnt, Some(9));
+    let b = &px(&c, "b").options;
+    assert_eq!(b.srv_tcpka_params.idle, Some(s(60)));
+    assert_eq!(b.srv_tcpka_params.intvl, Some(s(10)));
+    assert_eq!(b.srv_tcpka_params.cnt, Some(4));
+    err1(
+        &["frontend f", "  clitcpka-idle 0"],
+        &[
+            "t.cfg:2: ",
+            "'clitcpka-idle' expects a time of at least 1s, got '0'",
+        ],
+    );
+    err1(
+        &["backend b", "  srvtcpka-cnt 200"],
+        &["t.cfg:2: ", "srvtcpka-cnt", "200"],
+    );
+    err1(
+        &["frontend f", "  clitcpka-intvl"],
+        &["t.cfg:2: ", "clitcpka-intvl"],
+    );
+}

@@ -82,13 +82,20 @@ impl Kind {
 pub struct LuaAction {
     pub name: Box<str>,
     pub args: Box<[String]>,
+    /// `KIND NAME`: a script may register one name for several kinds with different
+    /// functions (haproxy-lua-cors registers `cors` for `http-req` and `http-res`).
+    key: Box<str>,
 }
+
+/// A transaction's private Lua value (`txn:set_priv`), kept from one action to the next.
+#[derive(Debug, Default)]
+pub struct Priv(Option<mlua::RegistryKey>);
 
 /// What the scripts registered, as the configuration sees it.
 #[derive(Debug, Clone, Default)]
 struct Names {
-    /// Name, kinds, number of arguments.
-    actions: Vec<(String, Vec<String>, usize)>,
+    /// Name, kind, number of arguments.
+    actions: Vec<(String, String, usize)>,
     fetches: Vec<String>,
     converters: Vec<String>,
     /// Name, `http` (else `tcp`).
@@ -273,19 +280,31 @@ fn with_names<R>(f: impl FnOnce(&Names) -> R) -> R {
 /// Checks an action rule `lua.NAME ARGS...` of rules of kind `kind`.
 pub fn action(name: &str, args: &[String], kind: Kind) -> Result<LuaAction, String> {
     with_names(|n| {
-        let Some((_, kinds, nargs)) = n.actions.iter().find(|(a, _, _)| a == name) else {
+        let kinds: Vec<&str> = n
+            .actions
+            .iter()
+            .filter(|(a, _, _)| a == name)
+            .map(|(_, k, _)| k.as_str())
+            .collect();
+        if kinds.is_empty() {
             return Err(format!(
                 "unknown action 'lua.{name}' (no Lua script registers an action '{name}' \
                  with core.register_action)"
             ));
-        };
-        if !kinds.iter().any(|k| k == kind.name()) {
+        }
+        let Some((_, _, nargs)) = n
+            .actions
+            .iter()
+            .find(|(a, k, _)| a == name && k == kind.name())
+        else {
+            let mut kinds = kinds;
+            kinds.sort_unstable();
             return Err(format!(
                 "Lua action '{name}' is not registered for '{}' rules (it is for: {})",
                 kind.name(),
                 kinds.join(", ")
             ));
-        }
+        };
         if args.len() < *nargs {
             return Err(format!(
                 "Lua action '{name}' expects {nargs} argument(s), got {}",
@@ -302,6 +321,7 @@ pub fn action(name: &str, args: &[String], kind: Kind) -> Result<LuaAction, Stri
         Ok(LuaAction {
             name: name.into(),
             args: args.into(),
+            key: format!("{} {name}", kind.name()).into(),
         })
     })
 }
@@ -420,14 +440,14 @@ fn names_of(lua: &Lua) -> mlua::Result<Names> {
     let reg: Table = lua.globals().get("__sluice_reg")?;
     let mut n = Names::default();
     for pair in reg.get::<Table>("actions")?.pairs::<String, Table>() {
-        let (name, a) = pair?;
-        let kinds: Vec<String> = a
-            .get::<Table>("kinds")?
-            .sequence_values()
-            .collect::<mlua::Result<_>>()?;
-        n.actions
-            .push((name, kinds, a.get::<Option<usize>>("nargs")?.unwrap_or(0)));
+        let (_, a) = pair?;
+        n.actions.push((
+            a.get("name")?,
+            a.get("kind")?,
+            a.get::<Option<usize>>("nargs")?.unwrap_or(0),
+        ));
     }
+    n.actions.sort();
     for pair in reg.get::<Table>("fetches")?.pairs::<String, Value>() {
         n.fetches.push(pair?.0);
     }
@@ -893,8 +913,14 @@ fn is_done(e: &mlua::Error) -> bool {
     e.to_string().contains(DONE)
 }
 
-/// Runs action `a` on the transaction `view` shows (`res`: an `http-response` rule).
-pub fn run_action(a: &LuaAction, view: &dyn HttpView, res: bool) -> Effects {
+/// Runs action `a` on the transaction `view` shows (`res`: an `http-response` rule), with
+/// the transaction's private value, if it keeps one.
+pub fn run_action(
+    a: &LuaAction,
+    view: &dyn HttpView,
+    res: bool,
+    private: Option<&RefCell<Priv>>,
+) -> Effects {
     let eff = RefCell::new(Effects::default());
     let Some(st) = state() else {
         return Effects {
@@ -902,7 +928,9 @@ pub fn run_action(a: &LuaAction, view: &dyn HttpView, res: bool) -> Effects {
             ..Effects::default()
         };
     };
-    let Some(f) = st.actions.get(&*a.name) else {
+    // Private values of ended transactions leave the registry.
+    st.lua.expire_registry_values();
+    let Some(f) = st.actions.get(&*a.key) else {
         return Effects {
             end: Some(End::Error),
             ..Effects::default()
@@ -911,13 +939,25 @@ pub fn run_action(a: &LuaAction, view: &dyn HttpView, res: bool) -> Effects {
     let r = st.lua.scope(|scope| {
         let c = primitives(&st.lua, scope, view, res, &eff)?;
         let txn: Table = st.make_txn.call(c)?;
-        let mut args = vec![Value::Table(txn)];
+        if let Some(Priv(Some(k))) = private.map(|p| p.borrow()).as_deref() {
+            txn.raw_set("__priv", st.lua.registry_value::<Value>(k)?)?;
+        }
+        let mut args = vec![Value::Table(txn.clone())];
         for s in a.args.iter() {
             args.push(Value::String(st.lua.create_string(s)?));
         }
-        timed(tune().session_timeout, || {
+        let r = timed(tune().session_timeout, || {
             f.call::<Value>(MultiValue::from_iter(args))
-        })
+        });
+        if let Some(p) = private {
+            let v: Value = txn.raw_get("__priv")?;
+            let key = match v {
+                Value::Nil => None,
+                v => Some(st.lua.create_registry_value(v)?),
+            };
+            *p.borrow_mut() = Priv(key);
+        }
+        r
     });
     let mut eff = eff.into_inner();
     match r {
@@ -1075,7 +1115,9 @@ function core.register_action(name, list, fn, nargs)
   end
   need(type(fn) == "function", "core.register_action", "the third argument must be a function")
   need(nargs == nil or math.type(nargs) == "integer", "core.register_action", "the number of arguments must be an integer")
-  reg.actions[name] = {fn = fn, kinds = list, nargs = nargs or 0}
+  for _, k in ipairs(list) do
+    reg.actions[k .. " " .. name] = {fn = fn, name = name, kind = k, nargs = nargs or 0}
+  end
 end
 
 function core.register_fetches(name, fn)
@@ -1280,7 +1322,7 @@ mod tests {
         .exec()
         .unwrap();
         let n = names_of(&lua).unwrap();
-        assert_eq!(n.actions, vec![("a".into(), vec!["http-req".into()], 1)]);
+        assert_eq!(n.actions, vec![("a".into(), "http-req".into(), 1)]);
         assert_eq!(n.fetches, vec!["f".to_string()]);
         assert_eq!(n.services, vec![("s".to_string(), true)]);
         let e = lua

@@ -299,3 +299,75 @@ frontend fe\n    bind 127.0.0.1:{port}\n\
     let _s = Sluice::start(&cfg);
     assert_eq!(http_get(port, "/hey").body_str(), "/HEY!");
 }
+
+/// A CORS script in the style of the usual one: one action name for the request (with three
+/// arguments) and for the response, a private value passed from one to the other, and a
+/// preflight answered by the request action.
+const CORS: &str = r#"
+local function allowed(list, v)
+  for item in string.gmatch(list, "[^,]+") do
+    if item == "*" or item == v then return true end
+  end
+  return false
+end
+core.register_action("cors", {"http-req"}, function(txn, methods, origins, headers)
+  local h = txn.http:req_get_headers()
+  local origin = h["origin"] and h["origin"][0]
+  txn:set_priv({origin = origin, ok = origin ~= nil and allowed(origins, origin)})
+  if txn.sf:method() == "OPTIONS" and origin then
+    local r = txn:reply()
+    r:set_status(204, "No Content")
+    r:add_header("access-control-allow-methods", methods)
+    r:add_header("access-control-allow-headers", headers)
+    if allowed(origins, origin) then r:add_header("access-control-allow-origin", origin) end
+    txn:done(r)
+  end
+end, 3)
+core.register_action("cors", {"http-res"}, function(txn)
+  local p = txn:get_priv()
+  if p and p.ok then txn.http:res_set_header("access-control-allow-origin", p.origin) end
+end)
+"#;
+
+#[test]
+fn one_action_name_for_request_and_response_with_a_private_value_between() {
+    let dir = TempDir::new();
+    let be = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "global\n    lua-load {}\n{DEFAULTS_HTTP}\
+frontend fe\n    bind 127.0.0.1:{port}\n\
+\x20   http-request lua.cors \"GET,PUT\" \"https://a.example,https://b.example\" \"x-k\"\n\
+\x20   http-response lua.cors\n    default_backend be\n\
+backend be\n    server s1 {}\n",
+        dir.write("cors.lua", CORS).display(),
+        be.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    // A preflight: answered by the request action.
+    let r = http_raw(
+        port,
+        "OPTIONS /x HTTP/1.1\r\nHost: h\r\nOrigin: https://b.example\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 204);
+    assert_eq!(r.header("access-control-allow-methods"), Some("GET,PUT"));
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://b.example")
+    );
+    assert_eq!(be.reqs(), 0);
+    // A request: the response action reads what the request action kept.
+    let mut c = HttpClient::connect(port);
+    let r = c.request("GET /x HTTP/1.1\r\nHost: h\r\nOrigin: https://a.example\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://a.example")
+    );
+    // The next request on the connection is a new transaction: nothing kept from the last.
+    let r = c.request("GET /y HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    let r = c.request("GET /z HTTP/1.1\r\nHost: h\r\nOrigin: https://evil.example\r\n\r\n");
+    assert_eq!(r.header("access-control-allow-origin"), None);
+}

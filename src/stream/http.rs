@@ -645,6 +645,8 @@ struct Txn {
     cap_rsp: Vec<Option<Box<[u8]>>>,
     /// How a Lua action of the request rules ended the transaction.
     lua_end: Option<crate::lua::End>,
+    /// The transaction's private Lua value (`txn:set_priv`), from one action to the next.
+    lua_priv: std::cell::RefCell<crate::lua::Priv>,
 }
 
 /// Whether a status line carries status `code`.
@@ -728,6 +730,7 @@ impl Txn {
             cap_req: Vec::new(),
             cap_rsp: Vec::new(),
             lua_end: None,
+            lua_priv: Default::default(),
         }
     }
 }
@@ -1757,7 +1760,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     }
                     // Edits of an HTTP message mean nothing here; an end rejects.
                     TcpAction::Lua(a) => {
-                        let eff = crate::lua::run_action(a, &view, false);
+                        let eff = crate::lua::run_action(a, &view, false, None);
                         if eff.end.is_some() {
                             return super::Verdict::Reject;
                         }
@@ -1856,7 +1859,12 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     _ => self.hdrs.apply(&self.cbuf, a),
                 },
                 HttpRequestAction::Lua(la) => {
-                    let eff = crate::lua::run_action(la, &self.proxy_view(p, head, src), false);
+                    let eff = crate::lua::run_action(
+                        la,
+                        &self.proxy_view(p, head, src),
+                        false,
+                        Some(&txn.lua_priv),
+                    );
                     for e in eff.edits {
                         match e {
                             crate::lua::Edit::Header { res: false, action } => {
@@ -3980,7 +3988,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     }
                     HttpResponseAction::SendSpoeGroup(g) => return Some(((si, ri + 1), p, g)),
                     HttpResponseAction::Lua(la) => {
-                        let eff = crate::lua::run_action(la, &view, true);
+                        let eff = crate::lua::run_action(la, &view, true, Some(&txn.lua_priv));
                         for e in eff.edits {
                             match e {
                                 crate::lua::Edit::Header { res: true, action } => {

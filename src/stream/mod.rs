@@ -1523,7 +1523,7 @@ pub(crate) fn tcp_rules(
                 }
                 // Edits of an HTTP message mean nothing here; an end rejects.
                 TcpAction::Lua(a) => {
-                    let eff = crate::lua::run_action(a, &view, false);
+                    let eff = crate::lua::run_action(a, &view, false, None);
                     if eff.end.is_some() {
                         return Verdict::Reject;
                     }

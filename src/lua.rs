@@ -942,13 +942,7 @@ pub fn run_action(
         if let Some(Priv(Some(k))) = private.map(|p| p.borrow()).as_deref() {
             txn.raw_set("__priv", st.lua.registry_value::<Value>(k)?)?;
         }
-        let mut args = vec![Value::Table(txn.clone())];
-        for s in a.args.iter() {
-            args.push(Value::String(st.lua.create_string(s)?));
-        }
-        let r = timed(tune().session_timeout, || {
-            f.call::<Value>(MultiValue::from_iter(args))
-        });
+        let r = call_args(&st.lua, f, Value::Table(txn.clone()), &a.args);
         if let Some(p) = private {
             let v: Value = txn.raw_get("__priv")?;
             let key = match v {
@@ -990,20 +984,30 @@ pub fn run_fetch(name: &str, args: &[String], view: &dyn HttpView) -> Option<Val
     let r = st.lua.scope(|scope| {
         let c = primitives(&st.lua, scope, view, view.status().is_some(), &eff)?;
         let txn: Table = st.make_txn.call(c)?;
-        let mut a = vec![Value::Table(txn)];
-        for s in args {
-            a.push(Value::String(st.lua.create_string(s)?));
-        }
-        timed(tune().session_timeout, || {
-            f.call::<Value>(MultiValue::from_iter(a))
-        })
+        call_args(&st.lua, f, Value::Table(txn), args)
     });
+    sample_of(r, "sample-fetch", name)
+}
+
+/// Calls `f(first, args...)` within `tune.lua.session-timeout`.
+fn call_args(lua: &Lua, f: &Function, first: Value, args: &[String]) -> mlua::Result<Value> {
+    let mut a = vec![first];
+    for s in args {
+        a.push(Value::String(lua.create_string(s)?));
+    }
+    timed(tune().session_timeout, || {
+        f.call::<Value>(MultiValue::from_iter(a))
+    })
+}
+
+/// What a fetch or converter returned as a sample; none when it failed (logged).
+fn sample_of(r: mlua::Result<Value>, what: &str, name: &str) -> Option<Val> {
     match r {
         Ok(v) => lua_to_val(&v),
         Err(e) => {
             log(
                 3,
-                &format!("Lua sample-fetch '{name}': runtime error: {}", one_line(&e)),
+                &format!("Lua {what} '{name}': runtime error: {}", one_line(&e)),
             );
             None
         }
@@ -1014,25 +1018,9 @@ pub fn run_fetch(name: &str, args: &[String], view: &dyn HttpView) -> Option<Val
 pub fn run_converter(name: &str, args: &[String], input: &Val) -> Option<Val> {
     let st = state()?;
     let f = st.converters.get(name)?;
-    let r = (|| {
-        let mut a = vec![val_to_lua(&st.lua, Some(input.clone()), true)?];
-        for s in args {
-            a.push(Value::String(st.lua.create_string(s)?));
-        }
-        timed(tune().session_timeout, || {
-            f.call::<Value>(MultiValue::from_iter(a))
-        })
-    })();
-    match r {
-        Ok(v) => lua_to_val(&v),
-        Err(e) => {
-            log(
-                3,
-                &format!("Lua converter '{name}': runtime error: {}", one_line(&e)),
-            );
-            None
-        }
-    }
+    let r =
+        val_to_lua(&st.lua, Some(input.clone()), true).and_then(|v| call_args(&st.lua, f, v, args));
+    sample_of(r, "converter", name)
 }
 
 /// Runs HTTP service `name` on a request; `None` when it failed (the client gets a 500).

@@ -66,9 +66,25 @@ frontend fe\n    bind 127.0.0.1:{}\n\
         assert_eq!(r.status, 200);
     }
 
-    /// The line of `key` in table `table` of peer `i`, once `ready` holds for it.
+    /// The line of `key` in table `table` of peer `i`, once `ready` holds for it; if it does
+    /// not in time, the failure shows the line and both processes' `show peers`.
     fn entry(&self, i: usize, table: &str, key: &str, ready: impl Fn(&str) -> bool) -> String {
-        table_entry_when(&self.sock(i), table, key, ready)
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let last = table_entry(&self.sock(i), table, key);
+            if let Some(l) = last.as_deref().filter(|l| ready(l)) {
+                return l.to_string();
+            }
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for entry {key} of {table} on peer {i}; last: {last:?}\n\
+                     a: {}\nb: {}",
+                    stats_cli(&self.sock(0), "show peers"),
+                    stats_cli(&self.sock(1), "show peers")
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
 

@@ -180,8 +180,12 @@ fn tunnel_bytes_are_counted_both_ways() {
         ("be", "BACKEND"),
         ("be", b.name.as_str()),
     ] {
-        let bin: u64 = stat_column(&sock, px, sv, "bin").parse().unwrap();
-        let bout: u64 = stat_column(&sock, px, sv, "bout").parse().unwrap();
-        assert!(bin > 10_000 && bout > 10_000, "{px}/{sv}: {bin} {bout}");
+        // The counters are added as the session ends, which may be just after its log line.
+        let counted = || {
+            let bin: u64 = stat_column(&sock, px, sv, "bin").parse().unwrap();
+            let bout: u64 = stat_column(&sock, px, sv, "bout").parse().unwrap();
+            bin > 10_000 && bout > 10_000
+        };
+        wait_until(&format!("{px}/{sv} bytes counted both ways"), WAIT, counted);
     }
 }

@@ -1,5 +1,5 @@
 """What the differential tools (http_diff, balance_diff, timeout_diff, compression_diff,
-converter_diff) share: loopback ports, a threaded raw-socket listener for their origins, and
+converter_diff, peers_diff, lua_diff) share: loopback ports, a threaded raw-socket listener for their origins, and
 running a proxy binary on a config file (check, start and wait until it listens, stop).
 
 Each tool keeps what is its own: what its origin answers, what its client sends, and how it

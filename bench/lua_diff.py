@@ -18,11 +18,12 @@ import argparse
 import http.server
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from difftool import HOST, ProxyRun, free_port  # noqa: E402
 
 SCRIPT = r'''
 core.register_action("probe", {"http-req"}, function(txn)
@@ -135,29 +136,11 @@ class Server(http.server.ThreadingHTTPServer):
         pass
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port):
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
-
-
 def fetch(port, req):
     method, path = ("GET", req) if " " not in req else req.split(" ", 1)
     body = b"body" if method == "POST" else b""
     raw = f"{method} {path} HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nX-A: 2\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
-    s = socket.create_connection(("127.0.0.1", port))
+    s = socket.create_connection((HOST, port))
     s.settimeout(2)
     s.sendall(raw)
     out = b""
@@ -200,19 +183,15 @@ def main():
     script = os.path.join(tmp, "d.lua")
     open(script, "w").write(SCRIPT)
     origin = free_port()
-    srv = Server(("127.0.0.1", origin), Origin)
+    srv = Server((HOST, origin), Origin)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    procs, ports = [], {}
-    for name, exe in (("haproxy", a.haproxy), ("sluice", a.sluice)):
-        port = free_port()
-        cfg = os.path.join(tmp, name + ".cfg")
-        open(cfg, "w").write(CONFIG.format(script=script, port=port, origin=origin))
-        procs.append(subprocess.Popen([exe, "-db", "-f", cfg], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
-        ports[name] = port
+    runs, ports = [], {}
     try:
-        for p in ports.values():
-            wait_port(p)
+        for name, exe in (("haproxy", a.haproxy), ("sluice", a.sluice)):
+            ports[name] = free_port()
+            cfg = CONFIG.format(script=script, port=ports[name], origin=origin)
+            runs.append(ProxyRun(name, exe, cfg, tmp))
+            runs[-1].start([ports[name]])
         same = known = other = 0
         for req in REQUESTS:
             h, s = normal(fetch(ports["haproxy"], req)), normal(fetch(ports["sluice"], req))
@@ -228,9 +207,8 @@ def main():
         print(f"{len(REQUESTS)} requests: {same} the same, {known} known differences, {other} other")
         return 1 if other else 0
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait()
+        for r in runs:
+            r.stop()
         srv.shutdown()
 
 

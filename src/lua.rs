@@ -63,7 +63,6 @@ pub enum Kind {
     HttpReq,
     HttpRes,
     TcpReq,
-    TcpRes,
 }
 
 impl Kind {
@@ -72,7 +71,6 @@ impl Kind {
             Kind::HttpReq => "http-req",
             Kind::HttpRes => "http-res",
             Kind::TcpReq => "tcp-req",
-            Kind::TcpRes => "tcp-res",
         }
     }
 }
@@ -109,8 +107,9 @@ pub enum Edit {
     Header { res: bool, action: HeaderAction },
     /// `txn.http:req_set_path|query|uri(v)`.
     Target(crate::config::UriPart, String),
-    /// `txn.http:res_set_status(code[, reason])`.
-    Status(u16, Option<String>),
+    /// `txn.http:res_set_status(code[, reason])` (the reason is not kept: the status's usual
+    /// phrase goes out).
+    Status(u16),
 }
 
 /// How a Lua action ended the transaction.
@@ -137,14 +136,6 @@ pub struct Effects {
     pub stop: bool,
 }
 
-/// What a service answered.
-pub struct Answer {
-    pub status: u16,
-    pub reason: Option<String>,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
 /// The request a service answers.
 pub struct ServiceRequest<'a> {
     pub method: &'a [u8],
@@ -163,6 +154,8 @@ struct State {
     /// The prelude's constructors of `txn` and `applet` objects.
     make_txn: Function,
     make_applet: Function,
+    /// `tune.lua.*`, read once (not locked per call).
+    tune: Tune,
 }
 
 static SCRIPTS: Mutex<Vec<Script>> = Mutex::new(Vec::new());
@@ -501,9 +494,10 @@ fn state() -> Option<Rc<State>> {
             make_txn: lua.globals().get("__sluice_txn")?,
             make_applet: lua.globals().get("__sluice_applet")?,
             lua,
+            tune: tune(),
         };
         for f in reg.get::<Table>("inits")?.sequence_values::<Function>() {
-            if let Err(e) = timed(tune().session_timeout, || f?.call::<()>(())) {
+            if let Err(e) = timed(st.tune.session_timeout, || f?.call::<()>(())) {
                 log(3, &format!("Lua init: runtime error: {}", one_line(&e)));
             }
         }
@@ -540,7 +534,7 @@ fn log(level: i64, msg: &str) {
         "emerg", "alert", "crit", "err", "warning", "notice", "info", "debug",
     ];
     let name = NAMES.get(level as usize).copied().unwrap_or("info");
-    eprintln!("[{name}] (lua) : {msg}");
+    crate::say!("[{name}] (lua) : {msg}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -818,11 +812,11 @@ fn primitives<'s>(
     )?;
     c.set(
         "status",
-        scope.create_function(move |_, (code, reason): (u16, Option<String>)| {
+        scope.create_function(move |_, code: u16| {
             if !(100..=999).contains(&code) {
                 return Err(mlua::Error::runtime(format!("invalid status code {code}")));
             }
-            eff.borrow_mut().edits.push(Edit::Status(code, reason));
+            eff.borrow_mut().edits.push(Edit::Status(code));
             Ok(())
         })?,
     )?;
@@ -842,55 +836,47 @@ fn primitives<'s>(
 
 /// A reply object of `txn:reply()` as sluice's [`Reply`].
 fn reply_of(r: &Table) -> mlua::Result<Reply> {
-    let status: u16 = r.get::<Option<u16>>("status")?.unwrap_or(200);
     let body: Option<mlua::String> = r.get("body")?;
     let mut headers = Vec::new();
-    let mut content_type = None;
     if let Some(h) = r.get::<Option<Table>>("headers")? {
         for pair in h.pairs::<String, Value>() {
             let (name, v) = pair?;
-            let values: Vec<String> = match v {
-                Value::Table(t) => t
-                    .pairs::<Value, Value>()
-                    .map(|p| p.map(|(_, v)| text_of(&v)))
-                    .collect::<mlua::Result<_>>()?,
-                other => vec![text_of(&other)],
-            };
-            for v in values {
-                match name.to_ascii_lowercase().as_str() {
-                    "content-length" | "transfer-encoding" => {}
-                    "content-type" => content_type = Some(v),
-                    _ => headers.push((name.clone(), v)),
+            match v {
+                Value::Table(t) => {
+                    for p in t.pairs::<Value, Value>() {
+                        headers.push((name.clone(), text_of(&p?.1)));
+                    }
                 }
+                other => headers.push((name, text_of(&other))),
             }
         }
     }
-    Ok(Reply {
-        status,
-        content_type,
-        body: body.map(|b| b.as_bytes().to_vec()).unwrap_or_default(),
+    Ok(reply_from(
+        r.get::<Option<u16>>("status")?.unwrap_or(200),
         headers,
-        formats: None,
-        raw: None,
-    })
+        body.map(|b| b.as_bytes().to_vec()).unwrap_or_default(),
+    ))
 }
 
-/// A service's answer as a reply (`Content-Length` is sluice's; the reason phrase is the
-/// status's usual one).
-pub fn answer_reply(a: Answer) -> Reply {
+/// An answer a script made, as a reply: `Content-Length` is sluice's (the script's framing
+/// fields are dropped), the first `Content-Type` is the reply's, the reason phrase is the
+/// status's usual one.
+fn reply_from(status: u16, fields: Vec<(String, String)>, body: Vec<u8>) -> Reply {
     let mut content_type = None;
     let mut headers = Vec::new();
-    for (n, v) in a.headers {
+    for (n, v) in fields {
         match n.to_ascii_lowercase().as_str() {
             "content-length" | "transfer-encoding" => {}
-            "content-type" if content_type.is_none() => content_type = Some(v),
+            "content-type" => {
+                content_type.get_or_insert(v);
+            }
             _ => headers.push((n, v)),
         }
     }
     Reply {
-        status: a.status,
+        status,
         content_type,
-        body: a.body,
+        body,
         headers,
         formats: None,
         raw: None,
@@ -942,7 +928,7 @@ pub fn run_action(
         if let Some(Priv(Some(k))) = private.map(|p| p.borrow()).as_deref() {
             txn.raw_set("__priv", st.lua.registry_value::<Value>(k)?)?;
         }
-        let r = call_args(&st.lua, f, Value::Table(txn.clone()), &a.args);
+        let r = call_args(&st, f, Value::Table(txn.clone()), &a.args);
         if let Some(p) = private {
             let v: Value = txn.raw_get("__priv")?;
             let key = match v {
@@ -984,18 +970,18 @@ pub fn run_fetch(name: &str, args: &[String], view: &dyn HttpView) -> Option<Val
     let r = st.lua.scope(|scope| {
         let c = primitives(&st.lua, scope, view, view.status().is_some(), &eff)?;
         let txn: Table = st.make_txn.call(c)?;
-        call_args(&st.lua, f, Value::Table(txn), args)
+        call_args(&st, f, Value::Table(txn), args)
     });
     sample_of(r, "sample-fetch", name)
 }
 
 /// Calls `f(first, args...)` within `tune.lua.session-timeout`.
-fn call_args(lua: &Lua, f: &Function, first: Value, args: &[String]) -> mlua::Result<Value> {
+fn call_args(st: &State, f: &Function, first: Value, args: &[String]) -> mlua::Result<Value> {
     let mut a = vec![first];
     for s in args {
-        a.push(Value::String(lua.create_string(s)?));
+        a.push(Value::String(st.lua.create_string(s)?));
     }
-    timed(tune().session_timeout, || {
+    timed(st.tune.session_timeout, || {
         f.call::<Value>(MultiValue::from_iter(a))
     })
 }
@@ -1018,13 +1004,13 @@ fn sample_of(r: mlua::Result<Value>, what: &str, name: &str) -> Option<Val> {
 pub fn run_converter(name: &str, args: &[String], input: &Val) -> Option<Val> {
     let st = state()?;
     let f = st.converters.get(name)?;
-    let r =
-        val_to_lua(&st.lua, Some(input.clone()), true).and_then(|v| call_args(&st.lua, f, v, args));
+    let r = val_to_lua(&st.lua, Some(input.clone()), true).and_then(|v| call_args(&st, f, v, args));
     sample_of(r, "converter", name)
 }
 
-/// Runs HTTP service `name` on a request; `None` when it failed (the client gets a 500).
-pub fn run_service(name: &str, req: &ServiceRequest, view: &dyn HttpView) -> Option<Answer> {
+/// Runs HTTP service `name` on a request: its answer; `None` when it failed (the client
+/// gets a 500).
+pub fn run_service(name: &str, req: &ServiceRequest, view: &dyn HttpView) -> Option<Reply> {
     let st = state()?;
     let f = st.services.get(name)?;
     let eff = RefCell::new(Effects::default());
@@ -1042,7 +1028,7 @@ pub fn run_service(name: &str, req: &ServiceRequest, view: &dyn HttpView) -> Opt
         rq.set("version", req.version)?;
         rq.set("body", lua.create_string(req.body)?)?;
         let (applet, resp): (Table, Table) = st.make_applet.call((c, rq))?;
-        timed(tune().service_timeout, || f.call::<()>(applet))?;
+        timed(st.tune.service_timeout, || f.call::<()>(applet))?;
         let mut headers = Vec::new();
         for h in resp.get::<Table>("headers")?.sequence_values::<Table>() {
             let h = h?;
@@ -1056,12 +1042,11 @@ pub fn run_service(name: &str, req: &ServiceRequest, view: &dyn HttpView) -> Opt
             }
             b
         };
-        Ok(Answer {
-            status: resp.get::<Option<u16>>("status")?.unwrap_or(200),
-            reason: resp.get("reason")?,
+        Ok(reply_from(
+            resp.get::<Option<u16>>("status")?.unwrap_or(200),
             headers,
             body,
-        })
+        ))
     });
     match r {
         Ok(a) => Some(a),

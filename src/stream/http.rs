@@ -314,8 +314,9 @@ enum RspEnd<'r> {
     Drop,
 }
 
-/// `return act.DENY` from a Lua action on a response (HAProxy's 502), and a failed one (500).
-static LUA_DENY: crate::config::Deny = crate::config::Deny {
+/// A response blocked by sluice itself: `option checkcache`, or `return act.DENY` from a Lua
+/// action (HAProxy's 502); and `act.ERROR` (500).
+static DENY_502: crate::config::Deny = crate::config::Deny {
     status: 502,
     reply: None,
 };
@@ -1787,6 +1788,18 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         None
     }
 
+    /// The proxy's page for `status` (the backend's `errorfile`, the frontend's, or the
+    /// built-in one), and whether the connection stays open after it: as after `deny` when
+    /// `keep` (unless the page says close), else closed.
+    fn error_page(&self, txn: &Txn, status: u16, keep: bool) -> (Vec<u8>, bool) {
+        let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
+        match crate::errorfile::response(self.fe, be, status) {
+            std::borrow::Cow::Borrowed(f) => (f.to_vec(), keep && !crate::http::says_close(f)),
+            std::borrow::Cow::Owned(_) if keep => (crate::errorfile::builtin_open(status), true),
+            std::borrow::Cow::Owned(f) => (f, false),
+        }
+    }
+
     /// `silent-drop`: the client connection is closed as the transaction ends, without the
     /// client being told (no answer, no shutdown, no lingering).
     fn silent_drop(&mut self) {
@@ -2368,18 +2381,9 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 // As HAProxy 2.6: the client connection stays open for its next request (a
                 // rate-limited client keeps its connection), unless the answer says close
                 // (an `errorfile` may).
-                let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
                 let (resp, keep) = match &d.reply {
                     Some(r) => (self.reply_bytes(p, head, txn, r, false), true),
-                    None => match crate::errorfile::response(self.fe, be, d.status) {
-                        std::borrow::Cow::Borrowed(f) => {
-                            let close = crate::http::says_close(f);
-                            (f.to_vec(), !close)
-                        }
-                        std::borrow::Cow::Owned(_) => {
-                            (crate::errorfile::builtin_open(d.status), true)
-                        }
-                    },
+                    None => self.error_page(txn, d.status, true),
                 };
                 self.local_response(head, txn, &resp, d.status, keep).await
             }
@@ -2466,16 +2470,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                         if status != 403 {
                             txn.term = *b"PI";
                         }
-                        let be = txn.be.map(|b| &self.ctx.shared().cfg.proxies[b]);
-                        let (resp, keep) = match crate::errorfile::response(self.fe, be, status) {
-                            std::borrow::Cow::Borrowed(f) => {
-                                (f.to_vec(), status == 403 && !crate::http::says_close(f))
-                            }
-                            std::borrow::Cow::Owned(_) if status == 403 => {
-                                (crate::errorfile::builtin_open(403), true)
-                            }
-                            std::borrow::Cow::Owned(f) => (f, false),
-                        };
+                        let (resp, keep) = self.error_page(txn, status, status == 403);
                         self.local_response(head, txn, &resp, status, keep).await
                     }
                     // `txn:done()` without a reply, `act.ABORT`: closed without an answer.
@@ -2510,16 +2505,15 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     crate::lua::run_service(name, &req, &view)
                 };
                 match answer {
-                    Some(a) => {
-                        let reply = crate::lua::answer_reply(a);
+                    Some(reply) => {
                         let bytes = reply.render(head.is_head, false);
                         self.local_response(head, txn, &bytes, reply.status, true)
                             .await
                     }
                     None => {
                         txn.term = *b"PI";
-                        let resp = crate::errorfile::builtin_open(500);
-                        self.local_response(head, txn, &resp, 500, false).await
+                        let (resp, keep) = self.error_page(txn, 500, false);
+                        self.local_response(head, txn, &resp, 500, keep).await
                     }
                 }
             }
@@ -3121,10 +3115,6 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             }
             return None;
         }
-        let checkcache_deny = crate::config::Deny {
-            status: 502,
-            reply: None,
-        };
         // `option checkcache` judges the response as the rules left it, as HAProxy does.
         if bp.options.checkcache
             && end.is_none()
@@ -3138,7 +3128,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             );
             crate::say!("[ALERT] ({}) : {line}", std::process::id());
             self.ctx.w.log.emit(&bp.logs, 1, &line);
-            end = Some(RspEnd::Deny(&checkcache_deny));
+            end = Some(RspEnd::Deny(&DENY_502));
         }
         if let Some(end) = end {
             // `http-response return` or `deny`: the server's response is not forwarded; its
@@ -3994,7 +3984,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                                 crate::lua::Edit::Header { res: true, action } => {
                                     self.hdrs.apply(&self.sbuf, &action)
                                 }
-                                crate::lua::Edit::Status(code, _) => {
+                                crate::lua::Edit::Status(code) => {
                                     out.status = code;
                                     out.reason = None;
                                 }
@@ -4007,7 +3997,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                                 break 'rules;
                             }
                             Some(crate::lua::End::Deny) => {
-                                out.end = Some(RspEnd::Deny(&LUA_DENY));
+                                out.end = Some(RspEnd::Deny(&DENY_502));
                                 break 'rules;
                             }
                             Some(crate::lua::End::Error) => {

@@ -634,6 +634,7 @@ impl Logger {
                                     server: None,
                                     tcp_fd: e.tcp_fd,
                                 },
+                                None,
                             );
                             fetch.write(&view, &mut fetched).then_some(&fetched[..])
                         }

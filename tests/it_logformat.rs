@@ -522,3 +522,31 @@ fn captures_in_httplog_lines() {
         "{err}"
     );
 }
+
+/// `option tcplog` on a `mode http` frontend logs each request in the TCP format, as
+/// HAProxy 2.6.12 does (it was silent before); a request answered by `http-request return`
+/// is marked `LR`.
+#[test]
+fn tcplog_on_an_http_frontend_logs_each_request_in_the_tcp_format() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED}    mode http\n    option tcplog\nfrontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   http-request return status 200 content-type text/plain string here if {{ path /ret }}\n\
+         \x20   default_backend be\n{}",
+        backend_section("be", "", &[&b])
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    assert_eq!(c.get("/x").status, 200);
+    assert_eq!(c.get("/ret").body_str(), "here");
+    let lines = s.wait_log_lines(2, |l| l.contains(" fe "), WAIT);
+    let re = r"^127\.0\.0\.1:\d+ \[[^\]]+\] fe (?P<bs>\S+) (?P<t>\S+) \d+ (?P<ts>\S\S) \d+/\d+/\d+/\d+/\d+ \d+/\d+$";
+    let first = matches(re, &lines[0]);
+    assert_eq!(field(&first, "bs"), "be/s1");
+    assert_eq!(field(&first, "ts"), "--");
+    let second = matches(re, &lines[1]);
+    assert_eq!(field(&second, "bs"), "fe/<NOSRV>");
+    assert_eq!(field(&second, "t"), "-1/-1/0");
+    assert_eq!(field(&second, "ts"), "LR");
+}

@@ -701,6 +701,16 @@ pub struct Proxy {
     pub sticks: Vec<StickRule>,
 }
 
+impl Proxy {
+    /// Whether a `tcp-request content switch-mode http` rule may turn this `mode tcp`
+    /// frontend's sessions into HTTP: its HTTP rules are then kept for them.
+    pub fn switches_to_http(&self) -> bool {
+        self.tcp_content
+            .iter()
+            .any(|r| matches!(r.action, TcpAction::SwitchMode(_)))
+    }
+}
+
 /// `stick on|match|store-request|store-response PATTERN [table T] [if|unless COND]`.
 #[derive(Debug, Clone)]
 pub struct StickRule {
@@ -1031,7 +1041,9 @@ impl UseBackend {
     /// The backend this rule picks for a request its condition matched: `None` when a
     /// dynamic name names no backend of mode `mode` (HAProxy then stops at the default
     /// backend).
-    pub fn target(&self, cfg: &Config, mode: Mode, view: &dyn HttpView) -> Option<usize> {
+    /// The backend this rule names for a request of a `from` frontend: a dynamic name only
+    /// finds a backend an HTTP frontend could use (a `mode tcp` one may use either mode).
+    pub fn target(&self, cfg: &Config, from: Mode, view: &dyn HttpView) -> Option<usize> {
         if let Some(b) = self.backend {
             return Some(b);
         }
@@ -1040,9 +1052,11 @@ impl UseBackend {
         if !d.render(view, &mut name) {
             return None;
         }
-        cfg.proxies
-            .iter()
-            .position(|p| p.kind.has_backend() && p.mode == mode && p.name.as_bytes() == name)
+        cfg.proxies.iter().position(|p| {
+            p.kind.has_backend()
+                && (p.mode == from || from == Mode::Tcp)
+                && p.name.as_bytes() == name
+        })
     }
 }
 
@@ -1402,6 +1416,9 @@ pub enum TcpAction {
     SetVar(VarAction),
     /// `lua.NAME [ARGS]`: a Lua function registered with `core.register_action`.
     Lua(crate::lua::LuaAction),
+    /// `switch-mode http [proto h1|h2]`: a `mode tcp` frontend's session becomes HTTP here,
+    /// and the frontend's HTTP rules apply to it. Stops the evaluation.
+    SwitchMode(crate::stream::http2::BindProto),
 }
 
 /// The stick-table actions of `tcp-request` and `http-request` rules.

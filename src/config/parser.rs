@@ -976,16 +976,9 @@ fn resolve(
             ));
         };
         let be = &drafts[i].p;
-        if be.mode == super::Mode::Http && me.p.mode == super::Mode::Tcp {
-            // HAProxy accepts this and upgrades the connection to HTTP; sluice cannot.
-            return Err(format!(
-                "{prefix}: unable to use backend '{name}' (mode http) from {} '{}' (mode tcp): \
-                 TCP-to-HTTP upgrades are not supported by sluice (set 'mode http' here too)",
-                kind_name(me.p.kind),
-                me.p.name,
-            ));
-        }
-        if be.mode != me.p.mode {
+        // A `mode tcp` frontend may pick an HTTP backend: the session becomes HTTP then
+        // (HAProxy's implicit upgrade). The other way round is an error.
+        if be.mode != me.p.mode && me.p.mode == super::Mode::Http {
             return Err(format!(
                 "{prefix}: unable to use backend '{name}' (mode {}) from {} '{}' (mode {})",
                 mode_name(be.mode),

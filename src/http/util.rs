@@ -327,6 +327,13 @@ pub fn keep_alive_params(v: &[u8]) -> (Option<std::time::Duration>, Option<u32>)
 /// `Some(false)` for bytes that cannot start one, `None` while it may still become one (the
 /// `HTTP` ACL of a `mode tcp` proxy waits for the head, as HAProxy's `req.proto_http`).
 pub fn request_head_state(buf: &[u8]) -> Option<bool> {
+    // The HTTP/2 preface reads as a request head too (`PRI * HTTP/2.0`), as in HAProxy: a
+    // `mode tcp` frontend's `HTTP` ACL matches it, and the upgraded session speaks HTTP/2.
+    const PRI: &[u8] = b"PRI * HTTP/2.0\r\n\r\n";
+    let n = buf.len().min(PRI.len());
+    if n > 0 && buf[..n] == PRI[..n] {
+        return (n == PRI.len()).then_some(true);
+    }
     let mut headers = [httparse::EMPTY_HEADER; 64];
     match httparse::Request::new(&mut headers).parse(buf) {
         Ok(httparse::Status::Complete(_)) | Err(httparse::Error::TooManyHeaders) => Some(true),

@@ -33,25 +33,55 @@ use crate::pool::{IdleConn, Limits};
 use crate::worker::Worker;
 use std::rc::Rc;
 
-/// `HttpView` for contexts that only know the client address (`mode tcp`).
 /// What rules see outside an HTTP request: the client's address, its TLS handshake on an
-/// `ssl` bind, and in `mode tcp` the first data `tcp-request content` inspection held.
+/// `ssl` bind, and in `mode tcp` the first data `tcp-request content` inspection held, with
+/// the HTTP/1 request head parsed from it when it holds one (HAProxy's HTTP fetches read raw
+/// data that way, so `path_beg` or `hdr(host)` route a `mode tcp` session).
 pub struct SrcView<'a>(
     pub Option<IpAddr>,
     pub Option<&'a crate::tls::TlsInfo>,
     pub Option<&'a [u8]>,
     pub Sess<'a>,
+    pub Option<&'a RequestHead>,
 );
+
+impl SrcView<'_> {
+    fn raw(&self) -> (&[u8], Option<&RequestHead>) {
+        (self.2.unwrap_or_default(), self.4)
+    }
+}
 
 impl HttpView for SrcView<'_> {
     fn method(&self) -> &[u8] {
-        b""
+        match self.raw() {
+            (buf, Some(h)) => h.method(buf),
+            _ => b"",
+        }
     }
     fn uri(&self) -> &[u8] {
-        b""
+        match self.raw() {
+            (buf, Some(h)) => h.uri(buf),
+            _ => b"",
+        }
     }
-    fn for_each_header(&self, _: &[u8], _: &mut dyn FnMut(&[u8]) -> bool) -> bool {
-        false
+    fn for_each_header(&self, name: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        let (buf, Some(h)) = self.raw() else {
+            return false;
+        };
+        h.headers
+            .iter()
+            .filter(|x| crate::http::header_eq(x.name(buf), name))
+            .any(|x| f(x.value(buf)))
+    }
+    fn for_each_field(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        if let (buf, Some(h)) = self.raw() {
+            for x in &h.headers {
+                f(x.name(buf), x.value(buf));
+            }
+        }
+    }
+    fn version_minor(&self) -> Option<u8> {
+        self.4.map(|h| h.version_minor)
     }
     fn src(&self) -> Option<IpAddr> {
         self.0
@@ -795,6 +825,10 @@ struct Conn<'a, C> {
     rsp_body: Option<(usize, u64)>,
     /// SPOE exchanges of the current transaction (`filter spoe`).
     spoe: crate::spoe::TxnState,
+    /// The backend a `mode tcp` frontend chose on the session's first data before the
+    /// session became HTTP: the first request goes there without the frontend's rules
+    /// running again (HAProxy's in-place upgrade); the next ones are routed as usual.
+    upgraded_to: Option<usize>,
 }
 
 /// Lingering close, after an error answer: how long, and how many bytes, the client's further
@@ -847,18 +881,35 @@ fn give_scratch(mut list: Vec<(Hb, Hb)>, mut out: Vec<u8>) {
 }
 
 pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
-    let shared = ctx.shared().clone();
-    let fe = &shared.cfg.proxies[ctx.proxy];
     // An HTTP/2 stream is a transaction of its connection's session, counted there.
     if ctx.h2_line.is_none() {
-        shared.proxies[ctx.proxy]
+        ctx.shared().proxies[ctx.proxy]
             .fe
             .counters
             .sessions_total
             .fetch_add(1, Relaxed);
     }
+    run(ctx, client, BytesMut::new(), None).await
+}
+
+/// A `mode tcp` frontend's session (counted there) that becomes HTTP/1 (`switch-mode http`,
+/// or `to`: the `mode http` backend its rules chose). `pre`: the client's data read so far.
+pub async fn serve_upgraded<C: ClientIo>(
+    ctx: SessionCtx,
+    client: C,
+    pre: BytesMut,
+    to: Option<usize>,
+) {
+    Box::pin(run(ctx, client, pre, to)).await
+}
+
+async fn run<C: ClientIo>(ctx: SessionCtx, client: C, pre: BytesMut, to: Option<usize>) {
+    let shared = ctx.shared().clone();
+    let fe = &shared.cfg.proxies[ctx.proxy];
     let custom_log = fe.options.log_format.is_some() && !fe.logs.is_empty();
     let mut c = Conn::new(&ctx, fe, client);
+    c.cbuf = pre;
+    c.upgraded_to = to;
     let mut first = true;
     loop {
         // The idle wait runs in this small future; the large transaction future exists only
@@ -942,6 +993,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             rsp_minor: 1,
             rsp_body: None,
             spoe: crate::spoe::TxnState::default(),
+            upgraded_to: None,
         }
     }
 }
@@ -1318,7 +1370,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
 
     fn log_line(&self, txn: &Txn, asap: bool) {
         let fe = self.fe;
-        if fe.logs.is_empty() || !(fe.options.httplog || fe.options.log_format.is_some()) {
+        let o = &fe.options;
+        if fe.logs.is_empty() || !(o.httplog || o.tcplog || o.log_format.is_some()) {
             return;
         }
         let shared = self.ctx.shared();
@@ -1398,7 +1451,10 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             None => {}
         }
         let Some(f) = &fe.options.log_format else {
-            self.ctx.w.log.emit(&fe.logs, level, &e.httplog());
+            // `option tcplog` on an HTTP stream (or a `mode tcp` frontend's upgraded one):
+            // its request is logged in the TCP format, as HAProxy does.
+            let line = if o.httplog { e.httplog() } else { e.tcplog() };
+            self.ctx.w.log.emit(&fe.logs, level, &line);
             return;
         };
         let mut e = e;
@@ -1530,10 +1586,14 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 .await;
         }
         // `tcp-request content` rules run per request in `mode http`, before the
-        // `http-request` ones (HAProxy's streams are requests).
-        let verdict = self.content_rules(self.fe, head, src);
-        if verdict != super::Verdict::Go {
-            return self.content_reject(txn, verdict);
+        // `http-request` ones (HAProxy's streams are requests); not again for the request
+        // whose first bytes a `mode tcp` frontend's rules already judged.
+        let upgraded_to = self.upgraded_to.take();
+        if upgraded_to.is_none() {
+            let verdict = self.content_rules(self.fe, head, src);
+            if verdict != super::Verdict::Go {
+                return self.content_reject(txn, verdict);
+            }
         }
         // `option http-buffer-request` on the frontend: the body (up to the buffer) is
         // received before its http-request rules, which may read it (`req.body`).
@@ -1563,7 +1623,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             return self.redirect_response(self.fe, head, txn, rd).await;
         }
         // use_backend / default_backend.
-        let be_idx = {
+        let be_idx = upgraded_to.or_else(|| {
             let view = self.req_view(head, src);
             // The first rule whose condition holds decides; a dynamic name naming no
             // backend falls to the default one, as in HAProxy.
@@ -1571,14 +1631,23 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 .use_backends
                 .iter()
                 .find(|ub| ub.cond.as_ref().is_none_or(|c| c.eval(&view)))
-                .and_then(|ub| ub.target(&shared.cfg, crate::config::Mode::Http, &view))
+                .and_then(|ub| ub.target(&shared.cfg, self.fe.mode, &view))
                 .or(self.fe.default_backend)
-        };
+        });
         let Some(be_idx) = be_idx else {
             return self.error_response(head, txn, 503, *b"SC").await;
         };
-        txn.be = Some(be_idx);
         let bp = &shared.cfg.proxies[be_idx];
+        txn.be = Some(be_idx);
+        if bp.mode != crate::config::Mode::Http {
+            // A `mode tcp` frontend's later request routed to a `mode tcp` backend: an HTTP
+            // stream cannot go there. As HAProxy does, the connection is closed without an
+            // answer (a client retries on a new connection, which its first data routes),
+            // logged `IR` with status 500.
+            txn.status = 500;
+            txn.term = *b"IR";
+            return None;
+        }
         if be_idx != self.ctx.proxy {
             use crate::spoe::Event;
             // HAProxy waits for the body before the backend's content rules.
@@ -1751,7 +1820,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                     continue;
                 }
                 match &r.action {
-                    TcpAction::Accept => return super::Verdict::Go,
+                    // The stream is HTTP already: `switch-mode` only stops the rules.
+                    TcpAction::Accept | TcpAction::SwitchMode(_) => return super::Verdict::Go,
                     TcpAction::Reject => return super::Verdict::Reject,
                     TcpAction::SilentDrop => return super::Verdict::SilentDrop,
                     TcpAction::Stick(a) => super::stick_act(a, &view),
@@ -2395,12 +2465,10 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             }
             HttpRequestAction::Return(reply) => {
                 let bytes = self.reply_bytes(p, head, txn, reply, false);
-                txn.term = *b"PR";
-                let next = self
-                    .local_response(head, txn, &bytes, reply.status, true)
-                    .await;
-                txn.term = *b"--";
-                next
+                // Answered locally: logged `LR` as HAProxy does (`CD` if the client is gone).
+                txn.term = *b"LR";
+                self.local_response(head, txn, &bytes, reply.status, true)
+                    .await
             }
             HttpRequestAction::Redirect(rd) => self.redirect_response(p, head, txn, rd).await,
             HttpRequestAction::Auth { realm } => {

@@ -113,7 +113,7 @@ pub async fn serve(
                 Client::Unix(_) => None,
             },
         };
-        let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess);
+        let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess, None);
         let verdict = tcp_rules(&p.tcp_connection, &view, &mut sc);
         if verdict != Verdict::Go {
             if verdict == Verdict::SilentDrop
@@ -1491,6 +1491,8 @@ pub(crate) enum Verdict {
     Reject,
     /// `silent-drop`: closed without the client being told (`ClientIo::silent_drop`).
     SilentDrop,
+    /// `switch-mode http`: accepted, and the session goes on as HTTP in this frontend.
+    Http(http2::BindProto),
 }
 
 /// Runs `tcp-request` rules on a session's first data or its addresses. Entries tracked go
@@ -1508,12 +1510,13 @@ pub(crate) fn tcp_rules(
                 sess: Some(sc),
                 txn: None,
             };
-            let view = http::SrcView(base.0, base.1, base.2, sess);
+            let view = http::SrcView(base.0, base.1, base.2, sess, base.4);
             if !r.cond.as_ref().is_none_or(|c| c.eval(&view)) {
                 continue;
             }
             match &r.action {
                 TcpAction::Accept => return Verdict::Go,
+                TcpAction::SwitchMode(proto) => return Verdict::Http(*proto),
                 TcpAction::Reject => return Verdict::Reject,
                 TcpAction::SilentDrop => return Verdict::SilentDrop,
                 TcpAction::Stick(a) => stick_act(a, &view),

@@ -251,6 +251,7 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         }
         _ => Vec::new(),
     };
+    let held = Held::new(held, shared.cfg.global.bufsize);
     // SPOE: in `mode tcp` the stream is the session.
     let mut spoe = crate::spoe::TxnState::default();
     {
@@ -265,6 +266,9 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         .await;
     }
     let verdict = content_verdict(&mut ctx, fe, &held);
+    if let super::Verdict::Http(proto) = verdict {
+        return upgrade(ctx, client, held, None, proto).await;
+    }
     if verdict != super::Verdict::Go {
         if verdict == super::Verdict::SilentDrop {
             client.silent_drop();
@@ -278,6 +282,10 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
         return;
     };
     let bp = &shared.cfg.proxies[be_idx];
+    if bp.mode == crate::config::Mode::Http {
+        let proto = super::http2::BindProto::Auto;
+        return upgrade(ctx, client, held, Some(be_idx), proto).await;
+    }
     let bc = &shared.backend(be_idx).counters;
     bc.sessions_total.fetch_add(1, Relaxed);
     let verdict = if be_idx != ctx.proxy {
@@ -389,7 +397,7 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
     let end = tunnel(
         &mut client,
         &mut conn.stream,
-        &held,
+        &held.data,
         b"",
         t,
         shared.cfg.global.bufsize,
@@ -438,16 +446,72 @@ pub async fn serve<C: ClientIo>(mut ctx: SessionCtx, client: C) {
     );
 }
 
+/// What `tcp-request inspect-delay` held of the client's first data, and the HTTP/1 request
+/// head it holds, if it is one: HTTP samples in rules read it (HAProxy parses raw data for
+/// them the same way).
+struct Held {
+    data: Vec<u8>,
+    head: Option<crate::http::RequestHead>,
+}
+
+impl Held {
+    fn new(data: Vec<u8>, max_head: usize) -> Held {
+        let head = match crate::http::parse_request(&data, max_head) {
+            _ if data.is_empty() => None,
+            Ok(crate::http::Parsed::Complete(h)) => Some(h),
+            _ => None,
+        };
+        Held { data, head }
+    }
+}
+
+/// The session becomes HTTP: `switch-mode http` (`to` is `None`: the frontend's own HTTP
+/// rules and `use_backend` apply), or a `mode http` backend `to` was chosen (HAProxy's
+/// implicit upgrade). What inspection held is the start of the first request. HTTP/2 (its
+/// preface, ALPN `h2`, or `proto h2`) starts a new stream per request, routed by the
+/// frontend's rules (HAProxy's destructive upgrade); HTTP/1 keeps this session.
+async fn upgrade<C: ClientIo>(
+    mut ctx: SessionCtx,
+    client: C,
+    held: Held,
+    to: Option<usize>,
+    proto: super::http2::BindProto,
+) {
+    use super::http2::BindProto;
+    // The HTTP stream counts its own requests.
+    let fc = &ctx.shared().proxies[ctx.proxy].fe.counters;
+    fc.req_total.fetch_sub(1, Relaxed);
+    let pre = bytes::BytesMut::from(&held.data[..]);
+    let h2 = match proto {
+        BindProto::H2 => true,
+        BindProto::H1 => false,
+        BindProto::Auto => ctx
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.alpn.as_deref() == Some(b"h2")),
+    };
+    if proto != BindProto::Auto {
+        ctx.proto = proto;
+    }
+    if h2 {
+        Box::pin(super::http2::serve(ctx, pre, client)).await
+    } else {
+        // A clear-text HTTP/2 preface is recognised there, as on an HTTP bind.
+        super::http::serve_upgraded(ctx, client, pre, to).await
+    }
+}
+
 /// The session as the rules (and SPOE messages) of proxy `p` see it, with the client's
 /// first data `held`.
-fn rules_view<'v>(ctx: &'v SessionCtx, p: &'v crate::config::Proxy, held: &'v [u8]) -> SrcView<'v> {
+fn rules_view<'v>(ctx: &'v SessionCtx, p: &'v crate::config::Proxy, held: &'v Held) -> SrcView<'v> {
     let mut sess = ctx.sess();
     sess.backend = &p.name;
     SrcView(
         ctx.peer.map(|a| a.ip()),
         ctx.tls.as_deref(),
-        Some(held),
+        Some(&held.data),
         sess,
+        held.head.as_ref(),
     )
 }
 
@@ -457,7 +521,7 @@ async fn spoe_events(
     p: &crate::config::Proxy,
     st: &mut crate::spoe::TxnState,
     events: &[crate::spoe::Event],
-    held: &[u8],
+    held: &Held,
 ) {
     for &ev in events {
         for e in p.spoe.iter().filter(|e| e.has_event(ev)) {
@@ -469,7 +533,7 @@ async fn spoe_events(
 
 /// `tcp-request content` rules of `p` on the client's first data `held`. Entries they track
 /// join the session's (in `mode tcp` the stream is the session).
-fn content_verdict(ctx: &mut SessionCtx, p: &crate::config::Proxy, held: &[u8]) -> super::Verdict {
+fn content_verdict(ctx: &mut SessionCtx, p: &crate::config::Proxy, held: &Held) -> super::Verdict {
     // Out of the context while the rules, which see the context, add to it.
     let mut sc = std::mem::take(&mut ctx.sc);
     let allowed = {
@@ -482,15 +546,19 @@ fn content_verdict(ctx: &mut SessionCtx, p: &crate::config::Proxy, held: &[u8]) 
 
 /// Whether rules of `fe`, or of a backend it may pick, read the client's first data.
 fn wants_payload(shared: &crate::backend::Shared, fe: &crate::config::Proxy) -> bool {
+    // HTTP samples read the request head in the first data.
+    let reads = |c: &crate::config::Cond| c.needs_payload() || c.uses_http();
     let needs = |p: &crate::config::Proxy| {
         p.tcp_content
             .iter()
-            .any(|r| r.cond.as_ref().is_some_and(|c| c.needs_payload()))
+            .any(|r| r.cond.as_ref().is_some_and(reads))
     };
     needs(fe)
         || fe.use_backends.iter().any(|u| {
-            u.cond.as_ref().is_some_and(|c| c.needs_payload())
-                || u.dynamic.as_ref().is_some_and(|d| d.needs_payload())
+            u.cond.as_ref().is_some_and(reads)
+                || u.dynamic
+                    .as_ref()
+                    .is_some_and(|d| d.needs_payload() || d.uses_http())
         })
         || fe
             .use_backends
@@ -528,13 +596,14 @@ async fn inspect<C: ClientIo>(client: &mut C, delay: std::time::Duration, max: u
 
 /// `use_backend` rules evaluated on what a TCP session has (its source, its first data),
 /// then the default.
-fn select_backend(ctx: &SessionCtx, payload: &[u8]) -> Option<usize> {
+fn select_backend(ctx: &SessionCtx, held: &Held) -> Option<usize> {
     let p = &ctx.shared().cfg.proxies[ctx.proxy];
     let view = SrcView(
         ctx.peer.map(|a| a.ip()),
         ctx.tls.as_deref(),
-        Some(payload),
+        Some(&held.data),
         ctx.sess(),
+        held.head.as_ref(),
     );
     for ub in &p.use_backends {
         if ub.cond.as_ref().is_none_or(|c| c.eval(&view)) {

@@ -490,7 +490,7 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
                 )
                 .into());
             }
-            let view = crate::stream::http::SrcView(None, None, None, Default::default());
+            let view = crate::stream::http::SrcView(None, None, None, Default::default(), None);
             let val = if kw == "set-var" {
                 let e = crate::config::SampleFetch::parse(value)?;
                 e.value(&view).ok_or_else(|| {

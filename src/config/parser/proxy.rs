@@ -277,6 +277,56 @@ impl Draft {
         }
     }
 
+    /// A `mode tcp` frontend without `tcp-request inspect-delay` whose rules read the
+    /// client's data (`req.payload`, `req.ssl_sni`, HTTP samples): they see what arrived with
+    /// the connection, usually nothing. HAProxy warns of this for `tcp-request content` rules;
+    /// sluice for `use_backend` too, where it silently routes to the default backend.
+    fn warn_uninspected(&self, warnings: &mut Vec<ConfigError>) {
+        let reads = |c: &crate::config::Cond| c.needs_payload() || c.uses_http();
+        let rules = self
+            .p
+            .tcp_content
+            .iter()
+            .filter(|r| r.cond.as_ref().is_some_and(reads))
+            .map(|r| (&r.origin, "tcp-request content"));
+        let switching = self
+            .use_backends
+            .iter()
+            .filter(|u| {
+                u.2.as_ref().is_some_and(reads)
+                    || u.1
+                        .as_ref()
+                        .is_some_and(|f| f.needs_payload() || f.uses_http())
+            })
+            .map(|u| (&u.3, "use_backend"));
+        for (o, kw) in rules.chain(switching).take(1) {
+            warnings.push(ConfigError {
+                file: o.file.clone(),
+                line: o.line,
+                message: format!(
+                    "'{kw}' in {}: its condition reads the client's data but there is no \
+                     'tcp-request inspect-delay', so it sees only what came with the \
+                     connection (usually nothing). Set 'tcp-request inspect-delay'.",
+                    self.describe()
+                ),
+            });
+        }
+    }
+
+    /// `option httplog` in a `mode tcp` frontend that may `switch-mode http`: HAProxy keeps
+    /// its HTTP rules but still logs in the TCP format, with its warning.
+    fn fall_back_to_tcplog(&mut self, warnings: &mut Vec<ConfigError>) {
+        if let Some((o, what, _)) = self.http_only.iter().find(|h| h.1 == "option httplog") {
+            warnings.push(ConfigError {
+                file: o.file.clone(),
+                line: o.line,
+                message: self.tcp_mode_warning(what),
+            });
+        }
+        let opts = &mut self.p.options;
+        (opts.httplog, opts.httplog_clf, opts.tcplog) = (false, false, true);
+    }
+
     /// The proxy as HAProxy's mode warnings name it: `proxy 'x'` for a `listen` section.
     fn haproxy_name(&self) -> String {
         match self.p.kind {
@@ -447,7 +497,23 @@ impl Draft {
                 b.ssl = Some(t.http1_only());
             }
         }
+        if self.p.mode == Mode::Tcp
+            && !self.is_defaults
+            && self.p.kind.has_frontend()
+            && self.p.inspect_delay.is_none()
+        {
+            self.warn_uninspected(warnings);
+        }
+        // A frontend that may `switch-mode http` keeps its HTTP setup for the sessions it
+        // turns into HTTP (HAProxy warns about none of it then).
         if self.p.mode != Mode::Tcp {
+            return errors;
+        }
+        if self.p.switches_to_http() {
+            // HAProxy logs such a frontend's sessions, upgraded or not, in the TCP format.
+            if self.p.options.httplog {
+                self.fall_back_to_tcplog(warnings);
+            }
             return errors;
         }
         let mut warned: Vec<&str> = Vec::new();

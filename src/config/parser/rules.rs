@@ -298,26 +298,13 @@ pub(super) fn use_backend(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         .into());
     }
     let name = &w[1];
+    // HTTP samples are fine in `mode tcp` too: they read the request head the session's
+    // first data holds, as in HAProxy.
     let dynamic = if name.contains('%') {
-        let dn = crate::config::TextFormat::parse(name)?;
-        if dn.uses_http() {
-            d.needs_http_because(
-                l,
-                "use_backend",
-                "its backend name uses HTTP samples, which require 'mode http'",
-            );
-        }
-        Some(std::sync::Arc::new(dn))
+        Some(std::sync::Arc::new(crate::config::TextFormat::parse(name)?))
     } else {
         None
     };
-    if cond.as_ref().is_some_and(Cond::uses_http) {
-        d.needs_http_because(
-            l,
-            "use_backend",
-            "its condition uses HTTP samples, which require 'mode http'",
-        );
-    }
     d.use_backends
         .push((name.clone(), dynamic, cond, origin(l)));
     Ok(())
@@ -1007,6 +994,7 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         "accept" => TcpAction::Accept,
         "reject" => TcpAction::Reject,
         "silent-drop" => TcpAction::SilentDrop,
+        "switch-mode" if kind == "content" => switch_mode(d, &w[3..end.max(3)])?,
         a if a.starts_with("lua.") && kind == "content" => TcpAction::Lua(crate::lua::action(
             &a[4..],
             &w[3..end.max(3)],
@@ -1026,6 +1014,9 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                         "unset-var(NAME)",
                     ];
                     known.extend(STICK_ACTIONS);
+                    if kind == "content" {
+                        known.push("switch-mode http");
+                    }
                     return Err(format!(
                     "action '{a}' of 'tcp-request {kind}' is not supported by sluice (supported: \
                      {}){}",
@@ -1075,6 +1066,60 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
         d.p.tcp_content.push(rule);
     }
     Ok(())
+}
+
+/// `tcp-request content switch-mode http [proto h1|h2]`: only a frontend can turn its
+/// session into HTTP (a `listen` section would send it to its own `mode tcp` servers).
+fn switch_mode(d: &Draft, args: &[String]) -> Result<TcpAction, KwErr> {
+    use crate::stream::http2::BindProto;
+    if d.p.kind != crate::config::ProxyKind::Frontend || d.is_defaults {
+        return Err(
+            "'switch-mode' is only available in a frontend (an HTTP stream cannot \
+                    go to a 'mode tcp' server)"
+                .to_string()
+                .into(),
+        );
+    }
+    if d.p.mode == crate::config::Mode::Http {
+        return Err(
+            "'switch-mode http' in a 'mode http' proxy: it is HTTP already"
+                .to_string()
+                .into(),
+        );
+    }
+    match args.first().map(String::as_str) {
+        Some("http") => {}
+        Some(m) => {
+            return Err(
+                format!("'switch-mode': unknown mode '{m}' (only 'http' is supported)").into(),
+            );
+        }
+        None => return Err("'switch-mode' expects 'http'".to_string().into()),
+    }
+    let proto = match &args[1..] {
+        [] => BindProto::Auto,
+        [k, v] if k == "proto" => match v.as_str() {
+            "h1" => BindProto::H1,
+            "h2" => BindProto::H2,
+            p => {
+                return Err(
+                    format!("'switch-mode http': unknown proto '{p}' (expected h1 or h2)").into(),
+                );
+            }
+        },
+        [k] if k == "proto" => {
+            return Err("'switch-mode http proto' expects h1 or h2"
+                .to_string()
+                .into());
+        }
+        [x, ..] => {
+            return Err(format!(
+                "'switch-mode http': unexpected argument '{x}' (expected 'proto')"
+            )
+            .into());
+        }
+    };
+    Ok(TcpAction::SwitchMode(proto))
 }
 
 /// `http-response ACTION ARGS... [if|unless COND]`.
@@ -1272,6 +1317,7 @@ pub(super) fn stick(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
             "sluice reads the response as HTTP, which requires 'mode http'",
         );
     } else if key.uses_http() {
+        // No inspection waits for a `stick` pattern's data in `mode tcp`.
         d.needs_http_because(
             l,
             "stick",

@@ -1375,7 +1375,7 @@ fn use_backend_errors() {
         "frontend fe",                    // 1
         "  bind :80",                     // 2
         "  acl is_api path_beg /api",     // 3
-        "  use_backend api if is_api",    // 4  HTTP condition in tcp
+        "  use_backend api if bad(",      // 4  bad condition
         "  use_backend api if nope",      // 5  unknown ACL
         "  use_backend",                  // 6
         "  use_backend api extra",        // 7
@@ -1390,16 +1390,8 @@ fn use_backend_errors() {
         "  default_backend api",          // 16 wrong side: a warning (below)
         "  acl x path /",                 // 17 fine
     ]);
-    assert_eq!(e.len(), 9, "{e:#?}");
-    has(
-        &e[0],
-        &[
-            "t.cfg:4: ",
-            "'use_backend' in frontend 'fe'",
-            "HTTP samples",
-            "mode http",
-        ],
-    );
+    assert_eq!(e.len(), 8, "{e:#?}");
+    has(&e[0], &["t.cfg:4: ", "'use_backend' in frontend 'fe'"]);
     has(
         &e[1],
         &[
@@ -1413,14 +1405,6 @@ fn use_backend_errors() {
     has(
         &e[4],
         &[
-            "t.cfg:8: ",
-            "its backend name uses HTTP samples",
-            "mode http",
-        ],
-    );
-    has(
-        &e[5],
-        &[
             "t.cfg:9: ",
             "'use_backend' in frontend 'fe'",
             "unknown backend 'apii'",
@@ -1428,21 +1412,21 @@ fn use_backend_errors() {
         ],
     );
     has(
-        &e[6],
+        &e[5],
         &[
             "t.cfg:10: ",
             "'fe2' is a frontend, it cannot be used as a backend",
         ],
     );
     has(
-        &e[7],
+        &e[6],
         &[
             "t.cfg:11: ",
             "'default_backend' in frontend 'fe'",
             "unexpected extra argument 'other'",
         ],
     );
-    has(&e[8], &["t.cfg:12: ", "missing condition after 'if'"]);
+    has(&e[7], &["t.cfg:12: ", "missing condition after 'if'"]);
     // In a backend, HAProxy ignores them with a warning.
     let c = ok(&[
         "backend api",           // 1
@@ -1494,22 +1478,16 @@ fn mode_mismatch_between_frontend_and_backend() {
             "unable to use backend 'be' (mode tcp)",
         ],
     );
-    // HAProxy upgrades a tcp frontend to HTTP for an http backend; sluice says it cannot.
-    err1(
-        &[
-            "frontend fe",
-            "  bind :80",
-            "  default_backend be",
-            "backend be",
-            "  mode http",
-        ],
-        &[
-            "t.cfg:3: ",
-            "'default_backend' in frontend 'fe'",
-            "unable to use backend 'be' (mode http) from frontend 'fe' (mode tcp)",
-            "not supported by sluice",
-        ],
-    );
+    // A tcp frontend may use an http backend: the session becomes HTTP (HAProxy's implicit
+    // upgrade).
+    let c = ok(&[
+        "frontend fe",
+        "  bind :80",
+        "  default_backend be",
+        "backend be",
+        "  mode http",
+    ]);
+    assert_eq!(px(&c, "fe").default_backend, Some(idx(&c, "be")));
     // Listen sections too.
     err1(
         &[
@@ -4001,4 +3979,113 @@ fn tcp_keepalive_timings() {
         &["frontend f", "  clitcpka-intvl"],
         &["t.cfg:2: ", "clitcpka-intvl"],
     );
+}
+
+#[test]
+fn switch_mode_http() {
+    use crate::stream::http2::BindProto;
+    // Its frontend keeps its HTTP rules, and `option httplog` still falls back to tcplog.
+    let c = ok(&[
+        "frontend fe",                                             // 1
+        "  bind :80",                                              // 2
+        "  option httplog",                                        // 3
+        "  tcp-request inspect-delay 5s",                          // 4
+        "  tcp-request content switch-mode http proto h2 if HTTP", // 5
+        "  tcp-request content switch-mode http",                  // 6
+        "  http-request set-header x-a b",                         // 7
+        "  default_backend be",                                    // 8
+        "backend be",                                              // 9
+        "  mode http",                                             // 10
+    ]);
+    let fe = px(&c, "fe");
+    assert!(fe.switches_to_http());
+    assert!(matches!(
+        fe.tcp_content[0].action,
+        crate::config::TcpAction::SwitchMode(BindProto::H2)
+    ));
+    assert!(matches!(
+        fe.tcp_content[1].action,
+        crate::config::TcpAction::SwitchMode(BindProto::Auto)
+    ));
+    assert_eq!(fe.http_request.len(), 1, "kept for upgraded sessions");
+    assert!(fe.options.tcplog && !fe.options.httplog);
+    assert_eq!(
+        warnings(&c),
+        [
+            "t.cfg:3: 'option httplog' not usable with frontend 'fe' (needs 'mode http'). \
+          Falling back to 'option tcplog'."
+        ]
+    );
+    // Without it, HTTP rules in a tcp frontend are dropped with HAProxy's warning.
+    let c = ok(&[
+        "frontend fe",
+        "  bind :80",
+        "  http-request set-header x-a b",
+    ]);
+    assert!(px(&c, "fe").http_request.is_empty());
+    let e = errs(&[
+        "frontend fe",                                     // 1
+        "  bind :80",                                      // 2
+        "  tcp-request content switch-mode tcp",           // 3
+        "  tcp-request content switch-mode http proto h3", // 4
+        "  tcp-request content switch-mode http extra",    // 5
+        "  tcp-request content switch-mode",               // 6
+        "  tcp-request connection switch-mode http",       // 7
+        "backend be",                                      // 8
+        "  tcp-request content switch-mode http",          // 9
+        "frontend hf",                                     // 10
+        "  mode http",                                     // 11
+        "  tcp-request content switch-mode http",          // 12
+    ]);
+    assert_eq!(e.len(), 7, "{e:#?}");
+    has(&e[0], &["t.cfg:3: ", "unknown mode 'tcp'"]);
+    has(&e[1], &["t.cfg:4: ", "unknown proto 'h3'"]);
+    has(&e[2], &["t.cfg:5: ", "unexpected argument 'extra'"]);
+    has(&e[3], &["t.cfg:6: ", "expects 'http'"]);
+    has(
+        &e[4],
+        &["t.cfg:7: ", "'tcp-request connection'", "switch-mode"],
+    );
+    has(&e[5], &["t.cfg:9: ", "only available in a frontend"]);
+    has(&e[6], &["t.cfg:12: ", "it is HTTP already"]);
+}
+
+#[test]
+fn tcp_rules_reading_data_without_inspect_delay_are_warned_about() {
+    let c = ok(&[
+        "frontend fe",                              // 1
+        "  bind :80",                               // 2
+        "  use_backend st if { path_beg /static }", // 3
+        "  default_backend be",                     // 4
+        "backend st",                               // 5
+        "backend be",                               // 6
+    ]);
+    let w = warnings(&c);
+    assert_eq!(w.len(), 1, "{w:#?}");
+    has(
+        &w[0],
+        &[
+            "t.cfg:3: ",
+            "'use_backend' in frontend 'fe'",
+            "no 'tcp-request inspect-delay'",
+        ],
+    );
+    // With a delay, or reading only addresses, nothing to say.
+    for lines in [
+        &[
+            "frontend fe",
+            "  bind :80",
+            "  tcp-request inspect-delay 1s",
+            "  use_backend be if { path_beg /static }",
+            "backend be",
+        ][..],
+        &[
+            "frontend fe",
+            "  bind :80",
+            "  use_backend be if { src 10.0.0.1 }",
+            "backend be",
+        ],
+    ] {
+        assert!(warnings(&ok(lines)).is_empty(), "{lines:?}");
+    }
 }

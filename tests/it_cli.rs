@@ -509,3 +509,55 @@ fn check_accepts_every_supported_keyword() {
     assert!(o.stdout.contains("Configuration file is valid"), "{o:?}");
     assert!(alert_lines(&o.stderr).is_empty(), "{}", o.stderr);
 }
+
+/// `default-path`: relative paths of a file start from its directory (`config`), its parent
+/// (`parent`) or a given one (`origin`), as in HAProxy; `current` (the default) is where
+/// sluice started. The policy carries over to the next files, each from its own directory.
+#[test]
+fn default_path_sets_where_relative_files_are_read_from() {
+    let dir = TempDir::new();
+    let page = "HTTP/1.0 503 Service Unavailable\r\ncontent-type: text/plain\r\n\r\ndown\n";
+    dir.write("site/conf/errors/503.http", page);
+    dir.write("site/errors/503.http", page);
+    dir.write("site/other/errors/503.http", page);
+    let body = |policy: &str, be: &str| {
+        format!(
+            "global\n    default-path {policy}\ndefaults\n    mode http\n    timeout connect 1s\n\
+             \x20   timeout client 1s\n    timeout server 1s\nbackend {be}\n\
+             \x20   errorfile 503 errors/503.http\n    server s1 127.0.0.1:18083\n"
+        )
+    };
+    let check = |files: &[&std::path::Path]| {
+        let mut args = vec!["-c"];
+        for f in files {
+            args.extend(["-f", f.to_str().unwrap()]);
+        }
+        run_cli(&args)
+    };
+    let conf = dir.write("site/conf/a.cfg", body("config", "a"));
+    let o = check(&[&conf]);
+    assert_eq!(o.code, 0, "{o:?}");
+    // The next file is read from its own directory.
+    let other = dir.write(
+        "site/other/b.cfg",
+        "backend b\n    errorfile 503 errors/503.http\n",
+    );
+    assert_eq!(check(&[&conf, &other]).code, 0);
+    let conf = dir.write("site/conf/a.cfg", body("parent", "a"));
+    assert_eq!(check(&[&conf]).code, 0);
+    let origin = format!("origin {}", dir.join("site/other").display());
+    let conf = dir.write("site/conf/a.cfg", body(&origin, "a"));
+    assert_eq!(check(&[&conf]).code, 0);
+    // `current`: from where sluice runs, where there is no `errors/503.http`.
+    let conf = dir.write("site/conf/a.cfg", body("current", "a"));
+    let o = check(&[&conf]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stderr.contains("errors/503.http"), "{}", o.stderr);
+    let conf = dir.write("site/conf/a.cfg", body("nowhere", "a"));
+    let o = check(&[&conf]);
+    assert!(
+        o.stderr.contains("unknown policy 'nowhere'"),
+        "{}",
+        o.stderr
+    );
+}

@@ -92,6 +92,37 @@ fn idle_connection_without_request_gets_408_after_timeout() {
     c.expect_closed();
 }
 
+/// `option http-ignore-probes`: the same idle connection (a browser's pre-connection) is
+/// closed without a 408 and without a log line; a real request still gets its 408 line.
+#[test]
+fn http_ignore_probes_closes_empty_connections_silently() {
+    let (s, port, _b) = start_s1(
+        LOGGED_HTTP,
+        "    timeout http-request 300ms\n    option http-ignore-probes",
+    );
+    let mut probe = HttpClient::connect(port);
+    let t0 = Instant::now();
+    assert!(matches!(
+        probe.wait_closed(WAIT),
+        Closed::Eof | Closed::Reset
+    ));
+    assert!(t0.elapsed() >= ms(280), "{:?}", t0.elapsed());
+    // A client that sent part of a head is no probe: 408, logged.
+    let mut c = HttpClient::connect(port);
+    c.send("GET / HT");
+    assert_eq!(c.read_response().status, 408);
+    let line = s.wait_log_line(|l| l.contains(" 408 "), WAIT);
+    assert!(line.contains("<BADREQ>") || line.contains(" cR"), "{line}");
+    assert_eq!(
+        s.stdout
+            .snapshot()
+            .iter()
+            .filter(|l| l.contains(" fe "))
+            .count(),
+        1
+    );
+}
+
 #[test]
 fn a_server_that_stops_reading_the_body_gets_timeout_server() {
     use std::io::{Read, Write};

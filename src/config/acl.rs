@@ -410,6 +410,8 @@ enum Fetch {
     Hdr {
         name: Box<[u8]>,
         split: bool,
+        /// `hdr(NAME,OCC)`: only that occurrence (1 the first, -1 the last); 0 for all.
+        occ: i32,
     },
     HdrCnt {
         name: Box<[u8]>,
@@ -417,9 +419,11 @@ enum Fetch {
     },
     HdrVal {
         name: Box<[u8]>,
+        occ: i32,
     },
     HdrIp {
         name: Box<[u8]>,
+        occ: i32,
     },
     /// `ssl_fc`: the connection is TLS.
     SslFc,
@@ -1106,13 +1110,21 @@ impl Fetch {
                     _ => false,
                 }
             }),
-            Fetch::Hdr { name, split } => view.for_each_header(name, &mut |v| {
-                if *split {
-                    v.split(|&c| c == b',').any(|p| f(Sample::Str(trim_ows(p))))
-                } else {
-                    f(Sample::Str(trim_ows(v)))
-                }
-            }),
+            Fetch::Hdr { name, split, occ } => {
+                let want = occurrence(view, name, *split, *occ);
+                let mut i = 0;
+                view.for_each_header(name, &mut |v| {
+                    let mut one = |p: &[u8]| {
+                        i += 1;
+                        want.is_none_or(|w| w == i) && f(Sample::Str(trim_ows(p)))
+                    };
+                    if *split {
+                        v.split(|&c| c == b',').any(one)
+                    } else {
+                        one(v)
+                    }
+                })
+            }
             Fetch::HdrCnt { name, split } => {
                 let mut n: i64 = 0;
                 view.for_each_header(name, &mut |v| {
@@ -1125,16 +1137,30 @@ impl Fetch {
                 });
                 f(Sample::Int(n))
             }
-            Fetch::HdrVal { name } => view.for_each_header(name, &mut |v| {
-                v.split(|&c| c == b',')
-                    .filter_map(|p| parse_int(trim_ows(p)))
-                    .any(|n| f(Sample::Int(n)))
-            }),
-            Fetch::HdrIp { name } => view.for_each_header(name, &mut |v| {
-                v.split(|&c| c == b',')
-                    .filter_map(|p| parse_hdr_ip(trim_ows(p)))
-                    .any(|ip| f(Sample::Ip(ip)))
-            }),
+            // The occurrence counts every value, converted or not (HAProxy picks the value,
+            // then converts it).
+            Fetch::HdrVal { name, occ } => {
+                let want = occurrence(view, name, true, *occ);
+                let mut i = 0;
+                view.for_each_header(name, &mut |v| {
+                    v.split(|&c| c == b',').any(|p| {
+                        i += 1;
+                        want.is_none_or(|w| w == i)
+                            && parse_int(trim_ows(p)).is_some_and(|n| f(Sample::Int(n)))
+                    })
+                })
+            }
+            Fetch::HdrIp { name, occ } => {
+                let want = occurrence(view, name, true, *occ);
+                let mut i = 0;
+                view.for_each_header(name, &mut |v| {
+                    v.split(|&c| c == b',').any(|p| {
+                        i += 1;
+                        want.is_none_or(|w| w == i)
+                            && parse_hdr_ip(trim_ows(p)).is_some_and(|ip| f(Sample::Ip(ip)))
+                    })
+                })
+            }
             Fetch::ReqLen => match view.payload() {
                 Some(p) => f(Sample::Int(p.len() as i64)),
                 None => false,
@@ -1279,6 +1305,28 @@ impl Fetch {
 
 /// The value of the `occ`-th `entry` attribute of a `/K=V/K=V` DN (from the end when
 /// negative).
+/// Which value (1-based, in received order) `occ` designates among header `name`'s values
+/// (comma-separated ones apart when `split`): `None` for all (`occ` 0), `Some(0)` for one
+/// that does not exist.
+fn occurrence(view: &dyn HttpView, name: &[u8], split: bool, occ: i32) -> Option<usize> {
+    if occ == 0 {
+        return None;
+    }
+    if occ > 0 {
+        return Some(occ as usize);
+    }
+    let mut n = 0usize;
+    view.for_each_header(name, &mut |v| {
+        n += if split {
+            v.split(|&c| c == b',').count()
+        } else {
+            1
+        };
+        false
+    });
+    Some((n + 1).saturating_sub(occ.unsigned_abs() as usize))
+}
+
 fn dn_entry<'a>(dn: &'a str, entry: &str, occ: i64) -> Option<&'a str> {
     let mut values = dn
         .split('/')
@@ -1902,17 +1950,34 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
     };
     let hdr_name = || -> Result<Box<[u8]>, String> {
         let a = args.unwrap_or("").trim();
+        let a = a.split_once(',').map_or(a, |(n, _)| n.trim());
         if a.is_empty() {
             return Err(format!(
                 "{what} '{name}' requires a header name, as in '{name}(host)'"
             ));
         }
-        if a.contains(',') {
+        Ok(a.to_ascii_lowercase().into_bytes().into_boxed_slice())
+    };
+    // `hdr(NAME,OCC)`: the occurrence, 0 (all) without one.
+    let hdr_occ = || -> Result<i32, String> {
+        match args.and_then(|a| a.split_once(',')) {
+            None => Ok(0),
+            Some((_, o)) => o.trim().parse::<i32>().map_err(|_| {
+                format!(
+                    "{what} '{name}': the occurrence '{}' is not an integer (in '{word}')",
+                    o.trim()
+                )
+            }),
+        }
+    };
+    // A header name alone, for the fetches that take no occurrence.
+    let hdr_only = || -> Result<Box<[u8]>, String> {
+        if args.is_some_and(|a| a.contains(',')) {
             return Err(format!(
-                "the occurrence argument of '{name}' is not supported by sluice (in '{word}')"
+                "{what} '{name}' takes a header name only (in '{word}')"
             ));
         }
-        Ok(a.to_ascii_lowercase().into_bytes().into_boxed_slice())
+        hdr_name()
     };
     // A case-sensitive name argument (`url_param(id)`, `cook(SID)`).
     let plain_arg = || -> Result<Box<[u8]>, String> {
@@ -2047,21 +2112,29 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "hdr" | "req.hdr" => Fetch::Hdr {
             name: hdr_name()?,
             split: true,
+            occ: hdr_occ()?,
         },
         "fhdr" | "req.fhdr" => Fetch::Hdr {
             name: hdr_name()?,
             split: false,
+            occ: hdr_occ()?,
         },
         "hdr_cnt" | "req.hdr_cnt" => Fetch::HdrCnt {
-            name: hdr_name()?,
+            name: hdr_only()?,
             split: true,
         },
         "fhdr_cnt" | "req.fhdr_cnt" => Fetch::HdrCnt {
-            name: hdr_name()?,
+            name: hdr_only()?,
             split: false,
         },
-        "hdr_val" | "req.hdr_val" => Fetch::HdrVal { name: hdr_name()? },
-        "hdr_ip" | "req.hdr_ip" => Fetch::HdrIp { name: hdr_name()? },
+        "hdr_val" | "req.hdr_val" => Fetch::HdrVal {
+            name: hdr_name()?,
+            occ: hdr_occ()?,
+        },
+        "hdr_ip" | "req.hdr_ip" => Fetch::HdrIp {
+            name: hdr_name()?,
+            occ: hdr_occ()?,
+        },
         "status" => no_args(Fetch::Status)?,
         "res.cache_hit" => no_args(Fetch::CacheHit)?,
         "res.cache_name" => no_args(Fetch::CacheName)?,
@@ -2081,22 +2154,30 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
         "res.hdr" | "shdr" => Fetch::Res(Box::new(Fetch::Hdr {
             name: hdr_name()?,
             split: true,
+            occ: hdr_occ()?,
         })),
         "res.cook" | "scook" => Fetch::Res(Box::new(Fetch::SetCook { name: plain_arg()? })),
         "res.fhdr" => Fetch::Res(Box::new(Fetch::Hdr {
             name: hdr_name()?,
             split: false,
+            occ: hdr_occ()?,
         })),
         "res.hdr_cnt" | "shdr_cnt" => Fetch::Res(Box::new(Fetch::HdrCnt {
-            name: hdr_name()?,
+            name: hdr_only()?,
             split: true,
         })),
         "res.fhdr_cnt" => Fetch::Res(Box::new(Fetch::HdrCnt {
-            name: hdr_name()?,
+            name: hdr_only()?,
             split: false,
         })),
-        "res.hdr_val" | "shdr_val" => Fetch::Res(Box::new(Fetch::HdrVal { name: hdr_name()? })),
-        "res.hdr_ip" => Fetch::Res(Box::new(Fetch::HdrIp { name: hdr_name()? })),
+        "res.hdr_val" | "shdr_val" => Fetch::Res(Box::new(Fetch::HdrVal {
+            name: hdr_name()?,
+            occ: hdr_occ()?,
+        })),
+        "res.hdr_ip" => Fetch::Res(Box::new(Fetch::HdrIp {
+            name: hdr_name()?,
+            occ: hdr_occ()?,
+        })),
         "ssl_fc" => no_args(Fetch::SslFc)?,
         "ssl_fc_sni" => no_args(Fetch::SslFcSni)?,
         "ssl_fc_protocol" => no_args(Fetch::SslFcProtocol)?,
@@ -2969,6 +3050,25 @@ mod tests {
         assert!(check(&["h hdr_val(content-length) ge 42"], "if h", &r));
         assert!(check(&[], "if HTTP_CONTENT", &r));
         assert!(check(&["h hdr_len(host) 15"], "if h", &r));
+        // Occurrences: of values for `hdr`, of field lines for `fhdr`; -1 the last.
+        for (acl, want) in [
+            ("h hdr(accept,2) image/png", true),
+            ("h hdr(accept,1) image/png", false),
+            ("h hdr(accept,-1) application/json", true),
+            ("h hdr(accept,-2) */*", true),
+            ("h hdr(accept,4) application/json", true),
+            ("h hdr(accept,5) -m found", false),
+            ("h hdr(accept,-9) -m found", false),
+            ("h fhdr(accept,2) application/json", true),
+            ("h fhdr(accept,-2) -m beg text/html", true),
+            ("h req.fhdr(accept,1) application/json", false),
+            ("h hdr_ip(x-forwarded-for,-1) 10.0.0.1", true),
+            ("h hdr_ip(x-forwarded-for,1) 10.0.0.1", false),
+            ("h hdr_val(content-length,1) 42", true),
+            ("h hdr_beg(host,1) www.", true),
+        ] {
+            assert_eq!(check(&[acl], "if h", &r), want, "{acl}");
+        }
     }
 
     #[test]
@@ -3210,7 +3310,7 @@ mod tests {
         assert!(parse_expr(&ws("cook_beg(a) x")).is_ok());
         assert!(expr_err("path,lowr /a").contains("did you mean 'lower'"));
         assert!(expr_err("hdr /a").contains("requires a header name"));
-        assert!(expr_err("hdr(host,1) a").contains("occurrence argument"));
+        assert!(expr_err("hdr(host,x) a").contains("not an integer"));
         assert!(expr_err("path -x /a").contains("'-x' is not a valid ACL option"));
         assert!(expr_err("path -u 3 /a").contains("not supported by sluice"));
         assert!(expr_err("path -m foo /a").contains("unknown matching method 'foo'"));

@@ -539,6 +539,9 @@ pub struct ProxyOptions {
     /// `option http-use-proxy-header`: a proxied request (its target starts with neither
     /// `/` nor `*`) is authenticated as a proxy does: `Proxy-Authorization`, 407.
     pub http_use_proxy_header: bool,
+    /// `option http-ignore-probes`: a connection that closes or times out before its first
+    /// request byte (a browser's pre-connect) is neither answered 408 nor logged nor counted.
+    pub http_ignore_probes: bool,
     /// `option checkcache`: a response that a shared cache could store with its
     /// `Set-Cookie` is blocked (502, `PH`).
     pub checkcache: bool,

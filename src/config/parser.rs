@@ -66,15 +66,88 @@ pub fn load(
         files.push(lines);
     }
     super::tokenizer::set_final_env(overlay);
-    for lines in &files {
+    let _cwd = CwdGuard;
+    for (lines, (file, _)) in files.iter().zip(sources) {
+        // A `default-path` of an earlier file applies to this one's relative paths.
+        if let Err(e) = enter_default_path(file) {
+            st.errors.push(ConfigError {
+                file: file.clone(),
+                line: 0,
+                message: e,
+            });
+        }
         for l in lines {
             st.line(l);
         }
         // A section never continues into the next file (defaults still apply).
         st.close_section();
+        leave_default_path();
     }
     let order: Vec<&str> = sources.iter().map(|(f, _)| f.as_str()).collect();
     st.finish(&order)
+}
+
+/// `default-path`: where the relative paths of the configuration files (certificates, maps,
+/// error files, Lua scripts...) start from. As in HAProxy, the process changes to that
+/// directory while it reads each file, and back after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum DefaultPath {
+    /// Where the process started (the default).
+    Current,
+    /// The directory of the configuration file being read.
+    Config,
+    /// Its parent.
+    Parent,
+    Origin(PathBuf),
+}
+
+thread_local! {
+    /// The policy in force, and the directory the process started in.
+    static DEFAULT_PATH: std::cell::RefCell<Option<(DefaultPath, PathBuf)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Applies `policy` from now on, starting with `file`, the file being read.
+pub(super) fn set_default_path(policy: DefaultPath, file: &str) -> Result<(), String> {
+    let start = match DEFAULT_PATH.with(|d| d.borrow().as_ref().map(|(_, s)| s.clone())) {
+        Some(s) => s,
+        None => std::env::current_dir()
+            .map_err(|e| format!("cannot tell the current directory: {e}"))?,
+    };
+    DEFAULT_PATH.with(|d| *d.borrow_mut() = Some((policy, start)));
+    enter_default_path(file)
+}
+
+fn enter_default_path(file: &str) -> Result<(), String> {
+    let Some((policy, start)) = DEFAULT_PATH.with(|d| d.borrow().clone()) else {
+        return Ok(());
+    };
+    let dir_of = |f: &str| f.rfind('/').map(|i| PathBuf::from(&f[..i.max(1)]));
+    let dir = match policy {
+        DefaultPath::Current => start,
+        DefaultPath::Config => dir_of(file).unwrap_or(start),
+        DefaultPath::Parent => dir_of(file).map_or(PathBuf::from(".."), |d| d.join("..")),
+        DefaultPath::Origin(p) => p,
+    };
+    std::env::set_current_dir(&dir)
+        .map_err(|e| format!("'default-path': cannot change to '{}': {e}", dir.display()))
+}
+
+fn leave_default_path() {
+    if let Some((_, start)) = DEFAULT_PATH.with(|d| d.borrow().clone()) {
+        let _ = std::env::set_current_dir(start);
+    }
+}
+
+/// Ends a load: back to the starting directory, and no `default-path` for the next load
+/// (a reload, a test).
+struct CwdGuard;
+
+impl Drop for CwdGuard {
+    fn drop(&mut self) {
+        leave_default_path();
+        DEFAULT_PATH.with(|d| *d.borrow_mut() = None);
+    }
 }
 
 /// Loads files (or directories, whose `*.cfg` files load sorted by name), with variables taken
@@ -252,7 +325,7 @@ impl State {
         crate::stick::note_line(&l.file, l.line);
         crate::cache::note_line(&l.file, l.line);
         crate::config::acl::note_line(&l.file, l.line);
-        for message in take_warnings() {
+        for message in l.warnings.iter().cloned().chain(take_warnings()) {
             self.warnings.push(ConfigError {
                 file: l.file.clone(),
                 line: l.line,

@@ -9,6 +9,14 @@ pub struct Line {
     pub file: String,
     pub line: usize,
     pub words: Vec<String>,
+    /// What the tokenizer has to say about the line (a `$` kept as written).
+    pub warnings: Vec<String>,
+}
+
+thread_local! {
+    /// Warnings of the line [`split_line`] last split.
+    static SPLIT_WARNINGS: std::cell::RefCell<Vec<String>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Features `feature(NAME)` reports as present.
@@ -190,7 +198,31 @@ pub fn split_line(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Ve
                 i += adv;
             }
             b'$' => {
-                let (name, default, adv) = parse_var(&b[i..])?;
+                let (name, default, adv) = match parse_var(&b[i..]) {
+                    Ok(v) => v,
+                    // HAProxy expands variables only inside double quotes: outside them, a
+                    // reference sluice cannot read (`${NAME:-default}`) stays as written, as
+                    // HAProxy would keep it, rather than failing the file.
+                    Err(e) if q == Q::None => {
+                        let end = b[i..]
+                            .iter()
+                            .position(|&c| c == b'}' || c == b' ' || c == b'\t')
+                            .map_or(b.len(), |p| i + p + usize::from(b[i + p] == b'}'));
+                        SPLIT_WARNINGS.with(|w| {
+                            w.borrow_mut().push(format!(
+                                "'{}' is kept as written ({e}); HAProxy expands variables only \
+                                 inside double quotes",
+                                String::from_utf8_lossy(&b[i..end])
+                            ))
+                        });
+                        cur.push(b'$');
+                        in_word = true;
+                        only_empty_var = false;
+                        i += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 if adv == 1 {
                     // A lone '$' not followed by a name: literal.
                     cur.push(b'$');
@@ -315,6 +347,7 @@ pub fn tokenize_with(
         let active = stack.last().is_none_or(|b| b.active);
         let ov = &*overlay;
         let env = &|k: &str| ov.get(k, base);
+        let _ = SPLIT_WARNINGS.with(|w| std::mem::take(&mut *w.borrow_mut()));
         let words = match split_line(raw, env) {
             Ok(w) => w,
             Err(e) => {
@@ -409,6 +442,7 @@ pub fn tokenize_with(
                 file: file.to_string(),
                 line: n,
                 words,
+                warnings: SPLIT_WARNINGS.with(|w| std::mem::take(&mut *w.borrow_mut())),
             });
         }
     }
@@ -689,7 +723,36 @@ mod tests {
         assert_eq!(w("x $NOPE y"), ["x", "y"]);
         assert_eq!(w(r#"x "$NOPE" y"#), ["x", "", "y"]);
         assert_eq!(w("cost 5$"), ["cost", "5$"]);
-        assert!(split_line("x ${PORT", &env).is_err());
+        assert!(split_line(r#"x "${PORT""#, &env).is_err());
+        assert!(split_line(r#"x "${PORT:-1}""#, &env).is_err());
+    }
+
+    /// Outside double quotes, a reference sluice cannot read stays as written (HAProxy
+    /// expands nothing there), with a warning on its line.
+    #[test]
+    fn unreadable_unquoted_references_stay_as_written() {
+        let mut ov = EnvOverlay::default();
+        let (lines, errs) = tokenize_with(
+            "a.cfg",
+            "stats auth admin:${PASS:-changeme}
+x ${PORT
+y $PORT
+",
+            &env,
+            &mut ov,
+        );
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(lines[0].words, ["stats", "auth", "admin:${PASS:-changeme}"]);
+        assert_eq!(lines[0].warnings.len(), 1);
+        assert!(
+            lines[0].warnings[0].contains("'${PASS:-changeme}' is kept as written"),
+            "{:?}",
+            lines[0].warnings
+        );
+        assert_eq!(lines[1].words, ["x", "${PORT"]);
+        assert_eq!(lines[1].warnings.len(), 1);
+        assert_eq!(lines[2].words, ["y", "8080"]);
+        assert!(lines[2].warnings.is_empty());
     }
 
     #[test]

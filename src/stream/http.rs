@@ -1199,6 +1199,16 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             HeadRead::Got(h, s) => (h, s),
             HeadRead::Gone => return None,
             HeadRead::Http2 => return Some(Next::Http2),
+            // `option http-ignore-probes`: a first connection that sent nothing and timed out
+            // or closed (a browser's pre-connection) ends without an answer or a log line.
+            HeadRead::Fail(status, term, _)
+                if first
+                    && self.cbuf.is_empty()
+                    && self.fe.options.http_ignore_probes
+                    && (status == 408 || (status == 400 && term == *b"CR")) =>
+            {
+                return None;
+            }
             HeadRead::Fail(status, term, start) => {
                 let mut txn = Txn::new(start);
                 txn.term = term;

@@ -101,7 +101,6 @@ const UNSUPPORTED: &[&str] = &[
     "cluster-secret",
     "thread-groups",
     "thread-group",
-    "default-path",
     "issuers-chain-path",
     "ssl-engine",
     "ssl-mode-async",
@@ -264,6 +263,32 @@ pub(super) fn keyword(g: &mut Global, gx: &mut GlobalExtra, l: &Line) -> Result<
                 "'{kw}' has no effect in sluice: the ClientHello captures it sizes \
                  (ssl_fc_cipherlist_*, ssl_fc_ecformats_bin, ...) are not supported"
             ));
+        }
+        "default-path" => {
+            let policy = match (arg(w, 1, "current, config, parent or origin")?, w.get(2)) {
+                ("current", None) => super::DefaultPath::Current,
+                ("config", None) => super::DefaultPath::Config,
+                ("parent", None) => super::DefaultPath::Parent,
+                ("origin", Some(p)) => {
+                    no_extra(w, 3)?;
+                    super::DefaultPath::Origin(p.into())
+                }
+                ("origin", None) => {
+                    return Err("'default-path origin' expects a directory"
+                        .to_string()
+                        .into());
+                }
+                ("current" | "config" | "parent", Some(x)) => {
+                    return Err(format!("unexpected argument '{x}'").into());
+                }
+                (p, _) => {
+                    return Err(format!(
+                        "unknown policy '{p}' (expected current, config, parent or origin)"
+                    )
+                    .into());
+                }
+            };
+            super::set_default_path(policy, &l.file)?;
         }
         "ssl-dh-param-file" => {
             let f = arg(w, 1, "a file of Diffie-Hellman parameters")?;
@@ -930,6 +955,7 @@ mod tests {
             file: "t.cfg".into(),
             line: 1,
             words: s.split_whitespace().map(String::from).collect(),
+            warnings: Vec::new(),
         }
     }
 

@@ -28,6 +28,9 @@ const OPTIONS: &[(&str, u8, bool)] = &[
     ("http-pretend-keepalive", D | B, true),
     ("http-buffer-request", D | F | B, true),
     ("http-use-proxy-header", D | F, true),
+    ("http-ignore-probes", D | F, true),
+    // Per-listener rows in the stats: accepted with a warning (sluice has none).
+    ("socket-stats", D | F, false),
     ("checkcache", D | B, true),
     ("redispatch", D | B, false),
     ("tcp-check", D | B, false),
@@ -60,7 +63,6 @@ const UNSUPPORTED: &[&str] = &[
     "disable-h2-upgrade",
     "h1-case-adjust-bogus-client",
     "h1-case-adjust-bogus-server",
-    "http-ignore-probes",
     "http-no-delay",
     "http-restrict-req-hdr-names",
     "http_proxy",
@@ -70,7 +72,6 @@ const UNSUPPORTED: &[&str] = &[
     "ldap-check",
     "originalto",
     "smtpchk",
-    "socket-stats",
     "transparent",
 ];
 
@@ -155,6 +156,8 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
             "http-pretend-keepalive" => o.http_pretend_keepalive = false,
             "http-buffer-request" => o.http_buffer_request = false,
             "http-use-proxy-header" => o.http_use_proxy_header = false,
+            "http-ignore-probes" => o.http_ignore_probes = false,
+            "socket-stats" => {}
             "checkcache" => o.checkcache = false,
             "logasap" => o.logasap = false,
             // Back to plain connects only if that was the check type in force.
@@ -239,6 +242,12 @@ pub(super) fn option(d: &mut Draft, l: &Line, words: &[String], negate: bool) ->
                 "persist" => o.persist = true,
                 "prefer-last-server" => o.prefer_last_server = true,
                 "http-pretend-keepalive" => o.http_pretend_keepalive = true,
+                "http-ignore-probes" => o.http_ignore_probes = true,
+                "socket-stats" => crate::config::parser::warn(
+                    "'option socket-stats' has no effect in sluice: its stats have no \
+                     per-listener rows (the frontend's row counts every bind)"
+                        .to_string(),
+                ),
                 "http-buffer-request" => o.http_buffer_request = true,
                 "http-use-proxy-header" => o.http_use_proxy_header = true,
                 "checkcache" => o.checkcache = true,

@@ -1165,7 +1165,29 @@ pub(super) fn keyword(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
                     d.p.spoe.push(std::sync::Arc::new(e));
                     return Ok(());
                 }
-                (Some(f @ ("trace" | "bwlim-in" | "bwlim-out" | "fcgi-app")), _) => {
+                // A debugging aid: it traces filter callbacks on stderr and changes no
+                // traffic. Its options are checked, then it is dropped with a warning.
+                (Some("trace"), _) => {
+                    let mut i = 2;
+                    while i < w.len() {
+                        match w[i].as_str() {
+                            "name" if i + 1 < w.len() => i += 2,
+                            "random-parsing" | "random-forwarding" | "hexdump" => i += 1,
+                            o => {
+                                return Err(format!(
+                                    "'filter trace': unknown argument '{o}' (name, \
+                                     random-parsing, random-forwarding, hexdump)"
+                                )
+                                .into());
+                            }
+                        }
+                    }
+                    super::warn(
+                        "'filter trace' has no effect in sluice: it prints no filter traces"
+                            .to_string(),
+                    );
+                }
+                (Some(f @ ("bwlim-in" | "bwlim-out" | "fcgi-app")), _) => {
                     return Err(format!("filter '{f}' is not supported by sluice").into());
                 }
                 (Some(f), _) => {
@@ -1724,6 +1746,7 @@ const STATS_KEYWORDS: &[&str] = &[
     "refresh",
     "scope",
     "show-legends",
+    "show-modules",
     "show-node",
     "show-desc",
     "uri",
@@ -1744,9 +1767,7 @@ fn stats(d: &mut Draft, l: &Line) -> Result<(), String> {
             "socket" | "timeout" | "maxconn" | "bind-process" => {
                 format!("'stats {sub}' is only allowed in the 'global' section")
             }
-            "http-request" | "show-modules" => {
-                format!("'stats {sub}' is not supported by sluice")
-            }
+            "http-request" => format!("'stats {sub}' is not supported by sluice"),
             _ => format!(
                 "unknown keyword 'stats {sub}'{}",
                 did_you_mean(sub, STATS_KEYWORDS.iter().copied())
@@ -1783,6 +1804,14 @@ fn stats_sub(d: &Draft, st: &mut StatsPage, sub: &str, w: &[String]) -> Result<(
         "show-legends" => {
             no_extra(w, 2)?;
             st.show_legends = true;
+        }
+        "show-modules" => {
+            no_extra(w, 2)?;
+            super::warn(
+                "'stats show-modules' has no effect in sluice: its stats page has no \
+                 module columns (per-protocol counters)"
+                    .to_string(),
+            );
         }
         "show-node" => {
             st.show_node = Some(w.get(2).cloned());

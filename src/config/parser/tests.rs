@@ -4089,3 +4089,27 @@ fn tcp_rules_reading_data_without_inspect_delay_are_warned_about() {
         assert!(warnings(&ok(lines)).is_empty(), "{lines:?}");
     }
 }
+
+#[test]
+fn debugging_and_stats_extras_are_accepted_with_a_warning() {
+    let c = ok(&[
+        "frontend fe",                    // 1
+        "  mode http",                    // 2
+        "  bind :80",                     // 3
+        "  filter trace name t1 hexdump", // 4
+        "  option socket-stats",          // 5
+        "  option http-ignore-probes",    // 6
+        "  stats enable",                 // 7
+        "  stats show-modules",           // 8
+    ]);
+    let w = warnings(&c);
+    assert_eq!(w.len(), 3, "{w:#?}");
+    has(&w[0], &["t.cfg:4: ", "'filter trace' has no effect"]);
+    has(&w[1], &["t.cfg:5: ", "'option socket-stats' has no effect"]);
+    has(&w[2], &["t.cfg:8: ", "'stats show-modules' has no effect"]);
+    assert!(px(&c, "fe").options.http_ignore_probes);
+    err1(
+        &["frontend fe", "  mode http", "  filter trace verbose"],
+        &["t.cfg:3: ", "'filter trace': unknown argument 'verbose'"],
+    );
+}

@@ -474,6 +474,9 @@ enum Fetch {
     HttpAuth(crate::userlist::UserlistRef),
     /// `http_auth_group(L)`: the groups of the user the credentials authenticate in L.
     HttpAuthGroup(crate::userlist::UserlistRef),
+    /// `http_auth_bearer([H])`: the token of a `Bearer` credential, in the `Authorization`
+    /// header (the credentials header) or, named, in header H (lower case).
+    HttpAuthBearer(Option<Box<[u8]>>),
     /// `sc_*(N[,T])`, `scN_*([T])`, `src_*([T])`: a stick-table counter of what slot N
     /// tracks, or of the client's address.
     Stick {
@@ -865,7 +868,7 @@ impl Fetch {
             | Fetch::SslCUsed
             | Fetch::SslFcHasSni
             | Fetch::HttpAuth(_) => SmpType::Bool,
-            Fetch::HttpAuthGroup(_) => SmpType::Str,
+            Fetch::HttpAuthGroup(_) | Fetch::HttpAuthBearer(_) => SmpType::Str,
             Fetch::Path
             | Fetch::Url
             | Fetch::Method
@@ -1216,6 +1219,26 @@ impl Fetch {
                         .is_some_and(|u| l.groups_of(u).any(|g| f(Sample::Str(g.as_bytes()))))
                 })
             }
+            Fetch::HttpAuthBearer(name) => {
+                // The first element of the first header only, as HAProxy's lookup gives it.
+                let (mut seen, mut hit) = (false, false);
+                let hname = name.as_deref().unwrap_or(view.auth_header());
+                view.for_each_header(hname, &mut |v| {
+                    seen = true;
+                    let v = crate::http::trim_first_element(v);
+                    hit = match name {
+                        None => bearer_credentials(v).is_some_and(|t| f(Sample::Str(t))),
+                        // A named header always gives a sample, empty unless it holds a
+                        // `Bearer` credential (HAProxy 2.6's `http_auth_bearer(H)`).
+                        Some(_) => f(Sample::Str(bearer_in_header(v))),
+                    };
+                    true
+                });
+                if !seen && name.is_some() {
+                    return f(Sample::Str(b""));
+                }
+                hit
+            }
             Fetch::Status => view.status().is_some_and(|s| f(Sample::Int(s.into()))),
             Fetch::State(st) => st.for_each(view, f),
             // Only responses have them: no sample while the request is processed.
@@ -1521,6 +1544,35 @@ impl SampleFetch {
     }
 }
 
+/// The token of `Authorization` credentials (`Bearer TOKEN`) as HAProxy's `get_http_auth`
+/// reads them: the scheme ends at the first space and is compared with `strncasecmp` on its
+/// own length, so any prefix of `Bearer` longer than `B` (a prefix of `Basic`, tried first)
+/// counts (`Bea TOKEN`); spaces before the token are skipped.
+fn bearer_credentials(v: &[u8]) -> Option<&[u8]> {
+    let sp = v.iter().position(|&c| c == b' ').filter(|&p| p > 0)?;
+    let scheme = &v[..sp];
+    let prefix_of = |word: &[u8]| {
+        scheme.len() <= word.len() && word[..scheme.len()].eq_ignore_ascii_case(scheme)
+    };
+    if prefix_of(b"basic") || !prefix_of(b"bearer") {
+        return None;
+    }
+    let rest = &v[sp..];
+    Some(&rest[rest.iter().position(|&c| c != b' ').unwrap_or(rest.len())..])
+}
+
+/// The token of a `Bearer TOKEN` value of a named header (`http_auth_bearer(H)`): the whole
+/// scheme must be `Bearer` (any case); anything else gives an empty token, as in HAProxy.
+fn bearer_in_header(v: &[u8]) -> &[u8] {
+    match v.iter().position(|&c| c == b' ') {
+        Some(sp) if v[..sp].eq_ignore_ascii_case(b"bearer") => {
+            let rest = &v[sp..];
+            &rest[rest.iter().position(|&c| c != b' ').unwrap_or(rest.len())..]
+        }
+        _ => b"",
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Matchers.
 
@@ -1790,6 +1842,7 @@ const CRITERIA: &[&str] = &[
     "unique-id",
     "http_auth",
     "http_auth_group",
+    "http_auth_bearer",
     "src_port",
     "dst",
     "dst_port",
@@ -2322,6 +2375,12 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
                 table,
             }
         }
+        "http_auth_bearer" => Fetch::HttpAuthBearer(args.map(|a| {
+            a.trim()
+                .to_ascii_lowercase()
+                .into_bytes()
+                .into_boxed_slice()
+        })),
         "http_auth" | "http_auth_group" => {
             let l = args
                 .map(str::trim)

@@ -13,6 +13,7 @@ use base64::Engine as _;
 use regex::bytes::{Regex, RegexBuilder};
 
 use super::acl::{Sample, SmpType};
+use super::jwt::{JsonQuery, Verify};
 use crate::map::{Match, PatRef};
 use crate::vars::{SetCond, VarName, Vars};
 
@@ -160,6 +161,16 @@ pub(crate) enum Conv {
         out: SmpType,
         default: Option<Val>,
     },
+    /// `json_query(PATH[,int])`.
+    JsonQuery(JsonQuery),
+    /// `jwt_header_query` (part 0) and `jwt_payload_query` (part 1): the decoded part, or
+    /// what the query finds in it.
+    JwtQuery {
+        part: u8,
+        query: Option<JsonQuery>,
+    },
+    /// `jwt_verify(ALG,KEY)`.
+    JwtVerify(Box<Verify>),
 }
 
 /// An integer argument: a constant or a variable's value.
@@ -282,10 +293,6 @@ const UNSUPPORTED: &[&str] = &[
     "hmac",
     "htonl",
     "in_table",
-    "json_query",
-    "jwt_header_query",
-    "jwt_payload_query",
-    "jwt_verify",
     "language",
     "ltime",
     "mqtt_field_value",
@@ -353,6 +360,10 @@ const KNOWN: &[&str] = &[
     "strcmp",
     "secure_memcmp",
     "set-var",
+    "json_query",
+    "jwt_header_query",
+    "jwt_payload_query",
+    "jwt_verify",
 ];
 
 impl Conv {
@@ -720,6 +731,39 @@ impl Conv {
                     }
                 };
                 (Conv::HttpDate { offset, per_sec }, In::Int, T::Str)
+            }
+            "json_query" => {
+                if a.len() > 2 {
+                    return Err(format!("converter '{name}' takes at most 2 arguments"));
+                }
+                let path = a.first().map_or("", String::as_str);
+                if path.is_empty() {
+                    return Err(format!("converter '{name}': json_path must not be empty"));
+                }
+                let q = JsonQuery::parse(name, path, a.get(1).map(String::as_str))?;
+                let out = if q.int() { T::Int } else { T::Str };
+                (Conv::JsonQuery(q), In::Str, out)
+            }
+            "jwt_header_query" | "jwt_payload_query" => {
+                n_args(0, 2)?;
+                // An empty path is accepted here (HAProxy's check is json_query's only): it
+                // finds nothing.
+                let query = match a.first() {
+                    Some(p) => Some(JsonQuery::parse(name, p, a.get(1).map(String::as_str))?),
+                    None => None,
+                };
+                let out = if query.as_ref().is_some_and(JsonQuery::int) {
+                    T::Int
+                } else {
+                    T::Str
+                };
+                let part = u8::from(name == "jwt_payload_query");
+                (Conv::JwtQuery { part, query }, In::Str, out)
+            }
+            "jwt_verify" => {
+                n_args(2, 2)?;
+                let v = Verify::parse(&a[0], &a[1])?;
+                (Conv::JwtVerify(Box::new(v)), In::Str, T::Int)
             }
             n if n == "map" || n.starts_with("map_") => return parse_map(n, a, input),
             n if UNSUPPORTED.contains(&n) || n.starts_with("table_") => {
@@ -1303,6 +1347,18 @@ impl Conv {
                     None => default.clone()?,
                 }
             }
+            Conv::JsonQuery(q) => q.query(&v.into_str())?,
+            Conv::JwtQuery { part, query } => {
+                let decoded = super::jwt::jwt_part(&v.into_str(), usize::from(*part))?;
+                match query {
+                    Some(q) => q.query(&decoded)?,
+                    None => Val::Str(decoded),
+                }
+            }
+            Conv::JwtVerify(vf) => {
+                let var = |n: &VarName| var_of(vars, n).map(Val::into_str);
+                Val::Int(vf.run(&v.into_str(), &var)?)
+            }
         })
     }
 }
@@ -1634,6 +1690,184 @@ mod tests {
         assert_eq!(s("x,http_date(1)", "0"), "Thu, 01 Jan 1970 00:00:01 GMT");
     }
 
+    /// `json_query`: the answers HAProxy 2.6.12 gave on the same document, except where
+    /// marked (sluice reads documents as JSON defines them: `docs/compat.md`).
+    #[test]
+    fn json_query_as_haproxy() {
+        let doc = r#"{"s":"str","i":4,"f":0.5,"big":1700000000,"t":true,"fa":false,"nul":null,"a":[10,"x",[1,2],{"k":"v"}],"o":{"p":{"q":"deep"}},"my.key":"dotted","e":"a\"b\\c\nd\u0041","sl":"a\/b","u":"\u20ac","neg":-12,"exp":1e3,"fr":-1.5e-7,"huge":9007199254740993,"max":9007199254740991,"ovf":99999999999999999999,"d":1,"d":2}"#;
+        let q = |path: &str| s(&format!("x,json_query('{path}')"), doc);
+        let qi = |path: &str| s(&format!("x,json_query('{path}',int)"), doc);
+        for (path, want) in [
+            ("$.s", "str"),
+            ("$.i", "4"),
+            ("$.f", "0.5"),
+            ("$.big", "1.7e+09"),
+            ("$.t", "1"),
+            ("$.fa", "0"),
+            ("$.nul", "<none>"),
+            ("$.a", "<none>"),
+            ("$.a[0]", "10"),
+            ("$.a[1]", "x"),
+            ("$.a[2]", "<none>"),
+            ("$.a[2][1]", "2"),
+            ("$.a[3].k", "v"),
+            ("$.a[4]", "<none>"),
+            ("$.o", "<none>"),
+            ("$.o.p.q", "deep"),
+            (r"$.my\.key", "dotted"),
+            ("$.my.key", "<none>"),
+            ("$.neg", "-12"),
+            ("$.exp", "1000"),
+            ("$.fr", "-1.5e-07"),
+            ("$.huge", "9.0072e+15"),
+            ("$.ovf", "1e+20"),
+            ("$.zz", "<none>"),
+            ("$['s']", "<none>"),
+            ("$", "<none>"),
+            ("s", "<none>"),
+            ("$.a[-1]", "<none>"),
+            // HAProxy: no value for `\/` and `\u` above 00FF; the last of two equal keys
+            // here, the first there; `[1x]` is no index here (HAProxy reads it as `[1]`).
+            ("$.sl", "a/b"),
+            ("$.u", "\u{20ac}"),
+            ("$.d", "2"),
+            ("$.a[1x]", "<none>"),
+        ] {
+            assert_eq!(q(path), want, "{path}");
+        }
+        let e = conv("x,json_query('$.e')", doc).unwrap();
+        assert_eq!(e, Val::Str(b"a\"b\\c\ndA".to_vec()));
+        assert_eq!(conv("x,json_query('$.t')", doc), Some(Val::Bool(true)));
+        for (path, want) in [
+            ("$.i", "4"),
+            ("$.f", "0"),
+            ("$.big", "1700000000"),
+            ("$.neg", "-12"),
+            ("$.fr", "0"),
+            ("$.huge", "<none>"),
+            ("$.max", "9007199254740991"),
+            ("$.ovf", "<none>"),
+            ("$.s", "str"),
+            ("$.t", "1"),
+            ("$.nul", "<none>"),
+            // HAProxy reads the token with strtoll: `1e3` gives 1 there.
+            ("$.exp", "1000"),
+        ] {
+            assert_eq!(qi(path), want, "{path},int");
+        }
+        assert_eq!(conv("x,json_query('$.i',int)", doc), Some(Val::Int(4)));
+        let one = |path: &str, doc: &str| s(&format!("x,json_query('{path}')"), doc);
+        let int = |doc: &str| s("x,json_query('$.a','int')", doc);
+        // What follows the first value is not read (as in HAProxy); what comes before the
+        // end of that value must be JSON (HAProxy stops at the value it was asked for).
+        assert_eq!(one("$.a", r#"{"a":1}junk"#), "1");
+        assert_eq!(one("$.a", r#"{"a":1, garbage"#), "<none>");
+        assert_eq!(one("$.a", r#"{"a":"x"#), "<none>");
+        assert_eq!(one("$.a", "[1,2"), "<none>");
+        assert_eq!(one("$.a", ""), "<none>");
+        assert_eq!(one("$.a", r#"{"a":tru}"#), "<none>");
+        assert_eq!(one("$.a", r#"{a:1}"#), "<none>");
+        assert_eq!(one("$.a", r#"{"x":{"a":1},"a":2}"#), "2");
+        assert_eq!(one("$.a b", r#"{"a b":1}"#), "1");
+        assert_eq!(one("$.", r#"{"":1}"#), "1");
+        assert_eq!(one("$.a[11]", "{\"a\":[1,2,3,4,5,6,7,8,9,10,11,12]}"), "12");
+        assert_eq!(one("$[1][0]", "[1,[2,3]]"), "2");
+        assert_eq!(one("$", "42"), "42");
+        assert_eq!(one("$", r#""s""#), "s");
+        assert_eq!(one("$.a", "{\"a\":-0}"), "-0");
+        // The nearest double, then `%g`; HAProxy's reader computes a slightly different
+        // double for this one and prints `1.23457e-05`.
+        assert_eq!(one("$.a", "{\"a\":0.00001234565}"), "1.23456e-05");
+        assert_eq!(one("$.a", "{\"a\":123456.5}"), "123456");
+        assert_eq!(one("$.a", "{\"a\":999999.5}"), "1e+06");
+        assert_eq!(one("$.a", "{\"a\":2.5e-5}"), "2.5e-05");
+        assert_eq!(int("{\"a\":12345678.9}"), "12345678");
+        assert_eq!(int("{\"a\":-2.5}"), "-2");
+        assert_eq!(int("{\"a\":1e300}"), "<none>");
+    }
+
+    /// C's `%g`, on values HAProxy printed.
+    #[test]
+    fn printf_g() {
+        use super::super::jwt::fmt_g;
+        for (v, want) in [
+            (4.0, "4"),
+            (1_700_000_000.0, "1.7e+09"),
+            (0.5, "0.5"),
+            (-1.5e-7, "-1.5e-07"),
+            (123_456.5, "123456"),
+            (999_999.5, "1e+06"),
+            (1_234_565.0, "1.23456e+06"),
+            (12_345_678.9, "1.23457e+07"),
+            (0.0001, "0.0001"),
+            // The nearest double is below ...565 (HAProxy prints 1.23457e-05 for the JSON
+            // number: its reader computes a double above it).
+            (0.000_012_345_65, "1.23456e-05"),
+            (100_000.0, "100000"),
+            (1_000_000.0, "1e+06"),
+            (1.5e300, "1.5e+300"),
+            (1.234_567_89, "1.23457"),
+            (9.999_999_5, "10"),
+            (0.0, "0"),
+            (-0.0, "-0"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            assert_eq!(fmt_g(v), want, "{v}");
+        }
+    }
+
+    /// The JWT converters on tokens HAProxy 2.6.12 answered (HS256 with the secret
+    /// `secret`); keys from files are in tests/it_jwt.rs.
+    #[test]
+    fn jwt_parts_and_hmac() {
+        const HS: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.\
+                          eyJpc3MiOiJzbHVpY2UiLCJzdWIiOiJ1MSIsIm4iOjR9.\
+                          WhLjQHtBSrU4D_3_GMPysOzYkYvGAa-QT2mBJEuEFRE";
+        assert_eq!(s("x,jwt_header_query('$.alg')", HS), "HS256");
+        assert_eq!(
+            s("x,jwt_header_query", HS),
+            r#"{"alg":"HS256","typ":"JWT"}"#
+        );
+        assert_eq!(s("x,jwt_payload_query('$.iss')", HS), "sluice");
+        assert_eq!(s("x,jwt_payload_query('$.n','int')", HS), "4");
+        assert_eq!(s("x,jwt_payload_query('')", HS), "<none>");
+        assert_eq!(s("x,jwt_header_query('$.a')", "eyJhIjoxfQ"), "1");
+        assert_eq!(s("x,jwt_payload_query('$.b')", "x.eyJiIjoyfQ"), "2");
+        assert_eq!(s("x,jwt_payload_query('$.b')", "eyJhIjoxfQ"), "<none>");
+        assert_eq!(s("x,jwt_payload_query('$.b')", "a.eyJiIjoyfQ.c.d"), "2");
+        assert_eq!(s("x,jwt_header_query('$.a')", "eyJhIjoxfR"), "1");
+        assert_eq!(s("x,jwt_header_query('$.a')", "eyJhIjoxfQ=A.x"), "1");
+        assert_eq!(s("x,jwt_header_query('$.a')", "eyJhIjoxf.x"), "<none>");
+        assert_eq!(s("x,jwt_header_query('$.a')", "eyJhIjoxfQ+.x"), "<none>");
+        // HAProxy's base64url: `=` is `_`, bits after the last byte are ignored.
+        let b = |t: &str| super::super::jwt::b64url_dec(t.as_bytes());
+        assert_eq!(b("eyJhIjoxfQ=="), Some(b"{\"a\":1}\x0f\xff".to_vec()));
+        assert_eq!(b("A==="), Some(vec![0x03, 0xff, 0xff]));
+        assert_eq!(b("=="), Some(vec![0xff]));
+        assert_eq!(b("="), None);
+        assert_eq!(b(""), Some(vec![]));
+
+        let v = |alg: &str, key: &str, t: &str| s(&format!("x,jwt_verify({alg},{key})"), t);
+        assert_eq!(v("HS256", "secret", HS), "1");
+        assert_eq!(v("HS256", "wrong", HS), "0");
+        assert_eq!(v("HS384", "secret", HS), "0");
+        let tampered = HS.replacen("eyJpc3Mi", "eyJpc3Ni", 1);
+        assert_eq!(v("HS256", "secret", &tampered), "0");
+        assert_eq!(v("HS256", "secret", &format!("{HS}.x")), "-3");
+        for t in ["a.b", "a.b.", "a.b.c", "a.b.!!", ""] {
+            assert_eq!(v("HS256", "secret", t), "-3", "{t}");
+        }
+        let none = "eyJhbGciOiJub25lIn0.eyJpc3MiOiJ4In0";
+        assert_eq!(v("none", "x", &format!("{none}.")), "1");
+        assert_eq!(v("none", "x", none), "1");
+        assert_eq!(v("none", "x", &format!("{none}.abc")), "0");
+        assert_eq!(v("none", "x", HS), "0");
+        assert_eq!(v("none", "x", "abc"), "-3");
+        // A key file that was never read: -5 (here for a path no file has).
+        assert_eq!(v("txn.alg", "/nonexistent/k.pem", HS), "<none>");
+    }
+
     #[test]
     fn parse_errors() {
         let e = |x: &str| {
@@ -1649,5 +1883,13 @@ mod tests {
         assert!(e("x,xxh3(1,2)").contains("at most 1"));
         assert!(e("x,ltime(%Y)").contains("not supported"));
         assert!(e("x,map(/nonexistent/x.map)").contains("failed to open map file"));
+        assert!(e("x,json_query").contains("json_path must not be empty"));
+        assert!(e("x,json_query('')").contains("json_path must not be empty"));
+        assert!(e("x,json_query('$.a',str)").contains("output_type only supports"));
+        assert!(e("x,jwt_header_query('$.a',str)").contains("output_type only supports"));
+        assert!(e("x,jwt_verify(HS256)").contains("needs 2 arguments"));
+        assert!(e("x,jwt_verify(FOO,k)").contains("unknown JWT algorithm: FOO"));
+        assert!(e("x,jwt_verify(hs256,k)").contains("unknown JWT algorithm"));
+        assert!(e("x,jwt_verify(ES256,/nonexistent/k.pem)").contains("/nonexistent/k.pem"));
     }
 }

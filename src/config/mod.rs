@@ -12,6 +12,7 @@
 pub mod acl;
 pub mod checks;
 pub mod converter;
+pub(crate) mod jwt;
 pub mod logformat;
 pub mod parser;
 pub mod tokenizer;

@@ -1114,19 +1114,7 @@ impl Fetch {
                 }
             }),
             Fetch::Hdr { name, split, occ } => {
-                let want = occurrence(view, name, *split, *occ);
-                let mut i = 0;
-                view.for_each_header(name, &mut |v| {
-                    let mut one = |p: &[u8]| {
-                        i += 1;
-                        want.is_none_or(|w| w == i) && f(Sample::Str(trim_ows(p)))
-                    };
-                    if *split {
-                        v.split(|&c| c == b',').any(one)
-                    } else {
-                        one(v)
-                    }
-                })
+                each_value(view, name, *split, *occ, &mut |v| f(Sample::Str(v)))
             }
             Fetch::HdrCnt { name, split } => {
                 let mut n: i64 = 0;
@@ -1142,28 +1130,12 @@ impl Fetch {
             }
             // The occurrence counts every value, converted or not (HAProxy picks the value,
             // then converts it).
-            Fetch::HdrVal { name, occ } => {
-                let want = occurrence(view, name, true, *occ);
-                let mut i = 0;
-                view.for_each_header(name, &mut |v| {
-                    v.split(|&c| c == b',').any(|p| {
-                        i += 1;
-                        want.is_none_or(|w| w == i)
-                            && parse_int(trim_ows(p)).is_some_and(|n| f(Sample::Int(n)))
-                    })
-                })
-            }
-            Fetch::HdrIp { name, occ } => {
-                let want = occurrence(view, name, true, *occ);
-                let mut i = 0;
-                view.for_each_header(name, &mut |v| {
-                    v.split(|&c| c == b',').any(|p| {
-                        i += 1;
-                        want.is_none_or(|w| w == i)
-                            && parse_hdr_ip(trim_ows(p)).is_some_and(|ip| f(Sample::Ip(ip)))
-                    })
-                })
-            }
+            Fetch::HdrVal { name, occ } => each_value(view, name, true, *occ, &mut |v| {
+                parse_int(v).is_some_and(|n| f(Sample::Int(n)))
+            }),
+            Fetch::HdrIp { name, occ } => each_value(view, name, true, *occ, &mut |v| {
+                parse_hdr_ip(v).is_some_and(|ip| f(Sample::Ip(ip)))
+            }),
             Fetch::ReqLen => match view.payload() {
                 Some(p) => f(Sample::Int(p.len() as i64)),
                 None => false,
@@ -1328,6 +1300,30 @@ impl Fetch {
 
 /// The value of the `occ`-th `entry` attribute of a `/K=V/K=V` DN (from the end when
 /// negative).
+/// Calls `f` with each value of header `name` (comma-separated ones apart when `split`,
+/// trimmed), or only the one occurrence `occ` designates (0: all), until `f` returns true.
+fn each_value(
+    view: &dyn HttpView,
+    name: &[u8],
+    split: bool,
+    occ: i32,
+    f: &mut dyn FnMut(&[u8]) -> bool,
+) -> bool {
+    let want = occurrence(view, name, split, occ);
+    let mut i = 0;
+    view.for_each_header(name, &mut |v| {
+        let mut one = |p: &[u8]| {
+            i += 1;
+            want.is_none_or(|w| w == i) && f(trim_ows(p))
+        };
+        if split {
+            v.split(|&c| c == b',').any(&mut one)
+        } else {
+            one(v)
+        }
+    })
+}
+
 /// Which value (1-based, in received order) `occ` designates among header `name`'s values
 /// (comma-separated ones apart when `split`): `None` for all (`occ` 0), `Some(0)` for one
 /// that does not exist.

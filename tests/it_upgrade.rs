@@ -253,3 +253,77 @@ fn http2_prior_knowledge_through_switch_mode() {
     });
     assert_eq!(bodies, ["static /static/h2 x-via=-", "app /page x-via=-"]);
 }
+
+/// A `mode tcp` frontend with an `ssl` bind whose rules pick an HTTP backend: a client that
+/// agreed on `h2` by ALPN is served HTTP/2 (each stream routed by the frontend's rules), one
+/// that agreed on `http/1.1` HTTP/1.1, both through the backend's HTTP rules.
+#[test]
+fn tls_clients_are_upgraded_by_their_alpn() {
+    let dir = TempDir::new();
+    let ck = rcgen::generate_simple_self_signed(vec!["up.example".to_string()]).unwrap();
+    let pem = dir.write(
+        "c.pem",
+        format!("{}{}", ck.cert.pem(), ck.signing_key.serialize_pem()),
+    );
+    let web = tagged("web");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED_TCP}frontend fe\n    bind 127.0.0.1:{port} ssl crt {} alpn h2,http/1.1\n\
+         \x20   default_backend web\n\
+         backend web\n    mode http\n    http-request set-header x-via %[ssl_fc_alpn]\n\
+         \x20   server w {}\n",
+        pem.display(),
+        web.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let connect = |alpn: &'static [&'static str]| async move {
+            let cfg = insecure_client(alpn, rustls::DEFAULT_VERSIONS);
+            let tcp = tokio::net::TcpStream::connect(lo(port)).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("up.example").unwrap();
+            tokio_rustls::TlsConnector::from(cfg)
+                .connect(name, tcp)
+                .await
+                .unwrap()
+        };
+        let t = connect(&["h2", "http/1.1"]).await;
+        assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let (send, conn) = h2::client::handshake(t).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        for path in ["/one", "/two"] {
+            let mut send = send.clone().ready().await.unwrap();
+            let req = http::Request::get(format!("https://up.example{path}"))
+                .body(())
+                .unwrap();
+            let (rsp, _) = send.send_request(req, true).unwrap();
+            let rsp = rsp.await.unwrap();
+            assert_eq!(rsp.status(), 200);
+            let mut body = rsp.into_body();
+            let mut b = Vec::new();
+            while let Some(d) = body.data().await {
+                b.extend_from_slice(&d.unwrap());
+            }
+            assert_eq!(
+                String::from_utf8(b).unwrap(),
+                format!("web {path} x-via=h2")
+            );
+        }
+        let mut t = connect(&["http/1.1"]).await;
+        assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+        t.write_all(b"GET /h1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = t.read_to_end(&mut out).await;
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(out.ends_with("web /h1 x-via=http/1.1"), "{out}");
+    });
+}

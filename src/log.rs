@@ -283,6 +283,8 @@ pub struct Entry<'a> {
     pub client: Option<SocketAddr>,
     /// The client's TCP socket for `fc_rtt`-like fetches evaluated at log time.
     pub tcp_fd: Option<std::os::fd::BorrowedFd<'a>>,
+    /// The request's poll counters for `cpu_calls`-like fetches evaluated at log time.
+    pub profile: Option<crate::stream::TaskProfile>,
     pub accept_time: Option<SystemTime>,
     pub frontend: &'a str,
     pub backend: &'a str,
@@ -633,6 +635,7 @@ impl Logger {
                                     shared: None,
                                     server: None,
                                     tcp_fd: e.tcp_fd,
+                                    profile: e.profile,
                                 },
                                 None,
                             );

@@ -550,3 +550,34 @@ fn tcplog_on_an_http_frontend_logs_each_request_in_the_tcp_format() {
     assert_eq!(field(&second, "t"), "-1/-1/0");
     assert_eq!(field(&second, "ts"), "LR");
 }
+
+/// `cpu_calls`, `cpu_ns_tot`, `cpu_ns_avg` (HAProxy's task counters, per request) and
+/// `lat_ns_*` (0: sluice does not measure scheduling latency, as HAProxy without task
+/// profiling) in a log line; counted again from zero for each request of a connection.
+#[test]
+fn task_counters_in_log_lines() {
+    let b = HttpBackend::start("s1");
+    let port = free_port();
+    let cfg = format!(
+        "{LOGGED}    mode http\nfrontend fe\n    bind 127.0.0.1:{port}\n\
+         \x20   log-format \"%ST calls=%[cpu_calls] tot=%[cpu_ns_tot] avg=%[cpu_ns_avg] lat=%[lat_ns_avg]/%[lat_ns_tot]\"\n\
+         \x20   default_backend be\n{}",
+        backend_section("be", "", &[&b])
+    );
+    let s = Sluice::start(&cfg);
+    let mut c = HttpClient::connect(port);
+    for _ in 0..2 {
+        assert_eq!(c.get("/").status, 200);
+    }
+    let lines = s.wait_log_lines(2, |l| l.starts_with("200 "), WAIT);
+    let re = r"^200 calls=(?P<c>\d+) tot=(?P<t>\d+) avg=(?P<a>\d+) lat=0/0$";
+    for l in &lines {
+        let m = matches(re, l);
+        let n = |k: &str| field(&m, k).parse::<u64>().unwrap();
+        // A proxied request takes a few polls (head, server answer, ...), not hundreds: the
+        // count restarts with each request.
+        assert!((1..50).contains(&n("c")), "{l}");
+        assert!(n("t") > 0, "{l}");
+        assert_eq!(n("a"), n("t") / n("c"), "{l}");
+    }
+}

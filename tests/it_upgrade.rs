@@ -327,3 +327,38 @@ fn tls_clients_are_upgraded_by_their_alpn() {
         assert!(out.ends_with("web /h1 x-via=http/1.1"), "{out}");
     });
 }
+
+/// The first request of an upgraded session is the raw data the frontend's rules already
+/// judged: they do not run again for it, and the variables they set reach the backend's
+/// HTTP rules (HAProxy: "neither lost nor reexecuted"); each later request runs them once.
+#[test]
+fn the_first_request_is_judged_once_and_keeps_its_variables() {
+    let seen = HttpBackend::with_handler("s", |r| {
+        let h = |n: &str| r.header(n).unwrap_or("-").to_string();
+        Reply::status(200, "s", format!("n={} t={}", h("x-n"), h("x-t")))
+    });
+    let (implicit, switched) = (free_port(), free_port());
+    let cfg = format!(
+        "{LOGGED_TCP}frontend imp\n    bind 127.0.0.1:{implicit}\n    tcp-request inspect-delay 5s\n\
+         \x20   tcp-request content set-var(sess.n) var(sess.n,0),add(1)\n\
+         \x20   tcp-request content set-var(txn.t) str(raw) if {{ req.len gt 0 }}\n\
+         \x20   default_backend web\n\
+         frontend sw\n    bind 127.0.0.1:{switched}\n    tcp-request inspect-delay 5s\n\
+         \x20   tcp-request content set-var(sess.n) var(sess.n,0),add(1)\n\
+         \x20   tcp-request content set-var(txn.t) str(raw) if {{ req.len gt 0 }}\n\
+         \x20   tcp-request content switch-mode http if HTTP\n\
+         \x20   default_backend web\n\
+         backend web\n    mode http\n    http-request set-header x-n %[var(sess.n)]\n\
+         \x20   http-request set-header x-t %[var(txn.t)] if {{ var(txn.t) -m found }}\n\
+         \x20   server s {}\n",
+        seen.hostport()
+    );
+    let _s = Sluice::start(&cfg);
+    for port in [implicit, switched] {
+        let mut c = HttpClient::connect(port);
+        assert_eq!(c.get("/a").body_str(), "n=1 t=raw", "port {port}");
+        // A later request: the rules run once for it, on the HTTP view (no raw data there,
+        // so `txn.t` is not set again, and the previous request's is gone).
+        assert_eq!(c.get("/b").body_str(), "n=2 t=-", "port {port}");
+    }
+}

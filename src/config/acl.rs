@@ -112,11 +112,24 @@ pub struct Sess<'a> {
     pub server: Option<&'a crate::backend::ServerState>,
     /// The client's TCP socket, when `TCP_INFO_USED` (`fc_rtt`, ...).
     pub tcp_fd: Option<std::os::fd::BorrowedFd<'a>>,
+    /// The current request's poll counters (`cpu_calls`, ...), when a format reads them.
+    pub profile: Option<crate::stream::TaskProfile>,
 }
 
 /// Set when a configuration reads the kernel's `TCP_INFO` (`fc_rtt`, ...): sessions then keep
 /// a duplicate of the client socket's descriptor, which stays valid until they end.
 pub static TCP_INFO_USED: AtomicBool = AtomicBool::new(false);
+
+/// Which task counter a `cpu_*` / `lat_ns_*` fetch reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileField {
+    Calls,
+    CpuAvg,
+    CpuTot,
+    /// Scheduling latency: sluice does not measure it (HAProxy reports 0 too unless its
+    /// task profiling is on).
+    Lat,
+}
 
 /// Which `TCP_INFO` counter a `fc_*` fetch reads (HAProxy's mapping); RTTs in µs or ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -470,6 +483,9 @@ enum Fetch {
     /// `fc_rtt[(us|ms)]`, `fc_rttvar`, `fc_unacked`, `fc_sacked`, `fc_retrans`, `fc_fackets`,
     /// `fc_lost`, `fc_reordering`: the kernel's `TCP_INFO` of the client connection.
     TcpInfo(TcpInfoField),
+    /// `cpu_calls`, `cpu_ns_avg`, `cpu_ns_tot`, `lat_ns_avg`, `lat_ns_tot`: the current
+    /// request's task counters.
+    Profile(ProfileField),
     /// `http_auth(L)`: the request's Basic credentials are valid in userlist L.
     HttpAuth(crate::userlist::UserlistRef),
     /// `http_auth_group(L)`: the groups of the user the credentials authenticate in L.
@@ -808,6 +824,7 @@ impl Fetch {
                 | Fetch::UniqueId
                 | Fetch::PpTlv(_)
                 | Fetch::TcpInfo(_)
+                | Fetch::Profile(_)
                 | Fetch::Stick { .. }
                 | Fetch::TableAvl(_)
                 | Fetch::TableCnt(_)
@@ -839,7 +856,9 @@ impl Fetch {
     fn out_type(&self) -> SmpType {
         match self {
             Fetch::Res(inner) => inner.out_type(),
-            Fetch::TcpInfo(_) | Fetch::BodyLen | Fetch::BodySize => SmpType::Int,
+            Fetch::TcpInfo(_) | Fetch::Profile(_) | Fetch::BodyLen | Fetch::BodySize => {
+                SmpType::Int
+            }
             Fetch::Capture { .. } => SmpType::Str,
             Fetch::Ver | Fetch::Hdrs | Fetch::HdrsBin | Fetch::PathQ | Fetch::Body => SmpType::Str,
             // A variable's type is known only when it is read: taken as text for matching.
@@ -1173,6 +1192,15 @@ impl Fetch {
             Fetch::TcpInfo(field) => match view.sess().tcp_fd.map(crate::sys::tcp_info) {
                 Some(Ok(ti)) => f(Sample::Int(i64::from(field.of(&ti)))),
                 _ => false,
+            },
+            Fetch::Profile(field) => match view.sess().profile {
+                Some(p) => f(Sample::Int(match field {
+                    ProfileField::Calls => p.calls as i64,
+                    ProfileField::CpuTot => p.cpu_ns as i64,
+                    ProfileField::CpuAvg => (p.cpu_ns / p.calls.max(1)) as i64,
+                    ProfileField::Lat => 0,
+                })),
+                None => false,
             },
             Fetch::UniqueId => match view.sess().unique_id {
                 Some(id) => f(Sample::Str(id.as_bytes())),
@@ -1764,6 +1792,11 @@ const CRITERIA: &[&str] = &[
     "fc_pp_unique_id",
     "fc_rtt",
     "fc_rttvar",
+    "cpu_calls",
+    "cpu_ns_avg",
+    "cpu_ns_tot",
+    "lat_ns_avg",
+    "lat_ns_tot",
     "fc_unacked",
     "fc_sacked",
     "fc_retrans",
@@ -2303,6 +2336,19 @@ fn parse_fetch(word: &str, what: &str) -> Result<(Fetch, &'static str), String> 
                 "fc_fackets" => TcpInfoField::Fackets,
                 "fc_lost" => TcpInfoField::Lost,
                 _ => TcpInfoField::Reordering,
+            }))?
+        }
+        "cpu_calls" | "cpu_ns_avg" | "cpu_ns_tot" | "lat_ns_avg" | "lat_ns_tot" => {
+            use std::sync::atomic::Ordering::Relaxed;
+            crate::stream::PROFILE_USED.store(true, Relaxed);
+            if name.starts_with("cpu_ns") {
+                crate::stream::PROFILE_TIMED.store(true, Relaxed);
+            }
+            no_args(Fetch::Profile(match name {
+                "cpu_calls" => ProfileField::Calls,
+                "cpu_ns_avg" => ProfileField::CpuAvg,
+                "cpu_ns_tot" => ProfileField::CpuTot,
+                _ => ProfileField::Lat,
             }))?
         }
         "table_avl" | "table_cnt" => {

@@ -825,10 +825,14 @@ struct Conn<'a, C> {
     rsp_body: Option<(usize, u64)>,
     /// SPOE exchanges of the current transaction (`filter spoe`).
     spoe: crate::spoe::TxnState,
-    /// The backend a `mode tcp` frontend chose on the session's first data before the
-    /// session became HTTP: the first request goes there without the frontend's rules
-    /// running again (HAProxy's in-place upgrade); the next ones are routed as usual.
-    upgraded_to: Option<usize>,
+    /// Set for the first request of a `mode tcp` frontend's session that became HTTP: its
+    /// first bytes were judged already (the frontend's content rules ran, its SPOE messages
+    /// went, its variables were set), so none of that runs again (HAProxy's in-place
+    /// upgrade); and the backend those rules chose (`None` after `switch-mode http`: the
+    /// frontend's `use_backend` rules pick it). The next requests are processed as usual.
+    upgraded: Option<Option<usize>>,
+    /// `upgraded`, taken by the transaction it belongs to.
+    judged: Option<Option<usize>>,
 }
 
 /// Lingering close, after an error answer: how long, and how many bytes, the client's further
@@ -889,7 +893,7 @@ pub async fn serve<C: ClientIo>(ctx: SessionCtx, client: C) {
             .sessions_total
             .fetch_add(1, Relaxed);
     }
-    run(ctx, client, BytesMut::new(), None).await
+    run(ctx, client, BytesMut::new(), false, None).await
 }
 
 /// A `mode tcp` frontend's session (counted there) that becomes HTTP/1 (`switch-mode http`,
@@ -900,16 +904,23 @@ pub async fn serve_upgraded<C: ClientIo>(
     pre: BytesMut,
     to: Option<usize>,
 ) {
-    Box::pin(run(ctx, client, pre, to)).await
+    Box::pin(run(ctx, client, pre, true, to)).await
 }
 
-async fn run<C: ClientIo>(ctx: SessionCtx, client: C, pre: BytesMut, to: Option<usize>) {
+async fn run<C: ClientIo>(
+    ctx: SessionCtx,
+    client: C,
+    pre: BytesMut,
+    upgraded: bool,
+    to: Option<usize>,
+) {
     let shared = ctx.shared().clone();
     let fe = &shared.cfg.proxies[ctx.proxy];
     let custom_log = fe.options.log_format.is_some() && !fe.logs.is_empty();
+    let prof = ctx.prof.clone();
     let mut c = Conn::new(&ctx, fe, client);
     c.cbuf = pre;
-    c.upgraded_to = to;
+    c.upgraded = upgraded.then_some(to);
     let mut first = true;
     loop {
         // The idle wait runs in this small future; the large transaction future exists only
@@ -930,7 +941,20 @@ async fn run<C: ClientIo>(ctx: SessionCtx, client: C, pre: BytesMut, to: Option<
             c.out = out;
         }
         c.first = first;
-        match Box::pin(c.transaction(first, pending)).await {
+        let txn = Box::pin(c.transaction(first, pending));
+        // `cpu_calls`, `cpu_ns_*`: counted per request, as HAProxy resets them.
+        let next = match &prof {
+            Some(p) => {
+                p.set(super::TaskProfile::default());
+                super::Profiled {
+                    inner: txn,
+                    prof: p,
+                }
+                .await
+            }
+            None => txn.await,
+        };
+        match next {
             Some(Next::KeepAlive) => first = false,
             Some(Next::Http2) => {
                 // The client sent the HTTP/2 preface: the connection is HTTP/2 from here,
@@ -993,7 +1017,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             rsp_minor: 1,
             rsp_body: None,
             spoe: crate::spoe::TxnState::default(),
-            upgraded_to: None,
+            upgraded: None,
+            judged: None,
         }
     }
 }
@@ -1188,10 +1213,11 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         pending: Option<(u16, [u8; 2], Instant)>,
     ) -> Option<Next> {
         // A new transaction: the previous one's id, log level and variables must not reach
-        // this one.
+        // this one (the first request of an upgraded session keeps those its raw data set).
         self.unique_id = None;
         self.log_level.set(None);
-        {
+        self.judged = self.upgraded.take();
+        if self.judged.is_none() {
             use crate::vars::Scope;
             self.ctx.vars.clear(&[Scope::Txn, Scope::Req, Scope::Res]);
         }
@@ -1392,6 +1418,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         let e = Entry {
             client: self.ctx.peer,
             tcp_fd: self.ctx.tcp_fd.as_deref().map(std::os::fd::AsFd::as_fd),
+            profile: self.ctx.prof.as_deref().map(std::cell::Cell::get),
             accept_time: Some(self.ctx.accepted_at),
             vars: Some(&self.ctx.vars),
             frontend: &fe.name,
@@ -1589,7 +1616,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         self.spoe = crate::spoe::TxnState::default();
         self.rsp_body = None;
         let fe = self.fe;
-        if !fe.spoe.is_empty() {
+        let judged = self.judged.take();
+        if !fe.spoe.is_empty() && judged.is_none() {
             use crate::spoe::Event;
             self.spoe_event(fe, Event::ClientSession, head, src).await;
             self.spoe_event(fe, Event::FrontendTcpRequest, head, src)
@@ -1598,8 +1626,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         // `tcp-request content` rules run per request in `mode http`, before the
         // `http-request` ones (HAProxy's streams are requests); not again for the request
         // whose first bytes a `mode tcp` frontend's rules already judged.
-        let upgraded_to = self.upgraded_to.take();
-        if upgraded_to.is_none() {
+        if judged.is_none() {
             let verdict = self.content_rules(self.fe, head, src);
             if verdict != super::Verdict::Go {
                 return self.content_reject(txn, verdict);
@@ -1633,7 +1660,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             return self.redirect_response(self.fe, head, txn, rd).await;
         }
         // use_backend / default_backend.
-        let be_idx = upgraded_to.or_else(|| {
+        let be_idx = judged.flatten().or_else(|| {
             let view = self.req_view(head, src);
             // The first rule whose condition holds decides; a dynamic name naming no
             // backend falls to the default one, as in HAProxy.
@@ -2307,6 +2334,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             shared: Some(self.ctx.shared()),
             server: None,
             tcp_fd: self.ctx.tcp_fd.as_deref().map(std::os::fd::AsFd::as_fd),
+            profile: self.ctx.prof.as_deref().map(std::cell::Cell::get),
         }
     }
 

@@ -508,6 +508,9 @@ fn spawn_stream(
         h2_line: None,
         _adm: None,
         tcp_fd: conn.tcp_fd.clone(),
+        prof: super::PROFILE_USED
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| Rc::new(std::cell::Cell::new(super::TaskProfile::default()))),
     };
     let task = tokio::task::spawn_local(Box::pin(async move {
         stream(ctx, req, respond).await;

@@ -11,11 +11,12 @@ pub mod http2;
 pub mod server_h2;
 pub mod tcp;
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -112,6 +113,7 @@ pub async fn serve(
                 Client::Tcp(s, _) => Some(std::os::fd::AsFd::as_fd(s)),
                 Client::Unix(_) => None,
             },
+            profile: None,
         };
         let view = http::SrcView(peer.map(|a| a.ip()), None, None, sess, None);
         let verdict = tcp_rules(&p.tcp_connection, &view, &mut sc);
@@ -188,6 +190,9 @@ pub async fn serve(
             }
             _ => None,
         },
+        prof: PROFILE_USED
+            .load(Relaxed)
+            .then(|| Rc::new(Cell::new(TaskProfile::default()))),
     };
     if let Some(tls) = tls {
         // Boxed: a TLS session's futures are large and must not size plain sessions' tasks.
@@ -195,8 +200,8 @@ pub async fn serve(
     }
     match (client, p.mode) {
         // Boxed: the tunnel future is large and would size every HTTP connection's task too.
-        (Client::Tcp(s, _), Mode::Tcp) => Box::pin(tcp::serve(ctx, s)).await,
-        (Client::Unix(s), Mode::Tcp) => Box::pin(tcp::serve(ctx, s)).await,
+        (Client::Tcp(s, _), Mode::Tcp) => profiled(ctx.prof.clone(), tcp::serve(ctx, s)).await,
+        (Client::Unix(s), Mode::Tcp) => profiled(ctx.prof.clone(), tcp::serve(ctx, s)).await,
         (Client::Tcp(s, _), Mode::Http) if proto == http2::BindProto::H2 => {
             http2::count_session(&ctx);
             Box::pin(http2::serve(ctx, bytes::BytesMut::new(), s)).await
@@ -207,6 +212,16 @@ pub async fn serve(
         }
         (Client::Tcp(s, _), Mode::Http) => http::serve(ctx, s).await,
         (Client::Unix(s), Mode::Http) => http::serve(ctx, s).await,
+    }
+}
+
+/// Runs a `mode tcp` session, its polls counted when a format reads them (`cpu_calls`).
+async fn profiled(prof: Option<Rc<Cell<TaskProfile>>>, f: impl std::future::Future<Output = ()>) {
+    // Boxed: the tunnel future is large and would size every HTTP connection's task too.
+    let f = Box::pin(f);
+    match &prof {
+        Some(p) => Profiled { inner: f, prof: p }.await,
+        None => f.await,
     }
 }
 
@@ -271,7 +286,7 @@ async fn serve_tls(mut ctx: SessionCtx, client: Client, tls: Arc<crate::tls::Bin
                     } else if http {
                         http::serve(ctx, s).await
                     } else {
-                        tcp::serve(ctx, s).await
+                        profiled(ctx.prof.clone(), tcp::serve(ctx, s)).await
                     }
                 }
                 Err(e) => handshake_failed(&ctx, &tls.label, &e.to_string()),
@@ -488,6 +503,48 @@ impl PpTlvs {
     }
 }
 
+/// What `cpu_calls` and `cpu_ns_avg|tot` report of a session's current request (HAProxy's
+/// task counters): how often its task was polled and, when a rule or format reads the times
+/// ([`PROFILE_TIMED`]), how long those polls took.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TaskProfile {
+    pub calls: u64,
+    pub cpu_ns: u64,
+}
+
+/// Set when a configuration reads `cpu_calls`, `cpu_ns_*` or `lat_ns_*`: sessions then count
+/// their polls (nothing is counted otherwise).
+pub static PROFILE_USED: AtomicBool = AtomicBool::new(false);
+/// Set when it reads `cpu_ns_*`: each poll is then timed (two clock reads).
+pub static PROFILE_TIMED: AtomicBool = AtomicBool::new(false);
+
+/// Counts (and with [`PROFILE_TIMED`] times) the polls of `inner` into `prof`. A poll is
+/// counted as it starts, so that a log line written during it counts it, as HAProxy's does.
+pub struct Profiled<'a, F> {
+    pub inner: F,
+    pub prof: &'a Cell<TaskProfile>,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for Profiled<'_, F> {
+    type Output = F::Output;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let t0 = PROFILE_TIMED.load(Relaxed).then(Instant::now);
+        let mut p = self.prof.get();
+        p.calls += 1;
+        self.prof.set(p);
+        let r = std::pin::Pin::new(&mut self.inner).poll(cx);
+        if let Some(t0) = t0 {
+            let mut p = self.prof.get();
+            p.cpu_ns += t0.elapsed().as_nanos() as u64;
+            self.prof.set(p);
+        }
+        r
+    }
+}
+
 /// What a session knows about itself.
 pub struct SessionCtx {
     pub w: Rc<Worker>,
@@ -525,6 +582,8 @@ pub struct SessionCtx {
     /// A duplicate of the client's TCP socket, kept only when a rule or format reads its
     /// `TCP_INFO` (`fc_rtt`, ...): valid as long as the session, whatever the client does.
     pub tcp_fd: Option<Rc<std::os::fd::OwnedFd>>,
+    /// The current request's poll counters, only when [`PROFILE_USED`].
+    pub prof: Option<Rc<Cell<TaskProfile>>>,
 }
 
 impl SessionCtx {
@@ -550,6 +609,7 @@ impl SessionCtx {
             shared: Some(self.shared()),
             server: None,
             tcp_fd: self.tcp_fd.as_deref().map(std::os::fd::AsFd::as_fd),
+            profile: self.prof.as_deref().map(Cell::get),
         }
     }
 }

@@ -669,6 +669,7 @@ fn log_tcp(
     let mut e = Entry {
         client: ctx.peer,
         tcp_fd: ctx.tcp_fd.as_deref().map(std::os::fd::AsFd::as_fd),
+        profile: ctx.prof.as_deref().map(std::cell::Cell::get),
         accept_time: Some(ctx.accepted_at),
         frontend: &fe.name,
         backend: bname,

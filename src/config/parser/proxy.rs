@@ -558,6 +558,10 @@ impl Draft {
             opts.tcplog = true;
         }
         opts.forwardfor = None;
+        // Ignored with a warning above; a session this frontend upgrades to HTTP (its rules
+        // pick an HTTP backend) must not see them either.
+        opts.http_conn_mode = Default::default();
+        opts.http_use_proxy_header = false;
         // An inherited `cookie` or `compression` only applies to HTTP (an explicit one was
         // reported above).
         self.p.cookie = None;

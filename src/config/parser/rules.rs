@@ -1072,17 +1072,11 @@ pub(super) fn tcp_request(d: &mut Draft, l: &Line) -> Result<(), KwErr> {
 /// session into HTTP (a `listen` section would send it to its own `mode tcp` servers).
 fn switch_mode(d: &Draft, args: &[String]) -> Result<TcpAction, KwErr> {
     use crate::stream::http2::BindProto;
-    if d.p.kind != crate::config::ProxyKind::Frontend || d.is_defaults {
+    // HAProxy asks for the frontend capability (a `listen` section has it); in `mode http`
+    // the rule only stops the rules, the stream being HTTP already.
+    if !d.p.kind.has_frontend() || d.is_defaults {
         return Err(
-            "'switch-mode' is only available in a frontend (an HTTP stream cannot \
-                    go to a 'mode tcp' server)"
-                .to_string()
-                .into(),
-        );
-    }
-    if d.p.mode == crate::config::Mode::Http {
-        return Err(
-            "'switch-mode http' in a 'mode http' proxy: it is HTTP already"
+            "'switch-mode' is only available in a frontend or a listen section"
                 .to_string()
                 .into(),
         );

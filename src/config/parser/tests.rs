@@ -4033,11 +4033,8 @@ fn switch_mode_http() {
         "  tcp-request connection switch-mode http",       // 7
         "backend be",                                      // 8
         "  tcp-request content switch-mode http",          // 9
-        "frontend hf",                                     // 10
-        "  mode http",                                     // 11
-        "  tcp-request content switch-mode http",          // 12
     ]);
-    assert_eq!(e.len(), 7, "{e:#?}");
+    assert_eq!(e.len(), 6, "{e:#?}");
     has(&e[0], &["t.cfg:3: ", "unknown mode 'tcp'"]);
     has(&e[1], &["t.cfg:4: ", "unknown proto 'h3'"]);
     has(&e[2], &["t.cfg:5: ", "unexpected argument 'extra'"]);
@@ -4047,7 +4044,32 @@ fn switch_mode_http() {
         &["t.cfg:7: ", "'tcp-request connection'", "switch-mode"],
     );
     has(&e[5], &["t.cfg:9: ", "only available in a frontend"]);
-    has(&e[6], &["t.cfg:12: ", "it is HTTP already"]);
+    // A listen section has the frontend side; in `mode http` the rule only stops the rules.
+    ok(&[
+        "listen li",
+        "  bind :80",
+        "  tcp-request content switch-mode http",
+        "  server s 127.0.0.1:1",
+        "frontend hf",
+        "  mode http",
+        "  tcp-request content switch-mode http",
+    ]);
+    // A tcp frontend's HTTP connection options (inherited) do not reach upgraded sessions.
+    let c = ok(&[
+        "defaults",
+        "  mode http",
+        "  option httpclose",
+        "frontend fe",
+        "  mode tcp",
+        "  bind :80",
+        "  default_backend be",
+        "backend be",
+    ]);
+    let fe = px(&c, "fe");
+    assert_eq!(
+        fe.options.http_conn_mode,
+        crate::config::HttpConnMode::default()
+    );
 }
 
 #[test]

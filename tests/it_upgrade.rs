@@ -20,6 +20,25 @@ fn tagged(name: &'static str) -> HttpBackend {
     })
 }
 
+/// GETs each of `urls` in turn over an HTTP/2 connection; each must answer 200: the bodies.
+async fn get_all(send: h2::client::SendRequest<bytes::Bytes>, urls: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for url in urls {
+        let mut send = send.clone().ready().await.unwrap();
+        let req = http::Request::get(*url).body(()).unwrap();
+        let (rsp, _) = send.send_request(req, true).unwrap();
+        let rsp = rsp.await.unwrap();
+        assert_eq!(rsp.status(), 200, "{url}");
+        let mut body = rsp.into_body();
+        let mut b = Vec::new();
+        while let Some(d) = body.data().await {
+            b.extend_from_slice(&d.unwrap());
+        }
+        out.push(String::from_utf8(b).unwrap());
+    }
+    out
+}
+
 fn get(c: &mut HttpClient, path: &str) -> String {
     let r = c.get(path);
     assert_eq!(r.status, 200, "{path}: {}", r.body_str());
@@ -233,23 +252,7 @@ fn http2_prior_knowledge_through_switch_mode() {
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        let mut out = Vec::new();
-        for path in ["/static/h2", "/page"] {
-            let mut send = send.clone().ready().await.unwrap();
-            let req = http::Request::get(format!("http://t{path}"))
-                .body(())
-                .unwrap();
-            let (rsp, _) = send.send_request(req, true).unwrap();
-            let rsp = rsp.await.unwrap();
-            assert_eq!(rsp.status(), 200);
-            let mut body = rsp.into_body();
-            let mut b = Vec::new();
-            while let Some(d) = body.data().await {
-                b.extend_from_slice(&d.unwrap());
-            }
-            out.push(String::from_utf8(b).unwrap());
-        }
-        out
+        get_all(send, &["http://t/static/h2", "http://t/page"]).await
     });
     assert_eq!(bodies, ["static /static/h2 x-via=-", "app /page x-via=-"]);
 }
@@ -297,24 +300,8 @@ fn tls_clients_are_upgraded_by_their_alpn() {
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        for path in ["/one", "/two"] {
-            let mut send = send.clone().ready().await.unwrap();
-            let req = http::Request::get(format!("https://up.example{path}"))
-                .body(())
-                .unwrap();
-            let (rsp, _) = send.send_request(req, true).unwrap();
-            let rsp = rsp.await.unwrap();
-            assert_eq!(rsp.status(), 200);
-            let mut body = rsp.into_body();
-            let mut b = Vec::new();
-            while let Some(d) = body.data().await {
-                b.extend_from_slice(&d.unwrap());
-            }
-            assert_eq!(
-                String::from_utf8(b).unwrap(),
-                format!("web {path} x-via=h2")
-            );
-        }
+        let got = get_all(send, &["https://up.example/one", "https://up.example/two"]).await;
+        assert_eq!(got, ["web /one x-via=h2", "web /two x-via=h2"]);
         let mut t = connect(&["http/1.1"]).await;
         assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
         t.write_all(b"GET /h1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")

@@ -831,8 +831,6 @@ struct Conn<'a, C> {
     /// upgrade); and the backend those rules chose (`None` after `switch-mode http`: the
     /// frontend's `use_backend` rules pick it). The next requests are processed as usual.
     upgraded: Option<Option<usize>>,
-    /// `upgraded`, taken by the transaction it belongs to.
-    judged: Option<Option<usize>>,
 }
 
 /// Lingering close, after an error answer: how long, and how many bytes, the client's further
@@ -1018,7 +1016,6 @@ impl<'a, C: ClientIo> Conn<'a, C> {
             rsp_body: None,
             spoe: crate::spoe::TxnState::default(),
             upgraded: None,
-            judged: None,
         }
     }
 }
@@ -1216,8 +1213,8 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         // this one (the first request of an upgraded session keeps those its raw data set).
         self.unique_id = None;
         self.log_level.set(None);
-        self.judged = self.upgraded.take();
-        if self.judged.is_none() {
+        let judged = self.upgraded.take();
+        if judged.is_none() {
             use crate::vars::Scope;
             self.ctx.vars.clear(&[Scope::Txn, Scope::Req, Scope::Res]);
         }
@@ -1296,7 +1293,7 @@ impl<'a, C: ClientIo> Conn<'a, C> {
                 }
             };
         }
-        let next = self.process(&head, &mut txn).await;
+        let next = self.process(&head, &mut txn, judged).await;
         if !txn.logged {
             self.log(&txn);
         }
@@ -1580,7 +1577,13 @@ impl<'a, C: ClientIo> Conn<'a, C> {
     }
 
     /// Rules, backend choice, server exchange.
-    async fn process(&mut self, head: &RequestHead, txn: &mut Txn) -> Option<Next> {
+    /// `judged`: see [`Conn::upgraded`].
+    async fn process(
+        &mut self,
+        head: &RequestHead,
+        txn: &mut Txn,
+        judged: Option<Option<usize>>,
+    ) -> Option<Next> {
         let ctx = self.ctx;
         let shared = ctx.shared();
         let src = self.ctx.peer.map(|a| a.ip());
@@ -1616,7 +1619,6 @@ impl<'a, C: ClientIo> Conn<'a, C> {
         self.spoe = crate::spoe::TxnState::default();
         self.rsp_body = None;
         let fe = self.fe;
-        let judged = self.judged.take();
         if !fe.spoe.is_empty() && judged.is_none() {
             use crate::spoe::Event;
             self.spoe_event(fe, Event::ClientSession, head, src).await;
